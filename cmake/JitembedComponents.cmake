@@ -1,0 +1,86 @@
+# One INTERFACE target per component, headers in a FILE_SET so each one is verified on its own.
+set(_inc "${PROJECT_SOURCE_DIR}/include")
+set(JITEMBED_COMPONENTS core)
+
+# Every public header compiles on its own: one generated translation unit per header, compiled into
+# an OBJECT library that links the component (CMake's VERIFY_INTERFACE_HEADER_SETS skips INTERFACE
+# libraries with no sources on 3.25, so the TUs are generated here).
+function(jitembed_verify_headers name)
+  set(_tus)
+  foreach(_h IN LISTS ARGN)
+    file(RELATIVE_PATH _rel "${_inc}" "${_h}")
+    string(MAKE_C_IDENTIFIER "${_rel}" _id)
+    set(_tu "${PROJECT_BINARY_DIR}/verify_headers/${_id}.cpp")
+    file(CONFIGURE OUTPUT "${_tu}" CONTENT "#include <${_rel}>\n#include <${_rel}>  // include guard works\n")
+    list(APPEND _tus "${_tu}")
+  endforeach()
+  if(_tus)
+    add_library(jitembed_verify_headers_${name} OBJECT ${_tus})
+    target_link_libraries(jitembed_verify_headers_${name} PRIVATE jitembed::${name})
+  endif()
+endfunction()
+
+# jitembed_component(<name> GLOBS <globs relative to include/> [LINK <targets>])
+function(jitembed_component name)
+  cmake_parse_arguments(_c "" "" "GLOBS;LINK" ${ARGN})
+  set(_files)
+  foreach(_g IN LISTS _c_GLOBS)
+    file(GLOB _found CONFIGURE_DEPENDS "${_inc}/jitembed/${_g}")
+    list(APPEND _files ${_found})
+  endforeach()
+  add_library(jitembed_${name} INTERFACE)
+  add_library(jitembed::${name} ALIAS jitembed_${name})
+  set_target_properties(jitembed_${name} PROPERTIES EXPORT_NAME ${name})
+  target_sources(jitembed_${name} INTERFACE FILE_SET HEADERS BASE_DIRS "${_inc}" FILES ${_files})
+  target_compile_features(jitembed_${name} INTERFACE cxx_std_20)
+  target_link_libraries(jitembed_${name} INTERFACE ${_c_LINK})
+  string(TOUPPER "${name}" _upper)
+  target_compile_definitions(jitembed_${name} INTERFACE JITEMBED_HAS_${_upper}=1)  # umbrella headers test these
+  if(JITEMBED_VERIFY_HEADERS)
+    jitembed_verify_headers(${name} ${_files})
+  endif()
+  set_property(GLOBAL APPEND PROPERTY JITEMBED_ENABLED_COMPONENTS ${name})
+endfunction()
+
+jitembed_component(core
+  GLOBS core/*.hpp core.hpp codec/codec.hpp
+  LINK XXHash::XXHash DLPack::DLPack Threads::Threads)
+
+if(JITEMBED_WITH_ZSTD)
+  jitembed_component(zstd
+    GLOBS codec/zstd*.hpp codec/shuffle*.hpp codec/text*.hpp codec/detail/zstd*.hpp
+    LINK jitembed::core Zstd::Zstd)
+  jitembed_component(format
+    GLOBS format/*.hpp format/detail/*.hpp format.hpp
+    LINK jitembed::core jitembed::zstd)
+endif()
+
+if(JITEMBED_WITH_JPEG)
+  jitembed_component(jpeg
+    GLOBS codec/jpeg*.hpp codec/detail/turbojpeg*.hpp
+    LINK jitembed::core TurboJPEG::TurboJPEG)
+endif()
+
+if(JITEMBED_WITH_VIDEO)
+  jitembed_component(video
+    GLOBS codec/video*.hpp codec/detail/ffmpeg*.hpp
+    LINK jitembed::core FFmpeg::avformat FFmpeg::avcodec FFmpeg::avutil FFmpeg::swscale)
+endif()
+
+if(JITEMBED_WITH_CUDA)
+  jitembed_component(cuda
+    GLOBS cuda/*.hpp
+    LINK jitembed::core CUDA::cudart)
+  # .cuh headers need nvcc: installed with the component, compiled by the .cu tests, not verified by g++.
+  file(GLOB _cuh CONFIGURE_DEPENDS "${_inc}/jitembed/cuda/*.cuh")
+  target_sources(jitembed_cuda INTERFACE FILE_SET cuda_kernels TYPE HEADERS BASE_DIRS "${_inc}" FILES ${_cuh})
+endif()
+
+# Umbrella: everything that is enabled, plus the umbrella headers (which include what is available).
+get_property(_enabled GLOBAL PROPERTY JITEMBED_ENABLED_COMPONENTS)
+set(_links)
+foreach(_c IN LISTS _enabled)
+  list(APPEND _links jitembed::${_c})
+endforeach()
+jitembed_component(jitembed GLOBS jitembed.hpp codec.hpp LINK ${_links})
+set(JITEMBED_ENABLED_COMPONENTS ${_enabled})

@@ -1,0 +1,13 @@
+# Finds the dependencies of the enabled components; every one is REQUIRED once its component is on.
+find_package(XXHash REQUIRED)
+find_package(DLPack REQUIRED)
+find_package(Threads REQUIRED)
+if(JITEMBED_WITH_ZSTD)
+  find_package(Zstd REQUIRED)
+endif()
+if(JITEMBED_WITH_JPEG)
+  find_package(TurboJPEG REQUIRED)
+endif()
+if(JITEMBED_WITH_VIDEO)
+  find_package(FFmpeg REQUIRED COMPONENTS avformat avcodec avutil swscale)
+endif()

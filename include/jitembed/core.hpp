@@ -1,0 +1,12 @@
+// Umbrella header of the core component.
+#pragma once
+
+#include "jitembed/core/buffer.hpp"
+#include "jitembed/core/dlpack.hpp"
+#include "jitembed/core/dtype.hpp"
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/hash.hpp"
+#include "jitembed/core/limits.hpp"
+#include "jitembed/core/tensor.hpp"
+#include "jitembed/core/thread_pool.hpp"
+#include "jitembed/codec/codec.hpp"

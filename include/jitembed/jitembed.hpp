@@ -1,0 +1,11 @@
+// Umbrella header: every component that is linked (JITEMBED_HAS_<C>, set by its CMake target).
+#pragma once
+
+#include "jitembed/codec.hpp"
+#include "jitembed/core.hpp"
+#if defined(JITEMBED_HAS_FORMAT)
+#include "jitembed/format.hpp"
+#endif
+#if defined(JITEMBED_HAS_CUDA)
+#include "jitembed/cuda.hpp"
+#endif

@@ -69,7 +69,7 @@ endif()
 
 if(JITEMBED_WITH_CUDA)
   jitembed_component(cuda
-    GLOBS cuda/*.hpp
+    GLOBS cuda/*.hpp cuda.hpp
     LINK jitembed::core CUDA::cudart)
   # .cuh headers need nvcc: installed with the component, compiled by the .cu tests, not verified by g++.
   file(GLOB _cuh CONFIGURE_DEPENDS "${_inc}/jitembed/cuda/*.cuh")

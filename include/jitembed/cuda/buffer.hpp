@@ -1,0 +1,92 @@
+// RAII device and pinned-host allocations, usable as jitembed::tensor storage.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "jitembed/core/tensor.hpp"
+#include "jitembed/cuda/check.hpp"
+#include "jitembed/cuda/stream.hpp"
+
+namespace jitembed::cuda {
+
+// Device memory, stream-ordered (cudaMallocAsync / cudaFreeAsync on the stream it was made on).
+class device_buffer {
+ public:
+  device_buffer() = default;
+  device_buffer(std::size_t bytes, stream_ref s) : size_(bytes), stream_(s) {
+    if (bytes) JITEMBED_CUDA_CHECK(cudaMallocAsync(&p_, bytes, s.get()));
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  device_buffer(device_buffer&& o) noexcept { swap(o); }
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    device_buffer tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  ~device_buffer() {
+    if (p_) cudaFreeAsync(p_, stream_.get());
+  }
+
+  void* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  void swap(device_buffer& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(size_, o.size_);
+    std::swap(stream_, o.stream_);
+  }
+  void* p_ = nullptr;
+  std::size_t size_ = 0;
+  stream_ref stream_{};
+};
+
+// A CUDA tensor of new device memory; the storage is freed (stream-ordered) with the last tensor.
+inline tensor empty_device(const shape& s, dtype t, stream_ref st, int ordinal = 0) {
+  const auto n = checked_nbytes(s.span(), t).value();
+  auto buf = std::make_shared<device_buffer>(static_cast<std::size_t>(n), st);
+  void* p = buf->data();
+  return tensor::wrap(std::move(buf), tensor_view(p, t, s, device::cuda(ordinal)));
+}
+
+// Page-locked host memory (cudaHostAlloc): the staging area for async H2D copies.
+class pinned_buffer {
+ public:
+  pinned_buffer() = default;
+  explicit pinned_buffer(std::size_t bytes, unsigned flags = cudaHostAllocDefault) : size_(bytes) {
+    if (bytes) JITEMBED_CUDA_CHECK(cudaHostAlloc(&p_, bytes, flags));
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  pinned_buffer(pinned_buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
+    if (this != &o) {
+      if (p_) cudaFreeHost(p_);
+      p_ = std::exchange(o.p_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  ~pinned_buffer() {
+    if (p_) cudaFreeHost(p_);
+  }
+  void* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Async copy between two contiguous tensors of the same byte size (any device pair).
+inline void copy_async(const tensor_view& dst, const tensor_view& src, stream_ref s) {
+  if (dst.nbytes() != src.nbytes()) throw error(errc::invalid_argument, "copy_async: byte sizes differ");
+  if (!dst.is_contiguous() || !src.is_contiguous()) throw error(errc::invalid_argument, "copy_async: non-contiguous");
+  JITEMBED_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, s.get()));
+}
+
+}  // namespace jitembed::cuda

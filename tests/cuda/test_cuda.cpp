@@ -1,0 +1,74 @@
+// CUDA component: RAII, pinned pool, preprocessing kernel vs a CPU reference. Skips without a device.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "jitembed/cuda.hpp"
+#include "kernels.hpp"
+
+using namespace jitembed;
+
+namespace {
+bool have_device() {
+  if (cuda::device_count() > 0) return true;
+  std::printf("no CUDA device: skipping\n");
+  return false;
+}
+}  // namespace
+
+TEST_CASE("device_count never throws without a driver") { CHECK(cuda::device_count() >= 0); }
+
+TEST_CASE("stream, event and device tensor round trip") {
+  if (!have_device()) return;
+  cuda::stream s;
+  tensor host = tensor::empty({1000}, dtype::i32);
+  for (int i = 0; i < 1000; ++i) host.data<int>()[i] = i * 3;
+  tensor dev = cuda::empty_device(host.shape(), dtype::i32, s);
+  CHECK(dev.dev() == device::cuda(0));
+  cuda::copy_async(dev, host, s);
+  cuda::event done;
+  done.record(s);
+  tensor back = tensor::zeros({1000}, dtype::i32);
+  cuda::copy_async(back, dev, s);
+  s.synchronize();
+  CHECK(std::memcmp(back.data(), host.data(), host.nbytes()) == 0);
+}
+
+TEST_CASE("pinned pool recycles buffers") {
+  if (!have_device()) return;
+  auto pool = cuda::pinned_pool::create();
+  void* first = nullptr;
+  {
+    tensor a = pool->acquire({256, 256}, dtype::f32);
+    first = a.data();
+  }
+  tensor b = pool->acquire({200, 200}, dtype::f32);  // same size class
+  CHECK(b.data() == first);
+  CHECK(pool->hits() == 1);
+}
+
+TEST_CASE("normalize_hwc_to_chw matches the CPU reference in f32, f16, bf16") {
+  if (!have_device()) return;
+  const int n = 2, h = 17, w = 23, c = 3;
+  tensor in = tensor::empty({n, h, w, c}, dtype::u8);
+  for (std::size_t i = 0; i < in.nbytes(); ++i) in.data<std::uint8_t>()[i] = static_cast<std::uint8_t>((i * 37) % 256);
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, stdev[3] = {0.229f, 0.224f, 0.225f};
+  for (dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    tensor out = cuda::test::normalize_on_device(in, t, mean, stdev);
+    double max_err = 0;
+    for (int b = 0; b < n; ++b)
+      for (int ch = 0; ch < c; ++ch)
+        for (int y = 0; y < h; ++y)
+          for (int x = 0; x < w; ++x) {
+            const float ref = (in.data<std::uint8_t>()[((b * h + y) * w + x) * c + ch] / 255.0f - mean[ch]) / stdev[ch];
+            const std::size_t o = ((static_cast<std::size_t>(b) * c + ch) * h + y) * w + x;
+            float got = 0;
+            if (t == dtype::f32) got = out.data<float>()[o];
+            if (t == dtype::f16) got = static_cast<float>(out.data<float16>()[o]);
+            if (t == dtype::bf16) got = static_cast<float>(out.data<bfloat16>()[o]);
+            max_err = std::max(max_err, static_cast<double>(std::fabs(got - ref)));
+          }
+    CHECK_MESSAGE(max_err < (t == dtype::f32 ? 1e-5 : t == dtype::f16 ? 4e-3 : 3e-2), to_string(t));
+  }
+}

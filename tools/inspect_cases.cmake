@@ -1,0 +1,62 @@
+# cmake -P script: runs format_tour's outputs and corrupted copies through jitembed-inspect.
+# Valid inputs must exit 0 with a JSON "type"; corrupted ones must exit 2 with "error: <errc>: ...".
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+get_filename_component(bin_dir "${INSPECT}" DIRECTORY)
+execute_process(COMMAND "${bin_dir}/../examples/format_tour" "${WORK_DIR}" RESULT_VARIABLE rc OUTPUT_QUIET)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "format_tour failed: ${rc}")
+endif()
+# A WebDataset shard made by an ordinary tar tool.
+file(WRITE "${WORK_DIR}/000001.txt" "a landscape")
+file(COPY_FILE "${WORK_DIR}/image.jpg" "${WORK_DIR}/000001.jpg")
+file(COPY_FILE "${WORK_DIR}/clip.mp4" "${WORK_DIR}/000001.mp4")
+file(WRITE "${WORK_DIR}/000002.txt" "second sample")
+file(COPY_FILE "${WORK_DIR}/image.jpg" "${WORK_DIR}/000002.jpg")
+execute_process(COMMAND ${CMAKE_COMMAND} -E tar cf "${WORK_DIR}/wds.tar" --format=gnutar
+                        000001.jpg 000001.mp4 000001.txt 000002.jpg 000002.txt
+                WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE rc)
+
+function(expect_ok file type)
+  foreach(flag "" "--decode")
+    execute_process(COMMAND "${INSPECT}" "${WORK_DIR}/${file}" ${flag} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0 OR NOT out MATCHES "\"type\": \"${type}\"")
+      message(FATAL_ERROR "inspect ${file} ${flag}: rc=${rc}\n${out}\n${err}")
+    endif()
+  endforeach()
+  message(STATUS "ok: ${file} -> ${type}")
+endfunction()
+
+function(expect_error file)
+  execute_process(COMMAND "${INSPECT}" "${WORK_DIR}/${file}" --decode RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT 60)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "^error: [a-z_]+: ")
+    message(FATAL_ERROR "inspect ${file}: expected exit 2 and 'error: <errc>: ...', got rc=${rc}\n${out}\n${err}")
+  endif()
+  string(STRIP "${err}" err)
+  message(STATUS "rejected: ${file} -> ${err}")
+endfunction()
+
+expect_ok(image.jpg jpeg)
+expect_ok(clip.mp4 video)
+expect_ok(sample.jemr jitembed-record)
+expect_ok(samples.jems jitembed-shard)
+expect_ok(wds.tar webdataset-tar)
+
+# Corruptions: truncations, a bit flip in the record table, random bytes, an empty file, a missing file.
+foreach(name image.jpg clip.mp4 sample.jemr samples.jems wds.tar)
+  file(SIZE "${WORK_DIR}/${name}" n)
+  math(EXPR half "${n} / 2")
+  execute_process(COMMAND head -c ${half} "${WORK_DIR}/${name}" OUTPUT_FILE "${WORK_DIR}/trunc_${name}")
+  expect_error(trunc_${name})
+endforeach()
+file(COPY_FILE "${WORK_DIR}/sample.jemr" "${WORK_DIR}/flip_sample.jemr")
+execute_process(COMMAND sh -c "printf '\\377' | dd of='${WORK_DIR}/flip_sample.jemr' bs=1 seek=80 conv=notrunc 2>/dev/null")
+expect_error(flip_sample.jemr)
+string(RANDOM LENGTH 4000 ALPHABET "0123456789abcdef" RANDOM_SEED 3 rnd)
+string(REGEX REPLACE "([0-9a-f][0-9a-f])" "\\\\x\\1" rnd_esc "${rnd}")
+execute_process(COMMAND printf "${rnd_esc}" OUTPUT_FILE "${WORK_DIR}/random.bin")
+expect_error(random.bin)
+file(WRITE "${WORK_DIR}/empty.bin" "")
+expect_error(empty.bin)
+expect_error(does_not_exist.bin)

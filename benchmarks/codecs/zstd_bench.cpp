@@ -85,7 +85,7 @@ void compare_speed(reporter& r, const std::string& name, bytes_view data, int le
   byte_buffer ref_frame(frame.size());
   std::size_t n_ours = 0, n_ref = 0;
   const int reps = data.size() >= (1u << 20) ? 3 : 6;
-  const int rounds = 9;
+  const int rounds = 15;
 
   auto [t_ours_c, t_ref_c] = side_by_side(
       rounds, repeated(reps, [&] { n_ours = ours.compress(data, frame).value(); }),

@@ -2,6 +2,7 @@
 // decode + exact resize, crop, decode_into, jpeg_codec and batch decode.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <climits>
 
 #include "jpeg/jpeg_test_util.hpp"
@@ -131,9 +132,26 @@ TEST_CASE("jpeg: DCT-scaled decode picks the smallest factor covering the target
   jpeg_decode_options o;
   o.target_width = 300;
   o.target_height = 200;
+  // Default: power-of-two factors only (SIMD IDCTs): 1/2.
   auto plan = codec::detail::plan_decode(bv(j), o, {});
   REQUIRE(plan);
-  CHECK(plan->scaled_w == 384);  // 3/8: 384x288 >= 300x200, 1/4 (256x192) is not
+  CHECK(plan->scaled_w == 512);
+  CHECK(plan->scaled_h == 384);
+  auto pow2 = decode_jpeg(bv(j), o, {}).value();
+  CHECK(pow2.shape() == shape{200, 300, 3});
+  {
+    const auto half = direct_decode(bv(j), TJPF_RGB, 512, 384);
+    std::vector<std::uint8_t> exact(200 * 300 * 3);
+    codec::detail::resize_u8(half.pixels.data(), 512, 384, 512 * 3, 3, 300, 200, 0, 0, 300, 200, exact.data(), 300 * 3);
+    CHECK(std::memcmp(exact.data(), pow2.data(), exact.size()) == 0);
+  }
+  o.dct_scaling = jpeg_dct_scaling::off;
+  CHECK(codec::detail::plan_decode(bv(j), o, {})->scaled_w == 1024);
+  // Any factor: 3/8, as 384x288 >= 300x200 and 1/4 (256x192) is not.
+  o.dct_scaling = jpeg_dct_scaling::any;
+  plan = codec::detail::plan_decode(bv(j), o, {});
+  REQUIRE(plan);
+  CHECK(plan->scaled_w == 384);
   CHECK(plan->scaled_h == 288);
   auto out = decode_jpeg(bv(j), o, {});
   REQUIRE(out);
@@ -150,8 +168,10 @@ TEST_CASE("jpeg: DCT-scaled decode picks the smallest factor covering the target
   const auto full = direct_decode(bv(j), TJPF_RGB);
   std::vector<std::uint8_t> ref(200 * 300 * 3);
   codec::detail::resize_u8(full.pixels.data(), 1024, 768, 1024 * 3, 3, 300, 200, 0, 0, 300, 200, ref.data(), 300 * 3);
-  CHECK(mean_abs_diff(ref.data(), out->data<std::uint8_t>(), ref.size()) < 2.0);
-  CHECK(psnr(ref.data(), out->data<std::uint8_t>(), ref.size()) > 35.0);
+  for (const tensor* t : {&*out, &pow2}) {
+    CHECK(mean_abs_diff(ref.data(), t->data<std::uint8_t>(), ref.size()) < 2.0);
+    CHECK(psnr(ref.data(), t->data<std::uint8_t>(), ref.size()) > 35.0);
+  }
 
   SUBCASE("a target equal to a scaled size is TurboJPEG's scaled output, byte for byte") {
     o.target_width = 512;
@@ -196,6 +216,49 @@ TEST_CASE("jpeg: resize keeps flat images flat and handles gray") {
   std::vector<std::uint8_t> up(50 * 40);
   codec::detail::resize_u8(flat.data(), 33, 17, 33, 1, 50, 40, 0, 0, 50, 40, up.data(), 50);
   for (auto v : up) CHECK(v == 77);
+}
+
+TEST_CASE("jpeg: resize matches a floating-point triangle-filter reference within 1") {
+  // Separable antialiased bilinear in double precision, straight from the definition.
+  auto ref_axis = [](int in, int out) {
+    std::vector<std::vector<std::pair<int, double>>> taps(static_cast<std::size_t>(out));
+    const double scale = double(in) / out, fs = std::max(scale, 1.0);
+    for (int i = 0; i < out; ++i) {
+      const double center = (i + 0.5) * scale;
+      double sum = 0;
+      for (int j = 0; j < in; ++j) {
+        const double d = std::abs((j + 0.5 - center) / fs);
+        if (d < 1) {
+          taps[std::size_t(i)].push_back({j, 1 - d});
+          sum += 1 - d;
+        }
+      }
+      for (auto& t : taps[std::size_t(i)]) t.second /= sum;
+    }
+    return taps;
+  };
+  for (auto [sw, sh, dw, dh] : {std::array{97, 61, 40, 33}, std::array{40, 30, 91, 47}, std::array{64, 64, 7, 5},
+                                std::array{13, 9, 13, 20}, std::array{50, 50, 49, 2}}) {
+    CAPTURE(sw);
+    CAPTURE(dw);
+    const tensor src = make_image(sw, sh, 3, true, 9);
+    std::vector<std::uint8_t> got(std::size_t(dw) * dh * 3);
+    codec::detail::resize_u8(src.data<std::uint8_t>(), sw, sh, sw * 3, 3, dw, dh, 0, 0, dw, dh, got.data(), dw * 3);
+    const auto ax = ref_axis(sw, dw), ay = ref_axis(sh, dh);
+    int worst = 0;
+    for (int y = 0; y < dh; ++y)
+      for (int x = 0; x < dw; ++x)
+        for (int c = 0; c < 3; ++c) {
+          double v = 0;
+          for (auto [yy, wy] : ay[std::size_t(y)]) {
+            double row = 0;
+            for (auto [xx, wx] : ax[std::size_t(x)]) row += wx * src.data<std::uint8_t>()[(yy * sw + xx) * 3 + c];
+            v += wy * row;
+          }
+          worst = std::max(worst, std::abs(int(std::lround(v)) - int(got[(std::size_t(y) * dw + x) * 3 + c])));
+        }
+    CHECK(worst <= 1);
+  }
 }
 
 TEST_CASE("jpeg: crop in output coordinates") {

@@ -294,7 +294,7 @@ TEST_CASE("zstd bomb: 1 GiB of zeros stops at a 1 MiB limit without allocating t
     const std::size_t biggest = jitembed::test::max_alloc();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CHECK(r.code() == errc::limit_exceeded);
-    CHECK(biggest <= (std::size_t{1} << 20));
+    if (jitembed::test::alloc_probe_active()) CHECK(biggest <= (std::size_t{1} << 20));
     CHECK(secs < 0.5);
     // Even under default limits (2 GiB) decoding stays bounded and correct; a pledged size is used only up to
     // 32x the input size for the first allocation.

@@ -21,6 +21,7 @@ struct resample_axis {
   int stride = 0;
   int src_begin = 0;  // lowest source index any tap reads
   int src_end = 0;    // one past the highest
+  bool uniform = false;  // every count == stride
 };
 
 inline resample_axis make_resample_axis(int in_size, int out_size, int out_begin, int out_count) {
@@ -65,30 +66,83 @@ inline resample_axis make_resample_axis(int in_size, int out_size, int out_begin
     }
     a.first[static_cast<std::size_t>(i)] = lo;
     a.count[static_cast<std::size_t>(i)] = n;
-    a.src_begin = std::min(a.src_begin, lo);
-    a.src_end = std::max(a.src_end, hi);
+  }
+  // Repack to the widest window actually used (the bound above is loose by one or two).
+  const int widest = out_count > 0 ? *std::max_element(a.count.begin(), a.count.end()) : 0;
+  if (widest > 0 && widest < a.stride) {
+    for (std::size_t i = 1; i < static_cast<std::size_t>(out_count); ++i)
+      std::copy_n(a.weights.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(a.stride)), widest,
+                  a.weights.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(widest)));
+    a.stride = widest;
+    a.weights.resize(static_cast<std::size_t>(out_count) * static_cast<std::size_t>(widest));
+  }
+  // Give every output pixel the same tap count when the source is wide enough: shift each window left
+  // so that it reads `stride` samples in bounds, with zero weights on the extra ones. Uniform loops
+  // without per-pixel bounds run markedly faster.
+  if (in_size >= a.stride) {
+    for (int i = 0; i < out_count; ++i) {
+      auto& lo = a.first[static_cast<std::size_t>(i)];
+      std::int32_t* wt = a.weights.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(a.stride);
+      const int shift = std::max(0, lo + a.stride - in_size);
+      if (shift > 0) {
+        std::copy_backward(wt, wt + a.count[static_cast<std::size_t>(i)], wt + a.count[static_cast<std::size_t>(i)] + shift);
+        std::fill(wt, wt + shift, 0);
+        lo -= shift;
+      }
+      a.count[static_cast<std::size_t>(i)] = a.stride;
+    }
+    a.uniform = true;
+  }
+  for (int i = 0; i < out_count; ++i) {
+    a.src_begin = std::min(a.src_begin, a.first[static_cast<std::size_t>(i)]);
+    a.src_end = std::max(a.src_end, a.first[static_cast<std::size_t>(i)] + a.count[static_cast<std::size_t>(i)]);
   }
   return a;
 }
 
-inline std::uint8_t clamp_fixed(std::int32_t acc) noexcept {
-  acc >>= kResampleBits;
-  return static_cast<std::uint8_t>(acc < 0 ? 0 : (acc > 255 ? 255 : acc));
+// Weights are >= 0 and sum to exactly 1 << kResampleBits, so a rounded sum of u8 samples stays in 0..255.
+inline std::uint8_t from_fixed(std::int32_t acc) noexcept { return static_cast<std::uint8_t>(acc >> kResampleBits); }
+
+template <int C, bool Uniform, int Taps = 0>
+inline void resample_row_impl(const std::uint8_t* src, std::uint8_t* dst, const resample_axis& a, int channels) {
+  const int ch = C > 0 ? C : channels;
+  const std::size_t n = a.first.size();
+  const int* first = a.first.data();
+  const int* count = a.count.data();
+  const std::size_t stride = static_cast<std::size_t>(a.stride);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t* s = src + static_cast<std::ptrdiff_t>(first[i]) * ch;
+    const std::int32_t* w = a.weights.data() + i * stride;
+    const int taps = Taps > 0 ? Taps : (Uniform ? a.stride : count[i]);
+    if constexpr (C == 3) {
+      std::int32_t a0 = std::int32_t{1} << (kResampleBits - 1), a1 = a0, a2 = a0;
+      for (int t = 0; t < taps; ++t) {
+        a0 += static_cast<std::int32_t>(s[3 * t]) * w[t];
+        a1 += static_cast<std::int32_t>(s[3 * t + 1]) * w[t];
+        a2 += static_cast<std::int32_t>(s[3 * t + 2]) * w[t];
+      }
+      dst[3 * i] = from_fixed(a0);
+      dst[3 * i + 1] = from_fixed(a1);
+      dst[3 * i + 2] = from_fixed(a2);
+    } else {
+      for (int c = 0; c < ch; ++c) {
+        std::int32_t acc = std::int32_t{1} << (kResampleBits - 1);
+        for (int t = 0; t < taps; ++t) acc += static_cast<std::int32_t>(s[t * ch + c]) * w[t];
+        dst[static_cast<std::ptrdiff_t>(i) * ch + c] = from_fixed(acc);
+      }
+    }
+  }
 }
 
 template <int C>
 inline void resample_row(const std::uint8_t* src, std::uint8_t* dst, const resample_axis& a, int channels) {
-  const int ch = C > 0 ? C : channels;
-  const std::size_t n = a.first.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint8_t* s = src + static_cast<std::ptrdiff_t>(a.first[i]) * ch;
-    const std::int32_t* w = a.weights.data() + i * static_cast<std::size_t>(a.stride);
-    const int taps = a.count[i];
-    for (int c = 0; c < ch; ++c) {
-      std::int32_t acc = std::int32_t{1} << (kResampleBits - 1);
-      for (int t = 0; t < taps; ++t) acc += static_cast<std::int32_t>(s[t * ch + c]) * w[t];
-      dst[static_cast<std::ptrdiff_t>(i) * ch + c] = clamp_fixed(acc);
-    }
+  if (!a.uniform) return resample_row_impl<C, false>(src, dst, a, channels);
+  switch (a.stride) {  // the common tap counts as compile-time constants (fully unrolled)
+    case 3: return resample_row_impl<C, true, 3>(src, dst, a, channels);
+    case 4: return resample_row_impl<C, true, 4>(src, dst, a, channels);
+    case 5: return resample_row_impl<C, true, 5>(src, dst, a, channels);
+    case 6: return resample_row_impl<C, true, 6>(src, dst, a, channels);
+    default: return resample_row_impl<C, true>(src, dst, a, channels);
   }
 }
 
@@ -158,7 +212,7 @@ inline void resize_u8(const std::uint8_t* src, int sw, int sh, std::ptrdiff_t sr
       for (std::size_t k = 0; k < row_bytes; ++k) acc[k] += static_cast<std::int32_t>(s[k]) * wt;
     }
     std::uint8_t* d = dst + r * dst_pitch;
-    for (std::size_t k = 0; k < row_bytes; ++k) d[k] = clamp_fixed(acc[k]);
+    for (std::size_t k = 0; k < row_bytes; ++k) d[k] = from_fixed(acc[k]);
   }
 }
 

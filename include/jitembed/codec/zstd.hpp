@@ -122,6 +122,7 @@ struct zstd_options {
 
 namespace detail {
 
+// zstd accepts windowLogMax only within [10, 31] (64-bit); a smaller limit means its minimum, 1 KiB.
 inline unsigned clamp_window_log(std::uint32_t wlog) noexcept {
   const ZSTD_bounds b = ZSTD_dParam_getBounds(ZSTD_d_windowLogMax);
   if (ZSTD_isError(b.error)) return wlog;

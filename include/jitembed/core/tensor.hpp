@@ -60,8 +60,12 @@ class shape {
 
   std::string to_string() const {
     std::string s = "[";
-    for (std::size_t i = 0; i < rank_; ++i) s += (i ? "," : "") + std::to_string(dims_[i]);
-    return s + "]";
+    for (std::size_t i = 0; i < rank_; ++i) {
+      if (i) s.push_back(',');
+      s.append(std::to_string(dims_[i]));
+    }
+    s.push_back(']');
+    return s;
   }
 
  private:

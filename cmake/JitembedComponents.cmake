@@ -55,6 +55,19 @@ if(JITEMBED_WITH_ZSTD)
     LINK jitembed::core jitembed::zstd)
 endif()
 
+if(JITEMBED_WITH_ZSTD)
+  # Cache keys, the store concept, the memory store, value encoding and the tiered cache.
+  jitembed_component(cache
+    GLOBS cache.hpp cache/store.hpp cache/key*.hpp cache/memory*.hpp cache/tiered*.hpp cache/value*.hpp cache/detail/common*.hpp
+    LINK jitembed::core jitembed::format)
+  if(JITEMBED_WITH_LMDB)
+    jitembed_component(lmdb GLOBS cache/lmdb*.hpp cache/detail/lmdb*.hpp LINK jitembed::cache LMDB::LMDB)
+  endif()
+  if(JITEMBED_WITH_REDIS)
+    jitembed_component(redis GLOBS cache/redis*.hpp cache/detail/redis*.hpp LINK jitembed::cache Hiredis::Hiredis)
+  endif()
+endif()
+
 if(JITEMBED_WITH_JPEG)
   jitembed_component(jpeg
     GLOBS codec/jpeg*.hpp codec/detail/turbojpeg*.hpp

@@ -20,6 +20,7 @@ install(FILES
   "${PROJECT_BINARY_DIR}/jitembedConfigVersion.cmake"
   cmake/JitembedFindHelpers.cmake cmake/FindZstd.cmake cmake/FindXXHash.cmake cmake/FindDLPack.cmake
   cmake/FindTurboJPEG.cmake cmake/FindFFmpeg.cmake cmake/FindNCCL.cmake
+  cmake/FindLMDB.cmake cmake/FindHiredis.cmake
   DESTINATION "${JITEMBED_CMAKE_DIR}")
 
 # pkg-config: one module for the whole enabled set (pkg-config has no components).
@@ -32,6 +33,12 @@ if(JITEMBED_WITH_JPEG)
 endif()
 if(JITEMBED_WITH_VIDEO)
   string(APPEND _pc_requires " libavformat libavcodec libavutil libswscale")
+endif()
+if(JITEMBED_WITH_LMDB)
+  string(APPEND _pc_requires " lmdb")
+endif()
+if(JITEMBED_WITH_REDIS)
+  string(APPEND _pc_requires " hiredis")
 endif()
 set(JITEMBED_PC_REQUIRES "${_pc_requires}")
 configure_file(cmake/jitembed.pc.in "${PROJECT_BINARY_DIR}/jitembed.pc" @ONLY)

@@ -9,6 +9,8 @@ packages=(
   libxxhash-dev libdlpack-dev
   # codecs
   libzstd-dev libturbojpeg0-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
+  # cache stores (redis-server also brings redis-benchmark, for tests and bench_cache)
+  liblmdb-dev libhiredis-dev redis-server lmdb-utils
   # programs, tests, benchmarks
   nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev
   libmsgpack-dev libprotobuf-dev protobuf-compiler

@@ -117,7 +117,7 @@ inline result<bool> check_video_policy(const video_policy& policy) {
 
 inline double finite_positive_or_zero(double v) { return std::isfinite(v) && v > 0 ? v : 0.0; }
 
-inline double frame_rate_or_zero(AVRational r) {
+inline double positive_rational_or_zero(AVRational r) {
   if (r.num <= 0 || r.den <= 0) return 0.0;
   const double v = av_q2d(r);
   return v <= 1e6 ? v : 0.0;  // nonsense rates (a corrupt header) are treated as unknown
@@ -301,9 +301,9 @@ inline result<video_input> open_video_input(bytes_view data, const decode_limits
   info.codec = codec_name;
   info.width = par->width;
   info.height = par->height;
-  info.fps = frame_rate_or_zero(in.stream->avg_frame_rate);
-  if (info.fps == 0) info.fps = frame_rate_or_zero(in.stream->r_frame_rate);
-  const double tb = frame_rate_or_zero(in.stream->time_base);
+  info.fps = positive_rational_or_zero(in.stream->avg_frame_rate);
+  if (info.fps == 0) info.fps = positive_rational_or_zero(in.stream->r_frame_rate);
+  const double tb = positive_rational_or_zero(in.stream->time_base);
   if (in.stream->duration != AV_NOPTS_VALUE && in.stream->duration > 0 && tb > 0)
     info.duration_seconds = finite_positive_or_zero(static_cast<double>(in.stream->duration) * tb);
   if (info.duration_seconds == 0 && raw->duration != AV_NOPTS_VALUE && raw->duration > 0)

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -122,9 +123,13 @@ inline result<std::size_t> encode_video_to(const tensor_view& frames, const vide
 
   const auto* src = static_cast<const std::uint8_t*>(frames.data());
   const std::size_t frame_bytes = static_cast<std::size_t>(H * W * 3);
+  // swscale's SIMD input readers load whole vectors past the end of the last row: each frame goes through
+  // a padded copy, so nothing past the caller's tensor is read (and the padding is always zero).
+  byte_buffer padded(frame_bytes + 256);
   for (std::int64_t t = 0; t < T; ++t) {
     if (int r = av_frame_make_writable(yuv.get()); r < 0) return failed("frame not writable", r);
-    const std::uint8_t* planes[4] = {src + static_cast<std::size_t>(t) * frame_bytes, nullptr, nullptr, nullptr};
+    std::memcpy(padded.data(), src + static_cast<std::size_t>(t) * frame_bytes, frame_bytes);
+    const std::uint8_t* planes[4] = {reinterpret_cast<const std::uint8_t*>(padded.data()), nullptr, nullptr, nullptr};
     const int strides[4] = {static_cast<int>(W * 3), 0, 0, 0};
     sws_scale(sws.get(), planes, strides, 0, static_cast<int>(H), yuv->data, yuv->linesize);
     yuv->pts = t;

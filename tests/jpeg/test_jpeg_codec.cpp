@@ -406,4 +406,21 @@ TEST_CASE("jpeg: batch decode on a pool equals serial decode, errors in place") 
   CHECK(batch[5].code() == errc::bad_magic);
   CHECK(batch[9].code() == errc::truncated);
   CHECK(decode_jpeg_batch({}, o, decode_limits{}, pool).empty());
+
+  // Into slices of one [N, 30, 40, 3] tensor.
+  tensor stacked = tensor::zeros({std::int64_t(files.size()), 30, 40, 3}, dtype::u8);
+  std::vector<tensor_view> outs;
+  for (std::size_t i = 0; i < files.size(); ++i)
+    outs.emplace_back(stacked.data<std::uint8_t>() + i * 3600, dtype::u8, shape{30, 40, 3});
+  auto into = decode_jpeg_batch_into(views, outs, o, decode_limits{}, pool);
+  REQUIRE(into.size() == files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    CAPTURE(i);
+    CHECK(into[i].code() == batch[i].code());
+    if (batch[i]) CHECK(std::memcmp(outs[i].data(), batch[i]->data(), 3600) == 0);
+  }
+  outs.pop_back();
+  auto mismatch = decode_jpeg_batch_into(views, outs, o, decode_limits{}, pool);
+  REQUIRE(mismatch.size() == files.size());
+  CHECK(mismatch[0].code() == errc::invalid_argument);
 }

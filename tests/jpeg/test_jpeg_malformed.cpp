@@ -176,6 +176,32 @@ TEST_CASE("jpeg: bit flips and random bytes never crash and map to the known cod
   }
 }
 
+TEST_CASE("jpeg: strict fails on libjpeg warnings, lax returns the concealed image") {
+  const auto j = small_jpeg(48, 32);
+  // Junk bytes before the SOS marker: libjpeg warns "extraneous bytes before marker" and carries on.
+  auto junk = j;
+  const std::size_t sos = find_marker(junk, 0xDA);
+  junk.insert(junk.begin() + static_cast<std::ptrdiff_t>(sos), {0x12, 0x34, 0x56});
+  auto strict = decode_jpeg(bv(junk), {}, {});
+  REQUIRE(strict.code() == errc::decode_failed);
+  CHECK(strict.error().message.find("extraneous bytes before marker") != std::string::npos);
+  jpeg_decode_options lax;
+  lax.strict = false;
+  auto ok = decode_jpeg(bv(junk), lax, {});
+  REQUIRE(ok);
+  const auto clean = decode_jpeg(bv(j), {}, {}).value();
+  CHECK(std::memcmp(ok->data(), clean.data(), clean.nbytes()) == 0);
+  CHECK(probe_jpeg(bv(junk)).value().width == 48);  // probe tolerates header warnings
+
+  // Corrupt entropy data (a flipped byte mid-scan) with the EOI intact: strict decode_failed, lax decodes.
+  auto flipped = j;
+  flipped[sos + (j.size() - sos) / 2] ^= 0x5A;
+  auto s2 = decode_jpeg(bv(flipped), {}, {});
+  auto l2 = decode_jpeg(bv(flipped), lax, {});
+  if (!s2) CHECK(s2.code() == errc::decode_failed);
+  if (l2) CHECK(l2->shape() == shape{32, 48, 3});
+}
+
 TEST_CASE("jpeg: a progressive scan-count bomb hits TJFLAG_LIMITSCANS") {
   const tensor img = make_image(32, 32);
   const auto p = direct_encode(img, TJPF_RGB, TJSAMP_420, 80, TJFLAG_PROGRESSIVE);

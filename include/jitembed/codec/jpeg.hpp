@@ -426,28 +426,61 @@ inline result<void> decode_jpeg_into(bytes_view jpeg, const jpeg_decode_options&
   return detail::run_decode(jpeg, *p, opts, out.data<std::uint8_t>(), *pitch);
 }
 
+namespace detail {
+
+// Runs body(i) for i in [0, n) on min(n, pool size) tasks that pull indices from a shared counter, so
+// images of different sizes balance across threads. Blocks until all are done.
+template <class Body>
+void run_on_pool(std::size_t n, thread_pool& pool, Body&& body) {
+  if (n == 0) return;
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next.fetch_add(1, std::memory_order_relaxed); i < n; i = next.fetch_add(1, std::memory_order_relaxed))
+      body(i);
+  };
+  const std::size_t tasks = std::min(pool.size(), n);
+  std::vector<std::future<void>> futs;
+  futs.reserve(tasks);
+  for (std::size_t t = 0; t < tasks; ++t) futs.push_back(pool.submit(worker));
+  for (auto& f : futs) f.wait();
+}
+
+}  // namespace detail
+
 // Decodes every image on the pool (one TurboJPEG handle per worker thread); results in input order.
 // Do not call it from a task running on the same pool: it blocks until its own tasks finish.
 inline std::vector<result<tensor>> decode_jpeg_batch(std::span<const bytes_view> jpegs, const jpeg_decode_options& opts,
                                                      const decode_limits& limits, thread_pool& pool) {
   std::vector<result<tensor>> out(jpegs.size(), result<tensor>(fail(errc::internal, "jpeg: batch item not decoded")));
-  if (jpegs.empty()) return out;
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i = next.fetch_add(1, std::memory_order_relaxed); i < jpegs.size();
-         i = next.fetch_add(1, std::memory_order_relaxed)) {
-      try {
-        out[i] = decode_jpeg(jpegs[i], opts, limits);
-      } catch (const std::bad_alloc&) {
-        out[i] = fail(errc::limit_exceeded, "jpeg: out of memory decoding batch item " + std::to_string(i));
-      }
+  detail::run_on_pool(jpegs.size(), pool, [&](std::size_t i) {
+    try {
+      out[i] = decode_jpeg(jpegs[i], opts, limits);
+    } catch (const std::bad_alloc&) {
+      out[i] = fail(errc::limit_exceeded, "jpeg: out of memory decoding batch item " + std::to_string(i));
     }
-  };
-  const std::size_t tasks = std::min(pool.size(), jpegs.size());
-  std::vector<std::future<void>> futs;
-  futs.reserve(tasks);
-  for (std::size_t t = 0; t < tasks; ++t) futs.push_back(pool.submit(worker));
-  for (auto& f : futs) f.wait();
+  });
+  return out;
+}
+
+// decode_jpeg_into for many images on the pool: outs[i] receives jpegs[i] (e.g. slices of one [N, H, W, C]
+// batch tensor with a fixed target size, or buffers reused from the previous step; reusing memory also
+// spares the page faults that fresh tensors cost). One result per image, in input order.
+inline std::vector<result<void>> decode_jpeg_batch_into(std::span<const bytes_view> jpegs,
+                                                        std::span<const tensor_view> outs,
+                                                        const jpeg_decode_options& opts, const decode_limits& limits,
+                                                        thread_pool& pool) {
+  if (outs.size() != jpegs.size())
+    return std::vector<result<void>>(jpegs.size(), result<void>(fail(errc::invalid_argument,
+                                                                     "jpeg: " + std::to_string(outs.size()) + " outputs for " +
+                                                                         std::to_string(jpegs.size()) + " images")));
+  std::vector<result<void>> out(jpegs.size(), result<void>(fail(errc::internal, "jpeg: batch item not decoded")));
+  detail::run_on_pool(jpegs.size(), pool, [&](std::size_t i) {
+    try {
+      out[i] = decode_jpeg_into(jpegs[i], opts, limits, outs[i]);
+    } catch (const std::bad_alloc&) {
+      out[i] = fail(errc::limit_exceeded, "jpeg: out of memory decoding batch item " + std::to_string(i));
+    }
+  });
   return out;
 }
 

@@ -80,6 +80,13 @@ if(JITEMBED_WITH_VIDEO)
     LINK jitembed::core FFmpeg::avformat FFmpeg::avcodec FFmpeg::avutil FFmpeg::swscale)
 endif()
 
+if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
+  # Reference embedders (CPU) and the model concept; preprocess keys use cache/key.hpp.
+  jitembed_component(models
+    GLOBS models.hpp models/*.hpp models/detail/*.hpp
+    LINK jitembed::core jitembed::zstd jitembed::jpeg jitembed::video jitembed::cache)
+endif()
+
 if(JITEMBED_WITH_CUDA)
   jitembed_component(cuda
     GLOBS cuda/*.hpp cuda.hpp

@@ -1,0 +1,86 @@
+// The model concept (an embedder the service, the cache and the precompute tool can drive) and the
+// metadata types it exposes: tensor_meta, named_tensors, modality.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "jitembed/core/buffer.hpp"
+#include "jitembed/core/dtype.hpp"
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/limits.hpp"
+#include "jitembed/core/tensor.hpp"
+
+namespace jitembed::models {
+
+// Name, element type and shape of one input or output; -1 marks a variable extent.
+struct tensor_meta {
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<std::int64_t> shape;
+
+  friend bool operator==(const tensor_meta&, const tensor_meta&) = default;
+};
+
+// The outputs of one item, in the order of model::outputs().
+using named_tensors = std::vector<std::pair<std::string, tensor>>;
+
+// Which raw sample field a model consumes (how a data set walker routes fields to it).
+enum class modality : std::uint8_t { image, video, text };
+
+constexpr std::string_view to_string(modality m) noexcept {
+  switch (m) {
+    case modality::image: return "image";
+    case modality::video: return "video";
+    case modality::text: return "text";
+  }
+  return "unknown";
+}
+
+// An embedder.
+//
+// Requirements on M (every member const and safe to call from several threads at once):
+// - `m.name()`: a stable model name ("image-latent"); part of every cache key.
+// - `m.version()`: a fingerprint that changes whenever the outputs for the same preprocessed input
+//   could change (weights, seed, algorithm revision, output dtype); part of every cache key.
+// - `m.preprocess_key()`: the canonical preprocessing string (cache::preprocess_params::str()): every
+//   parameter that changes what preprocess() makes of raw bytes (resize bucket, frame count, max text
+//   length). Part of every cache key.
+// - `m.input_modality()`: which raw field kind preprocess() accepts.
+// - `m.inputs()`, `m.outputs()`: tensor_meta of one preprocessed item and of one item's outputs.
+// - `m.max_batch_size()`: the largest batch run() accepts (>= 1).
+// - `m.dev()`: where run() computes.
+// - `m.preprocess(raw, limits)`: untrusted raw field bytes (JPEG, video container, UTF-8) -> the input
+//   tensor of one item, under limits; errors are specific errc values, never crashes.
+// - `m.run(batch)`: one named_tensors per item, in order, each in outputs() order. An item whose dtype or
+//   shape does not match inputs() fails the whole call (errc::dtype_mismatch / errc::invalid_argument);
+//   a batch larger than max_batch_size() is errc::limit_exceeded. Deterministic models give bit-identical
+//   outputs for an item whatever batch it is run in.
+template <class M>
+concept model = requires(const M& m, bytes_view raw, const decode_limits& limits, std::span<const tensor> batch) {
+  { m.name() } -> std::convertible_to<std::string_view>;
+  { m.version() } -> std::convertible_to<std::string_view>;
+  { m.preprocess_key() } -> std::convertible_to<std::string_view>;
+  { m.input_modality() } -> std::same_as<modality>;
+  { m.inputs() } -> std::convertible_to<std::span<const tensor_meta>>;
+  { m.outputs() } -> std::convertible_to<std::span<const tensor_meta>>;
+  { m.max_batch_size() } -> std::convertible_to<std::size_t>;
+  { m.dev() } -> std::same_as<device>;
+  { m.preprocess(raw, limits) } -> std::same_as<result<tensor>>;
+  { m.run(batch) } -> std::same_as<result<std::vector<named_tensors>>>;
+};
+
+// The tensor named `name` in one item's outputs, or nullptr.
+inline const tensor* find_output(const named_tensors& outs, std::string_view name) noexcept {
+  for (const auto& [n, t] : outs)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+}  // namespace jitembed::models

@@ -216,7 +216,8 @@ TEST_CASE("raw payload views are referenced until write; gather() == write() == 
   REQUIRE(b.add_bytes("big", big));
   REQUIRE(b.add_tensor("tok", tok, tensor_encoding::zstd(3, 4)));
   REQUIRE(b.add_text("txt", "caption text", 0));
-  REQUIRE(b.add_tensor("empty", tensor::empty({0}, dtype::f32)));
+  const tensor empty = tensor::empty({0}, dtype::f32);
+  REQUIRE(b.add_tensor("empty", empty));
   big[10] = std::byte{0x5a};  // changed after add: the record carries the new byte (referenced, not copied)
   auto g = b.gather().value();
   CHECK(g.size == b.encoded_size());
@@ -305,7 +306,8 @@ TEST_CASE("empty record") {
 
 TEST_CASE("limits: lying shapes, field counts and names are rejected before allocation") {
   record_builder b;
-  REQUIRE(b.add_tensor("t", iota_tensor<float>({4})));
+  const tensor four = iota_tensor<float>({4});  // referenced by the builder until finish()
+  REQUIRE(b.add_tensor("t", four));
   const auto good = b.finish().value();
   const std::size_t e = entry_at(0);
   const std::size_t dims = rd<std::uint32_t>(good, e + detail::kEExtraOffset);

@@ -42,7 +42,7 @@ class record_builder {
     return add_encoded(name, field_kind::video, codec::codec_id::video, encoded_clip);
   }
   // Validated UTF-8, compressed with the text codec at `level`; stored raw instead when level == 0 or when
-  // compression does not make it smaller (short captions). Text is copied into the builder (string_views
+  // compression does not save a 64-byte block (short captions: decoding them then costs no zstd call). Text is copied into the builder (string_views
   // of temporaries are common; captions are small).
   result<void> add_text(std::string_view name, std::string_view utf8, int level = 3) {
     JITEMBED_TRY(check_name(name));
@@ -50,7 +50,7 @@ class record_builder {
     if (level != 0) {
       auto enc = codec::encode_text(utf8, level);
       if (!enc) return prefixed(name, enc.error());
-      if (enc->size() < utf8.size()) {
+      if (align_up(enc->size()) < align_up(utf8.size())) {  // saves at least one 64-byte block
         encoded_info info;
         info.decoded_size = utf8.size();
         return push_owned(name, field_kind::text, codec::codec_id::text, std::move(*enc), info);
@@ -189,7 +189,7 @@ class record_builder {
     const std::size_t total = encoded_size();
     std::vector<std::uint64_t> sums(fields_.size());
     for (std::size_t i = 0; i < fields_.size(); ++i)
-      sums[i] = fields_[i].checksum ? *fields_[i].checksum : xxh3_64(fields_[i].payload());
+      sums[i] = fields_[i].checksum ? *fields_[i].checksum : detail::payload_hash(fields_[i].payload());
     byte_buffer head(align_up(meta));
     write_meta(head.data(), meta, total, sums);
     g.storage.push_back(std::move(head));
@@ -291,7 +291,7 @@ class record_builder {
     p.kind = kind;
     p.codec = codec;
     p.info = info;
-    p.checksum = xxh3_64(payload);  // hot in cache right after encoding
+    p.checksum = detail::payload_hash(payload);  // hot in cache right after encoding
     p.owned = std::move(payload);
     p.is_owned = true;
     fields_.push_back(std::move(p));

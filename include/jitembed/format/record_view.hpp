@@ -21,6 +21,7 @@
 #include "jitembed/core/hash.hpp"
 #include "jitembed/core/limits.hpp"
 #include "jitembed/core/tensor.hpp"
+#include "jitembed/format/detail/copy_hash.hpp"
 #include "jitembed/format/detail/validate.hpp"
 #include "jitembed/format/detail/wire.hpp"
 #include "jitembed/format/field.hpp"
@@ -37,6 +38,21 @@ struct record_state;
 // into the record's buffer.
 class field_view {
  public:
+  field_view() = default;
+  field_view(const field_view& o) noexcept { *this = o; }
+  field_view& operator=(const field_view& o) noexcept {
+    rec_ = o.rec_;
+    name_ = o.name_;
+    payload_ = o.payload_;
+    shape_ = o.shape_;
+    decoded_size_ = o.decoded_size_;
+    checksum_ = o.checksum_;
+    index_ = o.index_;
+    kind_ = o.kind_, codec_ = o.codec_, dtype_ = o.dtype_, shuffle_ = o.shuffle_, flags_ = o.flags_;
+    verified_.store(o.verified_.load(std::memory_order_acquire), std::memory_order_relaxed);
+    return *this;
+  }
+
   std::string_view name() const noexcept { return name_; }
   field_kind kind() const noexcept { return static_cast<field_kind>(kind_); }
   codec::codec_id codec() const noexcept { return static_cast<codec::codec_id>(codec_); }
@@ -96,6 +112,7 @@ class field_view {
   std::uint64_t checksum_ = 0;
   std::uint32_t index_ = 0;
   std::uint8_t kind_ = 0, codec_ = 0, dtype_ = 0, shuffle_ = 0, flags_ = 0;
+  mutable std::atomic<bool> verified_{false};  // payload checksum already checked
 };
 
 namespace detail {
@@ -103,7 +120,6 @@ struct record_state {
   bytes_view bytes;
   std::shared_ptr<const void> keep_alive;
   std::vector<field_view> fields;
-  std::unique_ptr<std::atomic<bool>[]> verified;
   std::uint16_t major = 0, minor = 0;
   std::uint32_t flags = 0;
   std::uint32_t meta_size = 0;
@@ -163,8 +179,8 @@ class record_view {
 // ---- field_view ---------------------------------------------------------------------------------
 
 inline result<void> field_view::verify() const {
-  if (rec_ && rec_->verified[index_].load(std::memory_order_acquire)) return {};
-  const std::uint64_t h = xxh3_64(payload_);
+  if (verified_.load(std::memory_order_acquire)) return {};
+  const std::uint64_t h = detail::payload_hash(payload_);
   if (h != checksum_) {
     char buf[80];
     std::snprintf(buf, sizeof buf, "payload checksum %016llx != stored %016llx", static_cast<unsigned long long>(h),
@@ -173,7 +189,7 @@ inline result<void> field_view::verify() const {
     return err(errc::checksum_mismatch, std::string(buf) + " (payload at offset " + std::to_string(off) + ", " +
                                             std::to_string(payload_.size()) + " bytes)");
   }
-  if (rec_) rec_->verified[index_].store(true, std::memory_order_release);
+  verified_.store(true, std::memory_order_release);
   return {};
 }
 
@@ -329,7 +345,6 @@ inline result<record_view> record_view::parse(bytes_view rec, const decode_limit
   st->flags = flags;
   st->meta_size = static_cast<std::uint32_t>(meta_size);
   st->fields.resize(count);
-  st->verified = std::make_unique<std::atomic<bool>[]>(count);
 
   std::uint64_t next_extra = table_end;  // canonical position of the next dims+name block
   std::uint64_t next_payload = align_up(static_cast<std::size_t>(meta_size));

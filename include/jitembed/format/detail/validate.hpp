@@ -40,7 +40,7 @@ struct field_meta {
   std::uint8_t codec = 0;
   std::uint8_t dtype = 0;
   std::uint8_t shuffle = 0;
-  jitembed::shape shape{};
+  const jitembed::shape& shape;
   std::uint64_t payload_size = 0;
   std::uint64_t decoded_size = 0;
 };
@@ -60,17 +60,18 @@ inline result<void> check_field_meta(const field_meta& m, bool newer_minor, cons
   for (std::size_t i = 0; i < rank; ++i)
     if (m.shape[i] < 0)
       return fail(errc::corrupt_data, "negative extent " + std::to_string(m.shape[i]) + " at dim " + std::to_string(i));
-  auto numel = checked_numel(m.shape.span());
-  if (!numel) return fail(numel.code(), numel.error().message + " (shape " + m.shape.to_string() + ")");
-  if (*numel > lim.max_elements)
-    return fail(errc::limit_exceeded, "shape " + m.shape.to_string() + " has " + std::to_string(*numel) +
+  // Overflow-checked product (the same rule as checked_numel / checked_nbytes, without result objects on
+  // this per-field hot path).
+  std::uint64_t numel = 1;
+  for (std::size_t i = 0; i < rank; ++i)
+    if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(m.shape[i]), &numel))
+      return fail(errc::shape_overflow, "shape product overflows at dim " + std::to_string(i) + " (shape " + m.shape.to_string() + ")");
+  if (numel > lim.max_elements)
+    return fail(errc::limit_exceeded, "shape " + m.shape.to_string() + " has " + std::to_string(numel) +
                                           " elements > max_elements " + std::to_string(lim.max_elements));
   std::uint64_t nbytes = 0;
-  if (dtype_ok) {
-    auto nb = checked_nbytes(m.shape.span(), static_cast<jitembed::dtype>(m.dtype));
-    if (!nb) return fail(nb.code(), nb.error().message + " (shape " + m.shape.to_string() + ")");
-    nbytes = *nb;
-  }
+  if (dtype_ok && __builtin_mul_overflow(numel, std::uint64_t{element_size(static_cast<jitembed::dtype>(m.dtype))}, &nbytes))
+    return fail(errc::shape_overflow, "byte size overflows (shape " + m.shape.to_string() + ")");
   if (m.decoded_size > lim.max_decoded_bytes)
     return fail(errc::limit_exceeded, "decoded size " + std::to_string(m.decoded_size) + " > max_decoded_bytes " +
                                           std::to_string(lim.max_decoded_bytes));

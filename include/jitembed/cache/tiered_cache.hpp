@@ -1,0 +1,245 @@
+// tiered_cache: fastest-first tiers of cache stores (e.g. memory -> LMDB -> Redis) with promotion on hit;
+// any_store: the type-erased, shared handle to a store that tiers are built from at run time.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "jitembed/cache/store.hpp"
+#include "jitembed/core/error.hpp"
+
+namespace jitembed::cache {
+
+// A shared, type-erased cache store: copies refer to the same store. Built from a shared_ptr<S> for any S
+// modelling cache_store (or in place by make<S>(...)); itself a cache_store. Calls on an empty handle
+// are undefined.
+class any_store {
+ public:
+  any_store() = default;
+  template <cache_store S>
+  explicit any_store(std::shared_ptr<S> s) : impl_(std::make_shared<model<S>>(std::move(s))) {}
+  // Constructs an S in place: any_store::make<memory_cache>(64 << 20).
+  template <cache_store S, class... Args>
+  static any_store make(Args&&... args) {
+    return any_store(std::make_shared<S>(std::forward<Args>(args)...));
+  }
+
+  explicit operator bool() const noexcept { return impl_ != nullptr; }
+
+  std::optional<cached_value> get(const cache_key& k) { return impl_->get(k); }
+  std::vector<std::optional<cached_value>> multi_get(std::span<const cache_key> keys) { return impl_->multi_get(keys); }
+  bool put(const cache_key& k, bytes_view v) { return impl_->put(k, v); }
+  bool contains(const cache_key& k) { return impl_->contains(k); }
+  bool erase(const cache_key& k) { return impl_->erase(k); }
+  cache_stats stats() const { return impl_->stats(); }
+  // The store behind the handle if it is an S, else nullptr.
+  template <class S>
+  S* target() const noexcept {
+    auto* m = dynamic_cast<model<S>*>(impl_.get());
+    return m ? m->store.get() : nullptr;
+  }
+
+ private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::optional<cached_value> get(const cache_key&) = 0;
+    virtual std::vector<std::optional<cached_value>> multi_get(std::span<const cache_key>) = 0;
+    virtual bool put(const cache_key&, bytes_view) = 0;
+    virtual bool contains(const cache_key&) = 0;
+    virtual bool erase(const cache_key&) = 0;
+    virtual cache_stats stats() const = 0;
+  };
+  template <class S>
+  struct model final : concept_t {
+    explicit model(std::shared_ptr<S> s) : store(std::move(s)) {}
+    std::optional<cached_value> get(const cache_key& k) override { return store->get(k); }
+    std::vector<std::optional<cached_value>> multi_get(std::span<const cache_key> keys) override {
+      return store->multi_get(keys);
+    }
+    bool put(const cache_key& k, bytes_view v) override { return store->put(k, v); }
+    bool contains(const cache_key& k) override { return store->contains(k); }
+    bool erase(const cache_key& k) override { return store->erase(k); }
+    cache_stats stats() const override { return store->stats(); }
+    std::shared_ptr<S> store;
+  };
+  std::shared_ptr<concept_t> impl_;
+};
+
+static_assert(cache_store<any_store>);
+
+struct tiered_options {
+  bool promote_on_hit = true;  // a hit in tier i is put into tiers 0..i-1
+  // put() writes to every tier (write-through) when true, else only to tier 0 (lower tiers then fill by
+  // other writers, e.g. a shared Redis another job populates).
+  bool write_through = true;
+};
+
+// Tiers, fastest first. get() asks them in order and promotes a hit into every faster tier; multi_get()
+// sends each tier one batch of the keys still missing; put() writes through (see tiered_options);
+// contains() is true if any tier has the key; erase() erases from all. A tier that fails (its get is a
+// miss and counts an error, or it throws) never fails the call: the call goes on with the next tier, and
+// exceptions are counted in this cache's own `errors`.
+//
+// stats(): hits / misses / bytes_read of the cache as a whole (a hit in any tier is one hit), puts /
+// bytes_written of put() calls that stored in at least one tier, evictions and errors summed over the
+// tiers plus this cache's own errors, entries / bytes_held left 0 (values are in several tiers); per-tier
+// counters come from tier_stats(). `promotions` counts values put into faster tiers.
+class tiered_cache {
+ public:
+  tiered_cache() = default;
+  explicit tiered_cache(std::vector<any_store> tiers, tiered_options opt = {}) : tiers_(std::move(tiers)), opt_(opt) {
+    for (const auto& t : tiers_)
+      if (!t) throw error(errc::invalid_argument, "tiered_cache: tier " + std::to_string(&t - tiers_.data()) + " is empty");
+  }
+  template <cache_store... S>
+  static tiered_cache of(std::shared_ptr<S>... tiers) {
+    return tiered_cache(std::vector<any_store>{any_store(std::move(tiers))...});
+  }
+
+  std::size_t tier_count() const noexcept { return tiers_.size(); }
+  any_store& tier(std::size_t i) { return tiers_.at(i); }
+
+  std::optional<cached_value> get(const cache_key& k) {
+    for (std::size_t i = 0; i < tiers_.size(); ++i) {
+      std::optional<cached_value> v;
+      try {
+        v = tiers_[i].get(k);
+      } catch (...) {
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (!v) continue;
+      promote(k, v->bytes, i);
+      counters_.hits.fetch_add(1, std::memory_order_relaxed);
+      counters_.bytes_read.fetch_add(v->bytes.size(), std::memory_order_relaxed);
+      return v;
+    }
+    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+
+  std::vector<std::optional<cached_value>> multi_get(std::span<const cache_key> keys) {
+    std::vector<std::optional<cached_value>> out(keys.size());
+    std::vector<std::size_t> missing(keys.size());  // indices into keys still missing
+    for (std::size_t j = 0; j < keys.size(); ++j) missing[j] = j;
+    std::vector<cache_key> batch;
+    for (std::size_t i = 0; i < tiers_.size() && !missing.empty(); ++i) {
+      batch.clear();
+      for (std::size_t j : missing) batch.push_back(keys[j]);
+      std::vector<std::optional<cached_value>> got;
+      try {
+        got = tiers_[i].multi_get(batch);
+      } catch (...) {
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      if (got.size() != batch.size()) {  // a broken tier: treat the whole batch as missed
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      std::vector<std::size_t> still;
+      for (std::size_t b = 0; b < batch.size(); ++b) {
+        if (!got[b]) {
+          still.push_back(missing[b]);
+          continue;
+        }
+        promote(batch[b], got[b]->bytes, i);
+        counters_.hits.fetch_add(1, std::memory_order_relaxed);
+        counters_.bytes_read.fetch_add(got[b]->bytes.size(), std::memory_order_relaxed);
+        out[missing[b]] = std::move(got[b]);
+      }
+      missing.swap(still);
+    }
+    counters_.misses.fetch_add(missing.size(), std::memory_order_relaxed);
+    return out;
+  }
+
+  bool put(const cache_key& k, bytes_view v) {
+    bool stored = false;
+    const std::size_t n = opt_.write_through ? tiers_.size() : std::min<std::size_t>(tiers_.size(), 1);
+    for (std::size_t i = 0; i < n; ++i) stored |= guarded([&] { return tiers_[i].put(k, v); });
+    if (stored) {
+      counters_.puts.fetch_add(1, std::memory_order_relaxed);
+      counters_.bytes_written.fetch_add(v.size(), std::memory_order_relaxed);
+    }
+    return stored;
+  }
+
+  bool contains(const cache_key& k) {
+    for (auto& t : tiers_)
+      if (guarded([&] { return t.contains(k); })) return true;
+    return false;
+  }
+
+  bool erase(const cache_key& k) {
+    bool any = false;
+    for (auto& t : tiers_) any |= guarded([&] { return t.erase(k); });
+    return any;
+  }
+
+  cache_stats stats() const {
+    cache_stats s = counters_.snapshot();
+    s.errors = errors_.load(std::memory_order_relaxed);
+    for (const auto& t : tiers_) {
+      try {
+        const cache_stats ts = t.stats();
+        s.errors += ts.errors;
+        s.evictions += ts.evictions;
+      } catch (...) {
+        ++s.errors;
+      }
+    }
+    return s;
+  }
+
+  std::vector<cache_stats> tier_stats() const {
+    std::vector<cache_stats> out;
+    out.reserve(tiers_.size());
+    for (const auto& t : tiers_) {
+      try {
+        out.push_back(t.stats());
+      } catch (...) {
+        out.emplace_back();
+      }
+    }
+    return out;
+  }
+
+  std::uint64_t promotions() const noexcept { return promotions_.load(std::memory_order_relaxed); }
+
+ private:
+  template <class F>
+  bool guarded(F&& f) noexcept {
+    try {
+      return f();
+    } catch (...) {
+      errors_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
+
+  void promote(const cache_key& k, bytes_view v, std::size_t hit_tier) {
+    if (!opt_.promote_on_hit) return;
+    for (std::size_t i = 0; i < hit_tier; ++i)
+      if (guarded([&] { return tiers_[i].put(k, v); })) promotions_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  std::vector<any_store> tiers_;
+  tiered_options opt_{};
+  stats_counters counters_;  // errors unused: see errors_
+  std::atomic<std::uint64_t> errors_{0};
+  std::atomic<std::uint64_t> promotions_{0};
+};
+
+static_assert(cache_store<tiered_cache>);
+
+}  // namespace jitembed::cache

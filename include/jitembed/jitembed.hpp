@@ -6,6 +6,12 @@
 #if defined(JITEMBED_HAS_FORMAT)
 #include "jitembed/format.hpp"
 #endif
+#if defined(JITEMBED_HAS_CACHE)
+#include "jitembed/cache.hpp"
+#endif
+#if defined(JITEMBED_HAS_MODELS)
+#include "jitembed/models.hpp"
+#endif
 #if defined(JITEMBED_HAS_CUDA)
 #include "jitembed/cuda.hpp"
 #endif

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,14 @@ std::pair<double, double> side_by_side(int rounds, A&& a, B&& b) {
     bb = std::min(bb, best_seconds(1, b));
   }
   return {ba, bb};
+}
+
+// True when a benchmark program's part `name` was asked for on the command line (no arguments: all).
+inline bool wanted(int argc, char** argv, std::string_view name) {
+  if (argc < 2) return true;
+  for (int i = 1; i < argc; ++i)
+    if (name == argv[i]) return true;
+  return false;
 }
 
 // Collects rows; print() writes the table and then the JSON lines.

@@ -46,6 +46,16 @@ jitembed_component(core
   GLOBS core/*.hpp core.hpp codec/codec.hpp
   LINK XXHash::XXHash DLPack::DLPack Threads::Threads)
 
+# Dynamic batcher and shape bucketing: only the standard library and core.
+jitembed_component(batching
+  GLOBS batching.hpp batching/*.hpp batching/detail/*.hpp
+  LINK jitembed::core)
+
+# KServe v2 / Open Inference Protocol codec with Triton's binary tensor extension.
+jitembed_component(kserve
+  GLOBS net/kserve.hpp net/kserve/*.hpp net/kserve/detail/*.hpp
+  LINK jitembed::core nlohmann_json::nlohmann_json)
+
 if(JITEMBED_WITH_ZSTD)
   jitembed_component(zstd
     GLOBS codec/zstd*.hpp codec/shuffle*.hpp codec/text*.hpp codec/detail/zstd*.hpp

@@ -2,6 +2,7 @@
 find_package(XXHash REQUIRED)
 find_package(DLPack REQUIRED)
 find_package(Threads REQUIRED)
+find_package(nlohmann_json REQUIRED)  # net/kserve (protocol headers)
 if(JITEMBED_WITH_ZSTD)
   find_package(Zstd REQUIRED)
 endif()

@@ -3,6 +3,9 @@
 
 #include "jitembed/codec.hpp"
 #include "jitembed/core.hpp"
+#if defined(JITEMBED_HAS_BATCHING)
+#include "jitembed/batching.hpp"
+#endif
 #if defined(JITEMBED_HAS_FORMAT)
 #include "jitembed/format.hpp"
 #endif
@@ -11,6 +14,9 @@
 #endif
 #if defined(JITEMBED_HAS_MODELS)
 #include "jitembed/models.hpp"
+#endif
+#if defined(JITEMBED_HAS_KSERVE)
+#include "jitembed/net/kserve.hpp"
 #endif
 #if defined(JITEMBED_HAS_CUDA)
 #include "jitembed/cuda.hpp"

@@ -1,0 +1,490 @@
+// dynamic_batcher: queues requests and hands them to a runner in batches (max and preferred batch sizes,
+// max queue delay, priorities, shape buckets, queue timeouts, per-caller ordering); futures or callbacks.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <condition_variable>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "jitembed/batching/detail/caller_sequencer.hpp"
+#include "jitembed/batching/detail/completion.hpp"
+#include "jitembed/batching/detail/histogram.hpp"
+#include "jitembed/batching/errors.hpp"
+#include "jitembed/batching/options.hpp"
+#include "jitembed/batching/stats.hpp"
+#include "jitembed/core/error.hpp"
+
+namespace jitembed::batching {
+
+// What a runner learns about the batch besides its requests.
+template <class BucketKey>
+struct batch_context {
+  const BucketKey& bucket;  // every request of the batch was submitted with a bucket equal to this one
+  std::size_t instance;     // the runner thread, in [0, runner_threads)
+};
+
+// A runner computes one batch: it writes out[i] for requests[i] (a value or an error). It may also take
+// the context first: void(const batch_context<BucketKey>&, span<Request>, span<result<Response>>).
+// Requests may be moved from. If it throws, every request of the batch fails with errc::internal.
+template <class F, class Request, class Response, class BucketKey>
+concept batch_runner =
+    std::invocable<F&, std::span<Request>, std::span<result<Response>>> ||
+    std::invocable<F&, const batch_context<BucketKey>&, std::span<Request>, std::span<result<Response>>>;
+
+// Batches requests of type Request for a runner producing Response. Thread-safe: submit, stats and
+// shutdown may be called from any thread. See docs/batching.md for the exact scheduling and ordering rules.
+template <class Request, class Response, class BucketKey = std::monostate>
+  requires std::movable<Request> && std::movable<Response> && std::equality_comparable<BucketKey> &&
+           std::copyable<BucketKey>
+class dynamic_batcher {
+ public:
+  using request_type = Request;
+  using response_type = Response;
+  using bucket_type = BucketKey;
+  using options_type = submit_options<BucketKey>;
+  using callback_type = std::function<void(result<Response>)>;
+  using runner_type =
+      std::function<void(const batch_context<BucketKey>&, std::span<Request>, std::span<result<Response>>)>;
+  using clock = std::chrono::steady_clock;
+
+  // Starts options.runner_threads runner threads. Throws jitembed::error (errc::invalid_argument) when
+  // validate(options) fails.
+  template <class F>
+    requires batch_runner<F, Request, Response, BucketKey>
+  dynamic_batcher(batcher_options options, F runner) : options_(std::move(options)) {
+    if (auto ok = validate(options_); !ok) throw jitembed::error(ok.error());
+    if constexpr (std::invocable<F&, const batch_context<BucketKey>&, std::span<Request>, std::span<result<Response>>>) {
+      runner_ = std::move(runner);
+    } else {
+      runner_ = [f = std::move(runner)](const batch_context<BucketKey>&, std::span<Request> in,
+                                        std::span<result<Response>> out) mutable { f(in, out); };
+    }
+    std::sort(options_.preferred_batch_sizes.begin(), options_.preferred_batch_sizes.end());
+    options_.preferred_batch_sizes.erase(
+        std::unique(options_.preferred_batch_sizes.begin(), options_.preferred_batch_sizes.end()),
+        options_.preferred_batch_sizes.end());
+    batch_sizes_.assign(options_.max_batch_size + 1, 0);
+    workers_.reserve(options_.runner_threads);
+    try {
+      for (std::size_t i = 0; i < options_.runner_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    } catch (...) {
+      shutdown(false);
+      throw;
+    }
+  }
+
+  dynamic_batcher(const dynamic_batcher&) = delete;
+  dynamic_batcher& operator=(const dynamic_batcher&) = delete;
+
+  // Drains: everything accepted runs (or times out) before the destructor returns.
+  ~dynamic_batcher() { shutdown(true); }
+
+  // Queues one request; the future becomes ready with the runner's result or a batcher error
+  // (errors.hpp). Never blocks: a full queue gives an already-ready future (queue_full).
+  std::future<result<Response>> submit(Request request, options_type opts = {}) {
+    std::promise<result<Response>> p;
+    auto fut = p.get_future();
+    enqueue(std::move(request), std::move(opts), detail::completion<Response>(std::move(p)));
+    return fut;
+  }
+
+  // Queues one request; `callback(result<Response>)` is called exactly once: on this thread before submit
+  // returns if the request is rejected, else on a runner thread. It must not throw (exceptions are
+  // swallowed and counted) and must not call shutdown or destroy the batcher.
+  template <class F>
+    requires std::invocable<F&, result<Response>>
+  void submit(Request request, options_type opts, F&& callback) {
+    enqueue(std::move(request), std::move(opts),
+            detail::completion<Response>(callback_type(std::forward<F>(callback))));
+  }
+
+  // Stops accepting requests (later submits fail with shut_down). drain = true: everything queued still
+  // runs, without waiting for max_queue_delay; drain = false: everything queued fails with cancelled.
+  // Batches already running finish either way. Returns when every accepted request is delivered and
+  // the runner threads have exited. Idempotent.
+  void shutdown(bool drain = true) {
+    std::vector<entry> dropped;
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      if (!drain) {
+        for (auto& b : buckets_)
+          for (auto& q : b.by_priority)
+            for (auto& e : q) dropped.push_back(std::move(e));
+        buckets_.clear();
+        deadlines_.clear();
+        queued_ = 0;
+        cancelled_ += dropped.size();
+      }
+    }
+    cv_.notify_all();
+    for (auto& e : dropped) finish(std::move(e), fail(errc::limit_exceeded, std::string(kCancelledMessage)));
+    std::lock_guard join_lock(join_mu_);
+    for (auto& t : workers_) {
+      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+    }
+  }
+
+  // A consistent snapshot of the counters and summaries.
+  batcher_stats stats() const {
+    batcher_stats s;
+    {
+      std::lock_guard lock(mu_);
+      s.batch_sizes = batch_sizes_;
+      s.queue_time = queue_time_.summary();
+      s.compute_time = compute_time_.summary();
+      s.batches = batches_;
+      s.submitted = submitted_;
+      s.accepted = accepted_;
+      s.rejected_queue_full = rejected_queue_full_;
+      s.rejected_invalid = rejected_invalid_;
+      s.rejected_shut_down = rejected_shut_down_;
+      s.timed_out = timed_out_;
+      s.cancelled = cancelled_;
+      s.completed_ok = completed_ok_;
+      s.completed_error = completed_error_;
+      s.runner_exceptions = runner_exceptions_;
+      s.queued = queued_;
+      s.in_flight = in_flight_;
+    }
+    s.callback_exceptions = callback_exceptions_.load(std::memory_order_relaxed);
+    s.held_for_order = sequencer_.held();
+    return s;
+  }
+
+  // Requests accepted and not yet delivered to the runner's caller (queued + in flight).
+  std::size_t pending() const {
+    std::lock_guard lock(mu_);
+    return queued_ + in_flight_;
+  }
+
+  const batcher_options& options() const noexcept { return options_; }
+
+ private:
+  static constexpr auto kNoDeadline = clock::time_point::max();
+
+  struct entry {
+    Request request;
+    detail::completion<Response> done;
+    clock::time_point enqueued;
+    clock::time_point deadline;  // kNoDeadline: none
+    std::chrono::microseconds timeout;
+    std::uint64_t caller;
+    std::uint64_t seq;
+  };
+
+  struct bucket_queue {
+    BucketKey key;
+    std::vector<std::deque<entry>> by_priority;  // index = priority
+    std::size_t size = 0;
+  };
+
+  struct held_completion {
+    detail::completion<Response> done;
+    result<Response> value;
+  };
+
+  static clock::time_point add_saturated(clock::time_point t, std::chrono::microseconds d) {
+    const auto room = std::chrono::duration_cast<std::chrono::microseconds>(clock::time_point::max() - t);
+    return d >= room ? clock::time_point::max() : t + d;
+  }
+
+  void reject(detail::completion<Response>&& done, error_info err) {
+    if (!done.deliver(result<Response>(std::move(err)))) callback_exceptions_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void enqueue(Request&& request, options_type&& opts, detail::completion<Response>&& done) {
+    const auto timeout = opts.timeout.value_or(options_.default_timeout);
+    std::unique_lock lock(mu_);
+    ++submitted_;
+    if (opts.priority < 0 || opts.priority >= options_.priority_levels) {
+      ++rejected_invalid_;
+      lock.unlock();
+      return reject(std::move(done), fail(errc::invalid_argument, "priority " + std::to_string(opts.priority) +
+                                                                      " out of range [0, " +
+                                                                      std::to_string(options_.priority_levels) + ")"));
+    }
+    if (timeout.count() < 0) {
+      ++rejected_invalid_;
+      lock.unlock();
+      return reject(std::move(done),
+                    fail(errc::invalid_argument, "timeout " + std::to_string(timeout.count()) + " us is negative"));
+    }
+    if (stopping_) {
+      ++rejected_shut_down_;
+      lock.unlock();
+      return reject(std::move(done), fail(errc::limit_exceeded, std::string(kShutDownMessage)));
+    }
+    if (options_.max_queue_size != 0 && queued_ >= options_.max_queue_size) {
+      ++rejected_queue_full_;
+      lock.unlock();
+      return reject(std::move(done), detail::queue_full_error(options_.max_queue_size));
+    }
+    const auto now = clock::now();
+    const auto deadline = timeout.count() > 0 ? add_saturated(now, timeout) : kNoDeadline;
+    const std::uint64_t seq = opts.caller_id != 0 ? sequencer_.assign(opts.caller_id) : 0;
+
+    bucket_queue* bq = nullptr;
+    for (auto& b : buckets_) {
+      if (b.key == opts.bucket) {
+        bq = &b;
+        break;
+      }
+    }
+    if (bq == nullptr) {
+      buckets_.push_back(bucket_queue{std::move(opts.bucket), {}, 0});
+      bq = &buckets_.back();
+      bq->by_priority.resize(static_cast<std::size_t>(options_.priority_levels));
+    }
+    const bool was_empty = bq->size == 0;
+    const bool earliest_deadline = deadline != kNoDeadline && (deadlines_.empty() || deadline < *deadlines_.begin());
+    bq->by_priority[static_cast<std::size_t>(opts.priority)].push_back(
+        entry{std::move(request), std::move(done), now, deadline, timeout, opts.caller_id, seq});
+    ++bq->size;
+    ++queued_;
+    ++accepted_;
+    if (deadline != kNoDeadline) deadlines_.insert(deadline);
+    // Wake a runner only when this request changes what it waits for: a new delay timer (bucket was
+    // empty), a batch that is ready now, or an earlier expiry.
+    const bool ready = bq->size >= options_.max_batch_size ||
+                       (!options_.preferred_batch_sizes.empty() && bq->size >= options_.preferred_batch_sizes.front());
+    lock.unlock();
+    if (was_empty || ready || earliest_deadline) cv_.notify_one();
+  }
+
+  clock::time_point oldest(const bucket_queue& b) const {
+    auto t = clock::time_point::max();
+    for (const auto& q : b.by_priority)
+      if (!q.empty()) t = std::min(t, q.front().enqueued);
+    return t;
+  }
+
+  // How many requests of `b` to dispatch now (0: not ready).
+  std::size_t ready_size(const bucket_queue& b, clock::time_point now) const {
+    if (b.size >= options_.max_batch_size) return options_.max_batch_size;
+    if (stopping_) return b.size;  // draining: no point waiting for more
+    if (now - oldest(b) >= options_.max_queue_delay) return b.size;
+    const auto& pref = options_.preferred_batch_sizes;
+    auto it = std::upper_bound(pref.begin(), pref.end(), b.size);
+    return it == pref.begin() ? 0 : *std::prev(it);
+  }
+
+  // The ready bucket to serve next: highest-priority head first, then the oldest head.
+  std::optional<std::pair<std::size_t, std::size_t>> pick_ready(clock::time_point now) const {
+    std::optional<std::pair<std::size_t, std::size_t>> best;
+    std::size_t best_priority = 0;
+    clock::time_point best_time{};
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+      const auto& b = buckets_[i];
+      const std::size_t n = ready_size(b, now);
+      if (n == 0) continue;
+      std::size_t p = 0;
+      while (b.by_priority[p].empty()) ++p;
+      const auto t = b.by_priority[p].front().enqueued;
+      if (!best || p < best_priority || (p == best_priority && t < best_time)) {
+        best = std::pair{i, n};
+        best_priority = p;
+        best_time = t;
+      }
+    }
+    return best;
+  }
+
+  std::optional<clock::time_point> next_wake() const {
+    auto t = clock::time_point::max();
+    for (const auto& b : buckets_) t = std::min(t, add_saturated(oldest(b), options_.max_queue_delay));
+    if (!deadlines_.empty()) t = std::min(t, *deadlines_.begin());
+    if (t == clock::time_point::max()) return std::nullopt;
+    return t;
+  }
+
+  void drop_deadline(clock::time_point d) {
+    if (d != kNoDeadline) deadlines_.erase(deadlines_.find(d));
+  }
+
+  void erase_empty_buckets() {
+    std::erase_if(buckets_, [](const bucket_queue& b) { return b.size == 0; });
+  }
+
+  void take_batch(std::size_t index, std::size_t n, clock::time_point now, std::vector<entry>& out) {
+    auto& b = buckets_[index];
+    for (auto& q : b.by_priority) {
+      while (n > 0 && !q.empty()) {
+        entry& e = q.front();
+        drop_deadline(e.deadline);
+        queue_time_.record(now - e.enqueued);
+        out.push_back(std::move(e));
+        q.pop_front();
+        --n;
+      }
+    }
+    b.size -= out.size();
+    queued_ -= out.size();
+  }
+
+  void take_expired(clock::time_point now, std::vector<entry>& out) {
+    for (auto& b : buckets_) {
+      for (auto& q : b.by_priority) {
+        std::size_t w = 0;
+        for (std::size_t r = 0; r < q.size(); ++r) {
+          if (q[r].deadline <= now) {
+            drop_deadline(q[r].deadline);
+            out.push_back(std::move(q[r]));
+            --b.size;
+            --queued_;
+          } else {
+            if (w != r) q[w] = std::move(q[r]);
+            ++w;
+          }
+        }
+        q.erase(q.begin() + static_cast<std::ptrdiff_t>(w), q.end());
+      }
+    }
+    erase_empty_buckets();
+  }
+
+  void finish(entry&& e, result<Response>&& r) {
+    if (e.caller == 0) {
+      if (!e.done.deliver(std::move(r))) callback_exceptions_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    sequencer_.complete(e.caller, e.seq, held_completion{std::move(e.done), std::move(r)}, [this](held_completion&& h) {
+      if (!h.done.deliver(std::move(h.value))) callback_exceptions_.fetch_add(1, std::memory_order_relaxed);
+    });
+  }
+
+  struct batch_outcome {
+    std::chrono::nanoseconds compute{};
+    std::uint64_t ok = 0;
+    std::uint64_t failed = 0;
+    bool threw = false;
+  };
+
+  batch_outcome run_batch(std::size_t instance, const BucketKey& key, std::vector<entry>& batch) {
+    const std::size_t n = batch.size();
+    std::vector<Request> requests;
+    requests.reserve(n);
+    for (auto& e : batch) requests.push_back(std::move(e.request));
+    std::vector<result<Response>> out;
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) out.emplace_back(error_info{errc::internal, {}});  // "unset" marker
+
+    batch_outcome o;
+    std::string what;
+    const batch_context<BucketKey> ctx{key, instance};
+    const auto t0 = clock::now();
+    try {
+      runner_(ctx, std::span<Request>(requests), std::span<result<Response>>(out));
+    } catch (const std::exception& ex) {
+      o.threw = true;
+      what = ex.what();
+    } catch (...) {
+      o.threw = true;
+      what = "unknown exception";
+    }
+    o.compute = clock::now() - t0;
+
+    for (std::size_t i = 0; i < n; ++i) {
+      if (o.threw) {
+        out[i] = fail(errc::internal, std::string(kRunnerThrewPrefix) + what);
+      } else if (!out[i] && out[i].code() == errc::internal && out[i].error().message.empty()) {
+        out[i] = fail(errc::internal, std::string(kRunnerUnsetMessage));
+      }
+      if (out[i]) ++o.ok; else ++o.failed;
+    }
+    for (std::size_t i = 0; i < n; ++i) finish(std::move(batch[i]), std::move(out[i]));
+    return o;
+  }
+
+  void worker_loop(std::size_t instance) {
+    std::vector<entry> work;
+    std::unique_lock lock(mu_);
+    for (;;) {
+      const auto now = clock::now();
+      if (!deadlines_.empty() && *deadlines_.begin() <= now) {
+        take_expired(now, work);
+        timed_out_ += work.size();
+        lock.unlock();
+        for (auto& e : work) {
+          const auto us = e.timeout.count();
+          finish(std::move(e), detail::timeout_error(us));
+        }
+        work.clear();
+        lock.lock();
+        continue;
+      }
+      if (auto pick = pick_ready(now)) {
+        const auto [index, n] = *pick;
+        BucketKey key = buckets_[index].key;
+        take_batch(index, n, now, work);
+        erase_empty_buckets();
+        ++batches_;
+        ++batch_sizes_[work.size()];
+        in_flight_ += work.size();
+        const bool more = queued_ > 0;
+        lock.unlock();
+        if (more) cv_.notify_one();  // another runner may serve the rest
+        const batch_outcome o = run_batch(instance, key, work);
+        const std::size_t ran = work.size();
+        work.clear();
+        lock.lock();
+        compute_time_.record(o.compute);
+        completed_ok_ += o.ok;
+        completed_error_ += o.failed;
+        if (o.threw) ++runner_exceptions_;
+        in_flight_ -= ran;
+        continue;
+      }
+      if (stopping_ && queued_ == 0) break;
+      if (auto wake = next_wake()) {
+        // A far-off wake (huge delay or timeout) is capped: wait_until with time_point::max() overflows.
+        cv_.wait_until(lock, std::min(*wake, now + std::chrono::hours(1)));
+      } else {
+        cv_.wait(lock);
+      }
+    }
+  }
+
+  batcher_options options_;
+  runner_type runner_;
+
+  mutable std::mutex mu_;  // guards everything below up to the sequencer
+  std::condition_variable cv_;
+  std::vector<bucket_queue> buckets_;  // few buckets are expected (e.g. resolution buckets): linear search
+  std::multiset<clock::time_point> deadlines_;  // of queued requests that have one
+  std::size_t queued_ = 0;
+  std::size_t in_flight_ = 0;
+  bool stopping_ = false;
+  std::vector<std::uint64_t> batch_sizes_;
+  detail::duration_histogram queue_time_;
+  detail::duration_histogram compute_time_;
+  std::uint64_t batches_ = 0, submitted_ = 0, accepted_ = 0, rejected_queue_full_ = 0, rejected_invalid_ = 0,
+                rejected_shut_down_ = 0, timed_out_ = 0, cancelled_ = 0, completed_ok_ = 0, completed_error_ = 0,
+                runner_exceptions_ = 0;
+
+  std::atomic<std::uint64_t> callback_exceptions_{0};
+  detail::caller_sequencer<held_completion> sequencer_;
+
+  std::mutex join_mu_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace jitembed::batching

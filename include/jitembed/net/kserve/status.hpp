@@ -1,0 +1,86 @@
+// KServe error bodies ({"error": "..."}) and Triton's HTTP status mapping for failed requests.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "jitembed/core/error.hpp"
+#include "jitembed/net/kserve/detail/json_writer.hpp"
+
+namespace jitembed::net::kserve {
+
+// What a server answers for a failed request: the HTTP status and the "error" message.
+struct protocol_error {
+  int http_status = 500;
+  std::string message;
+};
+
+// Triton's mapping: bad input 400, unknown model or version 404, internal 500. errc has no "unavailable":
+// a full queue or a model that is not ready is a state of the service, see unavailable() below.
+constexpr int http_status(errc code) noexcept {
+  switch (code) {
+    case errc::ok: return 200;
+    case errc::invalid_argument:
+    case errc::truncated:
+    case errc::bad_magic:
+    case errc::unsupported_version:
+    case errc::checksum_mismatch:
+    case errc::corrupt_data:
+    case errc::limit_exceeded:
+    case errc::shape_overflow:
+    case errc::unsupported_format:
+    case errc::unsupported_codec:
+    case errc::decode_failed:
+    case errc::invalid_utf8:
+    case errc::dtype_mismatch: return 400;
+    case errc::not_found: return 404;
+    case errc::buffer_too_small:
+    case errc::encode_failed:
+    case errc::io_error:
+    case errc::internal: return 500;
+  }
+  return 500;
+}
+
+inline protocol_error to_protocol_error(const error_info& e) { return {http_status(e.code), e.message}; }
+
+// Why a request cannot be served now (Triton answers 503 UNAVAILABLE for both).
+enum class unavailable_reason { queue_full, not_ready };
+
+inline protocol_error unavailable(unavailable_reason why, std::string_view detail) {
+  std::string msg = why == unavailable_reason::queue_full ? "queue full" : "not ready";
+  if (!detail.empty()) {
+    msg += ": ";
+    msg += detail;
+  }
+  return {503, std::move(msg)};
+}
+
+inline protocol_error model_not_found(std::string_view model, std::string_view version = {}) {
+  std::string msg = "Request for unknown model: '" + std::string(model) + "'";
+  if (!version.empty()) msg += " version " + std::string(version);
+  msg += " is not found";
+  return {404, std::move(msg)};
+}
+
+// {"error":"<message>"}, escaped the way Triton's and tritonclient's JSON writers do.
+inline std::string error_body(std::string_view message) {
+  std::string out = "{\"error\":";
+  detail::write_json_string(out, message, /*replace_invalid=*/true);
+  out += '}';
+  return out;
+}
+inline std::string error_body(const protocol_error& e) { return error_body(e.message); }
+
+// The message of an error body; fails when the body is not {"error": "<string>", ...}.
+inline result<std::string> parse_error_body(std::string_view body) {
+  auto j = nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return fail(errc::corrupt_data, "error body is not a JSON object");
+  const auto it = j.find("error");
+  if (it == j.end() || !it->is_string()) return fail(errc::corrupt_data, "error body has no string \"error\"");
+  return it->get<std::string>();
+}
+
+}  // namespace jitembed::net::kserve

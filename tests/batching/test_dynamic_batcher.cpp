@@ -1,0 +1,639 @@
+// Dynamic batcher: batch sizes, delay, preferred sizes, overflow, timeouts, priorities, buckets,
+// per-caller ordering, shutdown, runner errors, statistics, and a many-thread exactly-once stress test.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jitembed/batching.hpp"
+
+using namespace jitembed;
+using namespace jitembed::batching;
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+// A latch the test opens to let a blocked runner continue.
+class gate {
+ public:
+  void open() {
+    {
+      std::lock_guard l(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock l(mu_);
+    cv_.wait(l, [&] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Records every batch the runner saw (request values, in order) and when.
+struct recorder {
+  std::mutex mu;
+  std::vector<std::vector<int>> batches;
+  std::vector<clk::time_point> times;
+  std::condition_variable cv;
+
+  void add(std::span<int> in) {
+    {
+      std::lock_guard l(mu);
+      batches.emplace_back(in.begin(), in.end());
+      times.push_back(clk::now());
+    }
+    cv.notify_all();
+  }
+  std::size_t count() {
+    std::lock_guard l(mu);
+    return batches.size();
+  }
+  bool wait_for_batches(std::size_t n, std::chrono::milliseconds limit = 5000ms) {
+    std::unique_lock l(mu);
+    return cv.wait_for(l, limit, [&] { return batches.size() >= n; });
+  }
+  std::vector<std::vector<int>> snapshot() {
+    std::lock_guard l(mu);
+    return batches;
+  }
+};
+
+// A runner that doubles each request and records the batch.
+auto doubling(recorder& rec) {
+  return [&rec](std::span<int> in, std::span<result<int>> out) {
+    rec.add(in);
+    for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i] * 2;
+  };
+}
+
+batcher_options opts(std::size_t max_batch, std::chrono::microseconds delay) {
+  batcher_options o;
+  o.max_batch_size = max_batch;
+  o.max_queue_delay = delay;
+  o.max_queue_size = 0;
+  return o;
+}
+
+bool ready(std::future<result<int>>& f) { return f.wait_for(0s) == std::future_status::ready; }
+
+}  // namespace
+
+TEST_CASE("batcher options are validated with specific messages") {
+  auto bad = [](batcher_options o) { return validate(o); };
+  batcher_options o = opts(4, 1ms);
+  CHECK(bad(o));
+  o.max_batch_size = 0;
+  CHECK(bad(o).code() == errc::invalid_argument);
+  CHECK(bad(o).error().message == "batcher_options: max_batch_size 0 must be >= 1");
+  o = opts(4, 1ms);
+  o.preferred_batch_sizes = {2, 5};
+  CHECK(bad(o).error().message == "batcher_options: preferred_batch_sizes[1] = 5 not in [1, max_batch_size 4]");
+  o = opts(4, 1ms);
+  o.priority_levels = 0;
+  CHECK(bad(o).error().message == "batcher_options: priority_levels 0 not in [1, 1024]");
+  o = opts(4, -1us);
+  CHECK(bad(o).error().message == "batcher_options: max_queue_delay -1 us is negative");
+  o = opts(4, 1ms);
+  o.runner_threads = 0;
+  CHECK(bad(o).code() == errc::invalid_argument);
+  o = opts(4, 1ms);
+  o.default_timeout = -5us;
+  CHECK(bad(o).error().message == "batcher_options: default_timeout -5 us is negative");
+
+  o = opts(0, 1ms);
+  try {
+    dynamic_batcher<int, int> b(o, [](std::span<int>, std::span<result<int>>) {});
+    FAIL("constructor must throw");
+  } catch (const jitembed::error& e) {
+    CHECK(e.code() == errc::invalid_argument);
+  }
+}
+
+TEST_CASE("batches never exceed max_batch_size, leftovers wait for the delay") {
+  recorder rec;
+  std::vector<std::future<result<int>>> futs;
+  {
+    dynamic_batcher<int, int> b(opts(4, 10s), doubling(rec));
+    for (int i = 0; i < 10; ++i) futs.push_back(b.submit(i));
+    REQUIRE(rec.wait_for_batches(2));
+    std::this_thread::sleep_for(100ms);  // the last 2 must keep waiting for the 10 s delay
+    CHECK(rec.count() == 2);
+    CHECK(b.stats().queued == 2);
+    CHECK_FALSE(ready(futs[9]));
+    b.shutdown(true);  // drain: the remaining 2 run now
+    const auto s = b.stats();
+    CHECK(s.batch_sizes.size() == 5);
+    CHECK(s.batch_sizes[4] == 2);
+    CHECK(s.batch_sizes[2] == 1);
+    CHECK(s.batches == 3);
+  }
+  const auto batches = rec.snapshot();
+  REQUIRE(batches.size() == 3);
+  CHECK(batches[0] == std::vector<int>{0, 1, 2, 3});
+  CHECK(batches[1] == std::vector<int>{4, 5, 6, 7});
+  CHECK(batches[2] == std::vector<int>{8, 9});
+  for (int i = 0; i < 10; ++i) CHECK(futs[static_cast<std::size_t>(i)].get().value() == 2 * i);
+}
+
+TEST_CASE("max_queue_delay is honoured for a lone request") {
+  recorder rec;
+  dynamic_batcher<int, int> b(opts(8, 150ms), doubling(rec));
+  const auto t0 = clk::now();
+  auto f = b.submit(21);
+  CHECK(f.get().value() == 42);
+  REQUIRE(rec.count() == 1);
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(rec.times[0] - t0);
+  CHECK(waited >= 150ms);
+  CHECK(waited < 1500ms);  // generous: sanitizer builds on a loaded 2-core machine
+  const auto s = b.stats();
+  CHECK(s.queue_time.count == 1);
+  CHECK(s.queue_time.max_us >= 150000.0);
+}
+
+TEST_CASE("zero delay dispatches at once") {
+  recorder rec;
+  dynamic_batcher<int, int> b(opts(8, 0us), doubling(rec));
+  const auto t0 = clk::now();
+  CHECK(b.submit(1).get().value() == 2);
+  CHECK(clk::now() - t0 < 1s);
+}
+
+TEST_CASE("preferred batch sizes dispatch without waiting for the delay") {
+  recorder rec;
+  gate g;
+  std::atomic<bool> first{true};
+  batcher_options o = opts(8, 10s);
+  o.preferred_batch_sizes = {4, 2};  // unsorted on purpose
+  std::vector<std::future<result<int>>> futs;
+  {
+    dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+      if (first.exchange(false)) g.wait();  // hold the only runner so the queue builds up
+      rec.add(in);
+      for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
+    });
+    futs.push_back(b.submit(0));
+    futs.push_back(b.submit(1));  // preferred size 2 reached: runs at once, blocks on the gate
+    std::this_thread::sleep_for(50ms);
+    for (int i = 2; i < 9; ++i) futs.push_back(b.submit(i));  // 7 queued
+    g.open();
+    // 7 queued: largest preferred <= 7 is 4, then 3 left: 2, then 1 left waits for the delay.
+    REQUIRE(rec.wait_for_batches(3));
+    std::this_thread::sleep_for(100ms);
+    CHECK(rec.count() == 3);
+    b.shutdown(true);
+  }
+  const auto batches = rec.snapshot();
+  REQUIRE(batches.size() == 4);
+  CHECK(batches[0] == std::vector<int>{0, 1});
+  CHECK(batches[1] == std::vector<int>{2, 3, 4, 5});
+  CHECK(batches[2] == std::vector<int>{6, 7});
+  CHECK(batches[3] == std::vector<int>{8});
+  for (auto& f : futs) CHECK(f.get().has_value());
+}
+
+TEST_CASE("a full queue rejects immediately and never blocks") {
+  recorder rec;
+  batcher_options o = opts(100, 10s);
+  o.max_queue_size = 4;
+  std::vector<std::future<result<int>>> futs;
+  dynamic_batcher<int, int> b(o, doubling(rec));
+  for (int i = 0; i < 4; ++i) futs.push_back(b.submit(i));
+  const auto t0 = clk::now();
+  auto rejected = b.submit(99);
+  REQUIRE(ready(rejected));
+  CHECK(clk::now() - t0 < 1s);
+  auto r = rejected.get();
+  CHECK(r.code() == errc::limit_exceeded);
+  CHECK(r.error().message == "queue full (max_queue_size 4)");
+  CHECK(classify(r.error()) == batcher_error::queue_full);
+
+  // The callback form reports the rejection on the submitting thread, before submit returns.
+  bool called = false;
+  b.submit(100, {}, [&](result<int> x) {
+    called = true;
+    CHECK(x.error().message == "queue full (max_queue_size 4)");
+  });
+  CHECK(called);
+
+  b.shutdown(true);
+  for (int i = 0; i < 4; ++i) CHECK(futs[static_cast<std::size_t>(i)].get().value() == 2 * i);
+  const auto s = b.stats();
+  CHECK(s.rejected_queue_full == 2);
+  CHECK(s.accepted == 4);
+  CHECK(s.submitted == 6);
+  CHECK(rec.count() == 1);
+}
+
+TEST_CASE("a request whose timeout expires in the queue fails and is never run") {
+  recorder rec;
+  batcher_options o = opts(100, 10s);
+  o.default_timeout = 80ms;
+  dynamic_batcher<int, int> b(o, doubling(rec));
+  const auto t0 = clk::now();
+  auto timed = b.submit(1);                                      // default timeout 80 ms
+  auto explicit_timeout = b.submit(2, {.timeout = 40ms});        // its own timeout
+  auto no_timeout = b.submit(3, {.timeout = 0us});               // 0 = none, overrides the default
+  auto r2 = explicit_timeout.get();
+  const auto t2 = clk::now() - t0;
+  auto r1 = timed.get();
+  const auto t1 = clk::now() - t0;
+  CHECK(r2.code() == errc::limit_exceeded);
+  CHECK(r2.error().message == "timeout: queued longer than 40000 us");
+  CHECK(classify(r2.error()) == batcher_error::timeout);
+  CHECK(r1.error().message == "timeout: queued longer than 80000 us");
+  CHECK(t2 >= 40ms);
+  CHECK(t1 >= 80ms);
+  CHECK(t1 < 2s);
+  CHECK_FALSE(ready(no_timeout));
+  CHECK(rec.count() == 0);
+  b.shutdown(true);
+  CHECK(no_timeout.get().value() == 6);
+  const auto batches = rec.snapshot();
+  REQUIRE(batches.size() == 1);
+  CHECK(batches[0] == std::vector<int>{3});  // the expired ones never reached the runner
+  CHECK(b.stats().timed_out == 2);
+}
+
+TEST_CASE("bad priority or negative timeout is rejected as invalid_argument") {
+  recorder rec;
+  batcher_options o = opts(4, 0us);
+  o.priority_levels = 2;
+  dynamic_batcher<int, int> b(o, doubling(rec));
+  auto r = b.submit(1, {.priority = 2}).get();
+  CHECK(r.code() == errc::invalid_argument);
+  CHECK(r.error().message == "priority 2 out of range [0, 2)");
+  CHECK(classify(r.error()) == batcher_error::invalid_request);
+  r = b.submit(1, {.priority = -1}).get();
+  CHECK(r.error().message == "priority -1 out of range [0, 2)");
+  r = b.submit(1, {.timeout = -3us}).get();
+  CHECK(r.error().message == "timeout -3 us is negative");
+  CHECK(b.submit(1, {.priority = 1}).get().value() == 2);
+  CHECK(b.stats().rejected_invalid == 3);
+}
+
+TEST_CASE("higher priority runs first, FIFO within a priority, batches fill from lower priorities") {
+  gate g;
+  std::atomic<bool> first{true};
+  recorder rec;
+  batcher_options o = opts(1, 0us);
+  o.priority_levels = 3;
+  SUBCASE("one request per batch") {}
+  SUBCASE("three requests per batch") { o.max_batch_size = 3; }
+  {
+    dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+      if (first.exchange(false)) g.wait();
+      rec.add(in);
+      for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
+    });
+    auto blocker = b.submit(-1);  // occupies the runner
+    while (b.stats().in_flight == 0) std::this_thread::sleep_for(1ms);
+    // value = 100 * priority + submit index
+    const int prio[] = {2, 1, 0, 2, 0, 1, 1, 0, 2};
+    for (int i = 0; i < 9; ++i) (void)b.submit(100 * prio[i] + i, {.priority = prio[i]});
+    g.open();
+    b.shutdown(true);
+  }
+  std::vector<int> order;
+  for (const auto& batch : rec.snapshot()) order.insert(order.end(), batch.begin(), batch.end());
+  CHECK(order == std::vector<int>{-1, 2, 4, 7, 101, 105, 106, 200, 203, 208});
+  if (o.max_batch_size == 3) {
+    const auto batches = rec.snapshot();
+    REQUIRE(batches.size() == 4);
+    CHECK(batches[1] == std::vector<int>{2, 4, 7});
+  }
+}
+
+TEST_CASE("buckets are never mixed in a batch") {
+  struct req {
+    int bucket;
+    int id;
+  };
+  std::atomic<int> mixed{0}, wrong_key{0};
+  batcher_options o = opts(8, 200us);
+  o.runner_threads = 2;
+  constexpr int kThreads = 4, kPer = 300, kBuckets = 5;
+  std::vector<std::atomic<int>> runs(kThreads * kPer);
+  {
+    dynamic_batcher<req, int, int> b(o, [&](const batch_context<int>& ctx, std::span<req> in, std::span<result<int>> out) {
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        if (in[i].bucket != in[0].bucket) ++mixed;
+        if (in[i].bucket != ctx.bucket) ++wrong_key;
+        runs[static_cast<std::size_t>(in[i].id)]++;
+        out[i] = in[i].id;
+      }
+      CHECK(ctx.instance < 2);
+    });
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        std::mt19937 rng(static_cast<unsigned>(t));
+        for (int i = 0; i < kPer; ++i) {
+          const int bucket = static_cast<int>(rng() % kBuckets);
+          const int id = t * kPer + i;
+          b.submit(req{bucket, id}, {.bucket = bucket}, [id](result<int> r) { CHECK(r.value() == id); });
+        }
+      });
+    for (auto& t : ts) t.join();
+  }
+  CHECK(mixed == 0);
+  CHECK(wrong_key == 0);
+  for (auto& r : runs) CHECK(r == 1);
+}
+
+TEST_CASE("completions of one caller are delivered in submit order across runner threads") {
+  constexpr int kCallers = 4, kPer = 250;
+  batcher_options o = opts(4, 100us);
+  o.runner_threads = 4;
+  o.priority_levels = 2;
+  std::mutex mu;
+  std::vector<std::vector<int>> seen(kCallers);
+  std::vector<std::atomic<int>> inside(kCallers);
+  std::atomic<int> overlapped{0};
+  {
+    dynamic_batcher<int, int, int> b(o, [](std::span<int> in, std::span<result<int>> out) {
+      // Random compute time so batches finish out of order across the 4 runners.
+      thread_local std::mt19937 rng(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 800));
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        if (in[i] % 7 == 3) out[i] = fail(errc::decode_failed, "odd one");  // errors are ordered too
+        else out[i] = in[i];
+      }
+    });
+    std::vector<std::thread> ts;
+    for (int c = 0; c < kCallers; ++c)
+      ts.emplace_back([&, c] {
+        for (int i = 0; i < kPer; ++i) {
+          // Mixed priorities and buckets: dispatch order differs from submit order, delivery must not.
+          const submit_options<int> so{.priority = i % 2, .timeout = (i % 11 == 5) ? std::optional(1us) : std::nullopt,
+                                       .bucket = i % 3, .caller_id = static_cast<std::uint64_t>(c + 1)};
+          b.submit(i, so, [&, c, i](result<int>) {
+            if (inside[static_cast<std::size_t>(c)].fetch_add(1) != 0) ++overlapped;
+            {
+              std::lock_guard l(mu);
+              seen[static_cast<std::size_t>(c)].push_back(i);
+            }
+            inside[static_cast<std::size_t>(c)].fetch_sub(1);
+          });
+        }
+      });
+    for (auto& t : ts) t.join();
+    b.shutdown(true);
+    CHECK(b.stats().held_for_order == 0);
+  }
+  std::vector<int> expected(kPer);
+  for (int i = 0; i < kPer; ++i) expected[static_cast<std::size_t>(i)] = i;
+  for (int c = 0; c < kCallers; ++c) CHECK(seen[static_cast<std::size_t>(c)] == expected);
+  CHECK(overlapped == 0);
+}
+
+TEST_CASE("a later request of a caller is held until the earlier one completes") {
+  batcher_options o = opts(1, 0us);
+  o.runner_threads = 2;
+  gate g;
+  dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+    if (in[0] == 0) g.wait();  // the first request is slow
+    out[0] = in[0];
+  });
+  auto f0 = b.submit(0, {.caller_id = 7});
+  auto f1 = b.submit(1, {.caller_id = 7});
+  auto other = b.submit(2, {.caller_id = 8});
+  CHECK(other.get().value() == 2);  // another caller is not held
+  // Request 1 runs on the second runner, but is held behind request 0.
+  while (b.stats().held_for_order == 0) std::this_thread::sleep_for(1ms);
+  CHECK_FALSE(ready(f1));
+  g.open();
+  CHECK(f0.get().value() == 0);
+  CHECK(f1.get().value() == 1);
+}
+
+TEST_CASE("shutdown drains everything accepted, then rejects") {
+  recorder rec;
+  std::vector<std::future<result<int>>> futs;
+  dynamic_batcher<int, int> b(opts(100, 10s), doubling(rec));
+  for (int i = 0; i < 10; ++i) futs.push_back(b.submit(i));
+  CHECK(rec.count() == 0);
+  const auto t0 = clk::now();
+  b.shutdown(true);
+  CHECK(clk::now() - t0 < 5s);  // did not wait for the 10 s delay
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(ready(futs[static_cast<std::size_t>(i)]));
+    CHECK(futs[static_cast<std::size_t>(i)].get().value() == 2 * i);
+  }
+  auto late = b.submit(5).get();
+  CHECK(late.code() == errc::limit_exceeded);
+  CHECK(late.error().message == "shut down: not accepting requests");
+  CHECK(classify(late.error()) == batcher_error::shut_down);
+  b.shutdown(true);  // idempotent
+  CHECK(b.stats().rejected_shut_down == 1);
+}
+
+TEST_CASE("shutdown without drain cancels queued requests, finishes running ones") {
+  gate g;
+  recorder rec;
+  std::atomic<bool> first{true};
+  std::vector<std::future<result<int>>> futs;
+  dynamic_batcher<int, int> b(opts(1, 0us), [&](std::span<int> in, std::span<result<int>> out) {
+    if (first.exchange(false)) g.wait();
+    rec.add(in);
+    out[0] = in[0];
+  });
+  futs.push_back(b.submit(0));
+  while (b.stats().in_flight == 0) std::this_thread::sleep_for(1ms);
+  for (int i = 1; i < 5; ++i) futs.push_back(b.submit(i, {.caller_id = 3}));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(50ms);
+    g.open();
+  });
+  b.shutdown(false);
+  opener.join();
+  CHECK(futs[0].get().value() == 0);
+  for (std::size_t i = 1; i < 5; ++i) {
+    auto r = futs[i].get();
+    CHECK(r.code() == errc::limit_exceeded);
+    CHECK(r.error().message == "shut down: cancelled before it ran");
+    CHECK(classify(r.error()) == batcher_error::cancelled);
+  }
+  CHECK(rec.count() == 1);
+  CHECK(b.stats().cancelled == 4);
+}
+
+TEST_CASE("a throwing runner fails its batch with errc::internal, other batches are unaffected") {
+  batcher_options o = opts(2, 10s);  // bucket 1 fills a batch of 2; bucket 2 runs at shutdown (drain)
+  dynamic_batcher<int, int, int> b(o, [](std::span<int> in, std::span<result<int>> out) {
+    for (int v : in)
+      if (v < 0) throw std::runtime_error("boom on " + std::to_string(v));
+    for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
+  });
+  auto a = b.submit(-1, {.bucket = 1});
+  auto c = b.submit(5, {.bucket = 1});
+  auto d = b.submit(6, {.bucket = 2});
+  b.shutdown();
+  for (auto* f : {&a, &c}) {
+    auto r = f->get();
+    CHECK(r.code() == errc::internal);
+    CHECK(r.error().message == "runner threw: boom on -1");
+    CHECK(classify(r.error()) == batcher_error::runner_failed);
+  }
+  CHECK(d.get().value() == 6);
+  CHECK(b.stats().runner_exceptions == 1);
+  CHECK(b.stats().completed_error == 2);
+  CHECK(b.stats().completed_ok == 1);
+}
+
+TEST_CASE("a result the runner leaves unset is an internal error, runner errors pass through") {
+  dynamic_batcher<int, std::string> b(opts(3, 0us), [](std::span<int> in, std::span<result<std::string>> out) {
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (in[i] == 1) out[i] = std::string("one");
+      if (in[i] == 2) out[i] = fail(errc::decode_failed, "bad jpeg at offset 12");
+    }
+  });
+  auto f1 = b.submit(1), f2 = b.submit(2), f3 = b.submit(3);
+  CHECK(f1.get().value() == "one");
+  auto r2 = f2.get();
+  CHECK(r2.code() == errc::decode_failed);
+  CHECK(classify(r2.error()) == batcher_error::other);
+  auto r3 = f3.get();
+  CHECK(r3.code() == errc::internal);
+  CHECK(r3.error().message == "runner left the result unset");
+}
+
+TEST_CASE("a throwing callback is counted and does not stop the batcher") {
+  dynamic_batcher<int, int> b(opts(1, 0us), [](std::span<int> in, std::span<result<int>> out) { out[0] = in[0]; });
+  std::promise<void> done;
+  b.submit(1, {}, [](result<int>) { throw std::runtime_error("callback bug"); });
+  b.submit(2, {}, [&](result<int> r) {
+    CHECK(r.value() == 2);
+    done.set_value();
+  });
+  done.get_future().wait();
+  b.shutdown();
+  CHECK(b.stats().callback_exceptions == 1);
+}
+
+TEST_CASE("move-only requests and responses") {
+  dynamic_batcher<std::unique_ptr<int>, std::unique_ptr<int>> b(
+      opts(4, 0us), [](std::span<std::unique_ptr<int>> in, std::span<result<std::unique_ptr<int>>> out) {
+        for (std::size_t i = 0; i < in.size(); ++i) out[i] = std::move(in[i]);
+      });
+  auto r = b.submit(std::make_unique<int>(9)).get();
+  CHECK(**r == 9);
+}
+
+TEST_CASE("statistics: histogram, summaries and counters add up") {
+  recorder rec;
+  batcher_options o = opts(4, 10s);
+  std::vector<std::future<result<int>>> futs;
+  dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+    std::this_thread::sleep_for(2ms);
+    rec.add(in);
+    for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
+  });
+  for (int i = 0; i < 9; ++i) futs.push_back(b.submit(i));
+  REQUIRE(rec.wait_for_batches(2));
+  auto s = b.stats();
+  CHECK(s.queued == 1);
+  CHECK(s.pending() >= 1);
+  for (int i = 0; i < 5000 && b.pending() != 1; ++i) std::this_thread::sleep_for(1ms);  // 2nd batch finishing
+  CHECK(b.pending() == 1);
+  b.shutdown();
+  for (auto& f : futs) CHECK(f.get().has_value());
+  s = b.stats();
+  CHECK(s.batch_sizes == std::vector<std::uint64_t>{0, 1, 0, 0, 2});
+  CHECK(s.batches == 3);
+  CHECK(s.queue_time.count == 9);
+  CHECK(s.compute_time.count == 3);
+  CHECK(s.compute_time.p50_us >= 2000.0 * 0.99);
+  CHECK(s.compute_time.sum_us >= 6000.0);
+  CHECK(s.queue_time.p50_us <= s.queue_time.p90_us);
+  CHECK(s.queue_time.p90_us <= s.queue_time.p99_us);
+  CHECK(s.queue_time.p99_us <= s.queue_time.max_us);
+  CHECK(s.completed_ok == 9);
+  CHECK(s.pending() == 0);
+  CHECK(s.submitted == s.accepted);
+}
+
+TEST_CASE("stress: 8 submitters x 2000 requests complete exactly once") {
+  constexpr int kThreads = 8, kPer = 2000, kTotal = kThreads * kPer;
+  batcher_options o = opts(16, 200us);
+  o.preferred_batch_sizes = {8};
+  o.runner_threads = 2;
+  o.priority_levels = 2;
+  o.max_queue_size = 0;
+  std::vector<std::atomic<int>> ran(kTotal), delivered(kTotal);
+  std::atomic<std::size_t> too_big{0};
+  {
+    dynamic_batcher<int, int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+      if (in.size() > 16) ++too_big;
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        ran[static_cast<std::size_t>(in[i])]++;
+        out[i] = in[i] * 3;
+      }
+    });
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        std::vector<std::future<result<int>>> futs;
+        std::vector<int> ids;
+        for (int i = 0; i < kPer; ++i) {
+          const int id = t * kPer + i;
+          const submit_options<int> so{.priority = i % 2, .bucket = i % 4,
+                                       .caller_id = (t % 2 == 0) ? static_cast<std::uint64_t>(t + 1) : 0};
+          if (i % 2 == 0) {
+            futs.push_back(b.submit(id, so));
+            ids.push_back(id);
+          } else {
+            b.submit(id, so, [&, id](result<int> r) {
+              if (r && *r == id * 3) delivered[static_cast<std::size_t>(id)]++;
+            });
+          }
+        }
+        for (std::size_t k = 0; k < futs.size(); ++k) {
+          auto r = futs[k].get();
+          if (r && *r == ids[k] * 3) delivered[static_cast<std::size_t>(ids[k])]++;
+        }
+      });
+    for (auto& t : ts) t.join();
+    b.shutdown(true);
+    const auto s = b.stats();
+    CHECK(s.completed_ok == static_cast<std::uint64_t>(kTotal));
+    std::uint64_t in_batches = 0;
+    for (std::size_t n = 0; n < s.batch_sizes.size(); ++n) in_batches += n * s.batch_sizes[n];
+    CHECK(in_batches == static_cast<std::uint64_t>(kTotal));
+  }
+  CHECK(too_big == 0);
+  int ran_once = 0, delivered_once = 0;
+  for (int i = 0; i < kTotal; ++i) {
+    ran_once += ran[static_cast<std::size_t>(i)] == 1;
+    delivered_once += delivered[static_cast<std::size_t>(i)] == 1;
+  }
+  CHECK(ran_once == kTotal);
+  CHECK(delivered_once == kTotal);
+}
+
+TEST_CASE("a callback may submit again (no lock is held while delivering)") {
+  dynamic_batcher<int, int> b(opts(1, 0us), [](std::span<int> in, std::span<result<int>> out) { out[0] = in[0]; });
+  std::promise<int> last;
+  std::function<void(result<int>)> chain = [&](result<int> r) {
+    if (*r < 20) b.submit(*r + 1, {.caller_id = 5}, chain);
+    else last.set_value(*r);
+  };
+  b.submit(0, {.caller_id = 5}, chain);
+  auto f = last.get_future();
+  REQUIRE(f.wait_for(5s) == std::future_status::ready);
+  CHECK(f.get() == 20);
+}

@@ -1,6 +1,7 @@
 // Video decode throughput: decode_video of every frame of a 640x360, 10 s, 24 fps H.264 clip to RGB at
 // native size, against the ffmpeg CLI decoding the same file (`-f null`, and `-pix_fmt rgb24 -f null`),
-// same decoder thread count, side by side. Ratio = ffmpeg seconds / jitembed seconds (>= 1: we are faster).
+// same decoder thread count, side by side; and decode_video_into of every frame into one reused staging
+// buffer against `-f null`. Ratio = ffmpeg seconds / jitembed seconds (>= 1: we are faster).
 #include <jitembed/codec/video.hpp>
 
 #include <unistd.h>
@@ -76,6 +77,21 @@ void run_video_benchmarks(reporter& r) {
     r.add("video/ffmpeg_cli_rgb24_null" + suffix, "frames_per_s", frames / t_rgb, "frames/s", extra);
     r.add("video/decode_vs_ffmpeg_null" + suffix, "ratio", t_null / t_ours, "x", extra, 0.9);
     r.add("video/decode_vs_ffmpeg_rgb24" + suffix, "ratio", t_rgb / t_ours2, "x", extra);
+
+    // The loader case: every frame into one [T,H,W,3] staging buffer reused across repetitions (no fresh
+    // pages to fault in), against the same `-f null` run.
+    auto out_shape = codec::video_output_shape(bytes, opts, {});
+    if (!out_shape) {
+      std::fprintf(stderr, "video bench: video_output_shape failed: %s\n", out_shape.error().message.c_str());
+      continue;
+    }
+    tensor staging = tensor::empty(*out_shape, dtype::u8);
+    bool ok_into = true;
+    auto into = [&] { ok_into = ok_into && codec::decode_video_into(bytes, opts, {}, staging.view()).has_value(); };
+    const auto [t_into, t_null2] = side_by_side(3, into, cli_null);
+    if (!ok_into || !ok) std::fprintf(stderr, "video bench: decode_video_into failed (threads=%d)\n", threads);
+    r.add("video/decode_into_reused" + suffix, "frames_per_s", frames / t_into, "frames/s", extra);
+    r.add("video/decode_into_vs_ffmpeg_null" + suffix, "ratio", t_null2 / t_into, "x", extra, 0.9);
   }
 
   // The training-loader case: 8 frames at uniform stride (sequential decode of the whole clip).

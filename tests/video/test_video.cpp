@@ -10,10 +10,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -547,4 +549,155 @@ TEST_CASE("video: concurrent decodes in several threads agree") {
     });
   for (auto& th : pool) th.join();
   CHECK(mismatches[0] + mismatches[1] + mismatches[2] == 0);
+}
+
+namespace {
+
+// A tensor_view over the first bytes of `buf` with the given shape (u8, contiguous, CPU).
+tensor_view u8_view(std::uint8_t* buf, const shape& s) { return tensor_view(buf, dtype::u8, s); }
+
+// decode_video_into into a fresh buffer pre-filled with `fill`, compared byte for byte with decode_video.
+void check_into_matches(const std::vector<std::byte>& bytes, const video_decode_options& o, std::uint8_t fill) {
+  auto ref = decode_video(bytes, o, {});
+  REQUIRE(ref);
+  auto s = video_output_shape(bytes, o, {});
+  REQUIRE(s);
+  CHECK(*s == ref->shape());
+  std::vector<std::uint8_t> buf(ref->nbytes(), fill);
+  auto ok = decode_video_into(bytes, o, {}, u8_view(buf.data(), ref->shape()));
+  REQUIRE_MESSAGE(ok, ok.error().message);
+  CHECK(std::memcmp(buf.data(), ref->data(), buf.size()) == 0);
+  // Reused: a second decode into the same (now full) buffer gives the same bytes.
+  auto ok2 = decode_video_into(bytes, o, {}, u8_view(buf.data(), ref->shape()));
+  REQUIRE(ok2);
+  CHECK(std::memcmp(buf.data(), ref->data(), buf.size()) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("video: decode_video_into equals decode_video") {
+  const auto& bytes = cli_clip("h264.mp4", "-c:v libx264 -pix_fmt yuv420p");
+  const auto& webm = cli_clip("vp9.webm", "-c:v libvpx-vp9 -deadline realtime -cpu-used 8 -pix_fmt yuv420p");
+  REQUIRE(!bytes.empty());
+  REQUIRE(!webm.empty());
+  SUBCASE("all frames, native size") {
+    video_decode_options o;
+    o.num_frames = 0;
+    check_into_matches(bytes, o, 0xAB);
+    check_into_matches(webm, o, 0x00);
+  }
+  SUBCASE("uniform stride, repeated frames") {
+    video_decode_options o;
+    o.num_frames = 39;
+    check_into_matches(bytes, o, 0x5A);
+    o.num_frames = 5;
+    check_into_matches(webm, o, 0xFF);
+  }
+  SUBCASE("resized, including odd sizes") {
+    video_decode_options o;
+    o.num_frames = 0;
+    o.width = 64;
+    o.height = 48;
+    check_into_matches(bytes, o, 0xAB);
+    o.num_frames = 7;
+    o.width = 61;
+    o.height = 37;
+    check_into_matches(bytes, o, 0x11);
+    o.width = 203;
+    o.height = 151;
+    check_into_matches(webm, o, 0xEE);
+  }
+  SUBCASE("timestamps, unsorted with duplicates and past the end") {
+    video_decode_options o;
+    o.timestamps = {1.0, 0.0, 0.5, 0.55, 0.3, 1.95, 5.0, 0.0};
+    check_into_matches(bytes, o, 0xAB);
+    check_into_matches(webm, o, 0x00);
+    o.width = 45;
+    o.height = 33;
+    check_into_matches(bytes, o, 0x77);
+  }
+}
+
+TEST_CASE("video: decode_video_into checks the output tensor before decoding") {
+  const auto& bytes = cli_clip("h264.mp4", "-c:v libx264 -pix_fmt yuv420p");
+  REQUIRE(!bytes.empty());
+  video_decode_options o;
+  o.num_frames = 4;
+  auto s = video_output_shape(bytes, o, {});
+  REQUIRE(s);
+  CHECK(*s == shape{4, 120, 160, 3});
+  std::vector<std::uint8_t> buf(4 * 120 * 160 * 3 * 2, 0x42);
+  auto untouched = [&] { return std::all_of(buf.begin(), buf.end(), [](std::uint8_t v) { return v == 0x42; }); };
+  auto expect_invalid = [&](const tensor_view& v, const char* what) {
+    auto r = decode_video_into(bytes, o, {}, v);
+    CHECK(r.code() == errc::invalid_argument);
+    if (!r) CHECK_MESSAGE(r.error().message.find(what) != std::string::npos, r.error().message);
+    CHECK(untouched());
+  };
+  expect_invalid(u8_view(buf.data(), shape{5, 120, 160, 3}), "shape [5,120,160,3]");
+  expect_invalid(u8_view(buf.data(), shape{4, 120, 161, 3}), "shape");
+  expect_invalid(u8_view(buf.data(), shape{4, 160, 120, 3}), "shape");
+  expect_invalid(u8_view(buf.data(), shape{4, 120, 160, 4}), "shape");
+  expect_invalid(u8_view(buf.data(), shape{4 * 120, 160, 3}), "rank 3");
+  expect_invalid(tensor_view(buf.data(), dtype::f32, shape{4, 120, 160, 3}), "dtype f32");
+  expect_invalid(tensor_view(buf.data(), dtype::i8, shape{4, 120, 160, 3}), "dtype");
+  expect_invalid(tensor_view(buf.data(), dtype::u8, shape{4, 120, 160, 3}, device::cuda(0)), "not on the CPU");
+  // Every other frame of a twice-as-long buffer: right shape, not contiguous.
+  expect_invalid(tensor_view(buf.data(), dtype::u8, shape{4, 120, 160, 3}, shape{2 * 120 * 160 * 3, 160 * 3, 3, 1}, device::cpu()),
+                 "not contiguous");
+  expect_invalid(tensor_view(static_cast<void*>(nullptr), dtype::u8, shape{4, 120, 160, 3}), "no data");
+  // Resized output: the shape follows opts.width/height.
+  o.width = 64;
+  o.height = 48;
+  expect_invalid(u8_view(buf.data(), shape{4, 120, 160, 3}), "[4,48,64,3]");
+  // The options and limits are checked as decode_video checks them.
+  o.width = 0;
+  CHECK(decode_video_into(bytes, o, {}, u8_view(buf.data(), shape{4, 120, 160, 3})).code() == errc::invalid_argument);
+  o.height = 0;
+  decode_limits small;
+  small.max_video_frames = 3;
+  CHECK(decode_video_into(bytes, o, small, u8_view(buf.data(), shape{4, 120, 160, 3})).code() == errc::limit_exceeded);
+  CHECK(video_output_shape(bytes, o, small).code() == errc::limit_exceeded);
+  CHECK(untouched());
+  // Errors from the data itself come through unchanged.
+  std::vector<std::byte> junk(1000, std::byte{0x33});
+  CHECK(decode_video_into(junk, o, {}, u8_view(buf.data(), shape{4, 120, 160, 3})).code() == errc::bad_magic);
+}
+
+TEST_CASE("video: decode_video_into writes nothing past the end of the output") {
+  // Exact-size heap buffers (new[]): run under valgrind or ASan to catch an overflow in the converters.
+  // A canary-guarded buffer checks the same in any build.
+  const auto& bytes = cli_clip("h264.mp4", "-c:v libx264 -pix_fmt yuv420p");
+  REQUIRE(!bytes.empty());
+  struct sz {
+    int w, h;
+  };
+  const sz sizes[] = {{0, 0}, {61, 37}, {45, 33}, {203, 151}, {1, 1}, {7, 3}};
+  for (const auto& [w, h] : sizes) {
+    for (int by_time = 0; by_time < 2; ++by_time) {
+      video_decode_options o;
+      o.width = w;
+      o.height = h;
+      if (by_time)
+        o.timestamps = {1.95, 0.0, 1.95, 0.3};  // the last slot is filled before the others
+      else
+        o.num_frames = 3;
+      INFO("size " << w << "x" << h << (by_time ? " timestamps" : " uniform"));
+      auto s = video_output_shape(bytes, o, {});
+      REQUIRE(s);
+      const std::size_t nbytes = static_cast<std::size_t>(checked_numel(s->span()).value());
+      auto exact = std::unique_ptr<std::uint8_t[]>(new std::uint8_t[nbytes]);
+      auto ok = decode_video_into(bytes, o, {}, u8_view(exact.get(), *s));
+      REQUIRE_MESSAGE(ok, ok.error().message);
+      auto ref = decode_video(bytes, o, {});
+      REQUIRE(ref);
+      CHECK(std::memcmp(exact.get(), ref->data(), nbytes) == 0);
+
+      constexpr std::size_t kGuard = 4096;
+      std::vector<std::uint8_t> guarded(nbytes + kGuard, 0xC3);
+      REQUIRE(decode_video_into(bytes, o, {}, u8_view(guarded.data(), *s)));
+      CHECK(std::memcmp(guarded.data(), ref->data(), nbytes) == 0);
+      CHECK(std::all_of(guarded.begin() + static_cast<std::ptrdiff_t>(nbytes), guarded.end(), [](std::uint8_t v) { return v == 0xC3; }));
+    }
+  }
 }

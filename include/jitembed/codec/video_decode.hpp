@@ -387,28 +387,24 @@ class rgb_converter {
 
 inline std::string wh_string(std::int64_t w, std::int64_t h) { return std::to_string(w) + "x" + std::to_string(h); }
 
-}  // namespace detail
+// What a decode will produce, settled (and every limit checked) before a decoder is opened or any output
+// written: the open input positioned at its first packet, the output size, and the frame selection.
+struct video_decode_plan {
+  video_input in;
+  int out_w = 0, out_h = 0;
+  std::size_t frames = 0;            // T
+  bool by_time = false;
+  std::vector<std::int64_t> index;   // index mode: frame index of each slot
+  std::int64_t packet_budget = 0;    // bounds the packets read, whatever the data says
+  shape out_shape;                   // [T, out_h, out_w, 3]
+  std::size_t nbytes = 0;            // T * out_h * out_w * 3
+};
 
-// Reads the container header of untrusted bytes and describes its video stream (nothing is decoded).
-// Errors: limit_exceeded (size > max_record_bytes), bad_magic (not a known container), unsupported_format /
-// unsupported_codec (not in the policy), invalid_argument (a policy naming a demuxer that opens files),
-// truncated / decode_failed (unreadable header), not_found (no video stream).
-inline result<video_info> probe_video(bytes_view data, const decode_limits& limits, const video_policy& policy = {}) {
-  auto in = detail::open_video_input(data, limits, policy);
-  if (!in) return in.error();
-  return in->info;
-}
-
-// Decodes the frames chosen by `opts` (see video_decode_options) into a new [T,H,W,3] u8 RGB tensor.
-// Every limit is checked before a decoder is opened or the output allocated: the stream's frame size and
-// the output size against max_image_pixels, T against max_video_frames, T*H*W*3 against
-// max_decoded_bytes and max_elements (errc::limit_exceeded). The decoder itself refuses frames larger
-// than max_image_pixels (AVCodecContext::max_pixels), whatever the bitstream says later.
-inline result<tensor> decode_video(bytes_view data, const video_decode_options& opts, const decode_limits& limits,
-                                   const video_policy& policy = {}) {
+inline result<video_decode_plan> plan_video_decode(bytes_view data, const video_decode_options& opts, const decode_limits& limits,
+                                                   const video_policy& policy) {
   if (opts.num_frames < 0) return fail(errc::invalid_argument, "video: num_frames " + std::to_string(opts.num_frames) + " < 0");
   if (opts.width < 0 || opts.height < 0 || (opts.width == 0) != (opts.height == 0))
-    return fail(errc::invalid_argument, "video: output size " + detail::wh_string(opts.width, opts.height) + " (give both or neither)");
+    return fail(errc::invalid_argument, "video: output size " + wh_string(opts.width, opts.height) + " (give both or neither)");
   if (opts.threads < 0) return fail(errc::invalid_argument, "video: threads " + std::to_string(opts.threads) + " < 0");
   for (std::size_t i = 0; i < opts.timestamps.size(); ++i)
     if (!std::isfinite(opts.timestamps[i]) || opts.timestamps[i] < 0)
@@ -420,38 +416,37 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
     return fail(errc::limit_exceeded, "video: num_frames " + std::to_string(opts.num_frames) + " > max_video_frames " +
                                           std::to_string(limits.max_video_frames));
 
-  auto in = detail::open_video_input(data, limits, policy);
+  video_decode_plan plan;
+  auto in = open_video_input(data, limits, policy);
   if (!in) return in.error();
   const video_info info = in->info;
   const auto native_px = static_cast<std::uint64_t>(info.width) * static_cast<std::uint64_t>(info.height);
   if (native_px > limits.max_image_pixels)
-    return fail(errc::limit_exceeded, "video: " + detail::wh_string(info.width, info.height) + " = " + std::to_string(native_px) +
+    return fail(errc::limit_exceeded, "video: " + wh_string(info.width, info.height) + " = " + std::to_string(native_px) +
                                           " pixels > max_image_pixels " + std::to_string(limits.max_image_pixels));
   const int out_w = opts.width ? opts.width : info.width;
   const int out_h = opts.height ? opts.height : info.height;
   const auto out_px = static_cast<std::uint64_t>(out_w) * static_cast<std::uint64_t>(out_h);
   if (out_px > limits.max_image_pixels)
-    return fail(errc::limit_exceeded, "video: output " + detail::wh_string(out_w, out_h) + " = " + std::to_string(out_px) +
+    return fail(errc::limit_exceeded, "video: output " + wh_string(out_w, out_h) + " = " + std::to_string(out_px) +
                                           " pixels > max_image_pixels " + std::to_string(limits.max_image_pixels));
 
-  // Which frames: sorted (key, slot) pairs; key is a frame index or a time in seconds.
-  const bool by_time = !opts.timestamps.empty();
-  std::vector<std::int64_t> index;   // index mode: frame index of each slot
-  std::int64_t packet_budget = 0;    // bounds the packets read, whatever the data says
   const auto data_budget = static_cast<std::int64_t>(data.size()) + 4096;
   std::size_t T = 0;
-  if (by_time) {
+  plan.by_time = !opts.timestamps.empty();
+  if (plan.by_time) {
     T = opts.timestamps.size();
     const double max_t = *std::max_element(opts.timestamps.begin(), opts.timestamps.end());
-    packet_budget = data_budget;
-    if (info.fps > 0) packet_budget = std::min<std::int64_t>(packet_budget, static_cast<std::int64_t>(std::min(4.0 * (max_t * info.fps + 1), 1e15)) + 1024);
+    plan.packet_budget = data_budget;
+    if (info.fps > 0)
+      plan.packet_budget = std::min<std::int64_t>(plan.packet_budget, static_cast<std::int64_t>(std::min(4.0 * (max_t * info.fps + 1), 1e15)) + 1024);
   } else {
     std::int64_t n = info.frame_count;
     if (!info.frame_count_exact) {
-      auto counted = detail::count_video_packets(*in, data_budget);
+      auto counted = count_video_packets(*in, data_budget);
       if (!counted) return counted.error();
       n = *counted;
-      in = detail::open_video_input(data, limits, policy);  // start again from the first packet
+      in = open_video_input(data, limits, policy);  // start again from the first packet
       if (!in) return in.error();
     }
     if (n <= 0) return fail(errc::decode_failed, "video: the " + info.container + " stream has no frames");
@@ -461,10 +456,10 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
       return fail(errc::limit_exceeded, "video: all " + std::to_string(n) + " frames > max_video_frames " +
                                             std::to_string(limits.max_video_frames));
     T = opts.num_frames == 0 ? static_cast<std::size_t>(n) : static_cast<std::size_t>(opts.num_frames);
-    index.resize(T);
+    plan.index.resize(T);
     for (std::size_t i = 0; i < T; ++i)  // round(i * (n-1) / (T-1)), half up, in integers
-      index[i] = T == 1 ? 0 : static_cast<std::int64_t>((2 * static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(n - 1) + (T - 1)) / (2 * (T - 1)));
-    packet_budget = 2 * (index.back() + 1) + 256;
+      plan.index[i] = T == 1 ? 0 : static_cast<std::int64_t>((2 * static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(n - 1) + (T - 1)) / (2 * (T - 1)));
+    if (T) plan.packet_budget = 2 * (plan.index.back() + 1) + 256;
   }
   if (T == 0) return fail(errc::invalid_argument, "video: no frames requested");
   const std::array<std::int64_t, 4> out_dims = {static_cast<std::int64_t>(T), out_h, out_w, 3};
@@ -474,6 +469,35 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
     return fail(errc::limit_exceeded, "video: output [" + std::to_string(T) + "," + std::to_string(out_h) + "," + std::to_string(out_w) +
                                           ",3] = " + std::to_string(*nbytes) + " bytes > max_decoded_bytes " +
                                           std::to_string(limits.max_decoded_bytes) + " or max_elements " + std::to_string(limits.max_elements));
+  plan.in = std::move(*in);
+  plan.out_w = out_w;
+  plan.out_h = out_h;
+  plan.frames = T;
+  plan.out_shape = shape{out_dims[0], out_dims[1], out_dims[2], 3};
+  plan.nbytes = static_cast<std::size_t>(*nbytes);
+  return plan;
+}
+
+// Checks that `out` can take the plan's output: a contiguous u8 CPU tensor of exactly its shape.
+inline result<void> check_video_out_view(const tensor_view& out) {
+  if (!out.dev().is_cpu()) return fail(errc::invalid_argument, "video: output tensor is not on the CPU");
+  if (out.dtype() != dtype::u8)
+    return fail(errc::invalid_argument, "video: output tensor dtype " + std::string(to_string(out.dtype())) + " is not u8");
+  if (out.rank() != 4) return fail(errc::invalid_argument, "video: output tensor has rank " + std::to_string(out.rank()) + ", expected [T,H,W,3]");
+  if (!out.is_contiguous()) return fail(errc::invalid_argument, "video: output tensor is not contiguous");
+  return {};
+}
+
+// Decodes the plan's frames into `out` (plan.nbytes bytes, nothing written outside them). Consumes the
+// plan's input.
+inline result<void> run_video_decode(video_decode_plan& plan, bytes_view data, const video_decode_options& opts,
+                                     const decode_limits& limits, std::uint8_t* out) {
+  video_input* in = &plan.in;
+  const video_info& info = in->info;
+  const std::size_t T = plan.frames;
+  const bool by_time = plan.by_time;
+  const auto& index = plan.index;
+  const int out_w = plan.out_w, out_h = plan.out_h;
 
   std::vector<std::size_t> order(T);  // slots in the order frames satisfy them
   std::iota(order.begin(), order.end(), std::size_t{0});
@@ -481,7 +505,6 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return opts.timestamps[a] < opts.timestamps[b]; });
 
   // Decoder.
-  using namespace detail;
   AVStream* st = in->stream;
   codec_context_ptr dec(avcodec_alloc_context3(in->decoder));
   if (!dec) return fail(errc::internal, "video: cannot allocate a decoder context");
@@ -496,19 +519,51 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
   if (int r = avcodec_open2(dec.get(), in->decoder, nullptr); r < 0)
     return fail(errc::decode_failed, std::string("video: cannot open the ") + in->decoder->name + " decoder (" + av_error_text(r) + ")");
 
-  // Output: one row of slack past the end, as SIMD converters may store whole vectors at a row's end.
-  const std::size_t frame_bytes = static_cast<std::size_t>(out_w) * static_cast<std::size_t>(out_h) * 3;
-  auto storage = allocate_shared_aligned(static_cast<std::size_t>(*nbytes) + static_cast<std::size_t>(out_w) * 3 + kAlignment);
-  auto* out = reinterpret_cast<std::uint8_t*>(storage.get());
-  tensor result_tensor = tensor::wrap(storage, tensor_view(out, dtype::u8, shape{out_dims[0], out_dims[1], out_dims[2], 3}));
-
   rgb_converter rgb(out_w, out_h);
   packet_ptr pkt(av_packet_alloc());
   frame_ptr frame(av_frame_alloc());
   frame_ptr last(av_frame_alloc());
   if (!pkt || !frame || !last) return fail(errc::internal, "video: cannot allocate packet/frame");
 
-  std::size_t next = 0;           // position in `order`
+  // SIMD converters may store whole vectors past a row's end, so a conversion may spill (less than a row
+  // plus kAlignment bytes) past its slot. That is harmless while the next slot is still to be written;
+  // the last slot, or one whose successor is already filled, is converted via a padded scratch frame.
+  const std::size_t frame_bytes = static_cast<std::size_t>(out_w) * static_cast<std::size_t>(out_h) * 3;
+  byte_buffer scratch;  // allocated on first use
+  std::vector<char> filled(T, 0);
+  auto convert_into = [&](const AVFrame* f, std::size_t slot) -> result<void> {
+    std::uint8_t* dst = out + slot * frame_bytes;
+    if (slot + 1 < T && !filled[slot + 1]) {
+      auto ok = rgb.convert(f, dst);
+      if (!ok) return ok.error();
+    } else {
+      if (scratch.empty()) scratch.resize(frame_bytes + static_cast<std::size_t>(out_w) * 3 + kAlignment);
+      auto* s = reinterpret_cast<std::uint8_t*>(scratch.data());
+      auto ok = rgb.convert(f, s);
+      if (!ok) return ok.error();
+      std::memcpy(dst, s, frame_bytes);
+    }
+    filled[slot] = 1;
+    return {};
+  };
+  // Fills the slots order[next..] that `hit` accepts from frame f: the first by conversion, the rest by copy.
+  std::size_t next = 0;  // position in `order`
+  auto fill = [&](const AVFrame* f, auto&& hit) -> result<void> {
+    const std::uint8_t* first = nullptr;
+    for (; next < T && hit(order[next]); ++next) {
+      const std::size_t slot = order[next];
+      if (first) {
+        std::memcpy(out + slot * frame_bytes, first, frame_bytes);
+        filled[slot] = 1;
+      } else {
+        auto ok = convert_into(f, slot);
+        if (!ok) return ok.error();
+        first = out + slot * frame_bytes;
+      }
+    }
+    return {};
+  };
+
   std::int64_t frame_no = 0;      // frames decoded so far (presentation order)
   std::int64_t packets = 0;
   std::int64_t start_ts = st->start_time;
@@ -517,8 +572,8 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
   bool have_last = false;
   const double tb = av_q2d(st->time_base);
 
-  // Fills every slot this frame satisfies; the first by swscale, the rest by copying it.
-  auto take = [&](const AVFrame* f) -> result<bool> {
+  // Fills every slot this frame satisfies.
+  auto take = [&](const AVFrame* f) -> result<void> {
     double t = 0;
     if (by_time) {
       std::int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
@@ -526,28 +581,15 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
       t = ts != AV_NOPTS_VALUE && tb > 0 ? static_cast<double>(ts - start_ts) * tb
                                          : (info.fps > 0 ? static_cast<double>(frame_no) / info.fps : static_cast<double>(frame_no));
     }
-    std::uint8_t* first = nullptr;
-    while (next < T) {
-      const std::size_t slot = order[next];
-      const bool hit = by_time ? t + 1e-6 >= opts.timestamps[slot] : index[slot] == frame_no;
-      if (!hit) break;
-      std::uint8_t* dst = out + slot * frame_bytes;
-      if (first) {
-        std::memcpy(dst, first, frame_bytes);
-      } else {
-        auto ok = rgb.convert(f, dst);
-        if (!ok) return ok.error();
-        first = dst;
-      }
-      ++next;
-    }
+    auto ok = fill(f, [&](std::size_t slot) { return by_time ? t + 1e-6 >= opts.timestamps[slot] : index[slot] == frame_no; });
+    if (!ok) return ok.error();
     ++frame_no;
-    return true;
+    return {};
   };
 
   // Receives every frame the decoder has ready.
   bool decoder_done = false;
-  auto drain = [&]() -> result<bool> {
+  auto drain = [&]() -> result<void> {
     for (int errors = 0; next < T;) {
       const int r = avcodec_receive_frame(dec.get(), frame.get());
       if (r == AVERROR(EAGAIN)) break;
@@ -566,7 +608,7 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
       av_frame_move_ref(last.get(), frame.get());
       have_last = true;
     }
-    return true;
+    return {};
   };
 
   bool flushed = false;
@@ -582,8 +624,8 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
           av_packet_unref(pkt.get());
           continue;
         }
-        if (++packets > packet_budget)
-          return fail(errc::corrupt_data, "video: more than " + std::to_string(packet_budget) +
+        if (++packets > plan.packet_budget)
+          return fail(errc::corrupt_data, "video: more than " + std::to_string(plan.packet_budget) +
                                               " packets read without reaching the selected frames");
         int s = avcodec_send_packet(dec.get(), pkt.get());
         if (s == AVERROR(EAGAIN)) {  // output pending: take it, then the packet fits
@@ -625,19 +667,64 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
       return fail(errc::truncated, "video: data ends after " + std::to_string(frame_no) + " frames but the container declares more than " +
                                        std::to_string(data.size()) + " bytes");
     // A clean end before a selected frame: the remaining slots repeat the last frame.
-    std::uint8_t* first = nullptr;
-    for (; next < T; ++next) {
-      std::uint8_t* dst = out + order[next] * frame_bytes;
-      if (first) {
-        std::memcpy(dst, first, frame_bytes);
-      } else {
-        auto ok = rgb.convert(last.get(), dst);
-        if (!ok) return ok.error();
-        first = dst;
-      }
-    }
+    auto ok = fill(last.get(), [](std::size_t) { return true; });
+    if (!ok) return ok.error();
   }
-  return result_tensor;
+  return {};
+}
+
+}  // namespace detail
+
+// Reads the container header of untrusted bytes and describes its video stream (nothing is decoded).
+// Errors: limit_exceeded (size > max_record_bytes), bad_magic (not a known container), unsupported_format /
+// unsupported_codec (not in the policy), invalid_argument (a policy naming a demuxer that opens files),
+// truncated / decode_failed (unreadable header), not_found (no video stream).
+inline result<video_info> probe_video(bytes_view data, const decode_limits& limits, const video_policy& policy = {}) {
+  auto in = detail::open_video_input(data, limits, policy);
+  if (!in) return in.error();
+  return in->info;
+}
+
+// The shape [T,H,W,3] that decode_video(data, opts, limits, policy) returns, with the same checks and
+// errors, without decoding a frame. When the container has no sample count (WebM/MKV, uniform selection)
+// the packets are demuxed once to count them.
+inline result<shape> video_output_shape(bytes_view data, const video_decode_options& opts, const decode_limits& limits,
+                                        const video_policy& policy = {}) {
+  auto plan = detail::plan_video_decode(data, opts, limits, policy);
+  if (!plan) return plan.error();
+  return plan->out_shape;
+}
+
+// Decodes the frames chosen by `opts` (see video_decode_options) into a new [T,H,W,3] u8 RGB tensor.
+// Every limit is checked before a decoder is opened or the output allocated: the stream's frame size and
+// the output size against max_image_pixels, T against max_video_frames, T*H*W*3 against
+// max_decoded_bytes and max_elements (errc::limit_exceeded). The decoder itself refuses frames larger
+// than max_image_pixels (AVCodecContext::max_pixels), whatever the bitstream says later.
+inline result<tensor> decode_video(bytes_view data, const video_decode_options& opts, const decode_limits& limits,
+                                   const video_policy& policy = {}) {
+  auto plan = detail::plan_video_decode(data, opts, limits, policy);
+  if (!plan) return plan.error();
+  auto storage = allocate_shared_aligned(plan->nbytes);
+  tensor t = tensor::wrap(storage, tensor_view(storage.get(), dtype::u8, plan->out_shape));
+  auto ok = detail::run_video_decode(*plan, data, opts, limits, reinterpret_cast<std::uint8_t*>(storage.get()));
+  if (!ok) return ok.error();
+  return t;
+}
+
+// Like decode_video, but into the caller's buffer (e.g. a reused, pinned staging tensor): `out` must be a
+// contiguous u8 CPU tensor of exactly the shape decode_video would return (see video_output_shape), else
+// errc::invalid_argument before anything is decoded. Nothing is written outside out's nbytes. On failure
+// the contents of `out` are unspecified.
+inline result<void> decode_video_into(bytes_view data, const video_decode_options& opts, const decode_limits& limits,
+                                      const tensor_view& out, const video_policy& policy = {}) {
+  if (auto ok = detail::check_video_out_view(out); !ok) return ok.error();
+  auto plan = detail::plan_video_decode(data, opts, limits, policy);
+  if (!plan) return plan.error();
+  if (out.shape() != plan->out_shape)
+    return fail(errc::invalid_argument, "video: output tensor shape " + out.shape().to_string() + " != decoded shape " +
+                                            plan->out_shape.to_string());
+  if (out.data() == nullptr) return fail(errc::invalid_argument, "video: output tensor has no data");
+  return detail::run_video_decode(*plan, data, opts, limits, static_cast<std::uint8_t*>(out.data()));
 }
 
 }  // namespace jitembed::codec

@@ -11,6 +11,8 @@ packages=(
   libzstd-dev libturbojpeg0-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
   # cache stores (redis-server also brings redis-benchmark, for tests and bench_cache)
   liblmdb-dev libhiredis-dev redis-server lmdb-utils
+  # embedding service: HTTP on Boost.Beast (1.81 replaces Debian's default 1.74 dev headers), LibTorch adapter
+  libboost1.81-dev libtorch-dev
   # programs, tests, benchmarks
   nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev
   libmsgpack-dev libprotobuf-dev protobuf-compiler

@@ -20,13 +20,18 @@ function(jitembed_verify_headers name)
   endif()
 endfunction()
 
-# jitembed_component(<name> GLOBS <globs relative to include/> [LINK <targets>])
+# jitembed_component(<name> GLOBS <globs relative to include/> [EXCLUDE <regexes>] [LINK <targets>] [NOT_IN_UMBRELLA])
+# EXCLUDE drops globbed headers matching a regex (another component's files); NOT_IN_UMBRELLA keeps a heavy
+# component (torch) out of jitembed::jitembed's links, so only targets that ask for it link it.
 function(jitembed_component name)
-  cmake_parse_arguments(_c "" "" "GLOBS;LINK" ${ARGN})
+  cmake_parse_arguments(_c "NOT_IN_UMBRELLA" "" "GLOBS;LINK;EXCLUDE" ${ARGN})
   set(_files)
   foreach(_g IN LISTS _c_GLOBS)
     file(GLOB _found CONFIGURE_DEPENDS "${_inc}/jitembed/${_g}")
     list(APPEND _files ${_found})
+  endforeach()
+  foreach(_x IN LISTS _c_EXCLUDE)
+    list(FILTER _files EXCLUDE REGEX "${_x}")
   endforeach()
   add_library(jitembed_${name} INTERFACE)
   add_library(jitembed::${name} ALIAS jitembed_${name})
@@ -40,6 +45,9 @@ function(jitembed_component name)
     jitembed_verify_headers(${name} ${_files})
   endif()
   set_property(GLOBAL APPEND PROPERTY JITEMBED_ENABLED_COMPONENTS ${name})
+  if(_c_NOT_IN_UMBRELLA)
+    set_property(GLOBAL APPEND PROPERTY JITEMBED_NOT_IN_UMBRELLA ${name})
+  endif()
 endfunction()
 
 jitembed_component(core
@@ -55,6 +63,13 @@ jitembed_component(batching
 jitembed_component(kserve
   GLOBS net/kserve.hpp net/kserve/*.hpp net/kserve/detail/*.hpp
   LINK jitembed::core nlohmann_json::nlohmann_json)
+
+if(JITEMBED_WITH_HTTP)
+  # HTTP/1.1 server and client (Boost.Beast); message.hpp itself is Boost-free.
+  jitembed_component(http
+    GLOBS net/http.hpp net/http/*.hpp net/http/detail/*.hpp
+    LINK jitembed::core Boost::headers Threads::Threads)
+endif()
 
 if(JITEMBED_WITH_ZSTD)
   jitembed_component(zstd
@@ -94,7 +109,22 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   # Reference embedders (CPU) and the model concept; preprocess keys use cache/key.hpp.
   jitembed_component(models
     GLOBS models.hpp models/*.hpp models/detail/*.hpp
+    EXCLUDE "/models/(detail/)?torch[^/]*$"
     LINK jitembed::core jitembed::zstd jitembed::jpeg jitembed::video jitembed::cache)
+  if(JITEMBED_WITH_TORCH)
+    # LibTorch adapter (TorchScript / torch::nn modules as models). Heavy: not linked by the umbrella target.
+    jitembed_component(torch
+      GLOBS models/torch*.hpp models/detail/torch*.hpp
+      LINK jitembed::models ${TORCH_LIBRARIES}
+      NOT_IN_UMBRELLA)
+  endif()
+endif()
+
+if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
+  # The embedding service: model registry, per-model batchers, KServe v2 routes (HTTP-agnostic handler).
+  jitembed_component(server
+    GLOBS server.hpp server/*.hpp server/detail/*.hpp
+    LINK jitembed::kserve jitembed::batching jitembed::models jitembed::format)
 endif()
 
 if(JITEMBED_WITH_CUDA)
@@ -103,14 +133,21 @@ if(JITEMBED_WITH_CUDA)
     LINK jitembed::core CUDA::cudart)
   # .cuh headers need nvcc: installed with the component, compiled by the .cu tests, not verified by g++.
   file(GLOB _cuh CONFIGURE_DEPENDS "${_inc}/jitembed/cuda/*.cuh")
+  if(TARGET jitembed_models)
+    file(GLOB _models_cuh CONFIGURE_DEPENDS "${_inc}/jitembed/models/cuda/*.cuh")  # CUDA reference models
+    list(APPEND _cuh ${_models_cuh})
+  endif()
   target_sources(jitembed_cuda INTERFACE FILE_SET cuda_kernels TYPE HEADERS BASE_DIRS "${_inc}" FILES ${_cuh})
 endif()
 
 # Umbrella: everything that is enabled, plus the umbrella headers (which include what is available).
 get_property(_enabled GLOBAL PROPERTY JITEMBED_ENABLED_COMPONENTS)
 set(_links)
+get_property(_not_in_umbrella GLOBAL PROPERTY JITEMBED_NOT_IN_UMBRELLA)
 foreach(_c IN LISTS _enabled)
-  list(APPEND _links jitembed::${_c})
+  if(NOT _c IN_LIST _not_in_umbrella)
+    list(APPEND _links jitembed::${_c})
+  endif()
 endforeach()
 jitembed_component(jitembed GLOBS jitembed.hpp codec.hpp LINK ${_links})
 set(JITEMBED_ENABLED_COMPONENTS ${_enabled})

@@ -18,6 +18,9 @@
 #if defined(JITEMBED_HAS_KSERVE)
 #include "jitembed/net/kserve.hpp"
 #endif
+#if defined(JITEMBED_HAS_SERVER)
+#include "jitembed/server.hpp"
+#endif
 #if defined(JITEMBED_HAS_CUDA)
 #include "jitembed/cuda.hpp"
 #endif

@@ -1,0 +1,477 @@
+// bench_server: drives jitembed-server (spawned on a loopback port) with N client threads over keep-alive
+// HTTP (net::http::client), KServe v2 binary requests: per-request overhead at concurrency 1, and image-latent
+// throughput / p50 / p99 vs concurrency with dynamic batching on vs off; perf_analyzer as a second load
+// generator when one is found. Table + JSON lines via bench_util.hpp.
+//
+//   bench_server [--server PATH] [--perf-analyzer PATH] [--seconds S] [parts: overhead image perf_analyzer]
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "jitembed/codec/jpeg.hpp"
+#include "jitembed/net/http/client.hpp"
+#include "jitembed/net/kserve.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace jitembed;
+namespace http = jitembed::net::http;
+namespace kserve = jitembed::net::kserve;
+using clock_type = std::chrono::steady_clock;
+
+#ifndef JITEMBED_SERVER_PATH
+#define JITEMBED_SERVER_PATH ""
+#endif
+#ifndef JITEMBED_VENV_DIR
+#define JITEMBED_VENV_DIR ""
+#endif
+
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return 0;
+  }
+  const auto port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// A spawned process (posix_spawn), stdout+stderr to a log file; SIGTERM on stop().
+class child {
+ public:
+  child(const std::vector<std::string>& argv, const std::string& log, const std::map<std::string, std::string>& env = {}) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    std::vector<std::string> env_store;
+    for (char** e = environ; *e; ++e) {
+      std::string kv = *e;
+      const auto eq = kv.find('=');
+      if (eq != std::string::npos && env.count(kv.substr(0, eq))) continue;
+      env_store.push_back(kv);
+    }
+    for (const auto& [k, v] : env) env_store.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& s : env_store) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0].c_str(), &fa, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+  ~child() { stop(); }
+  bool started() const { return pid_ > 0; }
+  bool running() {
+    if (pid_ <= 0) return false;
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      status_ = st;
+      pid_ = -1;
+      return false;
+    }
+    return true;
+  }
+  // Waits for exit; returns the exit status (-1 if it did not exit normally).
+  int wait() {
+    if (pid_ > 0) {
+      int st = 0;
+      ::waitpid(pid_, &st, 0);
+      status_ = st;
+      pid_ = -1;
+    }
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+  }
+  int stop() {
+    if (pid_ > 0) ::kill(pid_, SIGTERM);
+    return wait();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = 0;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// jitembed-server on a free loopback port, ready when /v2/health/ready answers 200.
+class server_process {
+ public:
+  server_process(const std::string& binary, std::vector<std::string> args, const std::string& log) : log_(log) {
+    port_ = free_port();
+    std::vector<std::string> argv = {binary, "--host", "127.0.0.1", "--port", std::to_string(port_)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    proc_.emplace(argv, log);
+    http::client c("127.0.0.1", port_, http::client_options{});
+    const auto deadline = clock_type::now() + std::chrono::seconds(30);
+    while (clock_type::now() < deadline && proc_->running()) {
+      auto r = c.request("GET", "/v2/health/ready", {}, "");
+      if (r && r->status == 200) {
+        ready_ = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::fprintf(stderr, "bench_server: jitembed-server not ready; log %s:\n%s\n", log.c_str(), read_text(log).c_str());
+  }
+  bool ready() const { return ready_; }
+  std::uint16_t port() const { return port_; }
+  int stop() { return proc_ ? proc_->stop() : -1; }
+
+ private:
+  std::string log_;
+  std::uint16_t port_ = 0;
+  std::optional<child> proc_;
+  bool ready_ = false;
+};
+
+// One pre-encoded KServe v2 binary request (body + headers), reused by every client thread.
+struct prepared_request {
+  std::string target;
+  http::header_list headers;
+  std::string body;
+};
+
+prepared_request make_request(const std::string& model, const std::string& input, std::string_view element,
+                              const std::string& output) {
+  kserve::infer_request r;
+  r.model = model;
+  r.inputs.push_back(kserve::infer_tensor::from_strings(input, {1, 1}, {element}, true));
+  r.outputs.push_back(kserve::requested_output{output, true, {}});
+  auto m = kserve::encode_request(r).value();
+  prepared_request p;
+  p.target = "/v2/models/" + model + "/infer";
+  p.body = m.flatten();
+  p.headers.emplace_back("Content-Type", "application/octet-stream");
+  if (m.header_length) p.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*m.header_length));
+  return p;
+}
+
+struct load_result {
+  double seconds = 0;
+  std::size_t ok = 0, failed = 0;
+  double p50_us = 0, p99_us = 0, mean_us = 0;
+  std::string first_error;
+  double rps() const { return seconds > 0 ? static_cast<double>(ok) / seconds : 0; }
+};
+
+double percentile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  const auto k = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+// `concurrency` threads, each with its own keep-alive connection, send `req` back to back for `seconds`
+// (after a warm-up of 0.3 s whose requests are not counted).
+load_result drive(std::uint16_t port, const prepared_request& req, int concurrency, double seconds) {
+  std::atomic<int> phase{0};  // 0 warm-up, 1 measure, 2 stop
+  std::vector<std::vector<double>> lat(static_cast<std::size_t>(concurrency));
+  std::vector<std::size_t> failed(static_cast<std::size_t>(concurrency), 0);
+  std::vector<std::string> errors(static_cast<std::size_t>(concurrency));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < concurrency; ++t) {
+    threads.emplace_back([&, t] {
+      http::client_options o;
+      o.pool_size = 1;
+      http::client c("127.0.0.1", port, o);
+      auto& my = lat[static_cast<std::size_t>(t)];
+      my.reserve(1 << 16);
+      while (true) {
+        const int ph = phase.load(std::memory_order_relaxed);
+        if (ph == 2) break;
+        const auto t0 = clock_type::now();
+        auto r = c.request("POST", req.target, req.headers, req.body);
+        const auto t1 = clock_type::now();
+        if (ph != 1 || phase.load(std::memory_order_relaxed) != 1) continue;
+        if (r && r->status == 200) {
+          my.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        } else {
+          if (failed[static_cast<std::size_t>(t)]++ == 0)
+            errors[static_cast<std::size_t>(t)] = r ? ("HTTP " + std::to_string(r->status) + " " + r->body.substr(0, 200))
+                                                   : r.error().message;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  phase = 1;
+  const auto t0 = clock_type::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  phase = 2;
+  const auto t1 = clock_type::now();
+  for (auto& th : threads) th.join();
+  load_result res;
+  res.seconds = std::chrono::duration<double>(t1 - t0).count();
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  for (std::size_t i = 0; i < failed.size(); ++i) {
+    res.failed += failed[i];
+    if (res.first_error.empty() && !errors[i].empty()) res.first_error = errors[i];
+  }
+  res.ok = all.size();
+  double sum = 0;
+  for (double x : all) sum += x;
+  res.mean_us = all.empty() ? 0 : sum / static_cast<double>(all.size());
+  res.p50_us = percentile(all, 0.50);
+  res.p99_us = percentile(all, 0.99);
+  return res;
+}
+
+// A 256x256 JPEG of a gradient with noise (quality 90, 4:2:0).
+std::string make_jpeg_256() {
+  const std::int64_t dims[] = {256, 256, 3};
+  tensor img = tensor::empty(shape(dims), dtype::u8);
+  auto* p = img.data<std::uint8_t>();
+  std::uint32_t s = 12345;
+  for (int y = 0; y < 256; ++y)
+    for (int x = 0; x < 256; ++x) {
+      s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+      const int n = static_cast<int>(s % 24u) - 12;
+      p[(y * 256 + x) * 3 + 0] = static_cast<std::uint8_t>(std::clamp(x + n, 0, 255));
+      p[(y * 256 + x) * 3 + 1] = static_cast<std::uint8_t>(std::clamp(y - n, 0, 255));
+      p[(y * 256 + x) * 3 + 2] = static_cast<std::uint8_t>((x * 3 + y * 5) & 255);
+    }
+  auto jpg = codec::encode_jpeg(img, codec::jpeg_encode_options{}).value();
+  return std::string(reinterpret_cast<const char*>(jpg.data()), jpg.size());
+}
+
+struct perf_analyzer_tool {
+  std::string path;
+  std::map<std::string, std::string> env;
+};
+
+std::optional<perf_analyzer_tool> find_perf_analyzer(const std::string& explicit_path) {
+  std::vector<std::string> candidates;
+  if (!explicit_path.empty()) candidates.push_back(explicit_path);
+  if (const char* e = std::getenv("PERF_ANALYZER")) candidates.emplace_back(e);
+  const std::string venv = JITEMBED_VENV_DIR;
+  if (!venv.empty()) {
+    candidates.push_back(venv + "/bin/perf_analyzer");
+    candidates.push_back(venv + "/perf_analyzer/bin/perf_analyzer");
+  }
+  perf_analyzer_tool t;
+  if (!venv.empty()) {  // the tritonclient-2.47 binary needs libcudart.so.12 from nvidia-cuda-runtime-cu12
+    std::string ld = venv + "/lib/python3.11/site-packages/nvidia/cuda_runtime/lib";
+    if (const char* old = std::getenv("LD_LIBRARY_PATH")) ld += std::string(":") + old;
+    t.env["LD_LIBRARY_PATH"] = ld;
+  }
+  for (const auto& c : candidates) {
+    if (::access(c.c_str(), X_OK) != 0) continue;
+    const std::string log = "/tmp/bench_server_pa_version.log";
+    child p({c, "--version"}, log, t.env);
+    if (p.started() && p.wait() == 0 && read_text(log).find("Perf Analyzer Version") != std::string::npos) {
+      t.path = c;
+      return t;
+    }
+  }
+  return std::nullopt;
+}
+
+// Columns of a perf_analyzer -f CSV, one map per row.
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::vector<std::string> head;
+  std::vector<std::map<std::string, std::string>> rows;
+  auto split = [](const std::string& l) {
+    std::vector<std::string> out;
+    std::stringstream ss(l);
+    std::string x;
+    while (std::getline(ss, x, ',')) out.push_back(x);
+    return out;
+  };
+  if (!std::getline(f, line)) return rows;
+  head = split(line);
+  while (std::getline(f, line)) {
+    auto v = split(line);
+    if (v.size() != head.size()) continue;
+    std::map<std::string, std::string> row;
+    for (std::size_t i = 0; i < v.size(); ++i) row[head[i]] = v[i];
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string base64(const std::string& in) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
+                       static_cast<unsigned char>(in[i + 2]);
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += k[(v >> 6) & 63], out += k[v & 63];
+  }
+  if (i + 1 == in.size()) {
+    const unsigned v = static_cast<unsigned char>(in[i]) << 16;
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += "==";
+  } else if (i + 2 == in.size()) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += k[(v >> 6) & 63], out += "=";
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string server_bin = JITEMBED_SERVER_PATH, pa_path;
+  double seconds = 2.5;
+  std::vector<char*> parts = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--server" && i + 1 < argc) server_bin = argv[++i];
+    else if (a == "--perf-analyzer" && i + 1 < argc) pa_path = argv[++i];
+    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else parts.push_back(argv[i]);
+  }
+  const int pargc = static_cast<int>(parts.size());
+  if (server_bin.empty() || ::access(server_bin.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "bench_server: jitembed-server not found ('%s'); pass --server PATH\n", server_bin.c_str());
+    return 2;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  bench::reporter rep;
+  int rc = 0;
+
+  // 1. Per-request overhead: concurrency 1, no batching delay. There is no no-op model: text-embed shrunk
+  //    to D = 8, L = 8 with a 1-character text and only the pooled output stands in (a few µs of model time).
+  if (bench::wanted(pargc, parts.data(), "overhead")) {
+    server_process s(server_bin, {"--model", "text-embed:text_dim=8,text_max_length=8", "--max-queue-delay-us", "0"},
+                     "/tmp/bench_server_overhead.log");
+    if (!s.ready()) return 1;
+    const auto req = make_request("text-embed", "text", "x", "pooled");
+    const auto r = drive(s.port(), req, 1, seconds);
+    const nlohmann::json extra = {{"model", "text-embed D=8 L=8"}, {"text_bytes", 1}, {"concurrency", 1}, {"requests", r.ok},
+                                  {"failed", r.failed}, {"p99_us", r.p99_us}, {"target_max_us", 150},
+                                  {"meets_target", r.p50_us <= 150.0}};
+    rep.add("server/overhead text-embed 1B c=1", "p50_us", r.p50_us, "us", extra);
+    rep.add("server/overhead text-embed 1B c=1", "req_per_s", r.rps(), "req/s", {{"p99_us", r.p99_us}});
+    if (r.failed) std::fprintf(stderr, "overhead: %zu failed requests, first: %s\n", r.failed, r.first_error.c_str()), rc = 1;
+    s.stop();
+  }
+
+  // 2. image-latent on 256-px JPEGs, dynamic batching on (max_batch 32, delay 2 ms) vs off (max_batch 1).
+  const std::string jpeg = make_jpeg_256();
+  const std::vector<int> levels = {1, 8, 32};
+  struct mode {
+    const char* name;
+    std::vector<std::string> args;
+  };
+  const std::vector<mode> modes = {
+      {"batching_on", {"--model", "image-latent", "--max-batch", "32", "--max-queue-delay-us", "2000"}},
+      {"batching_off", {"--model", "image-latent", "--max-batch", "1", "--max-queue-delay-us", "0"}}};
+  std::map<std::string, std::map<int, load_result>> image;
+  if (bench::wanted(pargc, parts.data(), "image")) {
+    const auto req = make_request("image-latent", "image", jpeg, "latent");
+    for (const auto& m : modes) {
+      server_process s(server_bin, m.args, std::string("/tmp/bench_server_") + m.name + ".log");
+      if (!s.ready()) return 1;
+      for (int c : levels) {
+        const auto r = drive(s.port(), req, c, seconds);
+        image[m.name][c] = r;
+        rep.add(std::string("server/image-latent 256px ") + m.name + " c=" + std::to_string(c), "req_per_s", r.rps(),
+                "req/s", {{"p50_us", r.p50_us}, {"p99_us", r.p99_us}, {"requests", r.ok}, {"failed", r.failed},
+                          {"jpeg_bytes", jpeg.size()}});
+        if (r.failed) std::fprintf(stderr, "%s c=%d: %zu failed, first: %s\n", m.name, c, r.failed, r.first_error.c_str()), rc = 1;
+      }
+      s.stop();
+    }
+    for (int c : levels) {
+      const double off = image["batching_off"][c].rps();
+      const double ratio = off > 0 ? image["batching_on"][c].rps() / off : 0;
+      rep.add("server/image-latent batching on/off c=" + std::to_string(c), "ratio", ratio, "x", {{"concurrency", c}},
+              c == 32 ? 4.0 : 0.0);
+    }
+  }
+
+  // 3. perf_analyzer as the load generator (same servers, concurrency 1, 8, 32).
+  if (bench::wanted(pargc, parts.data(), "perf_analyzer")) {
+    const auto pa = find_perf_analyzer(pa_path);
+    if (!pa) {
+      std::fprintf(stderr, "bench_server: perf_analyzer not found (scripts/install-deps.sh); skipping that part\n");
+    } else {
+      const std::string data_path = "/tmp/bench_server_pa_image.json";
+      {
+        std::ofstream f(data_path);
+        // perf_analyzer takes "b64" as the tensor's serialized bytes: uint32-LE length + the JPEG.
+        std::string element(4, '\0');
+        const auto n = static_cast<std::uint32_t>(jpeg.size());
+        for (int b = 0; b < 4; ++b) element[static_cast<std::size_t>(b)] = static_cast<char>((n >> (8 * b)) & 0xff);
+        element += jpeg;
+        nlohmann::json item, doc;
+        item["image"]["b64"] = base64(element);
+        doc["data"] = nlohmann::json::array({item});
+        f << doc.dump();
+      }
+      std::map<std::string, double> at32;
+      for (const auto& m : modes) {
+        server_process s(server_bin, m.args, std::string("/tmp/bench_server_pa_") + m.name + ".log");
+        if (!s.ready()) return 1;
+        const std::string csv = std::string("/tmp/bench_server_pa_") + m.name + ".csv";
+        const std::string log = std::string("/tmp/bench_server_pa_") + m.name + ".out";
+        const int ms = static_cast<int>(seconds * 1000);  // perf_analyzer: 3 trials of half that each
+        child p({pa->path, "-m", "image-latent", "-u", "127.0.0.1:" + std::to_string(s.port()), "-i", "http",
+                 "--concurrency-range", "1:32:31", "--input-data", data_path, "--measurement-interval",
+                 std::to_string(std::max(500, ms / 2)), "--max-trials", "3", "--stability-percentage", "999", "-f", csv},
+                log, pa->env);
+        const int prc = p.wait();
+        s.stop();
+        if (prc != 0) {
+          std::fprintf(stderr, "perf_analyzer (%s) exit %d:\n%s\n", m.name, prc, read_text(log).c_str());
+          rc = 1;
+          continue;
+        }
+        for (auto& row : read_csv(csv)) {
+          const int c = std::atoi(row["Concurrency"].c_str());
+          const double ips = std::atof(row["Inferences/Second"].c_str());
+          if (c == 32) at32[m.name] = ips;
+          rep.add(std::string("perf_analyzer/image-latent 256px ") + m.name + " c=" + std::to_string(c), "req_per_s",
+                  ips, "req/s", {{"p50_us", std::atof(row["p50 latency"].c_str())}, {"p99_us", std::atof(row["p99 latency"].c_str())}});
+        }
+      }
+      if (at32["batching_off"] > 0)
+        rep.add("perf_analyzer/image-latent batching on/off c=32", "ratio", at32["batching_on"] / at32["batching_off"], "x",
+                {{"concurrency", 32}}, 4.0);
+    }
+  }
+
+  rep.print();
+  return rc;
+}

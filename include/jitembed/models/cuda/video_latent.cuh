@@ -1,0 +1,83 @@
+// cuda_video_latent: video-latent computed on a CUDA device (per-frame latents + 4x temporal pooling).
+// Same name, version, preprocessing and outputs as models::video_latent; include it from a .cu file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "jitembed/cuda/buffer.hpp"
+#include "jitembed/cuda/pinned_pool.hpp"
+#include "jitembed/models/cuda/kernels.cuh"
+#include "jitembed/models/cuda/staging.cuh"
+#include "jitembed/models/model.hpp"
+#include "jitembed/models/video_latent.hpp"
+
+namespace jitembed::models {
+
+// Models models::model; run() is CPU tensors in, CPU tensors out, as for cuda_image_latent.
+class cuda_video_latent {
+ public:
+  explicit cuda_video_latent(const video_latent_options& opts = {}, int device_ordinal = 0)
+      : cpu_(opts), ordinal_(device_ordinal), pool_(cuda::pinned_pool::create(std::size_t{512} << 20)) {
+    detail::check_cuda_device(kName, device_ordinal).value();
+  }
+  static result<cuda_video_latent> create(const video_latent_options& opts = {}, int device_ordinal = 0) try {
+    return cuda_video_latent(opts, device_ordinal);
+  } catch (const error& e) {
+    return fail(e.code(), e.message());
+  }
+
+  static constexpr std::string_view kName = video_latent::kName;
+  std::string_view name() const noexcept { return kName; }
+  std::string_view version() const noexcept { return cpu_.version(); }
+  std::string_view preprocess_key() const noexcept { return cpu_.preprocess_key(); }
+  modality input_modality() const noexcept { return modality::video; }
+  std::span<const tensor_meta> inputs() const noexcept { return cpu_.inputs(); }
+  std::span<const tensor_meta> outputs() const noexcept { return cpu_.outputs(); }
+  std::size_t max_batch_size() const noexcept { return cpu_.max_batch_size(); }
+  device dev() const noexcept { return device::cuda(ordinal_); }
+  const video_latent_options& options() const noexcept { return cpu_.options(); }
+  const video_latent& reference() const noexcept { return cpu_; }
+
+  result<tensor> preprocess(bytes_view video, const decode_limits& limits) const { return cpu_.preprocess(video, limits); }
+
+  result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
+    JITEMBED_TRY(detail::check_batch(kName, batch, max_batch_size(), inputs()[0]));
+    if (batch.empty()) return std::vector<named_tensors>{};
+    return detail::run_catching(kName, [&]() -> result<std::vector<named_tensors>> {
+      const auto n = static_cast<std::int64_t>(batch.size());
+      const std::int64_t t = cpu_.options().frames, b = cpu_.options().bucket;
+      const dtype out_type = cpu_.options().output_dtype;
+      const shape item_out{4, t / video_latent::kTemporalPool, b / 8, b / 8};
+      detail::device_guard guard(ordinal_);
+      tensor staged_in = pool_->acquire({n, t, b, b, 3}, dtype::u8);
+      tensor staged_out = pool_->acquire({n, 4, t / video_latent::kTemporalPool, b / 8, b / 8}, out_type);
+      cuda::stream s;
+      detail::sync_on_exit wait(s);
+      tensor d_in = cuda::empty_device(staged_in.shape(), dtype::u8, s, ordinal_);
+      tensor d_scratch = cuda::empty_device({n, t, 4, b / 8, b / 8}, dtype::f32, s, ordinal_);
+      tensor d_out = cuda::empty_device(staged_out.shape(), out_type, s, ordinal_);
+      detail::stage_items(batch, staged_in);
+      cuda::copy_async(d_in, staged_in, s);
+      video_latent_cuda(d_in, d_out, d_scratch, s);
+      cuda::copy_async(staged_out, d_out, s);
+      s.synchronize();
+      std::vector<named_tensors> out(batch.size());
+      for (std::size_t i = 0; i < batch.size(); ++i) out[i].emplace_back("latent", detail::item_of(staged_out, i, item_out));
+      return out;
+    });
+  }
+
+ private:
+  video_latent cpu_;
+  int ordinal_;
+  std::shared_ptr<cuda::pinned_pool> pool_;
+};
+
+static_assert(model<cuda_video_latent>);
+
+}  // namespace jitembed::models

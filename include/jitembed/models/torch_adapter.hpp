@@ -1,0 +1,320 @@
+// LibTorch adapter: a TorchScript module (torch::jit) or a C++ torch::nn module as a models::model, so a
+// real VAE / CLIP / T5 plugs into the service, the cache and the precompute tool (component jitembed::torch).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/pimpl.h>
+#include <torch/script.h>
+#include <torch/version.h>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "jitembed/cache/key.hpp"
+#include "jitembed/codec/jpeg.hpp"
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/limits.hpp"
+#include "jitembed/core/tensor.hpp"
+#include "jitembed/models/detail/kernels.hpp"
+#include "jitembed/models/detail/torch_convert.hpp"
+#include "jitembed/models/model.hpp"
+
+namespace jitembed::models {
+
+// What a wrapped module is and how it is fed. Metadata is the user's: LibTorch modules do not describe
+// their inputs and outputs.
+struct torch_model_options {
+  std::string name;                        // model name (part of every cache key); required
+  std::string version;                     // the user's version ("sd-vae-ft-mse@1"): change it when the code
+                                           // or batch_transform changes; weights are fingerprinted anyway
+  modality input_modality = modality::image;
+  // One preprocessed item, e.g. {"image", u8, {256, 256, 3}}; -1 marks an extent that may vary between
+  // batches (the items of one batch must agree). run() stacks N items into [N, ...] for forward.
+  tensor_meta input{"image", dtype::u8, {256, 256, 3}};
+  // One item's outputs, in the order forward returns them: a Tensor fills the single output, a tuple or
+  // list fills them by position, a Dict[str, Tensor] by name. forward's [N, ...] results are cast to
+  // these dtypes and must have these shapes after the batch dim.
+  std::vector<tensor_meta> outputs;
+  std::size_t max_batch_size = 16;  // >= 1
+  device dev = device::cpu();       // the module is moved there at creation; CUDA needs a CUDA LibTorch
+  bool outputs_to_cpu = true;       // copy CUDA outputs back to host memory
+  bool hash_parameters = true;      // fingerprint parameters and buffers into version() (one pass at creation)
+  // [N, input...] on dev -> the argument forward takes (e.g. torch_image_to_nchw_signed). Null: as is.
+  std::function<torch::Tensor(const torch::Tensor&)> batch_transform;
+  // Raw field bytes -> one item's input; safe to call from several threads. Null: for image models the
+  // reference preprocessing (JPEG -> RGB u8 [H, W, 3], stretched to input.shape exactly as image-latent
+  // does); for other modalities preprocess() fails with errc::invalid_argument (run() still works).
+  std::function<result<tensor>(bytes_view, const decode_limits&)> preprocess;
+  std::string preprocess_key;  // every parameter of `preprocess` (cache::preprocess_params::str()); required with it
+};
+
+// [N, H, W, 3] u8 -> contiguous [N, 3, H, W] f32 in [0, 1].
+inline torch::Tensor torch_image_to_nchw_unit(const torch::Tensor& x) {
+  return x.permute({0, 3, 1, 2}).to(torch::kFloat).div_(255.f).contiguous();
+}
+// [N, H, W, 3] u8 -> contiguous [N, 3, H, W] f32 in [-1, 1] (what Stable Diffusion's VAE takes).
+inline torch::Tensor torch_image_to_nchw_signed(const torch::Tensor& x) {
+  return x.permute({0, 3, 1, 2}).to(torch::kFloat).div_(127.5f).sub_(1.f).contiguous();
+}
+
+namespace detail {
+
+// The module behind a torch_model, type-erased. forward() may throw (c10::Error); it runs concurrently.
+struct torch_backend {
+  virtual ~torch_backend() = default;
+  virtual c10::IValue forward(torch::Tensor x) const = 0;
+  virtual named_torch_tensors state() const = 0;  // parameters, then buffers, recursively
+  virtual void prepare(c10::Device dev) = 0;      // eval mode, moved to dev
+};
+
+struct torch_script_backend final : torch_backend {
+  explicit torch_script_backend(torch::jit::Module mod) : m(std::move(mod)) {}
+  c10::IValue forward(torch::Tensor x) const override { return m.forward({std::move(x)}); }
+  named_torch_tensors state() const override {
+    named_torch_tensors r;
+    for (const auto& p : m.named_parameters(true)) r.emplace_back(p.name, p.value);
+    for (const auto& b : m.named_buffers(true)) r.emplace_back("buffer:" + b.name, b.value);
+    return r;
+  }
+  void prepare(c10::Device dev) override {
+    m.eval();
+    m.to(dev);
+  }
+  mutable torch::jit::Module m;  // a handle; its forward is not const but is safe to run concurrently
+};
+
+inline named_torch_tensors nn_state(const torch::nn::Module& m) {
+  named_torch_tensors r;
+  for (const auto& p : m.named_parameters(true)) r.emplace_back(p.key(), p.value());
+  for (const auto& b : m.named_buffers(true)) r.emplace_back("buffer:" + b.key(), b.value());
+  return r;
+}
+
+// forward's C++ result -> IValue (Tensor, std::tuple of Tensors, std::vector<Tensor>, map of name -> Tensor).
+template <class T>
+c10::IValue to_ivalue(T&& v) {
+  return c10::IValue(std::forward<T>(v));
+}
+
+template <class M>
+struct torch_nn_backend final : torch_backend {
+  explicit torch_nn_backend(std::shared_ptr<M> mod) : m(std::move(mod)) {}
+  c10::IValue forward(torch::Tensor x) const override { return to_ivalue(m->forward(std::move(x))); }
+  named_torch_tensors state() const override { return nn_state(*m); }
+  void prepare(c10::Device dev) override {
+    m->eval();
+    m->to(dev);
+  }
+  std::shared_ptr<M> m;
+};
+
+struct torch_any_backend final : torch_backend {
+  explicit torch_any_backend(torch::nn::AnyModule mod) : m(std::move(mod)) {}
+  c10::IValue forward(torch::Tensor x) const override { return c10::IValue(m.forward(std::move(x))); }
+  named_torch_tensors state() const override { return nn_state(*m.ptr()); }
+  void prepare(c10::Device dev) override {
+    m.ptr()->eval();
+    m.ptr()->to(dev);
+  }
+  mutable torch::nn::AnyModule m;
+};
+
+}  // namespace detail
+
+// A LibTorch module as a models::model. Cheap to copy (copies share the module). run() stacks the items
+// into one [N, ...] tensor (one copy per item), applies batch_transform, runs forward under
+// c10::InferenceMode and hands each item views of the output tensors (zero-copy through DLPack; the views
+// keep the torch tensors alive). Exceptions from LibTorch never leave run() or preprocess(): a failing
+// forward is errc::internal with LibTorch's message.
+//
+// Only load TorchScript files you trust: a TorchScript archive is code.
+class torch_model {
+ public:
+  // A TorchScript module (e.g. torch::jit::load's result, or one defined in C++ with define()).
+  static result<torch_model> from_script(torch::jit::Module m, torch_model_options o) {
+    return create(std::make_shared<detail::torch_script_backend>(std::move(m)), std::move(o));
+  }
+  // torch::jit::load(file): errc::not_found when the file does not exist, errc::decode_failed when LibTorch
+  // rejects it.
+  static result<torch_model> load(const std::filesystem::path& file, torch_model_options o) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec))
+      return fail(errc::not_found, "torch_model '" + o.name + "': no TorchScript file " + file.string());
+    try {
+      return from_script(torch::jit::load(file.string(), c10::Device(c10::DeviceType::CPU)), std::move(o));
+    } catch (const std::exception& e) {
+      return fail(errc::decode_failed, "torch_model '" + o.name + "': cannot load " + file.string() + ": " + detail::torch_what(e));
+    }
+  }
+  // A C++ torch::nn module whose forward takes one Tensor and returns a Tensor, a std::tuple of Tensors,
+  // a std::vector<Tensor> or a std::unordered_map<std::string, Tensor>.
+  template <class M>
+    requires std::derived_from<M, torch::nn::Module> && requires(M& m, torch::Tensor x) { m.forward(x); }
+  static result<torch_model> from_module(std::shared_ptr<M> m, torch_model_options o) {
+    if (!m) return fail(errc::invalid_argument, "torch_model '" + o.name + "': null module");
+    return create(std::make_shared<detail::torch_nn_backend<M>>(std::move(m)), std::move(o));
+  }
+  template <class Impl>
+  static result<torch_model> from_module(const torch::nn::ModuleHolder<Impl>& m, torch_model_options o) {
+    if (m.is_empty()) return fail(errc::invalid_argument, "torch_model '" + o.name + "': empty module holder");
+    return from_module(m.ptr(), std::move(o));
+  }
+  // A torch::nn::AnyModule whose forward takes one Tensor and returns a Tensor.
+  static result<torch_model> from_any(torch::nn::AnyModule m, torch_model_options o) {
+    if (m.is_empty()) return fail(errc::invalid_argument, "torch_model '" + o.name + "': empty AnyModule");
+    return create(std::make_shared<detail::torch_any_backend>(std::move(m)), std::move(o));
+  }
+
+  std::string_view name() const noexcept { return s_->opts.name; }
+  // preprocess_params string: user version, parameter hash, LibTorch version, declared outputs.
+  std::string_view version() const noexcept { return s_->version; }
+  std::string_view preprocess_key() const noexcept { return s_->preprocess_key; }
+  modality input_modality() const noexcept { return s_->opts.input_modality; }
+  std::span<const tensor_meta> inputs() const noexcept { return {&s_->opts.input, 1}; }
+  std::span<const tensor_meta> outputs() const noexcept { return s_->opts.outputs; }
+  std::size_t max_batch_size() const noexcept { return s_->opts.max_batch_size; }
+  device dev() const noexcept { return s_->opts.dev; }
+  const torch_model_options& options() const noexcept { return s_->opts; }
+  // XXH3-128 hex of the parameters and buffers ("" with hash_parameters off).
+  std::string_view parameter_hash() const noexcept { return s_->param_hash; }
+
+  result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const {
+    const auto& o = s_->opts;
+    if (o.preprocess) {
+      try {
+        return o.preprocess(raw, limits);
+      } catch (const error& e) {
+        return fail(e.code(), o.name + ": " + e.message());
+      } catch (const std::exception& e) {
+        return fail(errc::internal, o.name + ": preprocess threw: " + detail::torch_what(e));
+      }
+    }
+    if (o.input_modality != modality::image)
+      return fail(errc::invalid_argument, o.name + ": no preprocess for " + std::string(to_string(o.input_modality)) +
+                                              " input (set torch_model_options::preprocess)");
+    codec::jpeg_decode_options jo;
+    jo.target_height = static_cast<int>(o.input.shape[0]);
+    jo.target_width = static_cast<int>(o.input.shape[1]);
+    auto t = codec::decode_jpeg(raw, jo, limits);
+    if (!t) return fail(t.code(), o.name + ": " + t.error().message);
+    return t;
+  }
+
+  result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
+    const auto& o = s_->opts;
+    JITEMBED_TRY(detail::check_batch(o.name, batch, o.max_batch_size, o.input));
+    std::vector<named_tensors> out(batch.size());
+    if (batch.empty()) return out;
+    try {
+      c10::InferenceMode guard;
+      auto x = detail::stack_items(o.name, batch, o.input, s_->torch_dev);
+      if (!x) return x.error();
+      torch::Tensor arg = o.batch_transform ? o.batch_transform(*x) : std::move(*x);
+      const c10::IValue y = s_->backend->forward(std::move(arg));
+      auto ys = detail::unpack_outputs(o.name, y, o.outputs);
+      if (!ys) return ys.error();
+      for (std::size_t k = 0; k < ys->size(); ++k) {
+        auto items = detail::split_output(o.name, std::move((*ys)[k]), o.outputs[k], batch.size(), o.outputs_to_cpu);
+        if (!items) return items.error();
+        for (std::size_t i = 0; i < batch.size(); ++i) out[i].emplace_back(o.outputs[k].name, std::move((*items)[i]));
+      }
+    } catch (const error& e) {
+      return fail(e.code(), o.name + ": " + e.message());
+    } catch (const std::exception& e) {
+      return fail(errc::internal, o.name + ": forward failed: " + detail::torch_what(e));
+    }
+    return out;
+  }
+
+ private:
+  struct state {
+    torch_model_options opts;
+    std::shared_ptr<detail::torch_backend> backend;
+    c10::Device torch_dev{c10::DeviceType::CPU};
+    std::string version, preprocess_key, param_hash;
+  };
+
+  static result<void> check_meta(const std::string& who, const tensor_meta& m, bool item_input) {
+    if (m.name.empty()) return fail(errc::invalid_argument, who + ": a tensor_meta has an empty name");
+    if (m.shape.size() + 1 > kMaxDims)
+      return fail(errc::invalid_argument, who + ": '" + m.name + "' rank " + std::to_string(m.shape.size()) + " > " +
+                                              std::to_string(kMaxDims - 1) + " (the batch dim is added)");
+    for (auto d : m.shape)
+      if (d < -1 || (item_input && d == 0))
+        return fail(errc::invalid_argument, who + ": '" + m.name + "' has extent " + std::to_string(d));
+    if (element_size(m.type) == 0) return fail(errc::invalid_argument, who + ": '" + m.name + "' has an invalid dtype");
+    return {};
+  }
+
+  static result<torch_model> create(std::shared_ptr<detail::torch_backend> backend, torch_model_options o) {
+    const std::string who = "torch_model '" + o.name + "'";
+    if (o.name.empty()) return fail(errc::invalid_argument, "torch_model: empty name");
+    if (o.max_batch_size < 1) return fail(errc::invalid_argument, who + ": max_batch_size 0");
+    JITEMBED_TRY(check_meta(who, o.input, true));
+    if (o.outputs.empty()) return fail(errc::invalid_argument, who + ": no outputs declared");
+    std::set<std::string> names;
+    for (const auto& m : o.outputs) {
+      JITEMBED_TRY(check_meta(who, m, false));
+      if (!names.insert(m.name).second) return fail(errc::invalid_argument, who + ": output '" + m.name + "' declared twice");
+    }
+    auto s = std::make_shared<state>();
+    if (o.preprocess) {
+      if (o.preprocess_key.empty())
+        return fail(errc::invalid_argument, who + ": preprocess is set but preprocess_key is empty");
+      s->preprocess_key = o.preprocess_key;
+    } else if (o.input_modality == modality::image) {
+      const auto& sh = o.input.shape;
+      if (o.input.type != dtype::u8 || sh.size() != 3 || sh[2] != 3 || sh[0] < 1 || sh[1] < 1 || sh[0] > 65535 ||
+          sh[1] > 65535)
+        return fail(errc::invalid_argument, who + ": the reference image preprocessing makes u8 [H, W, 3], input '" +
+                                                o.input.name + "' is " + std::string(to_string(o.input.type)) +
+                                                detail::shape_string(sh) + " (set preprocess)");
+      cache::preprocess_params p;
+      if (sh[0] == sh[1]) {
+        p.set("bucket", sh[0]);
+      } else {
+        p.set("bucket", {sh[0], sh[1]});
+      }
+      s->preprocess_key = p.set("decode", "turbojpeg-rgb-strict").set("resize", "dct-pow2+bilinear-aa-stretch").str();
+    } else {
+      s->preprocess_key = cache::preprocess_params{}.set("preprocess", "none").str();
+    }
+    try {
+      if (o.hash_parameters) s->param_hash = detail::hash_named_tensors(backend->state());
+      s->torch_dev = detail::to_torch_device(o.dev);
+      backend->prepare(s->torch_dev);
+    } catch (const std::exception& e) {
+      return fail(errc::invalid_argument, who + ": cannot prepare the module: " + detail::torch_what(e));
+    }
+    std::string outs;
+    for (const auto& m : o.outputs)
+      outs += (outs.empty() ? "" : ",") + m.name + ":" + std::string(to_string(m.type)) + detail::shape_string(m.shape);
+    cache::preprocess_params v;
+    v.set("user", o.version).set("torch", TORCH_VERSION).set("outputs", outs);
+    if (!s->param_hash.empty()) v.set("params", s->param_hash);
+    s->version = v.str();
+    s->backend = std::move(backend);
+    s->opts = std::move(o);
+    return torch_model(std::move(s));
+  }
+
+  explicit torch_model(std::shared_ptr<const state> s) : s_(std::move(s)) {}
+  std::shared_ptr<const state> s_;
+};
+
+static_assert(model<torch_model>);
+
+}  // namespace jitembed::models

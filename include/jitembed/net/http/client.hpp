@@ -1,0 +1,252 @@
+// Synchronous, thread-safe HTTP/1.1 client on Boost.Beast with a pool of keep-alive connections,
+// connect/exchange timeouts and a response size limit.
+#pragma once
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "jitembed/core/error.hpp"
+#include "jitembed/net/http/detail/wire.hpp"
+#include "jitembed/net/http/message.hpp"
+#include "jitembed/net/http/options.hpp"
+
+namespace jitembed::net::http {
+
+namespace detail {
+
+// One pooled connection. Beast's timeouts only apply to asynchronous operations, so each connection owns
+// a private io_context and runs it until the one pending operation completes: synchronous with deadlines.
+struct client_connection {
+  boost::asio::io_context ioc{1};
+  boost::beast::tcp_stream stream{ioc};
+  boost::beast::flat_buffer buffer;
+
+  // Runs the io_context until the operation started by `start(handler)` completes.
+  template <class Start>
+  boost::system::error_code run(Start&& start) {
+    boost::system::error_code result = boost::asio::error::would_block;
+    start([&result](boost::system::error_code ec, auto&&...) { result = ec; });
+    ioc.restart();
+    ioc.run();
+    return result;
+  }
+};
+
+}  // namespace detail
+
+class client {
+ public:
+  client(std::string host, std::uint16_t port, client_options opts = {})
+      : host_(std::move(host)), port_(port), opts_(opts) {}
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
+
+  // Sends `method target` with `body` followed by `pieces` (gathered, not copied) and reads the whole
+  // response. Content-Length and Host are set here (Content-Length/Connection/Transfer-Encoding in
+  // `headers` are rejected). A pooled connection the server closed meanwhile is replaced once.
+  // Errors: invalid_argument (bad method/target/field), io_error (connect, reset, timeouts),
+  // limit_exceeded (response over max_header_bytes / max_response_bytes), corrupt_data (bad response).
+  result<response> request(std::string method, std::string target, header_list headers = {}, std::string body = {},
+                           std::span<const bytes_view> pieces = {}) {
+    if (!detail::is_token(method)) return fail(errc::invalid_argument, "http client: invalid method '" + method + "'");
+    if (!detail::is_safe_target(target))
+      return fail(errc::invalid_argument, "http client: invalid request target '" + target + "'");
+    bool has_host = false;
+    for (const auto& [k, v] : headers) {
+      if (!detail::is_token(k) || !detail::is_safe_value(v))
+        return fail(errc::invalid_argument, "http client: invalid header field '" + k + "'");
+      if (detail::is_framing_field(k))
+        return fail(errc::invalid_argument, "http client: header '" + k + "' is set by the client itself");
+      has_host = has_host || detail::iequals(k, "host");
+    }
+    std::size_t length = body.size();
+    for (auto p : pieces) length += p.size();
+
+    std::string head;
+    head.reserve(128 + headers.size() * 48);
+    head.append(method).append(" ").append(target).append(" HTTP/1.1\r\n");
+    if (!has_host) detail::append_field(head, "Host", host_ + ":" + std::to_string(port_));
+    for (const auto& [k, v] : headers) detail::append_field(head, k, v);
+    if (length > 0 || !(method == "GET" || method == "HEAD" || method == "DELETE" || method == "OPTIONS"))
+      detail::append_field(head, "Content-Length", std::to_string(length));
+    head.append("\r\n");
+    std::vector<boost::asio::const_buffer> bufs;
+    detail::gather(bufs, head, body, pieces);
+    const bool head_only = method == "HEAD";
+
+    for (int attempt = 0;; ++attempt) {
+      auto conn = attempt == 0 ? take_pooled() : nullptr;  // the retry uses a fresh connection
+      const bool reused = conn != nullptr;
+      if (!conn) {
+        auto fresh = connect();
+        if (!fresh) return std::move(fresh).error();
+        conn = std::move(*fresh);
+      }
+      bool stale = false, keep = false;
+      auto r = exchange(*conn, bufs, head_only, method, target, stale, keep);
+      if (r) {
+        if (keep) give_back(std::move(conn));
+        return r;
+      }
+      if (stale && reused && attempt == 0) continue;  // the server closed an idle connection: reconnect once
+      return r;
+    }
+  }
+
+  result<response> get(std::string target, header_list headers = {}) {
+    return request("GET", std::move(target), std::move(headers));
+  }
+  result<response> post(std::string target, std::string body, header_list headers = {}) {
+    return request("POST", std::move(target), std::move(headers), std::move(body));
+  }
+
+  std::size_t idle_connections() const {
+    std::lock_guard lk(mu_);
+    return pool_.size();
+  }
+  // Connections opened so far (keep-alive reuse keeps this low).
+  std::uint64_t connections_opened() const noexcept { return opened_.load(std::memory_order_relaxed); }
+
+ private:
+  using conn_ptr = std::unique_ptr<detail::client_connection>;
+
+  conn_ptr take_pooled() {
+    std::lock_guard lk(mu_);
+    if (pool_.empty()) return nullptr;
+    auto c = std::move(pool_.back());
+    pool_.pop_back();
+    return c;
+  }
+  void give_back(conn_ptr c) {
+    std::lock_guard lk(mu_);
+    if (pool_.size() < opts_.pool_size) pool_.push_back(std::move(c));
+  }
+
+  std::string where() const { return host_ + ":" + std::to_string(port_); }
+
+  result<conn_ptr> connect() {
+    namespace asio = boost::asio;
+    using tcp = asio::ip::tcp;
+    auto conn = std::make_unique<detail::client_connection>();
+    boost::system::error_code ec;
+    std::vector<tcp::endpoint> eps;
+    {
+      std::lock_guard lk(mu_);
+      eps = endpoints_;
+    }
+    if (eps.empty()) {
+      const auto addr = asio::ip::make_address(host_, ec);
+      if (!ec) {
+        eps.emplace_back(addr, port_);
+      } else {
+        tcp::resolver resolver(conn->ioc);
+        auto results = resolver.resolve(host_, std::to_string(port_), ec);
+        if (ec || results.empty())
+          return fail(errc::io_error, "http client: cannot resolve '" + host_ + "': " + ec.message());
+        for (const auto& e : results) eps.push_back(e.endpoint());
+      }
+      std::lock_guard lk(mu_);
+      endpoints_ = eps;
+    }
+    conn->stream.expires_after(opts_.connect_timeout);
+    ec = conn->run([&](auto handler) { conn->stream.async_connect(eps, std::move(handler)); });
+    if (ec == boost::beast::error::timeout)
+      return fail(errc::io_error, "http client: connect to " + where() + " timed out after " +
+                                      std::to_string(opts_.connect_timeout.count()) + " ms");
+    if (ec) return fail(errc::io_error, "http client: cannot connect to " + where() + ": " + ec.message());
+    conn->stream.socket().set_option(tcp::no_delay(true), ec);
+    opened_.fetch_add(1, std::memory_order_relaxed);
+    return conn;
+  }
+
+  result<response> exchange(detail::client_connection& c, const std::vector<boost::asio::const_buffer>& bufs,
+                            bool head_only, const std::string& method, const std::string& target, bool& stale, bool& keep) {
+    namespace bhttp = boost::beast::http;
+    keep = false;
+    const auto what = [&] { return method + " " + target + " on " + where(); };
+    const auto timed_out = [&] {
+      return fail(errc::io_error, "http client: timed out after " + std::to_string(opts_.io_timeout.count()) +
+                                      " ms waiting for " + what());
+    };
+    c.stream.expires_after(opts_.io_timeout);  // one deadline for the whole exchange
+    auto ec = c.run([&](auto handler) { boost::asio::async_write(c.stream, bufs, std::move(handler)); });
+    if (ec == boost::beast::error::timeout) return timed_out();
+    if (ec) {
+      stale = true;
+      return fail(errc::io_error, "http client: sending " + what() + " failed: " + ec.message());
+    }
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(opts_.max_header_bytes, 0xffffffffu)));
+    parser.body_limit(opts_.max_response_bytes);
+    if (head_only) parser.skip(true);
+    // Header first, so a declared Content-Length over the limit fails before any body byte is buffered
+    // (body_limit alone then still bounds chunked bodies).
+    ec = c.run([&](auto handler) { bhttp::async_read_header(c.stream, c.buffer, parser, std::move(handler)); });
+    if (!ec) {
+      if (auto cl = parser.content_length(); cl && *cl > opts_.max_response_bytes && !head_only) {
+        ec = bhttp::error::body_limit;
+      } else if (!parser.is_done()) {
+        ec = c.run([&](auto handler) { bhttp::async_read(c.stream, c.buffer, parser, std::move(handler)); });
+      }
+    }
+    c.stream.expires_never();
+    if (ec == boost::beast::error::timeout) return timed_out();
+    if (ec == bhttp::error::end_of_stream || ec == boost::asio::error::connection_reset ||
+        ec == boost::asio::error::eof) {
+      stale = true;
+      return fail(errc::io_error, "http client: connection closed before a response to " + what() + ": " +
+                                      ec.message());
+    }
+    if (ec == bhttp::error::body_limit)
+      return fail(errc::limit_exceeded, "http client: response body of " + what() + " exceeds max_response_bytes " +
+                                            std::to_string(opts_.max_response_bytes));
+    if (ec == bhttp::error::header_limit)
+      return fail(errc::limit_exceeded, "http client: response header of " + what() + " exceeds max_header_bytes " +
+                                            std::to_string(opts_.max_header_bytes));
+    if (ec == bhttp::error::partial_message)
+      return fail(errc::io_error, "http client: connection closed mid-response to " + what());
+    if (ec && ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category())
+      return fail(errc::corrupt_data, "http client: malformed response to " + what() + ": " + ec.message());
+    if (ec) return fail(errc::io_error, "http client: reading the response to " + what() + " failed: " + ec.message());
+
+    auto msg = parser.release();
+    response r;
+    r.status = static_cast<int>(msg.result_int());
+    r.headers.reserve(8);
+    for (const auto& f : msg) r.headers.emplace_back(std::string(detail::to_std(f.name_string())), std::string(detail::to_std(f.value())));
+    r.body = std::move(msg.body());
+    keep = msg.keep_alive();
+    return r;
+  }
+
+  std::string host_;
+  std::uint16_t port_;
+  client_options opts_;
+  mutable std::mutex mu_;
+  std::vector<conn_ptr> pool_;
+  std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
+  std::atomic<std::uint64_t> opened_{0};
+};
+
+}  // namespace jitembed::net::http

@@ -1,0 +1,353 @@
+// The server's shared state and one HTTP/1.1 connection: a state machine on its own strand
+// (idle → header → [100-continue] → body → handling → writing → idle ...) with a timer per phase.
+#pragma once
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "jitembed/net/http/detail/wire.hpp"
+#include "jitembed/net/http/message.hpp"
+#include "jitembed/net/http/options.hpp"
+
+namespace jitembed::net::http {
+
+namespace detail {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+class server_connection;
+
+// Whether responders may still post to the io_context; closed (under the mutex) before it is destroyed,
+// so a service that answers after the server stopped does nothing instead of touching a dead executor.
+struct respond_gate {
+  std::mutex mu;
+  bool open = true;
+};
+
+// Everything connections touch. Member order matters: `ioc` is destroyed before the registry and
+// counters (its destructor destroys pending handlers, which may hold the last reference to a connection),
+// and the acceptor before `ioc`.
+struct server_state {
+  server_options opts;
+  handler on_request;
+  std::shared_ptr<respond_gate> gate = std::make_shared<respond_gate>();
+
+  std::atomic<std::uint64_t> accepted{0}, rejected{0}, requests{0}, timeouts{0}, bad{0};
+  std::atomic<bool> stopping{false};
+
+  std::mutex mu;  // registry
+  std::condition_variable drained;
+  std::unordered_map<std::uint64_t, std::shared_ptr<server_connection>> conns;
+  std::uint64_t next_id = 0;
+
+  asio::io_context ioc;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  tcp::acceptor acceptor{asio::make_strand(ioc)};
+  asio::steady_timer accept_retry{acceptor.get_executor()};
+  std::vector<std::thread> threads;
+
+  server_state(server_options o, handler h) : opts(std::move(o)), on_request(std::move(h)) {}
+
+  void unregister(std::uint64_t id) {
+    std::shared_ptr<server_connection> keep;  // destroyed outside the lock
+    {
+      std::lock_guard lk(mu);
+      auto it = conns.find(id);
+      if (it == conns.end()) return;
+      keep = std::move(it->second);
+      conns.erase(it);
+      if (conns.empty()) drained.notify_all();
+    }
+  }
+};
+
+// Completes one request exactly once; shared by all copies of the responder handed to the service.
+// If the service drops every copy without answering, the client gets a 500 instead of a hung connection.
+class respond_state {
+ public:
+  respond_state(std::shared_ptr<respond_gate> gate, std::weak_ptr<server_connection> conn)
+      : gate_(std::move(gate)), conn_(std::move(conn)) {}
+  respond_state(const respond_state&) = delete;
+  respond_state& operator=(const respond_state&) = delete;
+  ~respond_state() {
+    if (!done_.load(std::memory_order_acquire))
+      deliver(error_response(500, "internal: the service dropped the request without a response"));
+  }
+
+  void respond(response r) {
+    if (done_.exchange(true, std::memory_order_acq_rel)) return;
+    deliver(std::move(r));
+  }
+
+ private:
+  inline void deliver(response r);
+
+  std::shared_ptr<respond_gate> gate_;
+  std::weak_ptr<server_connection> conn_;
+  std::atomic<bool> done_{false};
+};
+
+class server_connection : public std::enable_shared_from_this<server_connection> {
+ public:
+  server_connection(server_state& st, tcp::socket&& socket, std::uint64_t id, std::string remote)
+      : st_(st), stream_(std::move(socket)), ex_(stream_.get_executor()), timer_(ex_), id_(id), remote_(std::move(remote)) {}
+
+  // Called once after registration (from the acceptor's strand).
+  void start() {
+    asio::dispatch(ex_, [self = shared_from_this()] { self->read_header(); });
+  }
+
+  // stop(): close now if nothing is in flight, otherwise answer the current request with Connection: close.
+  void begin_shutdown() {
+    asio::dispatch(ex_, [self = shared_from_this()] {
+      self->closing_ = true;
+      if (self->phase_ == phase::idle || (self->phase_ == phase::header && self->buf_.size() == 0)) self->close();
+    });
+  }
+
+  void force_close() {
+    asio::dispatch(ex_, [self = shared_from_this()] { self->close(); });
+  }
+
+  const asio::any_io_executor& executor() const noexcept { return ex_; }
+
+  // Runs on the strand (posted by respond_state).
+  void on_response(response r) {
+    if (phase_ != phase::handling) return;
+    write(std::move(r), !keep_alive_ || closing_ || st_.stopping.load(std::memory_order_acquire));
+  }
+
+ private:
+  enum class phase { idle, header, body, handling, writing, closed };
+
+  // ---- timers: a per-phase deadline that cancels the pending read (so a 408 can still be written)
+  void arm(std::chrono::milliseconds d) {
+    timed_out_ = false;
+    const auto gen = ++timer_gen_;
+    timer_.expires_after(d);
+    timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      if (ec || gen != self->timer_gen_ || self->phase_ == phase::closed) return;
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
+  }
+  void disarm() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
+
+  // ---- reading
+  void wait_idle() {
+    phase_ = phase::idle;
+    if (closing_ || st_.stopping.load(std::memory_order_acquire)) return close();
+    arm(st_.opts.idle_timeout);
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+      self->disarm();
+      if (ec || self->phase_ != phase::idle) return self->close();  // idle timeout, stop, or error
+      self->read_header();
+    });
+  }
+
+  void read_header() {
+    phase_ = phase::header;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(st_.opts.max_header_bytes, 0xffffffffu)));
+    parser_->body_limit(st_.opts.max_body_bytes);
+    arm(st_.opts.header_timeout);
+    bhttp::async_read_header(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_header(ec);
+    });
+  }
+
+  void on_header(beast::error_code ec) {
+    disarm();
+    if (phase_ != phase::header) return;
+    if (ec) return read_failed(ec, "header");
+    const auto& h = parser_->get();
+    if (auto cl = parser_->content_length(); cl && *cl > st_.opts.max_body_bytes) {
+      return reject(413, "http: Content-Length " + std::to_string(*cl) + " > max_body_bytes " +
+                             std::to_string(st_.opts.max_body_bytes));
+    }
+    if (parser_->is_done()) return dispatch_request();
+    if (h.version() >= 11 && iequals(to_std(h[bhttp::field::expect]), "100-continue")) {
+      phase_ = phase::body;
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      stream_.expires_after(st_.opts.write_timeout);
+      asio::async_write(stream_, asio::const_buffer(kContinue.data(), kContinue.size()),
+                        [self = shared_from_this()](beast::error_code wec, std::size_t) {
+                          self->stream_.expires_never();
+                          if (wec) {
+                            if (wec == beast::error::timeout) self->st_.timeouts.fetch_add(1, std::memory_order_relaxed);
+                            return self->close();
+                          }
+                          self->read_body();
+                        });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    phase_ = phase::body;
+    arm(st_.opts.body_timeout);
+    bhttp::async_read(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->disarm();
+      if (self->phase_ != phase::body) return;
+      if (ec) return self->read_failed(ec, "body");
+      self->dispatch_request();
+    });
+  }
+
+  void read_failed(beast::error_code ec, const char* what) {
+    if (timed_out_) {
+      st_.timeouts.fetch_add(1, std::memory_order_relaxed);
+      const auto ms = phase_ == phase::header ? st_.opts.header_timeout : st_.opts.body_timeout;
+      return reply_error(408, std::string("http: request ") + what + " not received within " +
+                                  std::to_string(ms.count()) + " ms");
+    }
+    if (ec == bhttp::error::header_limit)
+      return reject(431, "http: request header exceeds max_header_bytes " + std::to_string(st_.opts.max_header_bytes));
+    if (ec == bhttp::error::body_limit)
+      return reject(413, "http: request body exceeds max_body_bytes " + std::to_string(st_.opts.max_body_bytes));
+    const bool parse_error = ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+                             ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
+    if (parse_error) return reject(400, "http: malformed request " + std::string(what) + ": " + ec.message());
+    close();  // peer closed (possibly mid-message), reset, or stop() cancelled the read
+  }
+
+  void reject(int status, std::string message) {
+    st_.bad.fetch_add(1, std::memory_order_relaxed);
+    reply_error(status, message);
+  }
+  void reply_error(int status, std::string_view message) {
+    keep_alive_ = false;  // unread bytes may follow: never reuse the connection after an error
+    write(error_response(status, message), true);
+  }
+
+  // ---- handing the request to the service
+  void dispatch_request() {
+    phase_ = phase::handling;
+    st_.requests.fetch_add(1, std::memory_order_relaxed);
+    auto msg = parser_->release();
+    parser_.reset();
+    keep_alive_ = msg.keep_alive();
+    http10_ = msg.version() < 11;
+    head_only_ = msg.method() == bhttp::verb::head;
+    request req;
+    req.method = std::string(to_std(msg.method_string()));
+    req.target = std::string(to_std(msg.target()));
+    req.headers.reserve(16);
+    for (const auto& f : msg) req.headers.emplace_back(std::string(to_std(f.name_string())), std::string(to_std(f.value())));
+    req.body = std::move(msg.body());
+    req.remote = remote_;
+    auto state = std::make_shared<respond_state>(st_.gate, weak_from_this());
+    responder respond = [state](response r) { state->respond(std::move(r)); };
+    try {
+      st_.on_request(std::move(req), std::move(respond));
+    } catch (const std::exception& e) {
+      state->respond(error_response(500, std::string("internal: handler threw: ") + e.what()));
+    } catch (...) {
+      state->respond(error_response(500, "internal: handler threw"));
+    }
+  }
+
+  // ---- writing: head + body + pieces as one gather write, no copy of the payload
+  void write(response r, bool close_after) {
+    phase_ = phase::writing;
+    out_resp_ = std::move(r);  // owns body/pieces while the write is in flight; buffers taken after the move
+    const std::size_t n = out_resp_.content_length();
+    out_head_ = serialize_response_head(out_resp_, n, close_after, http10_ && keep_alive_);
+    if (head_only_)
+      gather(out_bufs_, out_head_, {}, {});
+    else
+      gather(out_bufs_, out_head_, out_resp_.body, out_resp_.pieces);
+    stream_.expires_after(st_.opts.write_timeout);
+    asio::async_write(stream_, out_bufs_,
+                      [self = shared_from_this(), close_after](beast::error_code ec, std::size_t) {
+                        self->on_written(ec, close_after);
+                      });
+  }
+
+  void on_written(beast::error_code ec, bool close_after) {
+    stream_.expires_never();
+    out_bufs_.clear();
+    out_head_.clear();
+    out_resp_ = response{};
+    if (ec == beast::error::timeout) st_.timeouts.fetch_add(1, std::memory_order_relaxed);
+    if (ec || close_after) return close();
+    if (buf_.size() > 0) return read_header();  // a pipelined request is already buffered
+    wait_idle();
+  }
+
+  void close() {
+    if (phase_ == phase::closed) return;
+    phase_ = phase::closed;
+    disarm();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+    st_.unregister(id_);
+  }
+
+  server_state& st_;
+  beast::tcp_stream stream_;
+  const asio::any_io_executor ex_;  // the connection's strand
+  asio::steady_timer timer_;
+  beast::flat_buffer buf_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  phase phase_ = phase::header;
+  std::uint64_t timer_gen_ = 0;
+  bool timed_out_ = false;
+  bool keep_alive_ = false;
+  bool http10_ = false;
+  bool head_only_ = false;
+  bool closing_ = false;
+  std::uint64_t id_;
+  std::string remote_;
+  response out_resp_;
+  std::string out_head_;
+  std::vector<asio::const_buffer> out_bufs_;
+};
+
+inline void respond_state::deliver(response r) {
+  std::lock_guard lk(gate_->mu);
+  if (!gate_->open) return;
+  auto conn = conn_.lock();
+  if (!conn) return;  // the connection was closed (peer gone, timeout, forced stop)
+  auto ex = conn->executor();
+  asio::post(ex, [c = std::move(conn), r = std::move(r)]() mutable { c->on_response(std::move(r)); });
+}
+
+}  // namespace detail
+}  // namespace jitembed::net::http

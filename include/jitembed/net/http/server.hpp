@@ -1,0 +1,211 @@
+// Async HTTP/1.1 server on Boost.Beast: keep-alive, per-phase timeouts, header/body limits, responses
+// written scatter/gather, and a graceful stop that drains in-flight requests.
+#pragma once
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/socket_base.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "jitembed/core/error.hpp"
+#include "jitembed/net/http/detail/server_connection.hpp"
+#include "jitembed/net/http/message.hpp"
+#include "jitembed/net/http/options.hpp"
+
+namespace jitembed::net::http {
+
+// Counters since start(); read with server::stats().
+struct server_stats {
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_rejected = 0;  // over max_connections, or arriving while stopping
+  std::uint64_t connections_active = 0;
+  std::uint64_t requests = 0;              // handed to the handler
+  std::uint64_t timeouts = 0;              // header/body/write timeouts (idle keep-alive closes not counted)
+  std::uint64_t bad_requests = 0;          // 400/413/431 produced by the HTTP layer
+};
+
+// One listening socket served by `io_threads` threads; one strand per connection, one request at a time
+// per connection (pipelined requests wait in the buffer). The handler runs on an I/O thread and must not
+// block; its responder may be called from any thread.
+class server {
+ public:
+  server(server_options opts, handler h)
+      : state_(std::make_unique<detail::server_state>(std::move(opts), std::move(h))) {}
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+  ~server() { stop(std::chrono::milliseconds(0)); }
+
+  // Binds, listens and starts the I/O threads; returns the bound port.
+  result<std::uint16_t> start() {
+    namespace asio = boost::asio;
+    using tcp = asio::ip::tcp;
+    auto& st = *state_;
+    if (started_) return fail(errc::invalid_argument, "http server: start() called twice");
+    if (st.opts.io_threads < 1 || st.opts.io_threads > 1024)
+      return fail(errc::invalid_argument, "http server: io_threads " + std::to_string(st.opts.io_threads) +
+                                              " outside [1, 1024]");
+    if (st.opts.max_connections == 0) return fail(errc::invalid_argument, "http server: max_connections is 0");
+    if (!st.on_request) return fail(errc::invalid_argument, "http server: no handler");
+
+    boost::system::error_code ec;
+    tcp::endpoint ep;
+    const auto addr = asio::ip::make_address(st.opts.host, ec);
+    if (!ec) {
+      ep = tcp::endpoint(addr, st.opts.port);
+    } else {
+      tcp::resolver resolver(st.ioc);
+      auto results = resolver.resolve(st.opts.host, std::to_string(st.opts.port), ec);
+      if (ec || results.empty())
+        return fail(errc::io_error, "http server: cannot resolve host '" + st.opts.host + "': " + ec.message());
+      ep = results.begin()->endpoint();
+    }
+    const std::string where = st.opts.host + ":" + std::to_string(st.opts.port);
+    st.acceptor.open(ep.protocol(), ec);
+    if (ec) return fail(errc::io_error, "http server: cannot open socket for " + where + ": " + ec.message());
+    st.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    st.acceptor.bind(ep, ec);
+    if (ec) {
+      st.acceptor.close(ec);
+      return fail(errc::io_error, "http server: cannot bind " + where + ": " + ec.message());
+    }
+    st.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      st.acceptor.close(ec);
+      return fail(errc::io_error, "http server: cannot listen on " + where + ": " + ec.message());
+    }
+    port_ = st.acceptor.local_endpoint(ec).port();
+    bound_ = ep.address();
+    started_ = true;
+    st.work.emplace(st.ioc.get_executor());
+    accept();
+    st.threads.reserve(static_cast<std::size_t>(st.opts.io_threads));
+    for (int i = 0; i < st.opts.io_threads; ++i) st.threads.emplace_back([&st] { st.ioc.run(); });
+    return port_;
+  }
+
+  std::uint16_t port() const noexcept { return port_; }
+
+  // "http://host:port" (IPv6 hosts in brackets).
+  std::string url() const {
+    const std::string host = bound_.is_v6() ? "[" + bound_.to_string() + "]" : bound_.to_string();
+    return "http://" + host + ":" + std::to_string(port_);
+  }
+
+  // Stops accepting (new connections are refused), closes idle keep-alive connections, lets in-flight
+  // requests finish (their responses are still written, with Connection: close) for up to `drain`, then
+  // closes whatever is left and joins the I/O threads. A responder called afterwards does nothing.
+  void stop(std::chrono::milliseconds drain = std::chrono::seconds(10)) {
+    std::lock_guard stop_lock(stop_mu_);
+    if (!started_ || stopped_) return;
+    stopped_ = true;
+    auto& st = *state_;
+    std::vector<std::shared_ptr<detail::server_connection>> live;
+    {
+      std::lock_guard lk(st.mu);
+      st.stopping.store(true, std::memory_order_release);
+      for (auto& [id, c] : st.conns) live.push_back(c);
+    }
+    boost::asio::post(st.acceptor.get_executor(), [&st] {
+      boost::system::error_code ignored;
+      st.accept_retry.cancel();
+      st.acceptor.close(ignored);
+    });
+    for (auto& c : live) c->begin_shutdown();
+    live.clear();
+    {
+      std::unique_lock lk(st.mu);
+      st.drained.wait_for(lk, drain, [&] { return st.conns.empty(); });
+      for (auto& [id, c] : st.conns) live.push_back(c);
+    }
+    for (auto& c : live) c->force_close();
+    live.clear();
+    st.work.reset();
+    for (auto& t : st.threads) t.join();
+    st.threads.clear();
+    {
+      std::lock_guard lk(st.gate->mu);
+      st.gate->open = false;
+    }
+    decltype(st.conns) left;
+    {
+      std::lock_guard lk(st.mu);
+      left.swap(st.conns);
+    }
+  }
+
+  server_stats stats() const noexcept {
+    auto& st = *state_;
+    server_stats s;
+    s.connections_accepted = st.accepted.load(std::memory_order_relaxed);
+    s.connections_rejected = st.rejected.load(std::memory_order_relaxed);
+    s.requests = st.requests.load(std::memory_order_relaxed);
+    s.timeouts = st.timeouts.load(std::memory_order_relaxed);
+    s.bad_requests = st.bad.load(std::memory_order_relaxed);
+    {
+      std::lock_guard lk(st.mu);
+      s.connections_active = st.conns.size();
+    }
+    return s;
+  }
+
+ private:
+  void accept() {
+    auto& st = *state_;
+    st.acceptor.async_accept(boost::asio::make_strand(st.ioc), [this](boost::system::error_code ec,
+                                                                      boost::asio::ip::tcp::socket socket) {
+      on_accept(ec, std::move(socket));
+    });
+  }
+
+  void on_accept(boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
+    auto& st = *state_;
+    if (ec) {
+      if (ec == boost::asio::error::operation_aborted || !st.acceptor.is_open()) return;
+      // Out of descriptors or similar: back off briefly instead of spinning.
+      st.accept_retry.expires_after(std::chrono::milliseconds(20));
+      st.accept_retry.async_wait([this](boost::system::error_code wec) {
+        if (!wec && state_->acceptor.is_open()) accept();
+      });
+      return;
+    }
+    std::shared_ptr<detail::server_connection> conn;
+    {
+      std::lock_guard lk(st.mu);
+      if (!st.stopping.load(std::memory_order_acquire) && st.conns.size() < st.opts.max_connections) {
+        boost::system::error_code ignored;
+        socket.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
+        const auto ep = socket.remote_endpoint(ignored);
+        const auto id = st.next_id++;
+        conn = std::make_shared<detail::server_connection>(
+            st, std::move(socket), id, ep.address().to_string() + ":" + std::to_string(ep.port()));
+        st.conns.emplace(id, conn);
+      }
+    }
+    if (conn) {
+      st.accepted.fetch_add(1, std::memory_order_relaxed);
+      conn->start();
+    } else {
+      st.rejected.fetch_add(1, std::memory_order_relaxed);
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    }
+    if (!st.stopping.load(std::memory_order_acquire)) accept();
+  }
+
+  std::unique_ptr<detail::server_state> state_;
+  std::mutex stop_mu_;
+  bool started_ = false;
+  bool stopped_ = false;
+  std::uint16_t port_ = 0;
+  boost::asio::ip::address bound_;
+};
+
+}  // namespace jitembed::net::http

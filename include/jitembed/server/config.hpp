@@ -1,0 +1,176 @@
+// server_config / model_config: what the embedding service serves and how (JSON-loadable, strict: unknown
+// keys and wrong types are errors naming the key).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <type_traits>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/limits.hpp"
+#include "jitembed/net/kserve/limits.hpp"
+
+namespace jitembed::server {
+
+namespace kserve = net::kserve;
+
+// One model version the service loads, with its batcher settings. `params` are the model's own settings
+// (for the reference models: work, image_bucket, video_bucket, video_frames, text_max_length, text_dim,
+// output_dtype); 0 in a batcher field keeps the default.
+struct model_config {
+  std::string name;
+  std::string version = "1";
+  std::size_t instances = 1;             // runner threads (model instances)
+  std::size_t max_batch_size = 0;        // 0: the model's own maximum
+  std::int64_t max_queue_delay_us = 1000;
+  std::size_t queue_size = 1024;         // queued rows before "queue full" (503); 0 = unbounded
+  std::int64_t timeout_us = 0;           // default queue-time bound of a row; 0 = none
+  std::vector<std::size_t> preferred_batch_sizes;
+  nlohmann::json params = nlohmann::json::object();
+};
+
+struct server_config {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8000;
+  std::size_t io_threads = 2;
+  std::size_t preprocess_threads = 0;    // 0: hardware concurrency
+  std::string auth_token;                // empty: no authentication
+  std::string auth_token_file;           // read by load_auth_token()
+  std::size_t max_rows_per_request = 1024;
+  std::vector<model_config> models;
+  kserve::protocol_limits protocol;
+  decode_limits decode;
+};
+
+namespace detail {
+
+template <class T>
+result<void> read_key(const nlohmann::json& j, std::string_view key, T& out, std::string_view where) {
+  const auto it = j.find(key);
+  if (it == j.end()) return {};
+  const std::string what = std::string(where) + "." + std::string(key);
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) return fail(errc::invalid_argument, "config: " + what + " is not a string");
+    out = it->template get<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) return fail(errc::invalid_argument, "config: " + what + " is not a boolean");
+    out = it->template get<bool>();
+  } else if constexpr (std::is_unsigned_v<T>) {
+    if (!it->is_number_unsigned() && !(it->is_number_integer() && it->template get<std::int64_t>() >= 0))
+      return fail(errc::invalid_argument, "config: " + what + " is not a non-negative integer");
+    const auto v = it->template get<std::uint64_t>();
+    if (v > static_cast<std::uint64_t>(std::numeric_limits<T>::max()))
+      return fail(errc::invalid_argument, "config: " + what + " = " + std::to_string(v) + " is out of range");
+    out = static_cast<T>(v);
+  } else {
+    if (!it->is_number_integer()) return fail(errc::invalid_argument, "config: " + what + " is not an integer");
+    out = it->template get<T>();
+  }
+  return {};
+}
+
+inline result<void> only_keys(const nlohmann::json& j, std::initializer_list<std::string_view> keys, std::string_view where) {
+  if (!j.is_object()) return fail(errc::invalid_argument, "config: " + std::string(where) + " is not an object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (auto k : keys) known = known || it.key() == k;
+    if (!known) return fail(errc::invalid_argument, "config: unknown key " + std::string(where) + "." + it.key());
+  }
+  return {};
+}
+
+}  // namespace detail
+
+inline result<model_config> model_config_from_json(const nlohmann::json& j, std::string_view where = "models[]") {
+  JITEMBED_TRY(detail::only_keys(j, {"name", "version", "instances", "max_batch_size", "max_queue_delay_us", "queue_size",
+                                     "timeout_us", "preferred_batch_sizes", "params"}, where));
+  model_config m;
+  JITEMBED_TRY(detail::read_key(j, "name", m.name, where));
+  if (m.name.empty()) return fail(errc::invalid_argument, "config: " + std::string(where) + ".name is missing");
+  if (auto it = j.find("version"); it != j.end() && it->is_number_unsigned()) {
+    m.version = std::to_string(it->get<std::uint64_t>());
+  } else {
+    JITEMBED_TRY(detail::read_key(j, "version", m.version, where));
+  }
+  JITEMBED_TRY(detail::read_key(j, "instances", m.instances, where));
+  JITEMBED_TRY(detail::read_key(j, "max_batch_size", m.max_batch_size, where));
+  JITEMBED_TRY(detail::read_key(j, "max_queue_delay_us", m.max_queue_delay_us, where));
+  JITEMBED_TRY(detail::read_key(j, "queue_size", m.queue_size, where));
+  JITEMBED_TRY(detail::read_key(j, "timeout_us", m.timeout_us, where));
+  if (auto it = j.find("preferred_batch_sizes"); it != j.end()) {
+    if (!it->is_array()) return fail(errc::invalid_argument, "config: " + std::string(where) + ".preferred_batch_sizes is not an array");
+    for (const auto& v : *it) {
+      if (!v.is_number_unsigned()) return fail(errc::invalid_argument, "config: " + std::string(where) + ".preferred_batch_sizes holds a non-integer");
+      m.preferred_batch_sizes.push_back(v.get<std::size_t>());
+    }
+  }
+  if (auto it = j.find("params"); it != j.end()) {
+    if (!it->is_object()) return fail(errc::invalid_argument, "config: " + std::string(where) + ".params is not an object");
+    m.params = *it;
+  }
+  if (m.instances < 1 || m.instances > 1024)
+    return fail(errc::invalid_argument, "config: " + std::string(where) + ".instances " + std::to_string(m.instances) + " not in [1, 1024]");
+  if (m.max_queue_delay_us < 0) return fail(errc::invalid_argument, "config: " + std::string(where) + ".max_queue_delay_us is negative");
+  if (m.timeout_us < 0) return fail(errc::invalid_argument, "config: " + std::string(where) + ".timeout_us is negative");
+  return m;
+}
+
+// Parses a server_config; keys: host, port, io_threads, preprocess_threads, auth_token, auth_token_file,
+// max_rows_per_request, max_body_bytes, max_header_bytes, models [model_config...].
+inline result<server_config> server_config_from_json(const nlohmann::json& j) {
+  JITEMBED_TRY(detail::only_keys(j, {"host", "port", "io_threads", "preprocess_threads", "auth_token", "auth_token_file",
+                                     "max_rows_per_request", "max_body_bytes", "max_header_bytes", "models"}, "config"));
+  server_config c;
+  JITEMBED_TRY(detail::read_key(j, "host", c.host, "config"));
+  JITEMBED_TRY(detail::read_key(j, "port", c.port, "config"));
+  JITEMBED_TRY(detail::read_key(j, "io_threads", c.io_threads, "config"));
+  JITEMBED_TRY(detail::read_key(j, "preprocess_threads", c.preprocess_threads, "config"));
+  JITEMBED_TRY(detail::read_key(j, "auth_token", c.auth_token, "config"));
+  JITEMBED_TRY(detail::read_key(j, "auth_token_file", c.auth_token_file, "config"));
+  JITEMBED_TRY(detail::read_key(j, "max_rows_per_request", c.max_rows_per_request, "config"));
+  JITEMBED_TRY(detail::read_key(j, "max_body_bytes", c.protocol.max_body_bytes, "config"));
+  JITEMBED_TRY(detail::read_key(j, "max_header_bytes", c.protocol.max_header_bytes, "config"));
+  if (auto it = j.find("models"); it != j.end()) {
+    if (!it->is_array()) return fail(errc::invalid_argument, "config: config.models is not an array");
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      auto m = model_config_from_json((*it)[i], "models[" + std::to_string(i) + "]");
+      if (!m) return m.error();
+      c.models.push_back(std::move(*m));
+    }
+  }
+  return c;
+}
+
+inline result<server_config> load_server_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail(errc::io_error, "config: cannot open '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return fail(errc::corrupt_data, "config: '" + path + "' is not valid JSON");
+  return server_config_from_json(j);
+}
+
+// Reads the bearer token from auth_token_file into auth_token (surrounding whitespace trimmed).
+inline result<void> load_auth_token(server_config& c) {
+  if (c.auth_token_file.empty()) return {};
+  std::ifstream in(c.auth_token_file, std::ios::binary);
+  if (!in) return fail(errc::io_error, "config: cannot open auth token file '" + c.auth_token_file + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string t = ss.str();
+  const auto b = t.find_first_not_of(" \t\r\n"), e = t.find_last_not_of(" \t\r\n");
+  if (b == std::string::npos) return fail(errc::invalid_argument, "config: auth token file '" + c.auth_token_file + "' is empty");
+  c.auth_token = t.substr(b, e - b + 1);
+  return {};
+}
+
+}  // namespace jitembed::server

@@ -1,0 +1,169 @@
+// One loaded model version: the model, its dynamic batcher (bucketed by the preprocessed tensor's shape),
+// request counters, and the factory that makes reference models from JSON parameters.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "jitembed/batching/dynamic_batcher.hpp"
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/tensor.hpp"
+#include "jitembed/models/any_model.hpp"
+#include "jitembed/models/reference.hpp"
+#include "jitembed/server/config.hpp"
+
+namespace jitembed::server {
+
+// Makes a model from its name and JSON parameters (model_config::params or a load request's parameters).
+using model_factory = std::function<result<models::any_model>(std::string_view name, const nlohmann::json& params)>;
+
+namespace detail {
+
+inline result<int> int_param(const nlohmann::json& p, std::string_view key) {
+  const auto it = p.find(key);
+  if (it == p.end()) return 0;
+  if (it->is_number_integer()) return static_cast<int>(it->get<std::int64_t>());
+  if (it->is_string()) {  // Triton's load parameters are strings
+    const auto& s = it->get_ref<const std::string&>();
+    try {
+      std::size_t used = 0;
+      const int v = std::stoi(s, &used);
+      if (used == s.size()) return v;
+    } catch (...) {
+    }
+  }
+  return fail(errc::invalid_argument, "model parameter '" + std::string(key) + "' is not an integer");
+}
+
+}  // namespace detail
+
+// The reference embedders; params: work, image_bucket, video_bucket, video_frames, text_max_length,
+// text_dim (integers or integer strings), output_dtype ("f32" | "bf16" | "f16"). Other keys are ignored
+// (batcher settings travel in the same object).
+inline result<models::any_model> make_reference(std::string_view name, const nlohmann::json& params) {
+  models::reference_options o;
+  if (!params.is_null() && !params.is_object()) return fail(errc::invalid_argument, "model parameters are not an object");
+  if (params.is_object()) {
+    const std::pair<const char*, int*> ints[] = {{"work", &o.work},
+                                                 {"image_bucket", &o.image_bucket},
+                                                 {"video_bucket", &o.video_bucket},
+                                                 {"video_frames", &o.video_frames},
+                                                 {"text_max_length", &o.text_max_length},
+                                                 {"text_dim", &o.text_dim}};
+    for (auto [k, dst] : ints) {
+      auto v = detail::int_param(params, k);
+      if (!v) return v.error();
+      *dst = *v;
+    }
+    if (auto it = params.find("output_dtype"); it != params.end()) {
+      const auto dt = it->is_string() ? dtype_from_string(it->get<std::string>()) : std::nullopt;
+      if (!dt) return fail(errc::invalid_argument, "model parameter 'output_dtype' must be \"f32\", \"bf16\" or \"f16\"");
+      o.output_dtype = *dt;
+    }
+  }
+  return models::make_reference_model(name, o);
+}
+
+// One preprocessed row waiting for a batch.
+struct row_item {
+  tensor input;
+};
+
+// Requests are batched only with rows of equal dtype and shape: the dims followed by the dtype code.
+using shape_bucket = std::vector<std::int64_t>;
+
+inline shape_bucket bucket_of(const tensor& t) {
+  shape_bucket b(t.shape().begin(), t.shape().end());
+  b.push_back(static_cast<std::int64_t>(t.dtype()));
+  return b;
+}
+
+using row_batcher = batching::dynamic_batcher<row_item, models::named_tensors, shape_bucket>;
+
+// Counters of one model version (Triton's statistics and the Prometheus metrics come from these and from
+// the batcher's stats).
+struct model_counters {
+  std::atomic<std::uint64_t> success{0}, failure{0}, inferences{0};
+  std::atomic<std::uint64_t> success_ns{0}, failure_ns{0};
+  std::atomic<std::uint64_t> last_inference_ms{0};
+};
+
+class model_instance {
+ public:
+  // Builds the batcher around `m` (one runner thread per instance). Throws jitembed::error on bad settings.
+  model_instance(models::any_model m, model_config cfg) : model_(std::move(m)), config_(std::move(cfg)) {
+    batching::batcher_options o;
+    const std::size_t model_max = std::max<std::size_t>(model_.max_batch_size(), 1);
+    o.max_batch_size = config_.max_batch_size ? std::min(config_.max_batch_size, model_max) : model_max;
+    o.max_queue_delay = std::chrono::microseconds(config_.max_queue_delay_us);
+    o.max_queue_size = config_.queue_size;
+    o.runner_threads = config_.instances;
+    o.default_timeout = std::chrono::microseconds(config_.timeout_us);
+    for (auto p : config_.preferred_batch_sizes) o.preferred_batch_sizes.push_back(std::min(p, o.max_batch_size));
+    batch_options_ = o;
+    const models::any_model* model = &model_;
+    batcher_ = std::make_unique<row_batcher>(
+        o, [model](std::span<row_item> in, std::span<result<models::named_tensors>> out) {
+          std::vector<tensor> batch;
+          batch.reserve(in.size());
+          for (auto& r : in) batch.push_back(std::move(r.input));
+          auto res = model->run(batch);
+          if (!res) {
+            for (auto& o2 : out) o2 = res.error();
+            return;
+          }
+          if (res->size() != in.size()) {
+            for (auto& o2 : out) o2 = fail(errc::internal, "model returned " + std::to_string(res->size()) + " results for a batch of " + std::to_string(in.size()));
+            return;
+          }
+          for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::move((*res)[i]);
+        });
+  }
+  model_instance(const model_instance&) = delete;
+  model_instance& operator=(const model_instance&) = delete;
+
+  // Runs one dummy batch (zeros shaped like inputs(), variable extents = 1) before the version serves.
+  result<void> warm() const {
+    const auto ins = model_.inputs();
+    if (ins.empty()) return {};
+    std::vector<std::int64_t> dims;
+    for (auto d : ins[0].shape) dims.push_back(d < 0 ? 1 : d);
+    tensor t = tensor::zeros(jitembed::shape(std::span<const std::int64_t>(dims)), ins[0].type);
+    auto r = model_.run(std::span<const tensor>(&t, 1));
+    if (!r) return fail(r.error().code, "warm-up of '" + config_.name + "' version " + config_.version + " failed: " + r.error().message);
+    return {};
+  }
+
+  const models::any_model& model() const noexcept { return model_; }
+  const model_config& config() const noexcept { return config_; }
+  const std::string& name() const noexcept { return config_.name; }
+  const std::string& version() const noexcept { return config_.version; }
+  const batching::batcher_options& batch_options() const noexcept { return batch_options_; }
+  row_batcher& batcher() noexcept { return *batcher_; }
+  const row_batcher& batcher() const noexcept { return *batcher_; }
+  model_counters& counters() noexcept { return counters_; }
+  const model_counters& counters() const noexcept { return counters_; }
+
+  // Requests routed to this version and not yet answered (guarded by the service's drain mutex).
+  std::size_t active = 0;
+
+ private:
+  models::any_model model_;
+  model_config config_;
+  batching::batcher_options batch_options_;
+  model_counters counters_;
+  std::unique_ptr<row_batcher> batcher_;  // last: destroyed (drained) first
+};
+
+}  // namespace jitembed::server

@@ -1,0 +1,608 @@
+// The embedding service: a registry of model versions (hot load / unload with warm-up, atomic switch and
+// drain) and the KServe v2 routes, as an HTTP-agnostic http::handler (service::handle).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "jitembed/batching/errors.hpp"
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/thread_pool.hpp"
+#include "jitembed/format/record_view.hpp"
+#include "jitembed/net/http/message.hpp"
+#include "jitembed/net/kserve/decode.hpp"
+#include "jitembed/net/kserve/encode.hpp"
+#include "jitembed/net/kserve/status.hpp"
+#include "jitembed/server/config.hpp"
+#include "jitembed/server/detail/render.hpp"
+#include "jitembed/server/model_instance.hpp"
+
+namespace jitembed::server {
+
+inline constexpr std::string_view kServerVersion = "0.1.0";
+
+namespace detail {
+
+// "12" < "9" numerically; non-numeric versions compare as strings after numeric ones.
+inline bool version_less(const std::string& a, const std::string& b) {
+  const auto numeric = [](const std::string& s) {
+    return !s.empty() && s.size() < 19 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const bool na = numeric(a), nb = numeric(b);
+  if (na && nb) return std::stoull(a) < std::stoull(b);
+  if (na != nb) return na;
+  return a < b;
+}
+
+inline std::vector<std::string_view> split_path(std::string_view target) {
+  if (const auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+  std::vector<std::string_view> parts;
+  while (!target.empty()) {
+    const auto s = target.find('/');
+    if (s == std::string_view::npos) {
+      parts.push_back(target);
+      break;
+    }
+    if (s > 0) parts.push_back(target.substr(0, s));
+    target = target.substr(s + 1);
+  }
+  return parts;
+}
+
+inline bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+inline std::uint64_t now_ms() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace detail
+
+class service {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  // Builds the service; models in `cfg.models` are not loaded here: call load_configured() (or load()).
+  explicit service(server_config cfg, model_factory factory = make_reference)
+      : config_(std::move(cfg)),
+        factory_(std::move(factory)),
+        pool_(config_.preprocess_threads ? config_.preprocess_threads : std::max(1u, std::thread::hardware_concurrency())) {}
+  service(const service&) = delete;
+  service& operator=(const service&) = delete;
+  ~service() { shutdown(); }
+
+  // Loads every model of the configuration; stops at the first failure.
+  result<void> load_configured() {
+    for (const auto& m : config_.models) JITEMBED_TRY(load(m));
+    return {};
+  }
+
+  // Loads (or reloads in place) one model version made by the factory from cfg.params.
+  result<void> load(const model_config& cfg) {
+    auto m = factory_(cfg.name, cfg.params);
+    if (!m) return m.error();
+    return load(cfg, std::move(*m));
+  }
+
+  // Loads `m` as cfg.name / cfg.version: warms it (one dummy batch), then switches atomically: new requests
+  // go to it; a version it replaces stops getting requests and is drained (its in-flight requests finish)
+  // and destroyed before load returns. No request fails during the swap.
+  result<void> load(model_config cfg, models::any_model m) {
+    if (!m) return fail(errc::invalid_argument, "load: no model for '" + cfg.name + "'");
+    if (cfg.name.empty() || cfg.version.empty()) return fail(errc::invalid_argument, "load: empty model name or version");
+    std::shared_ptr<model_instance> inst;
+    try {
+      inst = std::make_shared<model_instance>(std::move(m), std::move(cfg));
+    } catch (const jitembed::error& e) {
+      return fail(e.code(), e.message());
+    }
+    JITEMBED_TRY(inst->warm());
+    std::shared_ptr<model_instance> old;
+    {
+      std::lock_guard lock(reg_mu_);
+      if (stopping_) return fail(errc::internal, "load: the service is shutting down");
+      auto& slot = models_[inst->name()][inst->version()];
+      old = std::exchange(slot, inst);
+    }
+    if (old) retire(std::move(old));
+    return {};
+  }
+
+  // Unloads one version, or every version when `version` is empty; each is drained first.
+  result<void> unload(std::string_view name, std::string_view version = {}) {
+    std::vector<std::shared_ptr<model_instance>> gone;
+    {
+      std::lock_guard lock(reg_mu_);
+      const auto it = models_.find(std::string(name));
+      if (it == models_.end()) return fail(errc::not_found, kserve::model_not_found(name).message);
+      if (version.empty()) {
+        for (auto& [v, inst] : it->second) gone.push_back(std::move(inst));
+        models_.erase(it);
+      } else {
+        const auto vit = it->second.find(std::string(version));
+        if (vit == it->second.end()) return fail(errc::not_found, kserve::model_not_found(name, version).message);
+        gone.push_back(std::move(vit->second));
+        it->second.erase(vit);
+        if (it->second.empty()) models_.erase(it);
+      }
+    }
+    for (auto& g : gone) retire(std::move(g));
+    return {};
+  }
+
+  // Stops serving (later requests get 503), drains and unloads everything. Idempotent.
+  void shutdown() {
+    std::map<std::string, std::map<std::string, std::shared_ptr<model_instance>, version_order>> all;
+    {
+      std::lock_guard lock(reg_mu_);
+      stopping_ = true;
+      all.swap(models_);
+    }
+    for (auto& [n, vs] : all)
+      for (auto& [v, inst] : vs) retire(std::move(inst));
+  }
+
+  bool ready() const {
+    std::lock_guard lock(reg_mu_);
+    return !stopping_;
+  }
+
+  // (name, version) of every loaded model version.
+  std::vector<std::pair<std::string, std::string>> loaded() const {
+    std::lock_guard lock(reg_mu_);
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [n, vs] : models_)
+      for (const auto& [v, inst] : vs) out.emplace_back(n, v);
+    return out;
+  }
+
+  const server_config& config() const noexcept { return config_; }
+
+  // The http::handler: every route of docs/server.md. Never blocks on model work.
+  void handle(net::http::request&& req, net::http::responder respond) {
+    const auto parts = detail::split_path(req.target);
+    const bool health = parts.size() >= 2 && parts[0] == "v2" && parts[1] == "health";
+    if (!config_.auth_token.empty() && !health) {
+      const std::string_view auth = net::http::find_header(req.headers, "authorization");
+      constexpr std::string_view bearer = "Bearer ";
+      if (!auth.starts_with(bearer) || !detail::constant_time_equal(auth.substr(bearer.size()), config_.auth_token)) {
+        auto r = error_response(401, "unauthorized: a valid bearer token is required");
+        r.headers.emplace_back("WWW-Authenticate", "Bearer");
+        return respond(std::move(r));
+      }
+    }
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    const bool post = req.method == "POST";
+    const auto n = parts.size();
+    if (n == 1 && parts[0] == "metrics" && get) return respond(text_response(200, metrics(), "text/plain; version=0.0.4"));
+    if (n == 0 || parts[0] != "v2") return respond(error_response(404, "Not Found"));
+    if (n == 1 && get) {
+      detail::ojson j{{"name", "jitembed"}, {"version", kServerVersion},
+                      {"extensions", detail::ojson::array({"binary_tensor_data", "statistics", "model_configuration", "model_repository"})}};
+      return respond(json_response(200, j));
+    }
+    if (health && n == 3 && get) {
+      if (parts[2] == "live") return respond(text_response(200, "", "text/plain"));
+      if (parts[2] == "ready") return respond(ready() ? text_response(200, "", "text/plain") : error_response(503, "not ready: shutting down"));
+    }
+    if (n >= 2 && parts[1] == "repository") return respond(repository(parts, post, req.body));
+    if (n == 3 && parts[1] == "models" && parts[2] == "stats" && get) return respond(stats({}, {}));  // every model
+    if (n >= 3 && parts[1] == "models") {
+      // /v2/models/{m}[/versions/{v}][/action]
+      const std::string_view name = parts[2];
+      std::string_view version;
+      std::size_t i = 3;
+      if (n >= 5 && parts[3] == "versions") {
+        version = parts[4];
+        i = 5;
+      }
+      const std::string_view action = i < n ? parts[i] : std::string_view{};
+      if (i + 1 < n) return respond(error_response(404, "Not Found"));
+      if (action == "infer" && post) return infer(std::string(name), std::string(version), std::move(req), std::move(respond));
+      if (post) return respond(error_response(405, "method not allowed"));
+      if (action == "stats") return respond(stats(name, version));
+      auto inst = find(name, version);
+      if (!inst) {
+        if (action == "ready") return respond(error_response(404, kserve::model_not_found(name, version).message));
+        return respond(error_response(kserve::model_not_found(name, version)));
+      }
+      if (action.empty()) return respond(json_response(200, detail::model_metadata(**inst, versions_of(name))));
+      if (action == "ready") return respond(text_response(200, "", "text/plain"));
+      if (action == "config") return respond(json_response(200, detail::model_config_json(**inst)));
+    }
+    return respond(error_response(404, "Not Found"));
+  }
+
+  // As a net::http::handler value (the service must outlive it).
+  net::http::handler as_handler() {
+    return [this](net::http::request&& r, net::http::responder respond) { handle(std::move(r), std::move(respond)); };
+  }
+
+  std::string metrics() const {
+    std::vector<std::shared_ptr<model_instance>> held;
+    {
+      std::lock_guard lock(reg_mu_);
+      for (const auto& [n, vs] : models_)
+        for (const auto& [v, inst] : vs) held.push_back(inst);
+    }
+    std::vector<const model_instance*> ptrs;
+    for (const auto& h : held) ptrs.push_back(h.get());
+    return detail::metrics_text(ptrs);
+  }
+
+ private:
+  struct version_order {
+    bool operator()(const std::string& a, const std::string& b) const { return detail::version_less(a, b); }
+  };
+
+  // State shared by the rows of one inference request.
+  struct infer_call {
+    std::shared_ptr<model_instance> inst;
+    service* owner = nullptr;
+    net::http::request http;
+    kserve::infer_request req;
+    net::http::responder respond;
+    clock::time_point start;
+    std::vector<models::named_tensors> rows;
+    std::atomic<std::size_t> remaining{0};
+    std::mutex err_mu;
+    std::optional<error_info> first_error;
+
+    void row_done(std::size_t i, result<models::named_tensors> r) {
+      if (r) {
+        rows[i] = std::move(*r);
+      } else {
+        std::lock_guard lock(err_mu);
+        if (!first_error) first_error = std::move(r).error();
+      }
+      if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) owner->finish(*this);
+    }
+  };
+
+  static net::http::response text_response(int status, std::string body, std::string_view type) {
+    net::http::response r;
+    r.status = status;
+    r.body = std::move(body);
+    r.headers.emplace_back("Content-Type", std::string(type));
+    return r;
+  }
+  static net::http::response json_response(int status, const detail::ojson& j) { return text_response(status, j.dump(), "application/json"); }
+  static net::http::response error_response(int status, std::string_view message) {
+    return text_response(status, kserve::error_body(message), "application/json");
+  }
+  static net::http::response error_response(const kserve::protocol_error& e) { return error_response(e.http_status, e.message); }
+
+  // The status a failed row maps to: the batcher's "try later" errors are 503, the rest by errc.
+  static net::http::response error_response(const error_info& e) {
+    switch (batching::classify(e)) {
+      case batching::batcher_error::queue_full:
+        return error_response(kserve::unavailable(kserve::unavailable_reason::queue_full, e.message));
+      case batching::batcher_error::timeout:
+      case batching::batcher_error::shut_down:
+      case batching::batcher_error::cancelled:
+        return error_response(kserve::unavailable(kserve::unavailable_reason::not_ready, e.message));
+      default: return error_response(kserve::http_status(e.code), e.message);
+    }
+  }
+
+  std::vector<std::string> versions_of(std::string_view name) const {
+    std::lock_guard lock(reg_mu_);
+    std::vector<std::string> out;
+    if (const auto it = models_.find(std::string(name)); it != models_.end())
+      for (const auto& [v, inst] : it->second) out.push_back(v);
+    return out;
+  }
+
+  // The named version, or the highest one when version is empty; counts it active when `acquire`.
+  std::optional<std::shared_ptr<model_instance>> find(std::string_view name, std::string_view version, bool acquire = false) {
+    std::lock_guard lock(reg_mu_);
+    const auto it = models_.find(std::string(name));
+    if (it == models_.end() || it->second.empty()) return std::nullopt;
+    std::shared_ptr<model_instance> inst;
+    if (version.empty()) {
+      inst = it->second.rbegin()->second;
+    } else {
+      const auto vit = it->second.find(std::string(version));
+      if (vit == it->second.end()) return std::nullopt;
+      inst = vit->second;
+    }
+    if (acquire) {
+      std::lock_guard dl(drain_mu_);
+      ++inst->active;
+    }
+    return inst;
+  }
+
+  void release(model_instance& inst) {
+    {
+      std::lock_guard dl(drain_mu_);
+      --inst.active;
+    }
+    drain_cv_.notify_all();
+  }
+
+  // Waits until no request routed to `inst` is unanswered, then stops its batcher; the caller drops it.
+  void retire(std::shared_ptr<model_instance> inst) {
+    {
+      std::unique_lock dl(drain_mu_);
+      drain_cv_.wait(dl, [&] { return inst->active == 0; });
+    }
+    inst->batcher().shutdown(true);
+  }
+
+  net::http::response repository(const std::vector<std::string_view>& parts, bool post, const std::string& body) {
+    const auto n = parts.size();
+    if (!post) return error_response(405, "method not allowed");
+    if (n == 3 && parts[2] == "index") {
+      detail::ojson arr = detail::ojson::array();
+      for (const auto& [name, v] : loaded()) arr.push_back(detail::ojson{{"name", name}, {"version", v}, {"state", "READY"}});
+      return json_response(200, arr);
+    }
+    if (n != 5 || parts[2] != "models" || (parts[4] != "load" && parts[4] != "unload")) return error_response(404, "Not Found");
+    const std::string name(parts[3]);
+    nlohmann::json params = nlohmann::json::object();
+    if (!body.empty()) {
+      auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object()) return error_response(400, "repository request body is not a JSON object");
+      if (auto it = j.find("parameters"); it != j.end()) {
+        if (!it->is_object()) return error_response(400, "repository request 'parameters' is not an object");
+        params = *it;
+      }
+    }
+    std::string version;
+    if (auto it = params.find("version"); it != params.end()) {
+      if (it->is_string()) version = it->get<std::string>();
+      else if (it->is_number_unsigned()) version = std::to_string(it->get<std::uint64_t>());
+      else return error_response(400, "repository parameter 'version' is not a string or an unsigned integer");
+    }
+    if (parts[4] == "unload") {
+      auto r = unload(name, version);
+      if (!r) return error_response(r.error().code == errc::not_found ? 404 : 500, r.error().message);
+      return json_response(200, detail::ojson::object());
+    }
+    // load: batcher settings and the model's own parameters come in one object.
+    nlohmann::json cfgj = nlohmann::json::object();
+    cfgj["name"] = name;
+    if (!version.empty()) cfgj["version"] = version;
+    nlohmann::json model_params = nlohmann::json::object();
+    for (auto it = params.begin(); it != params.end(); ++it) {
+      const std::string& k = it.key();
+      if (k == "version") continue;
+      if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us") {
+        if (it->is_string()) {
+          auto v = detail::int_param(params, k);
+          if (!v || *v < 0) return error_response(400, "repository parameter '" + k + "' is not a non-negative integer");
+          cfgj[k] = *v;
+        } else {
+          cfgj[k] = *it;
+        }
+      } else {
+        model_params[k] = *it;
+      }
+    }
+    cfgj["params"] = model_params;
+    auto cfg = model_config_from_json(cfgj, "parameters");
+    if (!cfg) return error_response(400, cfg.error().message);
+    auto r = load(*cfg);
+    if (!r) return error_response(kserve::http_status(r.error().code), r.error().message);
+    return json_response(200, detail::ojson::object());
+  }
+
+  net::http::response stats(std::string_view name, std::string_view version) {
+    std::vector<std::shared_ptr<model_instance>> held;
+    {
+      std::lock_guard lock(reg_mu_);
+      for (const auto& [n, vs] : models_) {
+        if (!name.empty() && n != name) continue;
+        for (const auto& [v, inst] : vs)
+          if (version.empty() || v == version) held.push_back(inst);
+      }
+    }
+    if (held.empty() && !name.empty()) return error_response(kserve::model_not_found(name, version));
+    detail::ojson arr = detail::ojson::array();
+    for (const auto& h : held) arr.push_back(detail::model_stats_json(*h));
+    return json_response(200, detail::ojson{{"model_stats", arr}});
+  }
+
+  void infer(std::string name, std::string version, net::http::request&& req, net::http::responder respond) {
+    const auto start = clock::now();
+    auto found = find(name, version, /*acquire=*/true);
+    if (!found) {
+      if (!ready()) return respond(error_response(kserve::unavailable(kserve::unavailable_reason::not_ready, "shutting down")));
+      return respond(error_response(kserve::model_not_found(name, version)));
+    }
+    auto call = std::make_shared<infer_call>();
+    call->inst = std::move(*found);
+    call->owner = this;
+    call->http = std::move(req);  // the body lives in the call: decoded tensors view into it
+    call->respond = std::move(respond);
+    call->start = start;
+    auto rows = decode_rows(*call);
+    if (!rows) return finish_error(*call, rows.error());
+    const std::size_t n = rows->size();
+    call->rows.resize(n);
+    call->remaining.store(n, std::memory_order_relaxed);
+    const auto timeout = kserve::timeout_us(call->req);
+    const bool is_sample = call->req.inputs.front().name == "sample";
+    for (std::size_t i = 0; i < n; ++i) {
+      pool_.submit([this, call, i, raw = (*rows)[i], is_sample, timeout] {
+        auto item = preprocess(*call->inst, raw, is_sample);
+        if (!item) return call->row_done(i, std::move(item).error());
+        batching::submit_options<shape_bucket> opts;
+        opts.bucket = bucket_of(*item);
+        if (timeout) opts.timeout = std::chrono::microseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(*timeout, 1ull << 40)));
+        call->inst->batcher().submit(row_item{std::move(*item)}, std::move(opts),
+                                     [call, i](result<models::named_tensors> r) { call->row_done(i, std::move(r)); });
+      });
+    }
+  }
+
+  // Checks the request's single BYTES input ("image" | "video" | "text" as the model's modality, or
+  // "sample") and returns its rows.
+  result<std::vector<std::string_view>> decode_rows(infer_call& c) {
+    std::optional<std::size_t> header_length;
+    if (const auto h = net::http::find_header(c.http.headers, "inference-header-content-length"); !h.empty()) {
+      std::size_t v = 0;
+      for (char ch : h) {
+        if (ch < '0' || ch > '9' || v > (std::size_t{1} << 40)) return fail(errc::invalid_argument, "Inference-Header-Content-Length '" + std::string(h) + "' is not a valid length");
+        v = v * 10 + static_cast<std::size_t>(ch - '0');
+      }
+      header_length = v;
+    }
+    auto req = kserve::decode_request(c.http.body, header_length, config_.protocol);
+    if (!req) return req.error();
+    c.req = std::move(*req);
+    const auto& m = c.inst->model();
+    const std::string_view expected = detail::input_name(m.input_modality());
+    if (c.req.inputs.size() != 1)
+      return fail(errc::invalid_argument, "model '" + c.inst->name() + "' expects 1 input ('" + std::string(expected) + "' or 'sample'), got " +
+                                              std::to_string(c.req.inputs.size()));
+    const auto& in = c.req.inputs.front();
+    if (in.name != expected && in.name != "sample")
+      return fail(errc::invalid_argument, "unexpected input '" + in.name + "' for model '" + c.inst->name() + "' (expects '" + std::string(expected) + "' or 'sample')");
+    if (in.type != kserve::datatype::bytes)
+      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " + std::string(kserve::to_string(in.type)) + ", expected BYTES");
+    const bool shape_ok = (in.shape.size() == 1 && in.shape[0] >= 1) || (in.shape.size() == 2 && in.shape[0] >= 1 && in.shape[1] == 1);
+    if (!shape_ok) return fail(errc::invalid_argument, "input '" + in.name + "' has shape " + kserve::detail::shape_string(in.shape) + ", expected [batch] or [batch,1]");
+    if (static_cast<std::uint64_t>(in.shape[0]) > config_.max_rows_per_request)
+      return fail(errc::limit_exceeded, "input '" + in.name + "': " + std::to_string(in.shape[0]) + " rows > max_rows_per_request " +
+                                            std::to_string(config_.max_rows_per_request));
+    for (const auto& o : c.req.outputs) {
+      const auto outs = m.outputs();
+      if (std::none_of(outs.begin(), outs.end(), [&](const models::tensor_meta& t) { return t.name == o.name; }))
+        return fail(errc::invalid_argument, "unknown output '" + o.name + "' requested from model '" + c.inst->name() + "'");
+    }
+    return in.strings();
+  }
+
+  result<tensor> preprocess(const model_instance& inst, std::string_view raw, bool is_sample) const {
+    const auto& m = inst.model();
+    const bytes_view bytes(reinterpret_cast<const std::byte*>(raw.data()), raw.size());
+    if (!is_sample) return m.preprocess(bytes, config_.decode);
+    auto rec = format::record_view::parse(bytes, config_.decode);
+    if (!rec) return rec.error();
+    const auto mod = m.input_modality();
+    for (const auto& f : rec->fields()) {
+      if (mod == models::modality::image && f.kind() == format::field_kind::image && f.codec() == codec::codec_id::jpeg) {
+        auto p = f.checked_payload();
+        if (!p) return p.error();
+        return m.preprocess(*p, config_.decode);
+      }
+      if (mod == models::modality::video && f.kind() == format::field_kind::video) {
+        auto p = f.checked_payload();
+        if (!p) return p.error();
+        return m.preprocess(*p, config_.decode);
+      }
+      if (mod == models::modality::text && f.kind() == format::field_kind::text) {
+        auto s = f.text(config_.decode);
+        if (!s) return s.error();
+        return m.preprocess(as_bytes_view(*s), config_.decode);
+      }
+    }
+    return fail(errc::invalid_argument, "sample has no " + std::string(models::to_string(mod)) + " field for model '" + inst.name() + "'");
+  }
+
+  void finish_error(infer_call& c, const error_info& e) {
+    auto& inst = *c.inst;
+    inst.counters().failure.fetch_add(1, std::memory_order_relaxed);
+    inst.counters().failure_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
+    auto respond = std::move(c.respond);
+    respond(error_response(e));
+    release(inst);
+  }
+
+  static std::uint64_t elapsed_ns(clock::time_point start) {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count());
+  }
+
+  // All rows are done: encode the response (or the first error) and answer.
+  void finish(infer_call& c) {
+    if (c.first_error) return finish_error(c, *c.first_error);
+    auto encoded = encode(c);
+    if (!encoded) return finish_error(c, encoded.error());
+    auto& inst = *c.inst;
+    inst.counters().success.fetch_add(1, std::memory_order_relaxed);
+    inst.counters().inferences.fetch_add(c.rows.size(), std::memory_order_relaxed);
+    inst.counters().success_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
+    inst.counters().last_inference_ms.store(detail::now_ms(), std::memory_order_relaxed);
+    auto respond = std::move(c.respond);
+    respond(std::move(*encoded));
+    release(inst);
+  }
+
+  // Stacks the rows' outputs into [rows, ...] tensors and encodes the KServe response.
+  result<net::http::response> encode(infer_call& c) {
+    const auto& m = c.inst->model();
+    auto resp = std::make_shared<kserve::infer_response>();
+    resp->model_name = c.inst->name();
+    resp->model_version = c.inst->version();
+    resp->id = c.req.id;
+    const auto metas = m.outputs();
+    for (std::size_t k = 0; k < metas.size(); ++k) {
+      const auto& meta = metas[k];
+      if (!c.req.outputs.empty() &&
+          std::none_of(c.req.outputs.begin(), c.req.outputs.end(), [&](const auto& o) { return o.name == meta.name; }))
+        continue;
+      const tensor* first = models::find_output(c.rows.front(), meta.name);
+      if (!first) return fail(errc::internal, "model '" + c.inst->name() + "' did not produce output '" + meta.name + "'");
+      std::vector<std::int64_t> shape{static_cast<std::int64_t>(c.rows.size())};
+      for (auto d : first->shape()) shape.push_back(d);
+      byte_buffer bytes(first->nbytes() * c.rows.size());
+      for (std::size_t i = 0; i < c.rows.size(); ++i) {
+        const tensor* t = models::find_output(c.rows[i], meta.name);
+        if (!t || t->dtype() != first->dtype() || !(t->shape() == first->shape()) || !t->is_contiguous())
+          return fail(errc::invalid_argument, "output '" + meta.name + "' of row " + std::to_string(i) +
+                                                  " differs in dtype or shape from row 0: rows of one request must share a shape");
+        if (t->nbytes()) std::memcpy(bytes.data() + i * first->nbytes(), t->data(), t->nbytes());
+      }
+      const auto dt = kserve::from_dtype(first->dtype());
+      resp->outputs.push_back(kserve::infer_tensor::owned(meta.name, dt, std::move(shape), std::move(bytes),
+                                                          kserve::wants_binary(c.req, meta.name, dt)));
+    }
+    auto msg = kserve::encode_response(*resp);
+    if (!msg) return msg.error();
+    net::http::response r;
+    r.status = 200;
+    r.body = std::move(msg->header);
+    r.pieces = std::move(msg->binary);
+    r.keep_alive = resp;
+    if (msg->header_length) {
+      r.headers.emplace_back("Content-Type", "application/octet-stream");
+      r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*msg->header_length));
+    } else {
+      r.headers.emplace_back("Content-Type", "application/json");
+    }
+    return r;
+  }
+
+  server_config config_;
+  model_factory factory_;
+  mutable std::mutex reg_mu_;
+  bool stopping_ = false;
+  std::map<std::string, std::map<std::string, std::shared_ptr<model_instance>, version_order>> models_;
+  std::mutex drain_mu_;
+  std::condition_variable drain_cv_;
+  thread_pool pool_;  // last: destroyed first, after shutdown() drained every model
+};
+
+}  // namespace jitembed::server

@@ -1,0 +1,255 @@
+"""Interop with real Triton peers: tritonclient[http] and perf_analyzer against jitembed-server.
+
+Run through run_interop.py (ctest python/interop_*), which sets JITEMBED_SERVER, JITEMBED_REFERENCE,
+JITEMBED_INTEROP_WORK and JITEMBED_VENV. Embeddings must equal the C++ reference models (reference_embed)
+run on the same bytes; errors must carry the server's status and message through tritonclient.
+"""
+import base64
+import csv
+import json
+import os
+import struct
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+import interop_util
+
+TOL = dict(rtol=1e-6, atol=1e-6)  # the server runs the same deterministic float code as the reference
+TEXTS = ["a photo of a cat", "héllo wörld ☃ — UTF-8", "x", "a much longer caption " * 12]
+
+
+def _env(name):
+    v = os.environ.get(name)
+    if not v:
+        pytest.skip(f"{name} not set: run through run_interop.py (ctest -L python)")
+    return v
+
+
+@pytest.fixture(scope="session")
+def work():
+    w = _env("JITEMBED_INTEROP_WORK")
+    os.makedirs(w, exist_ok=True)
+    return w
+
+
+@pytest.fixture(scope="session")
+def ref(work):
+    return interop_util.Reference(_env("JITEMBED_REFERENCE"), work)
+
+
+@pytest.fixture(scope="session")
+def server(work):
+    s = interop_util.Server(_env("JITEMBED_SERVER"), log_path=os.path.join(work, "server.log"))
+    yield s
+    rc = s.stop()
+    assert rc == 0, f"jitembed-server did not drain and exit 0 on SIGTERM (rc={rc}): {s.log_tail()}"
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    c = httpclient.InferenceServerClient(url=server.url, concurrency=8, network_timeout=60.0)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def jpeg(ref):
+    return ref.make_jpeg(320, 240, 1)
+
+
+@pytest.fixture(scope="session")
+def mp4(ref):
+    return ref.make_video(16, 64, 48)
+
+
+def bytes_input(name, elements, binary=True):
+    t = httpclient.InferInput(name, [len(elements), 1], "BYTES")
+    t.set_data_from_numpy(np.array([[e] for e in elements], dtype=np.object_), binary_data=binary)
+    return t
+
+
+def infer(client, model, name, elements, outputs, binary_in=True, binary_out=True):
+    req_out = [httpclient.InferRequestedOutput(o, binary_data=binary_out) for o in outputs]
+    return client.infer(model, [bytes_input(name, elements, binary_in)], outputs=req_out)
+
+
+def assert_rows_equal(result, output, refs):
+    got = result.as_numpy(output)
+    assert got is not None, f"output {output} missing"
+    assert got.shape[0] == len(refs)
+    for i, r in enumerate(refs):
+        assert got[i].shape == r[output].shape, f"row {i}: {got[i].shape} != {r[output].shape}"
+        assert got[i].dtype == r[output].dtype
+        np.testing.assert_allclose(got[i], r[output], **TOL, err_msg=f"{output} row {i}")
+
+
+# --- metadata ----------------------------------------------------------------------------------------
+
+
+def test_health_and_metadata(client):
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    meta = client.get_server_metadata()
+    assert meta["name"]
+    for model, inp in [("image-latent", "image"), ("video-latent", "video"), ("text-embed", "text")]:
+        assert client.is_model_ready(model)
+        md = client.get_model_metadata(model)
+        assert md["name"] == model
+        assert any(i["name"] == inp and i["datatype"] == "BYTES" for i in md["inputs"]), md
+        cfg = client.get_model_config(model)
+        assert cfg["name"] == model
+        assert cfg["max_batch_size"] >= 1
+        assert any(i["name"] == inp and i["data_type"] == "TYPE_STRING" for i in cfg["input"]), cfg
+
+
+# --- embeddings equal the C++ reference -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("binary_out", [True, False], ids=["binary_out", "json_out"])
+def test_image_latent(client, ref, jpeg, binary_out):
+    small = ref.make_jpeg(64, 48, 2)  # another size: resized to the same bucket, so rows share a shape
+    r = infer(client, "image-latent", "image", [jpeg, small], ["latent"], binary_out=binary_out)
+    assert r.get_output("latent")["datatype"] == "FP32"
+    assert_rows_equal(r, "latent", [ref.embed("image-latent", jpeg), ref.embed("image-latent", small)])
+
+
+def test_image_latent_committed_seed(client, ref):
+    with open(os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "jpeg", "baseline_420.jpg"), "rb") as f:
+        data = f.read()
+    r = infer(client, "image-latent", "image", [data], ["latent"])
+    assert_rows_equal(r, "latent", [ref.embed("image-latent", data)])
+
+
+@pytest.mark.parametrize("binary_out", [True, False], ids=["binary_out", "json_out"])
+def test_video_latent(client, ref, mp4, binary_out):
+    r = infer(client, "video-latent", "video", [mp4], ["latent"], binary_out=binary_out)
+    assert_rows_equal(r, "latent", [ref.embed("video-latent", mp4)])
+
+
+@pytest.mark.parametrize("binary_in,binary_out", [(True, True), (False, False), (False, True)],
+                         ids=["bin_in_bin_out", "json_in_json_out", "json_in_bin_out"])
+def test_text_embed(client, ref, binary_in, binary_out):
+    elements = [t.encode() for t in TEXTS] if binary_in else TEXTS
+    outs = ["sequence", "mask", "pooled"]
+    r = infer(client, "text-embed", "text", elements, outs, binary_in=binary_in, binary_out=binary_out)
+    refs = [ref.embed("text-embed", t.encode()) for t in TEXTS]
+    for o in outs:
+        assert_rows_equal(r, o, refs)
+
+
+def test_text_embed_default_outputs(client, ref):
+    """No outputs requested: the server returns all of them (Triton's rule)."""
+    r = client.infer("text-embed", [bytes_input("text", [b"default outputs"])])
+    refs = [ref.embed("text-embed", b"default outputs")]
+    for o in ["sequence", "mask", "pooled"]:
+        assert_rows_equal(r, o, refs)
+
+
+def test_concurrent_requests_batch_and_match(client, ref):
+    """Many concurrent single-row requests (the server batches them): each equals its reference."""
+    texts = [f"caption number {i} {'z' * (i % 7)}" for i in range(24)]
+    refs = {t: ref.embed("text-embed", t.encode()) for t in texts}
+    reqs = [client.async_infer("text-embed", [bytes_input("text", [t.encode()])],
+                               outputs=[httpclient.InferRequestedOutput("pooled")]) for t in texts]
+    for t, req in zip(texts, reqs):
+        got = req.get_result(timeout=60).as_numpy("pooled")
+        np.testing.assert_allclose(got[0], refs[t]["pooled"], **TOL)
+
+
+# --- errors -----------------------------------------------------------------------------------------
+
+
+def test_bad_jpeg_is_400_with_message(client):
+    with pytest.raises(InferenceServerException) as e:
+        infer(client, "image-latent", "image", [b"this is not a jpeg"], ["latent"])
+    assert e.value.status() == "400"
+    assert "jpeg" in e.value.message().lower(), e.value.message()
+
+
+def test_truncated_mp4_is_400(client, mp4):
+    with pytest.raises(InferenceServerException) as e:
+        infer(client, "video-latent", "video", [mp4[: len(mp4) // 3]], ["latent"])
+    assert e.value.status() == "400", e.value.message()
+    assert e.value.message()
+
+
+def test_invalid_utf8_is_400(client):
+    with pytest.raises(InferenceServerException) as e:
+        infer(client, "text-embed", "text", [b"ok \xff\xfe bad"], ["pooled"])
+    assert e.value.status() == "400"
+    assert "utf" in e.value.message().lower(), e.value.message()
+
+
+def test_wrong_datatype_is_400(client):
+    t = httpclient.InferInput("image", [1, 4], "FP32")
+    t.set_data_from_numpy(np.zeros((1, 4), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("image-latent", [t])
+    assert e.value.status() == "400", e.value.message()
+
+
+def test_unknown_model_is_404(client):
+    with pytest.raises(InferenceServerException) as e:
+        infer(client, "no-such-model", "text", [b"x"], ["pooled"])
+    assert e.value.status() == "404"
+    assert "no-such-model" in e.value.message(), e.value.message()
+    with pytest.raises(InferenceServerException) as e:
+        client.get_model_metadata("no-such-model")
+    assert e.value.status() == "404"
+
+
+def test_unknown_version_is_404(client):
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("text-embed", [bytes_input("text", [b"x"])], model_version="999")
+    assert e.value.status() == "404", e.value.message()
+
+
+def test_server_still_serves_after_errors(client, ref):
+    r = infer(client, "text-embed", "text", [b"after errors"], ["pooled"])
+    assert_rows_equal(r, "pooled", [ref.embed("text-embed", b"after errors")])
+
+
+# --- perf_analyzer ----------------------------------------------------------------------------------
+
+
+def run_perf_analyzer(server, work, model, data, tag, concurrency="1:8"):
+    found = interop_util.find_perf_analyzer(os.environ.get("JITEMBED_VENV", ""))
+    if found is None:
+        pytest.skip("perf_analyzer not available")
+    pa, env = found
+    data_path = os.path.join(work, f"pa_{tag}.json")
+    with open(data_path, "w") as f:
+        json.dump(data, f)
+    csv_path = os.path.join(work, f"pa_{tag}.csv")
+    cmd = [pa, "-m", model, "-u", server.url, "-i", "http", "--concurrency-range", concurrency,
+           "--input-data", data_path, "--measurement-interval", "500", "--max-trials", "3",
+           "--stability-percentage", "999", "-f", csv_path]
+    p = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+    out = (p.stdout + p.stderr).decode(errors="replace")
+    assert p.returncode == 0, f"perf_analyzer failed ({p.returncode}):\n{out[-4000:]}\nserver: {server.log_tail()}"
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(int(r["Concurrency"]) for r in rows) == list(range(1, 9)), rows
+    for r in rows:
+        assert float(r["Inferences/Second"]) > 0, r
+    # perf_analyzer stops with "Thread [i] had error: ..." and a non-zero exit on any failed request.
+    assert "had error" not in out, out[-4000:]
+    return rows, out
+
+
+def test_perf_analyzer_text_embed(server, work):
+    data = {"data": [{"text": [t]} for t in TEXTS]}
+    rows, _ = run_perf_analyzer(server, work, "text-embed", data, "text")
+    print("perf_analyzer text-embed:", [(r["Concurrency"], r["Inferences/Second"]) for r in rows])
+
+
+def test_perf_analyzer_image_latent(server, work, jpeg):
+    # perf_analyzer takes "b64" as the tensor's serialized bytes: a BYTES element is uint32-LE length + bytes.
+    data = {"data": [{"image": {"b64": base64.b64encode(struct.pack("<I", len(jpeg)) + jpeg).decode()}}]}
+    rows, _ = run_perf_analyzer(server, work, "image-latent", data, "image")
+    print("perf_analyzer image-latent:", [(r["Concurrency"], r["Inferences/Second"]) for r in rows])

@@ -1,0 +1,106 @@
+// Helpers for the service tests: synchronous calls into service::handle, KServe request building,
+// generated JPEG / MP4 / record inputs.
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jitembed/codec/jpeg.hpp"
+#include "jitembed/codec/video_encode.hpp"
+#include "jitembed/format/record_builder.hpp"
+#include "jitembed/net/kserve.hpp"
+#include "jitembed/server.hpp"
+
+namespace server_test {
+
+using namespace jitembed;
+namespace ks = jitembed::net::kserve;
+namespace http = jitembed::net::http;
+
+struct reply {
+  int status = 0;
+  http::header_list headers;
+  std::string body;  // body + pieces, flattened
+  std::string header(std::string_view name) const { return std::string(http::find_header(headers, name)); }
+};
+
+inline reply flatten(http::response r) {
+  reply out;
+  out.status = r.status;
+  out.headers = r.headers;
+  out.body = r.body;
+  for (auto p : r.pieces) out.body.append(reinterpret_cast<const char*>(p.data()), p.size());
+  return out;
+}
+
+// Sends one request and waits for its response (the service answers from any thread).
+inline reply call(server::service& s, std::string method, std::string target, std::string body = {}, http::header_list headers = {}) {
+  auto p = std::make_shared<std::promise<reply>>();
+  auto fut = p->get_future();
+  http::request req;
+  req.method = std::move(method);
+  req.target = std::move(target);
+  req.body = std::move(body);
+  req.headers = std::move(headers);
+  s.handle(std::move(req), [p](http::response r) { p->set_value(flatten(std::move(r))); });
+  if (fut.wait_for(std::chrono::seconds(30)) != std::future_status::ready) throw std::runtime_error("no response in 30 s");
+  return fut.get();
+}
+
+struct encoded_request {
+  std::string body;
+  http::header_list headers;
+};
+
+// A KServe request with one BYTES input of shape [rows, 1] (binary unless `binary` is false).
+inline encoded_request bytes_request(std::string input, const std::vector<std::string_view>& rows, bool binary = true,
+                                     std::vector<ks::requested_output> outputs = {}, ks::json params = ks::json::object()) {
+  ks::infer_request r;
+  r.id = "req-1";
+  if (!params.empty()) r.parameters = params;
+  r.inputs.push_back(ks::infer_tensor::from_strings(std::move(input), {static_cast<std::int64_t>(rows.size()), 1}, rows, binary));
+  r.outputs = std::move(outputs);
+  auto m = ks::encode_request(r).value();
+  encoded_request e;
+  e.body = m.flatten();
+  if (m.header_length) e.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*m.header_length));
+  return e;
+}
+
+inline reply infer(server::service& s, const std::string& model, const encoded_request& e, const std::string& version = {}) {
+  const std::string target = "/v2/models/" + model + (version.empty() ? "" : "/versions/" + version) + "/infer";
+  return call(s, "POST", target, e.body, e.headers);
+}
+
+inline ks::infer_response decode(const reply& r) {
+  std::optional<std::size_t> hl;
+  if (auto h = r.header("Inference-Header-Content-Length"); !h.empty()) hl = std::stoull(h);
+  return ks::decode_response(r.body, hl).value();
+}
+
+inline tensor random_image(std::int64_t h, std::int64_t w, unsigned seed) {
+  tensor t = tensor::empty({h, w, 3}, dtype::u8);
+  std::mt19937 rng(seed);
+  for (std::size_t i = 0; i < t.nbytes(); ++i) t.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(rng() % 64 + (i % 97));
+  return t;
+}
+
+inline std::string jpeg_bytes(std::int64_t h, std::int64_t w, unsigned seed) {
+  auto b = codec::encode_jpeg(random_image(h, w, seed), {.quality = 85}).value();
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+inline std::string mp4_bytes(unsigned seed) {
+  tensor src = tensor::empty({6, 48, 64, 3}, dtype::u8);
+  for (std::size_t i = 0; i < src.nbytes(); ++i) src.data<std::uint8_t>()[i] = static_cast<std::uint8_t>((i * 7 + seed * 13) / 5);
+  auto b = codec::encode_video(src, {.fps = 12.0}).value();
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+inline std::string_view sv(const byte_buffer& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+
+}  // namespace server_test

@@ -1,0 +1,157 @@
+// jitembed-server: serves embedding models over KServe v2 / Triton HTTP (jitembed::server::service on
+// jitembed::net::http::server). With no model flags it serves image-latent, video-latent and text-embed.
+// SIGTERM / SIGINT: stop accepting, drain in-flight requests, exit 0.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <pthread.h>
+#include <string>
+#include <vector>
+
+#include "jitembed/models/reference.hpp"
+#include "jitembed/net/http/server.hpp"
+#include "jitembed/server.hpp"
+
+namespace {
+
+using namespace jitembed;
+
+// "NAME[:k=v,...]": batcher keys (version, instances, max_batch_size, max_queue_delay_us, queue_size,
+// timeout_us) set the model_config; every other key is a model parameter (integers stay integers).
+result<server::model_config> parse_model_flag(const std::string& spec, const server::model_config& defaults) {
+  server::model_config m = defaults;
+  const auto colon = spec.find(':');
+  m.name = spec.substr(0, colon);
+  if (m.name.empty()) return fail(errc::invalid_argument, "--model '" + spec + "': empty model name");
+  if (colon == std::string::npos) return m;
+  std::string rest = spec.substr(colon + 1);
+  nlohmann::json cfg = nlohmann::json::object();
+  cfg["name"] = m.name;
+  std::size_t pos = 0;
+  while (pos <= rest.size()) {
+    const auto comma = rest.find(',', pos);
+    const std::string kv = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? rest.size() + 1 : comma + 1;
+    if (kv.empty()) continue;
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return fail(errc::invalid_argument, "--model '" + spec + "': '" + kv + "' is not key=value");
+    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    nlohmann::json value = v;
+    if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 19) value = std::stoll(v);
+    if (k == "version") m.version = v;
+    else if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us") cfg[k] = value;
+    else m.params[k] = value;
+  }
+  cfg["version"] = m.version;
+  auto parsed = server::model_config_from_json(cfg, "--model " + m.name);
+  if (!parsed) return parsed.error();
+  // Keep the defaults for batcher keys the flag did not name.
+  for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+    const auto& k = it.key();
+    if (k == "instances") m.instances = parsed->instances;
+    if (k == "max_batch_size") m.max_batch_size = parsed->max_batch_size;
+    if (k == "max_queue_delay_us") m.max_queue_delay_us = parsed->max_queue_delay_us;
+    if (k == "queue_size") m.queue_size = parsed->queue_size;
+    if (k == "timeout_us") m.timeout_us = parsed->timeout_us;
+  }
+  return m;
+}
+
+int fail_exit(const std::string& what) {
+  std::cerr << "error: " << what << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"jitembed-server: KServe v2 / Triton HTTP embedding service"};
+  std::string config_file, host, auth_token_file;
+  int port = -1, io_threads = 0, preprocess_threads = -1;
+  std::vector<std::string> model_flags;
+  std::size_t instances = 0, max_batch = 0, queue_size = 0;
+  std::int64_t max_queue_delay_us = -1;
+  app.add_option("--config", config_file, "JSON configuration file (flags override it)");
+  app.add_option("--host", host, "address to bind (default 127.0.0.1)");
+  app.add_option("--port", port, "port (default 8000; 0 = ephemeral)")->check(CLI::Range(0, 65535));
+  app.add_option("--model", model_flags, "NAME[:k=v,...] to serve (repeatable); default: the reference embedders");
+  app.add_option("--instances", instances, "runner threads per model")->check(CLI::Range(1, 1024));
+  app.add_option("--max-batch", max_batch, "max batch size per model (default: the model's)");
+  app.add_option("--max-queue-delay-us", max_queue_delay_us, "dynamic batching delay in microseconds")->check(CLI::NonNegativeNumber);
+  app.add_option("--queue-size", queue_size, "queued rows per model before 503");
+  app.add_option("--auth-token-file", auth_token_file, "file holding the bearer token required on every route but health");
+  app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(CLI::Range(1, 1024));
+  app.add_option("--preprocess-threads", preprocess_threads, "decode/preprocess threads (0 = hardware)")->check(CLI::Range(0, 1024));
+  CLI11_PARSE(app, argc, argv);
+
+  server::server_config cfg;
+  if (!config_file.empty()) {
+    auto c = server::load_server_config(config_file);
+    if (!c) return fail_exit(std::string(to_string(c.code())) + ": " + c.error().message);
+    cfg = std::move(*c);
+  }
+  if (!host.empty()) cfg.host = host;
+  if (port >= 0) cfg.port = static_cast<std::uint16_t>(port);
+  if (io_threads > 0) cfg.io_threads = static_cast<std::size_t>(io_threads);
+  if (preprocess_threads >= 0) cfg.preprocess_threads = static_cast<std::size_t>(preprocess_threads);
+  if (!auth_token_file.empty()) cfg.auth_token_file = auth_token_file;
+  if (auto r = server::load_auth_token(cfg); !r) return fail_exit(std::string(to_string(r.code())) + ": " + r.error().message);
+
+  server::model_config defaults;
+  const auto apply_flags = [&](server::model_config& m) {
+    if (instances) m.instances = instances;
+    if (max_batch) m.max_batch_size = max_batch;
+    if (max_queue_delay_us >= 0) m.max_queue_delay_us = max_queue_delay_us;
+    if (queue_size) m.queue_size = queue_size;
+  };
+  apply_flags(defaults);
+  if (!model_flags.empty()) {
+    cfg.models.clear();
+    for (const auto& f : model_flags) {
+      auto m = parse_model_flag(f, defaults);
+      if (!m) return fail_exit(m.error().message);
+      cfg.models.push_back(std::move(*m));
+    }
+  } else if (cfg.models.empty()) {
+    for (auto name : models::kReferenceModelNames) {
+      server::model_config m = defaults;
+      m.name = std::string(name);
+      cfg.models.push_back(std::move(m));
+    }
+  } else {
+    for (auto& m : cfg.models) apply_flags(m);
+  }
+
+  // Signals go to the thread that waits for them, not to the I/O or runner threads started below.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  server::service svc(cfg);
+  if (auto r = svc.load_configured(); !r) return fail_exit(std::string(to_string(r.code())) + ": " + r.error().message);
+
+  net::http::server_options ho;
+  ho.host = cfg.host;
+  ho.port = cfg.port;
+  ho.io_threads = static_cast<int>(cfg.io_threads);
+  ho.max_header_bytes = cfg.protocol.max_header_bytes;
+  ho.max_body_bytes = cfg.protocol.max_body_bytes;
+  net::http::server http(ho, svc.as_handler());
+  auto port_bound = http.start();
+  if (!port_bound) return fail_exit(std::string(to_string(port_bound.code())) + ": " + port_bound.error().message);
+  std::printf("jitembed-server listening on %s\n", http.url().c_str());
+  for (const auto& [name, version] : svc.loaded()) std::printf("  model %s version %s\n", name.c_str(), version.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "jitembed-server: %s, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  http.stop(std::chrono::seconds(10));  // in-flight requests finish and are answered
+  svc.shutdown();
+  return 0;
+}

@@ -14,6 +14,9 @@
 #include "jitembed/models/reference.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
+#if defined(JITEMBED_SERVER_GPU)
+#include "server_gpu_models.hpp"
+#endif
 
 namespace {
 
@@ -84,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--queue-size", queue_size, "queued rows per model before 503");
   app.add_option("--auth-token-file", auth_token_file, "file holding the bearer token required on every route but health");
   app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(CLI::Range(1, 1024));
+  std::string device = "auto";
+  app.add_option("--device", device, "where the reference embedders run: auto (the GPU when there is one), gpu, cpu")
+      ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   app.add_option("--preprocess-threads", preprocess_threads, "decode/preprocess threads (0 = hardware)")->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
 
@@ -132,7 +138,22 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  server::service svc(cfg);
+  // The reference embedders run on GPU 0 when there is one (and this build has the CUDA component), else on
+  // the CPU; --device gpu makes a missing GPU an error.
+  server::model_factory factory = [device](std::string_view name, const nlohmann::json& params) -> result<models::any_model> {
+    auto o = server::parse_reference_params(params);
+    if (!o) return o.error();
+    if (device != "cpu") {
+#if defined(JITEMBED_SERVER_GPU)
+      auto gpu = tools::make_gpu_reference_model(name, *o, 0);
+      if (gpu || gpu.code() != errc::not_found || device == "gpu") return gpu;
+#else
+      if (device == "gpu") return fail(errc::not_found, "this jitembed-server was built without the CUDA component");
+#endif
+    }
+    return models::make_reference_model(name, *o);
+  };
+  server::service svc(cfg, factory);
   if (auto r = svc.load_configured(); !r) return fail_exit(std::string(to_string(r.code())) + ": " + r.error().message);
 
   net::http::server_options ho;

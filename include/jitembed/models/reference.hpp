@@ -27,34 +27,46 @@ struct reference_options {
   dtype output_dtype = dtype::f32;
 };
 
+// The per-model options a reference_options stands for (shared by the CPU factory below and the CUDA
+// factories in models/cuda/, so both read the same settings the same way).
+inline image_latent_options to_image_latent_options(const reference_options& o) {
+  image_latent_options io;
+  io.work = o.work;
+  io.output_dtype = o.output_dtype;
+  if (o.image_bucket) io.bucket = o.image_bucket;
+  return io;
+}
+inline video_latent_options to_video_latent_options(const reference_options& o) {
+  video_latent_options vo;
+  vo.work = o.work;
+  vo.output_dtype = o.output_dtype;
+  if (o.video_bucket) vo.bucket = o.video_bucket;
+  if (o.video_frames) vo.frames = o.video_frames;
+  return vo;
+}
+inline text_embed_options to_text_embed_options(const reference_options& o) {
+  text_embed_options to;
+  to.work = o.work;
+  to.output_dtype = o.output_dtype;
+  if (o.text_max_length) to.max_length = o.text_max_length;
+  if (o.text_dim) to.dim = o.text_dim;
+  return to;
+}
+
 // A reference model by name; errc::not_found for an unknown name, errc::invalid_argument for bad settings.
 inline result<any_model> make_reference_model(std::string_view name, const reference_options& o = {}) {
   if (name == image_latent::kName) {
-    image_latent_options io;
-    io.work = o.work;
-    io.output_dtype = o.output_dtype;
-    if (o.image_bucket) io.bucket = o.image_bucket;
-    auto m = image_latent::create(io);
+    auto m = image_latent::create(to_image_latent_options(o));
     if (!m) return m.error();
     return any_model(std::move(*m));
   }
   if (name == video_latent::kName) {
-    video_latent_options vo;
-    vo.work = o.work;
-    vo.output_dtype = o.output_dtype;
-    if (o.video_bucket) vo.bucket = o.video_bucket;
-    if (o.video_frames) vo.frames = o.video_frames;
-    auto m = video_latent::create(vo);
+    auto m = video_latent::create(to_video_latent_options(o));
     if (!m) return m.error();
     return any_model(std::move(*m));
   }
   if (name == text_embed::kName) {
-    text_embed_options to;
-    to.work = o.work;
-    to.output_dtype = o.output_dtype;
-    if (o.text_max_length) to.max_length = o.text_max_length;
-    if (o.text_dim) to.dim = o.text_dim;
-    auto m = text_embed::create(to);
+    auto m = text_embed::create(to_text_embed_options(o));
     if (!m) return m.error();
     return any_model(std::move(*m));
   }

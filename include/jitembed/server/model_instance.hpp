@@ -51,7 +51,7 @@ inline result<int> int_param(const nlohmann::json& p, std::string_view key) {
 // The reference embedders; params: work, image_bucket, video_bucket, video_frames, text_max_length,
 // text_dim (integers or integer strings), output_dtype ("f32" | "bf16" | "f16"). Other keys are ignored
 // (batcher settings travel in the same object).
-inline result<models::any_model> make_reference(std::string_view name, const nlohmann::json& params) {
+inline result<models::reference_options> parse_reference_params(const nlohmann::json& params) {
   models::reference_options o;
   if (!params.is_null() && !params.is_object()) return fail(errc::invalid_argument, "model parameters are not an object");
   if (params.is_object()) {
@@ -72,7 +72,13 @@ inline result<models::any_model> make_reference(std::string_view name, const nlo
       o.output_dtype = *dt;
     }
   }
-  return models::make_reference_model(name, o);
+  return o;
+}
+
+inline result<models::any_model> make_reference(std::string_view name, const nlohmann::json& params) {
+  auto o = parse_reference_params(params);
+  if (!o) return o.error();
+  return models::make_reference_model(name, *o);
 }
 
 // One preprocessed row waiting for a batch.

@@ -435,3 +435,20 @@ TEST_CASE("models: concurrent run() on one model gives the single-threaded outpu
     CHECK(eq);
   }
 }
+
+TEST_CASE("text-embed: positions shorter than ngram_min are zero rows, never NaN") {
+  auto m = text_embed::create({.max_length = 16, .dim = 32, .ngram_min = 2, .ngram_max = 3}).value();
+  tensor x = m.preprocess(as_bytes_view("hello"), decode_limits{}).value();
+  auto out = m.run(std::span(&x, 1)).value();
+  const tensor* seq = find_output(out[0], "sequence");
+  const tensor* pooled = find_output(out[0], "pooled");
+  REQUIRE(seq);
+  REQUIRE(pooled);
+  const float* s = seq->data<float>();
+  for (std::size_t i = 0; i < seq->numel(); ++i) REQUIRE(std::isfinite(s[i]));
+  for (std::size_t i = 0; i < pooled->numel(); ++i) REQUIRE(std::isfinite(pooled->data<float>()[i]));
+  for (int d = 0; d < 32; ++d) CHECK(s[d] == 0.f);  // position 0 has no 2-gram
+  bool second_row_nonzero = false;
+  for (int d = 0; d < 32; ++d) second_row_nonzero |= s[32 + d] != 0.f;
+  CHECK(second_row_nonzero);
+}

@@ -34,7 +34,7 @@ struct text_embed_options {
 };
 
 namespace detail {
-inline constexpr std::string_view kTextEmbedRevision = "1";
+inline constexpr std::string_view kTextEmbedRevision = "2";  // 2: positions without an n-gram are zero, not NaN
 }
 
 // Models models::model. Construction throws jitembed::error (errc::invalid_argument) for bad options.
@@ -145,7 +145,8 @@ class text_embed {
           const float* r = table_->data() + (h % static_cast<std::uint64_t>(opts_.hash_buckets)) * d;
           for (std::size_t k = 0; k < d; ++k) row[k] += sign * r[k];
         }
-        const float scale = 1.f / std::sqrt(static_cast<float>(count));
+        // A position shorter than ngram_min has no n-gram: its row stays zero (not 0 * inf = NaN).
+        const float scale = count ? 1.f / std::sqrt(static_cast<float>(count)) : 0.f;
         for (std::size_t k = 0; k < d; ++k) {
           row[k] *= scale;
           pooled[k] += row[k];

@@ -254,7 +254,7 @@ JITEMBED_HOST_DEVICE inline float text_position_value(const std::uint32_t* c, in
     acc = f_add(acc, f_mul(sign, table[static_cast<std::int64_t>(c[k] & 0x7fffffffu) * dim + d]));
     ++count;
   }
-  return f_mul(acc, f_div(1.f, f_sqrt(static_cast<float>(count))));
+  return count ? f_mul(acc, f_div(1.f, f_sqrt(static_cast<float>(count)))) : 0.f;  // no n-gram: zero, as on the CPU
 }
 
 // Host replay of the two text kernels for one item (tokens tok[0..len)): sequence [L, D], pooled [D] in f32.

@@ -22,32 +22,15 @@ namespace jitembed::models {
 // goes through pinned staging to the device and back on a stream of its own, so calls from several threads
 // overlap. `work` is not emulated (it never changes outputs). Construction throws jitembed::error:
 // errc::invalid_argument for bad options, errc::not_found when `device_ordinal` names no CUDA device.
-class cuda_image_latent {
+class cuda_image_latent : public detail::cuda_model_base<image_latent> {
  public:
   explicit cuda_image_latent(const image_latent_options& opts = {}, int device_ordinal = 0)
-      : cpu_(opts), ordinal_(device_ordinal), pool_(cuda::pinned_pool::create(std::size_t{256} << 20)) {
-    detail::check_cuda_device(kName, device_ordinal).value();
-  }
+      : cuda_model_base(opts, device_ordinal, std::size_t{256} << 20) {}
   static result<cuda_image_latent> create(const image_latent_options& opts = {}, int device_ordinal = 0) try {
     return cuda_image_latent(opts, device_ordinal);
   } catch (const error& e) {
     return fail(e.code(), e.message());
   }
-
-  static constexpr std::string_view kName = image_latent::kName;
-  std::string_view name() const noexcept { return kName; }
-  std::string_view version() const noexcept { return cpu_.version(); }
-  std::string_view preprocess_key() const noexcept { return cpu_.preprocess_key(); }
-  modality input_modality() const noexcept { return modality::image; }
-  std::span<const tensor_meta> inputs() const noexcept { return cpu_.inputs(); }
-  std::span<const tensor_meta> outputs() const noexcept { return cpu_.outputs(); }
-  std::size_t max_batch_size() const noexcept { return cpu_.max_batch_size(); }
-  device dev() const noexcept { return device::cuda(ordinal_); }
-  const image_latent_options& options() const noexcept { return cpu_.options(); }
-  // The CPU model this one reproduces (preprocessing runs there).
-  const image_latent& reference() const noexcept { return cpu_; }
-
-  result<tensor> preprocess(bytes_view jpeg, const decode_limits& limits) const { return cpu_.preprocess(jpeg, limits); }
 
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
     JITEMBED_TRY(detail::check_batch(kName, batch, max_batch_size(), inputs()[0]));
@@ -75,10 +58,6 @@ class cuda_image_latent {
     });
   }
 
- private:
-  image_latent cpu_;
-  int ordinal_;
-  std::shared_ptr<cuda::pinned_pool> pool_;
 };
 
 static_assert(model<cuda_image_latent>);

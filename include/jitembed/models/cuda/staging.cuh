@@ -11,6 +11,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/tensor.hpp"
@@ -18,6 +20,7 @@
 #include "jitembed/cuda/check.hpp"
 #include "jitembed/cuda/pinned_pool.hpp"
 #include "jitembed/cuda/stream.hpp"
+#include "jitembed/models/model.hpp"
 
 namespace jitembed::models::detail {
 
@@ -91,5 +94,37 @@ auto run_catching(std::string_view model, F&& f) -> decltype(f()) {
     return fail(errc::limit_exceeded, std::string(model) + " (cuda): out of host memory");
   }
 }
+
+// What every CUDA reference model shares: the CPU model it reproduces (metadata, version and preprocessing
+// come from it, so cache keys agree), the device ordinal and a pinned staging pool.
+template <class Cpu>
+class cuda_model_base {
+ public:
+  using options_type = std::remove_cvref_t<decltype(std::declval<const Cpu&>().options())>;
+  static constexpr std::string_view kName = Cpu::kName;
+
+  std::string_view name() const noexcept { return kName; }
+  std::string_view version() const noexcept { return cpu_.version(); }
+  std::string_view preprocess_key() const noexcept { return cpu_.preprocess_key(); }
+  modality input_modality() const noexcept { return cpu_.input_modality(); }
+  std::span<const tensor_meta> inputs() const noexcept { return cpu_.inputs(); }
+  std::span<const tensor_meta> outputs() const noexcept { return cpu_.outputs(); }
+  std::size_t max_batch_size() const noexcept { return cpu_.max_batch_size(); }
+  device dev() const noexcept { return device::cuda(ordinal_); }
+  const options_type& options() const noexcept { return cpu_.options(); }
+  // The CPU model this one reproduces (preprocessing runs there).
+  const Cpu& reference() const noexcept { return cpu_; }
+  result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const { return cpu_.preprocess(raw, limits); }
+
+ protected:
+  cuda_model_base(const options_type& opts, int device_ordinal, std::size_t staging_bytes)
+      : cpu_(opts), ordinal_(device_ordinal), pool_(cuda::pinned_pool::create(staging_bytes)) {
+    detail::check_cuda_device(kName, device_ordinal).value();
+  }
+
+  Cpu cpu_;
+  int ordinal_;
+  std::shared_ptr<cuda::pinned_pool> pool_;
+};
 
 }  // namespace jitembed::models::detail

@@ -24,11 +24,10 @@ namespace jitembed::models {
 
 // Models models::model; run() is CPU tensors in, CPU tensors out, as for cuda_image_latent. The projection
 // table (hash_buckets x dim f32, 12 MiB by default) is copied to the device once, at construction.
-class cuda_text_embed {
+class cuda_text_embed : public detail::cuda_model_base<text_embed> {
  public:
   explicit cuda_text_embed(const text_embed_options& opts = {}, int device_ordinal = 0)
-      : cpu_(opts), ordinal_(device_ordinal), pool_(cuda::pinned_pool::create(std::size_t{256} << 20)) {
-    detail::check_cuda_device(kName, device_ordinal).value();
+      : cuda_model_base(opts, device_ordinal, std::size_t{256} << 20) {
     detail::device_guard guard(ordinal_);
     const std::size_t bytes = static_cast<std::size_t>(opts.hash_buckets) * static_cast<std::size_t>(opts.dim) * sizeof(float);
     void* p = nullptr;
@@ -51,19 +50,7 @@ class cuda_text_embed {
     return fail(e.code(), e.message());
   }
 
-  static constexpr std::string_view kName = text_embed::kName;
-  std::string_view name() const noexcept { return kName; }
-  std::string_view version() const noexcept { return cpu_.version(); }
-  std::string_view preprocess_key() const noexcept { return cpu_.preprocess_key(); }
-  modality input_modality() const noexcept { return modality::text; }
-  std::span<const tensor_meta> inputs() const noexcept { return cpu_.inputs(); }
-  std::span<const tensor_meta> outputs() const noexcept { return cpu_.outputs(); }
-  std::size_t max_batch_size() const noexcept { return cpu_.max_batch_size(); }
-  device dev() const noexcept { return device::cuda(ordinal_); }
-  const text_embed_options& options() const noexcept { return cpu_.options(); }
-  const text_embed& reference() const noexcept { return cpu_; }
-
-  result<tensor> preprocess(bytes_view utf8, const decode_limits& limits) const { return cpu_.preprocess(utf8, limits); }
+  using cuda_model_base::preprocess;  // the bytes_view overload
   result<tensor> preprocess(std::string_view utf8, const decode_limits& limits = {}) const { return cpu_.preprocess(utf8, limits); }
 
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
@@ -124,9 +111,6 @@ class cuda_text_embed {
   }
 
  private:
-  text_embed cpu_;
-  int ordinal_;
-  std::shared_ptr<cuda::pinned_pool> pool_;
   std::shared_ptr<void> table_;  // device copy of the projection table
 };
 

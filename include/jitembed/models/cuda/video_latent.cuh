@@ -19,31 +19,15 @@
 namespace jitembed::models {
 
 // Models models::model; run() is CPU tensors in, CPU tensors out, as for cuda_image_latent.
-class cuda_video_latent {
+class cuda_video_latent : public detail::cuda_model_base<video_latent> {
  public:
   explicit cuda_video_latent(const video_latent_options& opts = {}, int device_ordinal = 0)
-      : cpu_(opts), ordinal_(device_ordinal), pool_(cuda::pinned_pool::create(std::size_t{512} << 20)) {
-    detail::check_cuda_device(kName, device_ordinal).value();
-  }
+      : cuda_model_base(opts, device_ordinal, std::size_t{512} << 20) {}
   static result<cuda_video_latent> create(const video_latent_options& opts = {}, int device_ordinal = 0) try {
     return cuda_video_latent(opts, device_ordinal);
   } catch (const error& e) {
     return fail(e.code(), e.message());
   }
-
-  static constexpr std::string_view kName = video_latent::kName;
-  std::string_view name() const noexcept { return kName; }
-  std::string_view version() const noexcept { return cpu_.version(); }
-  std::string_view preprocess_key() const noexcept { return cpu_.preprocess_key(); }
-  modality input_modality() const noexcept { return modality::video; }
-  std::span<const tensor_meta> inputs() const noexcept { return cpu_.inputs(); }
-  std::span<const tensor_meta> outputs() const noexcept { return cpu_.outputs(); }
-  std::size_t max_batch_size() const noexcept { return cpu_.max_batch_size(); }
-  device dev() const noexcept { return device::cuda(ordinal_); }
-  const video_latent_options& options() const noexcept { return cpu_.options(); }
-  const video_latent& reference() const noexcept { return cpu_; }
-
-  result<tensor> preprocess(bytes_view video, const decode_limits& limits) const { return cpu_.preprocess(video, limits); }
 
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
     JITEMBED_TRY(detail::check_batch(kName, batch, max_batch_size(), inputs()[0]));
@@ -72,10 +56,6 @@ class cuda_video_latent {
     });
   }
 
- private:
-  video_latent cpu_;
-  int ordinal_;
-  std::shared_ptr<cuda::pinned_pool> pool_;
 };
 
 static_assert(model<cuda_video_latent>);

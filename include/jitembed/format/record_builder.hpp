@@ -284,17 +284,12 @@ class record_builder {
 
   result<void> push_owned(std::string_view name, field_kind kind, codec::codec_id codec, byte_buffer payload,
                           const encoded_info& info) {
-    JITEMBED_TRY(check_name(name));
-    JITEMBED_TRY(check_meta(name, kind, codec, payload.size(), info));
-    pending p;
-    p.name = std::string(name);
-    p.kind = kind;
-    p.codec = codec;
-    p.info = info;
-    p.checksum = detail::payload_hash(payload);  // hot in cache right after encoding
-    p.owned = std::move(payload);
+    const std::uint64_t checksum = detail::payload_hash(payload);  // hot in cache right after encoding
+    JITEMBED_TRY(push(name, kind, codec, payload, info, checksum));
+    pending& p = fields_.back();
+    p.owned = std::move(payload);  // the builder keeps the bytes; payload() reads them from here
     p.is_owned = true;
-    fields_.push_back(std::move(p));
+    p.view = {};
     return {};
   }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "jitembed/codec/detail/ffmpeg.hpp"
 #include "jitembed/core/buffer.hpp"
@@ -38,15 +39,22 @@ inline int memory_source_read(void* opaque, std::uint8_t* buf, int n) {
   return static_cast<int>(len);
 }
 
+// Where an AVIO seek's offset counts from (SEEK_SET / SEEK_CUR / SEEK_END), or nullopt for another whence.
+// AVSEEK_SIZE and AVSEEK_FORCE are handled by the callers / masked off before.
+inline std::optional<std::int64_t> avio_seek_base(int whence, std::int64_t pos, std::int64_t size) noexcept {
+  if (whence == SEEK_SET) return 0;
+  if (whence == SEEK_CUR) return pos;
+  if (whence == SEEK_END) return size;
+  return std::nullopt;
+}
+
 inline std::int64_t memory_source_seek(void* opaque, std::int64_t offset, int whence) {
   auto* s = static_cast<memory_source*>(opaque);
   whence &= ~AVSEEK_FORCE;
   if (whence == AVSEEK_SIZE) return s->size;
-  std::int64_t base = 0;
-  if (whence == SEEK_SET) base = 0;
-  else if (whence == SEEK_CUR) base = s->pos;
-  else if (whence == SEEK_END) base = s->size;
-  else return AVERROR(EINVAL);
+  const auto b = avio_seek_base(whence, s->pos, s->size);
+  if (!b) return AVERROR(EINVAL);
+  const std::int64_t base = *b;
   if ((offset > 0 && base > std::numeric_limits<std::int64_t>::max() - offset) || base + offset < 0)
     return AVERROR(EINVAL);
   const std::int64_t target = base + offset;
@@ -104,12 +112,9 @@ inline std::int64_t memory_sink_seek(void* opaque, std::int64_t offset, int when
   auto* s = static_cast<memory_sink*>(opaque);
   whence &= ~AVSEEK_FORCE;
   if (whence == AVSEEK_SIZE) return s->size;
-  std::int64_t base = 0;
-  if (whence == SEEK_SET) base = 0;
-  else if (whence == SEEK_CUR) base = s->pos;
-  else if (whence == SEEK_END) base = s->size;
-  else return AVERROR(EINVAL);
-  const std::int64_t target = base + offset;
+  const auto base = avio_seek_base(whence, s->pos, s->size);
+  if (!base) return AVERROR(EINVAL);
+  const std::int64_t target = *base + offset;
   if (target < 0 || target > s->size) return AVERROR(EINVAL);  // muxers only seek back to patch headers
   s->pos = target;
   return target;

@@ -140,6 +140,21 @@ if(JITEMBED_WITH_CUDA)
   target_sources(jitembed_cuda INTERFACE FILE_SET cuda_kernels TYPE HEADERS BASE_DIRS "${_inc}" FILES ${_cuh})
 endif()
 
+if(JITEMBED_WITH_PARALLEL)
+  # Placements, functional collectives, tensor/sequence-parallel layers, hybrid plans, CBLAS math.
+  jitembed_component(parallel
+    GLOBS parallel.hpp parallel/*.hpp parallel/detail/*.hpp
+    EXCLUDE "/parallel/gloo[^/]*\\.hpp$" "/parallel/nccl[^/]*\\.hpp$"
+    LINK jitembed::core OpenBLAS::OpenBLAS Threads::Threads)
+  if(JITEMBED_WITH_GLOO)
+    jitembed_component(gloo GLOBS parallel/gloo*.hpp LINK jitembed::parallel gloo)
+  endif()
+  if(JITEMBED_WITH_CUDA)
+    jitembed_component(nccl GLOBS parallel/nccl*.hpp parallel/cuda/*.hpp
+      LINK jitembed::parallel jitembed::cuda NCCL::NCCL CUDA::cublas)
+  endif()
+endif()
+
 # Umbrella: everything that is enabled, plus the umbrella headers (which include what is available).
 get_property(_enabled GLOBAL PROPERTY JITEMBED_ENABLED_COMPONENTS)
 set(_links)

@@ -24,3 +24,12 @@ endif()
 if(JITEMBED_WITH_REDIS)
   find_package(Hiredis REQUIRED)
 endif()
+if(JITEMBED_WITH_PARALLEL)
+  find_package(OpenBLAS REQUIRED)  # parallel/math.hpp: CBLAS GEMMs on CPU
+  if(JITEMBED_WITH_GLOO)
+    find_package(Gloo CONFIG REQUIRED)  # Debian's libgloo-dev: target `gloo`
+  endif()
+  if(JITEMBED_WITH_CUDA)
+    find_package(NCCL REQUIRED)
+  endif()
+endif()

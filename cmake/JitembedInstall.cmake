@@ -20,7 +20,7 @@ install(FILES
   "${PROJECT_BINARY_DIR}/jitembedConfigVersion.cmake"
   cmake/JitembedFindHelpers.cmake cmake/FindZstd.cmake cmake/FindXXHash.cmake cmake/FindDLPack.cmake
   cmake/FindTurboJPEG.cmake cmake/FindFFmpeg.cmake cmake/FindNCCL.cmake
-  cmake/FindLMDB.cmake cmake/FindHiredis.cmake
+  cmake/FindLMDB.cmake cmake/FindHiredis.cmake cmake/FindOpenBLAS.cmake
   DESTINATION "${JITEMBED_CMAKE_DIR}")
 
 # pkg-config: one module for the whole enabled set (pkg-config has no components).

@@ -34,6 +34,8 @@ enum class errc : std::uint16_t {
   io_error = 16,           // open/read/write/mmap failed
   not_found = 17,          // a named field, key or file does not exist
   internal = 18,           // a bug in jitembed
+  comm_failed = 19,        // a collective failed: a peer died, a connection broke, NCCL reported an async error
+  timeout = 20,            // a collective, rendezvous or store wait ran past its deadline
 };
 
 constexpr std::string_view to_string(errc e) noexcept {
@@ -57,6 +59,8 @@ constexpr std::string_view to_string(errc e) noexcept {
     case errc::io_error: return "io_error";
     case errc::not_found: return "not_found";
     case errc::internal: return "internal";
+    case errc::comm_failed: return "comm_failed";
+    case errc::timeout: return "timeout";
   }
   return "unknown";
 }

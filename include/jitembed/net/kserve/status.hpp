@@ -39,7 +39,9 @@ constexpr int http_status(errc code) noexcept {
     case errc::buffer_too_small:
     case errc::encode_failed:
     case errc::io_error:
-    case errc::internal: return 500;
+    case errc::internal:
+    case errc::comm_failed: return 500;
+    case errc::timeout: return 504;
   }
   return 500;
 }

@@ -1,0 +1,456 @@
+// Gloo communicator on CPU (Debian's libgloo-dev): TCP on loopback by default, rendezvous through a
+// jitembed store (hash_store for ranks as threads, file_store for processes). Models `communicator`.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "jitembed/core/dtype.hpp"
+#include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/store.hpp"
+
+namespace jitembed::parallel {
+
+struct gloo_options : comm_options {
+  std::string hostname = "127.0.0.1";  // address the ranks' sockets bind to: loopback unless asked otherwise
+};
+
+namespace detail {
+
+// gloo::rendezvous::Store over a jitembed store (gloo waits, then gets).
+class gloo_store_adapter final : public ::gloo::rendezvous::Store {
+ public:
+  gloo_store_adapter(std::shared_ptr<store> s, std::chrono::milliseconds timeout)
+      : store_(std::move(s)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()), data.size())).value();
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto v = store_->get(key, timeout_).value();
+    std::vector<char> out(v.size());
+    if (!v.empty()) std::memcpy(out.data(), v.data(), v.size());
+    return out;
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    for (const auto& k : keys) (void)store_->get(k, timeout).value();
+  }
+
+ private:
+  std::shared_ptr<store> store_;
+  std::chrono::milliseconds timeout_;
+};
+
+template <class T, reduce_op Op>
+void gloo_reduce(void* out, const void* a, const void* b, std::size_t n) {
+  auto* o = static_cast<T*>(out);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+      const float fx = static_cast<float>(x[i]), fy = static_cast<float>(y[i]);
+      o[i] = T(Op == reduce_op::sum ? fx + fy : std::max(fx, fy));
+    } else if constexpr (std::is_same_v<T, bool>) {
+      o[i] = x[i] || y[i];  // sum and max of booleans are both "any"
+    } else {
+      o[i] = Op == reduce_op::sum ? static_cast<T>(x[i] + y[i]) : std::max(x[i], y[i]);
+    }
+  }
+}
+
+template <class T>
+::gloo::AllreduceOptions::Func gloo_reduce_fn(reduce_op op) {
+  if (op == reduce_op::sum) return &gloo_reduce<T, reduce_op::sum>;
+  return &gloo_reduce<T, reduce_op::max>;
+}
+
+// Calls f(T{}) with the C++ type of a dtype.
+template <class F>
+decltype(auto) visit_dtype(dtype t, F&& f) {
+  switch (t) {
+    case dtype::u8: return f(std::uint8_t{});
+    case dtype::i8: return f(std::int8_t{});
+    case dtype::i16: return f(std::int16_t{});
+    case dtype::i32: return f(std::int32_t{});
+    case dtype::i64: return f(std::int64_t{});
+    case dtype::f16: return f(float16{});
+    case dtype::bf16: return f(bfloat16{});
+    case dtype::f32: return f(float{});
+    case dtype::f64: return f(double{});
+    case dtype::boolean: return f(bool{});
+  }
+  throw error(errc::dtype_mismatch, "unknown dtype");
+}
+
+inline void local_reduce_into(void* acc, const void* x, dtype t, std::size_t n, reduce_op op) {
+  visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    gloo_reduce_fn<T>(op)(acc, acc, x, n);
+  });
+}
+
+// A stable dummy for zero-byte buffers (gloo rejects null pointers).
+inline std::byte* nonnull(void* p) {
+  static std::byte dummy[64];
+  return p ? static_cast<std::byte*>(p) : dummy;
+}
+
+}  // namespace detail
+
+class gloo_communicator {
+ public:
+  // An empty communicator (what a kNoColor rank gets from split()).
+  gloo_communicator() = default;
+
+  // Connects `size` ranks through `st` (every rank calls this with the same store and its own rank).
+  static result<gloo_communicator> create(std::shared_ptr<store> st, int rank, int size, gloo_options opt = {}) {
+    if (!st) return fail(errc::invalid_argument, "gloo: null store");
+    if (size <= 0 || rank < 0 || rank >= size) {
+      return fail(errc::invalid_argument, "gloo: rank " + std::to_string(rank) + " of " + std::to_string(size));
+    }
+    gloo_communicator c;
+    c.store_ = std::move(st);
+    c.opt_ = std::move(opt);
+    try {
+      ::gloo::transport::tcp::attr attr;
+      attr.hostname = c.opt_.hostname;
+      c.device_ = ::gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      return fail(errc::comm_failed, std::string("gloo: cannot create a TCP device on ") + c.opt_.hostname + ": " + e.what());
+    }
+    JITEMBED_TRY(c.connect(c.store_, rank, size));
+    return c;
+  }
+
+  int rank() const noexcept { return context_ ? context_->rank : -1; }
+  int size() const noexcept { return context_ ? context_->size : 0; }
+  bool valid() const noexcept { return context_ != nullptr; }
+  jitembed::device device() const noexcept { return jitembed::device::cpu(); }
+  bool failed() const noexcept { return failed_; }
+  const comm_stats& stats() const noexcept { return stats_; }
+  comm_stats& stats() noexcept { return stats_; }
+  const std::shared_ptr<::gloo::Context>& context() const noexcept { return context_; }
+
+  result<void> all_reduce(const tensor_view& inout, reduce_op op) {
+    JITEMBED_TRY(ready("all_reduce"));
+    JITEMBED_TRY(detail::check_buffer(inout, device(), "all_reduce"));
+    stats_.record(coll::all_reduce, inout.nbytes());
+    if (inout.numel() == 0) return {};
+    return guarded("all_reduce", [&] {
+      detail::visit_dtype(inout.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        ::gloo::AllreduceOptions o(context_);
+        o.setOutput(static_cast<T*>(inout.data()), inout.numel());
+        o.setReduceFunction(detail::gloo_reduce_fn<T>(op));
+        o.setTimeout(opt_.timeout);
+        ::gloo::allreduce(o);
+      });
+    });
+  }
+
+  result<void> all_gather(const tensor_view& in, const tensor_view& out) {
+    JITEMBED_TRY(ready("all_gather"));
+    JITEMBED_TRY(check_pair(in, out, "all_gather"));
+    JITEMBED_TRY(detail::check_numel(out.numel(), in.numel() * static_cast<std::uint64_t>(size()), "all_gather output"));
+    stats_.record(coll::all_gather, out.nbytes());
+    if (out.numel() == 0) return {};
+    return guarded("all_gather", [&] {
+      ::gloo::AllgatherOptions o(context_);
+      o.setInput(detail::nonnull(in.data()), in.nbytes());
+      o.setOutput(static_cast<std::byte*>(out.data()), out.nbytes());
+      o.setTimeout(opt_.timeout);
+      ::gloo::allgather(o);
+    });
+  }
+
+  result<void> all_gather_v(const tensor_view& in, const tensor_view& out, std::span<const std::int64_t> counts) {
+    JITEMBED_TRY(ready("all_gather_v"));
+    JITEMBED_TRY(check_pair(in, out, "all_gather_v"));
+    auto total = detail::check_counts(counts, size(), "all_gather_v");
+    if (!total) return total.error();
+    JITEMBED_TRY(detail::check_numel(in.numel(), static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank())]),
+                                     "all_gather_v input"));
+    JITEMBED_TRY(detail::check_numel(out.numel(), *total, "all_gather_v output"));
+    stats_.record(coll::all_gather, out.nbytes());
+    if (out.numel() == 0) return {};
+    const std::size_t es = in.itemsize();
+    std::vector<std::size_t> bytes(counts.size());
+    for (std::size_t i = 0; i < counts.size(); ++i) bytes[i] = static_cast<std::size_t>(counts[i]) * es;
+    return guarded("all_gather_v", [&] {
+      ::gloo::AllgathervOptions o(context_);
+      o.setInput(detail::nonnull(in.data()), in.nbytes());
+      o.setOutput(static_cast<std::byte*>(out.data()), bytes);
+      o.setTimeout(opt_.timeout);
+      ::gloo::allgatherv(o);
+    });
+  }
+
+  // Gloo's generic API has no reduce-scatter: chunk j goes to rank j through one all-to-all, then the
+  // n received chunks are reduced here. Each rank sends and receives (n−1)/n of the input, the volume of
+  // a ring reduce-scatter.
+  result<void> reduce_scatter(const tensor_view& in, const tensor_view& out, reduce_op op) {
+    JITEMBED_TRY(ready("reduce_scatter"));
+    JITEMBED_TRY(check_pair(in, out, "reduce_scatter"));
+    JITEMBED_TRY(detail::check_numel(in.numel(), out.numel() * static_cast<std::uint64_t>(size()), "reduce_scatter input"));
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(size()), static_cast<std::int64_t>(out.numel()));
+    return reduce_scatter_impl(in, out, counts, op, "reduce_scatter");
+  }
+
+  result<void> reduce_scatter_v(const tensor_view& in, const tensor_view& out, std::span<const std::int64_t> counts,
+                                reduce_op op) {
+    JITEMBED_TRY(ready("reduce_scatter_v"));
+    JITEMBED_TRY(check_pair(in, out, "reduce_scatter_v"));
+    auto total = detail::check_counts(counts, size(), "reduce_scatter_v");
+    if (!total) return total.error();
+    JITEMBED_TRY(detail::check_numel(in.numel(), *total, "reduce_scatter_v input"));
+    JITEMBED_TRY(detail::check_numel(out.numel(), static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank())]),
+                                     "reduce_scatter_v output"));
+    return reduce_scatter_impl(in, out, counts, op, "reduce_scatter_v");
+  }
+
+  result<void> broadcast(const tensor_view& inout, int root) {
+    JITEMBED_TRY(ready("broadcast"));
+    JITEMBED_TRY(detail::check_buffer(inout, device(), "broadcast"));
+    JITEMBED_TRY(detail::check_peer(root, size(), "broadcast root"));
+    stats_.record(coll::broadcast, inout.nbytes());
+    if (inout.numel() == 0) return {};
+    return guarded("broadcast", [&] {
+      ::gloo::BroadcastOptions o(context_);
+      o.setOutput(static_cast<std::byte*>(inout.data()), inout.nbytes());
+      o.setRoot(root);
+      o.setTimeout(opt_.timeout);
+      ::gloo::broadcast(o);
+    });
+  }
+
+  result<void> all_to_all(const tensor_view& in, const tensor_view& out) {
+    JITEMBED_TRY(ready("all_to_all"));
+    JITEMBED_TRY(check_pair(in, out, "all_to_all"));
+    JITEMBED_TRY(detail::check_numel(out.numel(), in.numel(), "all_to_all output"));
+    if (in.numel() % static_cast<std::uint64_t>(size()) != 0) {
+      return fail(errc::invalid_argument, "all_to_all: " + std::to_string(in.numel()) + " elements do not split into " +
+                                              std::to_string(size()) + " equal chunks");
+    }
+    stats_.record(coll::all_to_all, in.nbytes());
+    if (in.numel() == 0) return {};
+    return guarded("all_to_all", [&] {
+      ::gloo::AlltoallOptions o(context_);
+      o.setInput(static_cast<std::byte*>(in.data()), in.nbytes());
+      o.setOutput(static_cast<std::byte*>(out.data()), out.nbytes());
+      o.setTimeout(opt_.timeout);
+      ::gloo::alltoall(o);
+    });
+  }
+
+  result<void> all_to_all_v(const tensor_view& in, std::span<const std::int64_t> send_counts, const tensor_view& out,
+                            std::span<const std::int64_t> recv_counts) {
+    JITEMBED_TRY(ready("all_to_all_v"));
+    JITEMBED_TRY(check_pair(in, out, "all_to_all_v"));
+    auto s = detail::check_counts(send_counts, size(), "all_to_all_v send");
+    if (!s) return s.error();
+    auto r = detail::check_counts(recv_counts, size(), "all_to_all_v recv");
+    if (!r) return r.error();
+    JITEMBED_TRY(detail::check_numel(in.numel(), *s, "all_to_all_v input"));
+    JITEMBED_TRY(detail::check_numel(out.numel(), *r, "all_to_all_v output"));
+    stats_.record(coll::all_to_all, in.nbytes());
+    return guarded("all_to_all_v", [&] { alltoallv_bytes(in.data(), send_counts, out.data(), recv_counts, in.itemsize()); });
+  }
+
+  result<void> send(const tensor_view& buf, int peer) {
+    const p2p_op op = p2p_op::isend(buf, peer);
+    return batch_p2p(std::span<const p2p_op>(&op, 1));
+  }
+  result<void> recv(const tensor_view& buf, int peer) {
+    const p2p_op op = p2p_op::irecv(buf, peer);
+    return batch_p2p(std::span<const p2p_op>(&op, 1));
+  }
+
+  // Posts every send and receive, then waits for all: a batch cannot deadlock on its own order. The k-th
+  // message from a to b in a batch matches b's k-th receive from a.
+  result<void> batch_p2p(std::span<const p2p_op> ops) {
+    JITEMBED_TRY(ready("batch_p2p"));
+    for (const auto& op : ops) {
+      JITEMBED_TRY(detail::check_buffer(op.buffer, device(), "batch_p2p"));
+      JITEMBED_TRY(detail::check_peer(op.peer, size(), "batch_p2p"));
+    }
+    for (const auto& op : ops) stats_.record(op.op == p2p_op::kind::send ? coll::send : coll::recv, op.buffer.nbytes());
+    return guarded("batch_p2p", [&] {
+      std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> sends, recvs;
+      std::vector<std::uint32_t> sent(static_cast<std::size_t>(size()), 0), received(static_cast<std::size_t>(size()), 0);
+      for (const auto& op : ops) {
+        if (op.buffer.nbytes() == 0) continue;
+        auto ub = context_->createUnboundBuffer(op.buffer.data(), op.buffer.nbytes());
+        const auto p = static_cast<std::size_t>(op.peer);
+        if (op.op == p2p_op::kind::send) {
+          ub->send(op.peer, p2p_slot(sent[p]++));
+          sends.push_back(std::move(ub));
+        } else {
+          ub->recv(op.peer, p2p_slot(received[p]++));
+          recvs.push_back(std::move(ub));
+        }
+      }
+      for (auto& ub : recvs) wait_or_throw(ub->waitRecv(opt_.timeout));
+      for (auto& ub : sends) wait_or_throw(ub->waitSend(opt_.timeout));
+    });
+  }
+
+  result<void> barrier() {
+    JITEMBED_TRY(ready("barrier"));
+    stats_.record(coll::barrier, 0);
+    return guarded("barrier", [&] {
+      ::gloo::BarrierOptions o(context_);
+      o.setTimeout(opt_.timeout);
+      ::gloo::barrier(o);
+    });
+  }
+
+  // Gloo operations complete before they return.
+  result<void> synchronize() { return ready("synchronize"); }
+
+  // Ranks with the same color form a sub-communicator ordered by (key, rank); it rendezvous on the parent's
+  // store under a fresh prefix and shares the parent's TCP device.
+  result<gloo_communicator> split(int color, int key) {
+    JITEMBED_TRY(ready("split"));
+    if (color < kNoColor) return fail(errc::invalid_argument, "split: color " + std::to_string(color));
+    std::vector<std::int32_t> mine{color, key};
+    std::vector<std::int32_t> all(2 * static_cast<std::size_t>(size()));
+    JITEMBED_TRY(all_gather(tensor_view(mine.data(), dtype::i32, shape{2}), tensor_view(all.data(), dtype::i32, shape{2 * size()})));
+    const int seq = split_seq_++;
+    if (color == kNoColor) return gloo_communicator();
+    std::vector<std::pair<std::int32_t, int>> members;  // (key, parent rank)
+    for (int r = 0; r < size(); ++r) {
+      if (all[2 * static_cast<std::size_t>(r)] == color) members.emplace_back(all[2 * static_cast<std::size_t>(r) + 1], r);
+    }
+    std::sort(members.begin(), members.end());
+    int new_rank = 0;
+    while (members[static_cast<std::size_t>(new_rank)].second != rank()) ++new_rank;
+    gloo_communicator c;
+    c.opt_ = opt_;
+    c.device_ = device_;
+    c.prefix_ = prefix_ + "split" + std::to_string(seq) + "/color" + std::to_string(color) + "/";
+    c.store_ = store_;
+    JITEMBED_TRY(c.connect(store_, new_rank, static_cast<int>(members.size())));
+    return c;
+  }
+
+ private:
+  result<void> connect(const std::shared_ptr<store>& st, int rank, int size) {
+    try {
+      auto ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+      ctx->setTimeout(opt_.timeout);
+      detail::gloo_store_adapter adapter(std::make_shared<prefix_store>(st, prefix_ + "gloo/"), opt_.timeout);
+      ctx->connectFullMesh(adapter, device_);
+      context_ = std::move(ctx);
+    } catch (const jitembed::error& e) {
+      return fail(e.code(), "gloo: rendezvous of rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                                " failed: " + e.message());
+    } catch (const std::exception& e) {
+      return fail(errc::comm_failed, "gloo: connecting rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                                         " failed: " + e.what());
+    }
+    return {};
+  }
+
+  result<void> ready(const char* what) const {
+    if (!context_) return fail(errc::invalid_argument, std::string(what) + ": empty communicator");
+    if (failed_) return fail(errc::comm_failed, std::string(what) + ": communicator failed earlier: " + failure_);
+    return {};
+  }
+
+  result<void> check_pair(const tensor_view& in, const tensor_view& out, const char* what) const {
+    JITEMBED_TRY(detail::check_buffer(in, device(), what));
+    JITEMBED_TRY(detail::check_buffer(out, device(), what));
+    return detail::check_same_dtype(in, out, what);
+  }
+
+  // Runs a gloo call; an exception (a closed connection, a timeout) fails this call and every later one.
+  template <class F>
+  result<void> guarded(const char* what, F&& f) {
+    try {
+      f();
+      return {};
+    } catch (const std::exception& e) {
+      failed_ = true;
+      failure_ = e.what();
+      const bool timed_out = failure_.find("imed out") != std::string::npos || failure_.find("imeout") != std::string::npos;
+      return fail(timed_out ? errc::timeout : errc::comm_failed,
+                  std::string(what) + " on rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ": " + failure_);
+    }
+  }
+
+  static void wait_or_throw(bool completed) {
+    if (!completed) throw ::gloo::IoException("gloo: point-to-point operation aborted");
+  }
+
+  static std::uint64_t p2p_slot(std::uint32_t index) { return (std::uint64_t{0xE1} << 56) | index; }
+
+  void alltoallv_bytes(void* in, std::span<const std::int64_t> send_counts, void* out,
+                       std::span<const std::int64_t> recv_counts, std::size_t es) {
+    std::vector<std::int64_t> sb(send_counts.size()), rb(recv_counts.size());
+    std::int64_t st = 0, rt = 0;
+    for (std::size_t i = 0; i < sb.size(); ++i) {
+      sb[i] = send_counts[i] * static_cast<std::int64_t>(es);
+      rb[i] = recv_counts[i] * static_cast<std::int64_t>(es);
+      st += sb[i];
+      rt += rb[i];
+    }
+    if (st == 0 && rt == 0) return;
+    ::gloo::AlltoallvOptions o(context_);
+    o.setInput(detail::nonnull(in), sb);
+    o.setOutput(detail::nonnull(out), rb);
+    o.setTimeout(opt_.timeout);
+    ::gloo::alltoallv(o);
+  }
+
+  result<void> reduce_scatter_impl(const tensor_view& in, const tensor_view& out, std::span<const std::int64_t> counts,
+                                   reduce_op op, const char* what) {
+    stats_.record(coll::reduce_scatter, in.nbytes());
+    const auto n = static_cast<std::size_t>(size());
+    const std::int64_t mine = counts[static_cast<std::size_t>(rank())];
+    std::vector<std::int64_t> recv_counts(n, mine);
+    std::vector<std::byte> staging(static_cast<std::size_t>(mine) * n * in.itemsize());
+    return guarded(what, [&] {
+      alltoallv_bytes(in.data(), counts, staging.data(), recv_counts, in.itemsize());
+      if (mine == 0) return;
+      const std::size_t bytes = static_cast<std::size_t>(mine) * in.itemsize();
+      std::memcpy(out.data(), staging.data(), bytes);
+      for (std::size_t r = 1; r < n; ++r) {
+        detail::local_reduce_into(out.data(), staging.data() + r * bytes, in.dtype(), static_cast<std::size_t>(mine), op);
+      }
+    });
+  }
+
+  std::shared_ptr<store> store_;
+  gloo_options opt_;
+  std::shared_ptr<::gloo::transport::Device> device_;
+  std::shared_ptr<::gloo::Context> context_;
+  std::string prefix_;
+  int split_seq_ = 0;
+  bool failed_ = false;
+  std::string failure_;
+  comm_stats stats_;
+};
+
+static_assert(communicator<gloo_communicator>);
+
+}  // namespace jitembed::parallel

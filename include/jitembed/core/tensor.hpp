@@ -138,7 +138,11 @@ class tensor_view {
   std::size_t itemsize() const noexcept { return element_size(dtype_); }
   std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * itemsize(); }
 
+  // An empty tensor (a zero extent) is contiguous whatever its strides, as in PyTorch.
   bool is_contiguous() const noexcept {
+    for (auto d : shape_) {
+      if (d == 0) return true;
+    }
     std::int64_t expect = 1;
     for (std::size_t i = shape_.size(); i-- > 0;) {
       if (shape_[i] != 1 && strides_[i] != expect) return false;

@@ -16,6 +16,8 @@ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DJITEMBED_WITH_CUDA=ON \
   -DJITEMBED_BUILD_TOOLS=OFF -DJITEMBED_BUILD_EXAMPLES=OFF > "$out/configure.log" 2>&1
 targets=(test_cuda)
 [ -f benchmarks/cuda/CMakeLists.txt ] && targets+=(bench_cuda)
+[ -f tests/nccl/CMakeLists.txt ] && targets+=(test_nccl)  # NCCL communicator + cuBLAS GEMM (ctest label cuda)
+[ -f benchmarks/parallel/bench_nccl.cpp ] && targets+=(bench_nccl)
 cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}" > "$out/build.log" 2>&1
 
 status=0
@@ -27,6 +29,15 @@ if [ -x "$build_dir/benchmarks/cuda/bench_cuda" ]; then
   "$build_dir/benchmarks/cuda/bench_cuda" > "$out/bench_cuda.txt" 2>&1 || status=$?
   grep '^{' "$out/bench_cuda.txt" > "$out/bench_cuda.jsonl" || true
 fi
+if [ -x "$build_dir/benchmarks/bench_nccl" ]; then
+  # NCCL algbw / busbw per collective and size; the world size it ran is in each row ("ranks").
+  timeout 300 "$build_dir/benchmarks/bench_nccl" > "$out/bench_nccl.txt" 2>&1 || status=$?
+  grep '^{' "$out/bench_nccl.txt" > "$out/bench_nccl.jsonl" || true
+fi
+if [ -x "$build_dir/tests/nccl/test_nccl" ]; then  # which NCCL world size the tests ran (ranks as threads)
+  "$build_dir/tests/nccl/test_nccl" -tc='*all_reduce*' 2>&1 | grep "nccl world:" | tee "$out/nccl-world.txt" || true
+fi
 tail -n 5 "$out/cuda-tests.log"
 [ -f "$out/bench_cuda.txt" ] && cat "$out/bench_cuda.txt"
+[ -f "$out/bench_nccl.txt" ] && cat "$out/bench_nccl.txt"
 exit $status

@@ -14,6 +14,8 @@ packages=(
   # embedding service: HTTP on Boost.Beast (Debian's default Boost 1.74: libboost1.81-dev conflicts with
   # libmsgpack-dev's libboost-dev dependency, and msgpack-c is bench_format's baseline), LibTorch adapter
   libboost-dev libtorch-dev
+  # parallelism: Gloo collectives on CPU, CBLAS GEMMs (OpenBLAS)
+  libgloo-dev libopenblas-dev
   # programs, tests, benchmarks
   nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev
   libmsgpack-dev libprotobuf-dev protobuf-compiler

@@ -2,6 +2,7 @@
 #include <jitembed/codec/jpeg.hpp>
 #include <jitembed/codec/video.hpp>
 #include <jitembed/core/hash.hpp>
+#include <jitembed/parallel/gloo.hpp>
 
 #include <cstdio>
 
@@ -17,5 +18,10 @@ int main() {
   std::printf("consumer: jpeg %zu bytes -> %s, mp4 %zu bytes, %lld frames, hash %s\n", jpeg.size(),
               back.shape().to_string().c_str(), mp4.size(), static_cast<long long>(info.frame_count),
               xxh3_128(jpeg).to_hex().c_str());
-  return back.shape() == img.shape() && info.frame_count == 4 ? 0 : 1;
+  // A one-rank Gloo communicator on loopback (the parallel + gloo components and their dependencies).
+  auto comm = parallel::gloo_communicator::create(std::make_shared<parallel::hash_store>(), 0, 1).value();
+  float x = 2.5f;
+  comm.all_reduce(tensor_view(&x, dtype::f32, shape{1}), parallel::reduce_op::sum).value();
+  std::printf("consumer: gloo all_reduce on %d rank: %g\n", comm.size(), static_cast<double>(x));
+  return back.shape() == img.shape() && info.frame_count == 4 && x == 2.5f ? 0 : 1;
 }

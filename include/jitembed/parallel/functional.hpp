@@ -195,7 +195,9 @@ result<tensor> all_to_all_dim(C& comm, const tensor_view& x, std::size_t split_d
   tensor recv = tensor::empty(shape{recv_total}, x.dtype());
   const tensor_view send_flat(send.data(), x.dtype(), shape{static_cast<std::int64_t>(send.numel())}, x.dev());
   const tensor_view recv_flat(recv.data(), x.dtype(), shape{recv_total}, x.dev());
-  if (detail::all_equal(send_counts) && detail::all_equal(recv_counts)) {
+  // Decided from the global chunk sizes, so every rank picks the same collective (a rank whose own counts
+  // happen to be equal, e.g. all zero, must still join an uneven exchange).
+  if (detail::all_equal(split_sizes) && detail::all_equal(concat_sizes)) {
     JITEMBED_TRY(comm.all_to_all(send_flat, recv_flat));
   } else {
     JITEMBED_TRY(comm.all_to_all_v(send_flat, send_counts, recv_flat, recv_counts));

@@ -360,6 +360,11 @@ class gloo_communicator {
       ctx->setTimeout(opt_.timeout);
       detail::gloo_store_adapter adapter(std::make_shared<prefix_store>(st, prefix_ + "gloo/"), opt_.timeout);
       ctx->connectFullMesh(adapter, device_);
+      // Every rank has connected before any returns: a rank that returned and closed at once could
+      // otherwise break a peer that is still connecting to it.
+      ::gloo::BarrierOptions b(ctx);
+      b.setTimeout(opt_.timeout);
+      ::gloo::barrier(b);
       context_ = std::move(ctx);
     } catch (const jitembed::error& e) {
       return fail(e.code(), "gloo: rendezvous of rank " + std::to_string(rank) + " of " + std::to_string(size) +
@@ -407,14 +412,12 @@ class gloo_communicator {
   void alltoallv_bytes(void* in, std::span<const std::int64_t> send_counts, void* out,
                        std::span<const std::int64_t> recv_counts, std::size_t es) {
     std::vector<std::int64_t> sb(send_counts.size()), rb(recv_counts.size());
-    std::int64_t st = 0, rt = 0;
     for (std::size_t i = 0; i < sb.size(); ++i) {
       sb[i] = send_counts[i] * static_cast<std::int64_t>(es);
       rb[i] = recv_counts[i] * static_cast<std::int64_t>(es);
-      st += sb[i];
-      rt += rb[i];
     }
-    if (st == 0 && rt == 0) return;
+    // No early return when this rank has nothing to move: gloo's alltoallv posts a (possibly empty)
+    // message to every peer, and the peers wait for this rank's.
     ::gloo::AlltoallvOptions o(context_);
     o.setInput(detail::nonnull(in), sb);
     o.setOutput(detail::nonnull(out), rb);

@@ -1,0 +1,186 @@
+// Megatron's conjugate tensor-/sequence-parallel operators (megatron/core/tensor_parallel/mappings.py):
+// each is a forward collective paired with the backward collective that is its adjoint.
+//
+// Layout conventions (used by every layer in tensor_parallel.hpp):
+//   TP operators split / gather the LAST dim (hidden); the split requires last dim % degree == 0.
+//   SP operators split / gather / reduce-scatter the sequence dim `seq_dim`, default 0 ([s, b, h] as in
+//   Megatron; [tokens, h] works as is; pass 1 for [b, s, h]). Splits and reduce-scatters require the
+//   full sequence length % degree == 0 (as Megatron); gathers produce local × degree rows.
+// Every forward/backward returns a new contiguous CPU tensor; with a group of one rank no collective is
+// issued (the result is a copy). Errors throw jitembed::error (errc::invalid_argument for bad shapes).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/functional.hpp"
+#include "jitembed/parallel/shard.hpp"
+
+namespace jitembed::parallel {
+
+namespace detail {
+
+// A contiguous copy of a CPU view (what identity mappings return).
+inline tensor copy_tensor(const tensor_view& x) {
+  if (!x.dev().is_cpu()) throw error(errc::invalid_argument, "tensor-parallel mapping: CPU tensors only");
+  if (!x.is_contiguous()) throw error(errc::invalid_argument, "tensor-parallel mapping: tensor is not contiguous");
+  tensor out = tensor::empty(x.shape(), x.dtype());
+  if (x.nbytes() != 0) std::memcpy(out.data(), x.data(), x.nbytes());
+  return out;
+}
+
+inline std::size_t last_dim(const tensor_view& x, const char* what) {
+  if (x.rank() == 0) throw error(errc::invalid_argument, std::string(what) + ": rank-0 tensor has no last dim");
+  return x.rank() - 1;
+}
+
+inline void check_mapping_dim(const tensor_view& x, std::size_t dim, const char* what) {
+  if (dim >= x.rank()) {
+    throw error(errc::invalid_argument, std::string(what) + ": dim " + std::to_string(dim) + " of a rank-" +
+                                            std::to_string(x.rank()) + " tensor " + x.shape().to_string());
+  }
+}
+
+inline void check_divisible(const tensor_view& x, std::size_t dim, int degree, const char* what) {
+  check_mapping_dim(x, dim, what);
+  if (x.size(dim) % degree != 0) {
+    throw error(errc::invalid_argument, std::string(what) + ": size " + std::to_string(x.size(dim)) + " of dim " +
+                                            std::to_string(dim) + " of " + x.shape().to_string() +
+                                            " not divisible by parallel degree " + std::to_string(degree));
+  }
+}
+
+// This rank's chunk of x along dim (dim % degree == 0 required).
+template <communicator C>
+tensor split_dim(C& comm, const tensor_view& x, std::size_t dim, const char* what) {
+  check_divisible(x, dim, comm.size(), what);
+  if (comm.size() == 1) return copy_tensor(x);
+  return local_chunk(x, dim, comm.size(), comm.rank());
+}
+
+// Concatenation of every rank's x along dim (each rank holds the same extent).
+template <communicator C>
+tensor gather_dim(C& comm, const tensor_view& x, std::size_t dim, const char* what) {
+  check_mapping_dim(x, dim, what);
+  if (!x.is_contiguous()) throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
+  if (comm.size() == 1) return copy_tensor(x);
+  return all_gather_dim(comm, x, dim, x.size(dim) * comm.size()).value();
+}
+
+// Sum over ranks, chunk `rank` along dim kept (dim % degree == 0 required).
+template <communicator C>
+tensor reduce_scatter_along(C& comm, const tensor_view& x, std::size_t dim, const char* what) {
+  check_divisible(x, dim, comm.size(), what);
+  if (comm.size() == 1) return copy_tensor(x);
+  return reduce_scatter_dim(comm, x, dim, reduce_op::sum).value();
+}
+
+template <communicator C>
+tensor reduce_all(C& comm, const tensor_view& x) {
+  if (comm.size() == 1) return copy_tensor(x);
+  return all_reduce_copy(comm, x, reduce_op::sum).value();
+}
+
+}  // namespace detail
+
+// f in Megatron: forward identity (input replicated), backward all-reduce (each rank's gradient is partial).
+struct copy_to_tp {
+  template <communicator C>
+  static tensor forward(C&, const tensor_view& x) {
+    return detail::copy_tensor(x);
+  }
+  template <communicator C>
+  static tensor backward(C& comm, const tensor_view& grad) {
+    return detail::reduce_all(comm, grad);
+  }
+};
+
+// g in Megatron: forward all-reduce of partial sums, backward identity.
+struct reduce_from_tp {
+  template <communicator C>
+  static tensor forward(C& comm, const tensor_view& x) {
+    return detail::reduce_all(comm, x);
+  }
+  template <communicator C>
+  static tensor backward(C&, const tensor_view& grad) {
+    return detail::copy_tensor(grad);
+  }
+};
+
+// Forward keeps this rank's chunk of the last dim; backward all-gathers the last dim.
+struct scatter_to_tp {
+  template <communicator C>
+  static tensor forward(C& comm, const tensor_view& x) {
+    return detail::split_dim(comm, x, detail::last_dim(x, "scatter_to_tp"), "scatter_to_tp");
+  }
+  template <communicator C>
+  static tensor backward(C& comm, const tensor_view& grad) {
+    return detail::gather_dim(comm, grad, detail::last_dim(grad, "scatter_to_tp backward"), "scatter_to_tp backward");
+  }
+};
+
+// Forward all-gathers the last dim; backward keeps this rank's chunk of it.
+struct gather_from_tp {
+  template <communicator C>
+  static tensor forward(C& comm, const tensor_view& x) {
+    return detail::gather_dim(comm, x, detail::last_dim(x, "gather_from_tp"), "gather_from_tp");
+  }
+  template <communicator C>
+  static tensor backward(C& comm, const tensor_view& grad) {
+    return detail::split_dim(comm, grad, detail::last_dim(grad, "gather_from_tp backward"), "gather_from_tp backward");
+  }
+};
+
+// Forward keeps this rank's chunk of the sequence dim; backward all-gathers it.
+struct scatter_to_sp {
+  template <communicator C>
+  static tensor forward(C& comm, const tensor_view& x, std::size_t seq_dim = 0) {
+    return detail::split_dim(comm, x, seq_dim, "scatter_to_sp");
+  }
+  template <communicator C>
+  static tensor backward(C& comm, const tensor_view& grad, std::size_t seq_dim = 0) {
+    return detail::gather_dim(comm, grad, seq_dim, "scatter_to_sp backward");
+  }
+};
+
+// Forward all-gathers the sequence dim; backward reduce-scatters it (Megatron's
+// tensor_parallel_output_grad=True: the consumer is tensor-parallel, so each rank's gradient is partial).
+struct gather_from_sp {
+  template <communicator C>
+  static tensor forward(C& comm, const tensor_view& x, std::size_t seq_dim = 0) {
+    return detail::gather_dim(comm, x, seq_dim, "gather_from_sp");
+  }
+  template <communicator C>
+  static tensor backward(C& comm, const tensor_view& grad, std::size_t seq_dim = 0) {
+    return detail::reduce_scatter_along(comm, grad, seq_dim, "gather_from_sp backward");
+  }
+};
+
+// gather_from_sp with tensor_parallel_output_grad=False: the gradient is already replicated, backward
+// only keeps this rank's chunk of the sequence dim.
+struct gather_from_sp_split_grad {
+  template <communicator C>
+  static tensor forward(C& comm, const tensor_view& x, std::size_t seq_dim = 0) {
+    return detail::gather_dim(comm, x, seq_dim, "gather_from_sp_split_grad");
+  }
+  template <communicator C>
+  static tensor backward(C& comm, const tensor_view& grad, std::size_t seq_dim = 0) {
+    return detail::split_dim(comm, grad, seq_dim, "gather_from_sp_split_grad backward");
+  }
+};
+
+// Forward reduce-scatters partial sums along the sequence dim; backward all-gathers the sequence dim.
+struct reduce_scatter_to_sp {
+  template <communicator C>
+  static tensor forward(C& comm, const tensor_view& x, std::size_t seq_dim = 0) {
+    return detail::reduce_scatter_along(comm, x, seq_dim, "reduce_scatter_to_sp");
+  }
+  template <communicator C>
+  static tensor backward(C& comm, const tensor_view& grad, std::size_t seq_dim = 0) {
+    return detail::gather_dim(comm, grad, seq_dim, "reduce_scatter_to_sp backward");
+  }
+};
+
+}  // namespace jitembed::parallel

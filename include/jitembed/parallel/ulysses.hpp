@@ -1,0 +1,151 @@
+// DeepSpeed-Ulysses sequence parallelism for attention: all-to-all from sequence-sharded to head-sharded
+// layout, local attention over the whole sequence for H/n heads, and all-to-all back; backward reversed.
+//
+// Layout: q, k, v, out are [B, S, H, D] (math::attention_forward). Sequence-sharded tensors hold rank r's
+// chunk of S in torch.chunk layout ([B, S_r, H, D], all heads); head-sharded tensors hold the whole sequence
+// and heads [r·H/n, (r+1)·H/n) ([B, S, H/n, D]). H must be divisible by the degree; S need not be, but then
+// the global sequence length must be passed (every rank cannot infer it from its own chunk). CPU tensors.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/functional.hpp"
+#include "jitembed/parallel/mappings.hpp"
+#include "jitembed/parallel/math.hpp"
+
+namespace jitembed::parallel {
+
+namespace detail {
+
+inline void check_bshd(const tensor_view& x, const char* what, const char* name) {
+  if (!x.dev().is_cpu()) throw error(errc::invalid_argument, std::string(what) + ": " + name + " must be a CPU tensor");
+  if (!x.is_contiguous()) throw error(errc::invalid_argument, std::string(what) + ": " + name + " must be contiguous");
+  if (x.rank() != 4) {
+    throw error(errc::invalid_argument,
+                std::string(what) + ": " + name + " must be [B, S, H, D], got " + x.shape().to_string());
+  }
+}
+
+inline void check_heads_divisible(std::int64_t heads, int degree, const char* what) {
+  if (heads <= 0 || heads % degree != 0) {
+    throw error(errc::invalid_argument, std::string(what) + ": " + std::to_string(heads) +
+                                            " heads not divisible by sequence-parallel degree " + std::to_string(degree));
+  }
+}
+
+}  // namespace detail
+
+// [B, S_r, H, D] (rank r's sequence chunk, all heads) → [B, S, H/n, D] (whole sequence, rank r's heads).
+// seq_len is the global S; -1 means S_r × n (evenly sharded). One all_to_all (all_to_all_v if uneven).
+template <communicator C>
+tensor seq_to_head(C& comm, const tensor_view& x, std::int64_t seq_len = -1) {
+  constexpr const char* what = "seq_to_head";
+  detail::check_bshd(x, what, "x");
+  detail::check_heads_divisible(x.size(2), comm.size(), what);
+  if (seq_len < 0) seq_len = x.size(1) * comm.size();
+  if (comm.size() == 1) {
+    if (seq_len != x.size(1)) {
+      throw error(errc::invalid_argument, std::string(what) + ": sequence length " + std::to_string(seq_len) +
+                                              " on one rank holding " + std::to_string(x.size(1)));
+    }
+    return detail::copy_tensor(x);
+  }
+  return all_to_all_dim(comm, x, 2, 1, seq_len).value();
+}
+
+// [B, S, H/n, D] (whole sequence, rank r's heads) → [B, S_r, H, D] (rank r's torch.chunk of S, all heads).
+// One all_to_all (all_to_all_v if S is not divisible by n).
+template <communicator C>
+tensor head_to_seq(C& comm, const tensor_view& x) {
+  constexpr const char* what = "head_to_seq";
+  detail::check_bshd(x, what, "x");
+  if (comm.size() == 1) return detail::copy_tensor(x);
+  return all_to_all_dim(comm, x, 1, 2, x.size(2) * comm.size()).value();
+}
+
+// Self- or cross-attention over a sequence-sharded batch: forward does 4 all_to_alls (q, k, v to head-sharded,
+// the output back), backward 4 (dout to head-sharded, dq, dk, dv back). Each all_to_all moves the local
+// tensor's bytes (nccl-tests size: the send buffer). Saves the head-sharded q, k, v and probabilities.
+template <communicator C>
+class ulysses_attention {
+ public:
+  struct grads {
+    tensor dq, dk, dv;  // sequence-sharded like q, k, v
+  };
+
+  ulysses_attention(C& comm, int heads, bool causal) : comm_(&comm), heads_(heads), causal_(causal) {
+    if (!comm.valid()) {
+      throw error(errc::invalid_argument, "ulysses_attention: this rank is not in the communicator's group");
+    }
+    detail::check_heads_divisible(heads, comm.size(), "ulysses_attention");
+  }
+
+  // q [B, Sq_r, H, D], k and v [B, Sk_r, H, D]: this rank's sequence chunks (torch.chunk layout). seq_len and
+  // kv_seq_len are the global lengths (-1: local × n, evenly sharded; kv_seq_len -1 with k shaped like q
+  // means seq_len). Returns out [B, Sq_r, H, D].
+  tensor forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, std::int64_t seq_len = -1,
+                 std::int64_t kv_seq_len = -1) {
+    constexpr const char* what = "ulysses_attention forward";
+    detail::check_bshd(q, what, "q");
+    detail::check_bshd(k, what, "k");
+    detail::check_bshd(v, what, "v");
+    for (const tensor_view* t : {&q, &k, &v}) {
+      if (t->size(2) != heads_) {
+        throw error(errc::invalid_argument, std::string(what) + ": expected " + std::to_string(heads_) +
+                                                " heads (dim 2), got " + t->shape().to_string());
+      }
+    }
+    if (k.shape() != v.shape()) {
+      throw error(errc::invalid_argument,
+                  std::string(what) + ": k " + k.shape().to_string() + " and v " + v.shape().to_string() + " differ");
+    }
+    if (seq_len < 0) seq_len = q.size(1) * comm_->size();
+    if (kv_seq_len < 0) kv_seq_len = k.shape() == q.shape() ? seq_len : k.size(1) * comm_->size();
+    q_local_ = q.shape();
+    seq_len_ = seq_len;
+    kv_seq_len_ = kv_seq_len;
+    qh_ = seq_to_head(*comm_, q, seq_len);
+    kh_ = seq_to_head(*comm_, k, kv_seq_len);
+    vh_ = seq_to_head(*comm_, v, kv_seq_len);
+    tensor out = tensor::empty(qh_.shape(), dtype::f32);
+    saved_ = math::attention_forward(qh_, kh_, vh_, causal_, out);
+    return head_to_seq(*comm_, out);
+  }
+
+  // dout [B, Sq_r, H, D] (like forward's output) → dq, dk, dv shaped like forward's q, k, v.
+  grads backward(const tensor_view& dout) {
+    constexpr const char* what = "ulysses_attention backward";
+    if (!qh_.defined()) throw error(errc::invalid_argument, std::string(what) + ": backward() without a forward()");
+    detail::check_bshd(dout, what, "dout");
+    if (dout.shape() != q_local_) {
+      throw error(errc::invalid_argument, std::string(what) + ": dout must be " + q_local_.to_string() + ", got " +
+                                              dout.shape().to_string());
+    }
+    const tensor gh = seq_to_head(*comm_, dout, seq_len_);
+    tensor dq = tensor::empty(qh_.shape(), dtype::f32);
+    tensor dk = tensor::empty(kh_.shape(), dtype::f32);
+    tensor dv = tensor::empty(vh_.shape(), dtype::f32);
+    math::attention_backward(qh_, kh_, vh_, saved_, gh, dq, dk, dv);
+    qh_ = kh_ = vh_ = tensor();
+    saved_ = {};
+    return {head_to_seq(*comm_, dq), head_to_seq(*comm_, dk), head_to_seq(*comm_, dv)};
+  }
+
+  int heads() const noexcept { return heads_; }
+  int local_heads() const noexcept { return heads_ / comm_->size(); }
+  bool causal() const noexcept { return causal_; }
+
+ private:
+  C* comm_;
+  int heads_;
+  bool causal_;
+  shape q_local_{};
+  std::int64_t seq_len_ = 0, kv_seq_len_ = 0;
+  tensor qh_, kh_, vh_;  // head-sharded [B, S, H/n, D]
+  math::attention_saved saved_;
+};
+
+}  // namespace jitembed::parallel

@@ -24,3 +24,6 @@
 #if defined(JITEMBED_HAS_CUDA)
 #include "jitembed/cuda.hpp"
 #endif
+#if defined(JITEMBED_HAS_PARALLEL)
+#include "jitembed/parallel.hpp"
+#endif

@@ -1,0 +1,21 @@
+// Umbrella header of the parallelism components: communicators (Gloo on CPU, NCCL on CUDA when linked),
+// placements and redistribute, Megatron tensor-parallel layers, Ulysses attention, hybrid plans, CPU math.
+#pragma once
+
+#include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/functional.hpp"
+#include "jitembed/parallel/hybrid.hpp"
+#include "jitembed/parallel/mappings.hpp"
+#include "jitembed/parallel/math.hpp"
+#include "jitembed/parallel/placement.hpp"
+#include "jitembed/parallel/shard.hpp"
+#include "jitembed/parallel/store.hpp"
+#include "jitembed/parallel/tensor_parallel.hpp"
+#include "jitembed/parallel/ulysses.hpp"
+#if defined(JITEMBED_HAS_GLOO)
+#include "jitembed/parallel/gloo.hpp"
+#endif
+#if defined(JITEMBED_HAS_NCCL)
+#include "jitembed/parallel/nccl.hpp"
+#include "jitembed/parallel/cuda/gemm.hpp"
+#endif

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <atomic>
@@ -312,5 +313,49 @@ TEST_CASE("gloo ranks as processes rendezvous through a file_store") {
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gloo: a rank process killed mid-job makes the others fail with an error, not hang") {
+  const auto dir = std::filesystem::temp_directory_path() / ("jitembed_gloo_kill_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  constexpr int kRanks = 3;
+  std::vector<pid_t> pids;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < kRanks; ++r) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int code = 10;
+      try {
+        auto st = std::make_shared<file_store>(dir);
+        gloo_options opt;
+        opt.timeout = std::chrono::seconds(10);
+        auto c = gloo_communicator::create(st, r, kRanks, opt).value();
+        float x = 1;
+        c.all_reduce(tensor_view(&x, dtype::f32, shape{1}), reduce_op::sum).value();
+        if (r == kRanks - 1) ::raise(SIGKILL);  // dies without closing anything itself
+        std::vector<float> big(1 << 18, 1.f);
+        auto res = c.all_reduce(tensor_view(big.data(), dtype::f32, shape{1 << 18}), reduce_op::sum);
+        code = res.code() == errc::comm_failed ? 0 : res.code() == errc::timeout ? 1 : 2;
+      } catch (...) {
+        code = 3;
+      }
+      std::_Exit(code);
+    }
+    pids.push_back(pid);
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    int status = 0;
+    REQUIRE(::waitpid(pids[static_cast<std::size_t>(r)], &status, 0) == pids[static_cast<std::size_t>(r)]);
+    CAPTURE(r);
+    if (r == kRanks - 1) {
+      CHECK(WIFSIGNALED(status));
+    } else {
+      REQUIRE(WIFEXITED(status));
+      CHECK(WEXITSTATUS(status) == 0);  // comm_failed (the kernel closed the dead rank's sockets)
+    }
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   std::filesystem::remove_all(dir);
 }

@@ -29,9 +29,9 @@ if [ -x "$build_dir/benchmarks/cuda/bench_cuda" ]; then
   "$build_dir/benchmarks/cuda/bench_cuda" > "$out/bench_cuda.txt" 2>&1 || status=$?
   grep '^{' "$out/bench_cuda.txt" > "$out/bench_cuda.jsonl" || true
 fi
-if [ -x "$build_dir/benchmarks/bench_nccl" ]; then
+if [ -x "$build_dir/benchmarks/parallel/bench_nccl" ]; then
   # NCCL algbw / busbw per collective and size; the world size it ran is in each row ("ranks").
-  timeout 300 "$build_dir/benchmarks/bench_nccl" > "$out/bench_nccl.txt" 2>&1 || status=$?
+  timeout 300 "$build_dir/benchmarks/parallel/bench_nccl" > "$out/bench_nccl.txt" 2>&1 || status=$?
   grep '^{' "$out/bench_nccl.txt" > "$out/bench_nccl.jsonl" || true
 fi
 if [ -x "$build_dir/tests/nccl/test_nccl" ]; then  # which NCCL world size the tests ran (ranks as threads)

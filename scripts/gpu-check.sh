@@ -17,7 +17,7 @@ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DJITEMBED_WITH_CUDA=ON \
 targets=(test_cuda)
 [ -f benchmarks/cuda/CMakeLists.txt ] && targets+=(bench_cuda)
 [ -f tests/nccl/CMakeLists.txt ] && targets+=(test_nccl)  # NCCL communicator + cuBLAS GEMM (ctest label cuda)
-[ -f benchmarks/parallel/bench_nccl.cpp ] && targets+=(bench_nccl)
+[ -f benchmarks/parallel/bench_parallel.cpp ] && targets+=(bench_parallel)
 cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}" > "$out/build.log" 2>&1
 
 status=0
@@ -29,15 +29,16 @@ if [ -x "$build_dir/benchmarks/cuda/bench_cuda" ]; then
   "$build_dir/benchmarks/cuda/bench_cuda" > "$out/bench_cuda.txt" 2>&1 || status=$?
   grep '^{' "$out/bench_cuda.txt" > "$out/bench_cuda.jsonl" || true
 fi
-if [ -x "$build_dir/benchmarks/parallel/bench_nccl" ]; then
-  # NCCL algbw / busbw per collective and size; the world size it ran is in each row ("ranks").
-  timeout 300 "$build_dir/benchmarks/parallel/bench_nccl" > "$out/bench_nccl.txt" 2>&1 || status=$?
-  grep '^{' "$out/bench_nccl.txt" > "$out/bench_nccl.jsonl" || true
+if [ -x "$build_dir/benchmarks/parallel/bench_parallel" ]; then
+  # NCCL algbw / busbw per collective and size (the world size it ran is in each row, "ranks"), then the
+  # Gloo collectives and the TP MLP / Ulysses steps on this machine's CPUs.
+  timeout 300 "$build_dir/benchmarks/parallel/bench_parallel" nccl gloo tp_mlp ulysses > "$out/bench_parallel.txt" 2>&1 || status=$?
+  grep '^{' "$out/bench_parallel.txt" > "$out/bench_parallel.jsonl" || true
 fi
 if [ -x "$build_dir/tests/nccl/test_nccl" ]; then  # which NCCL world size the tests ran (ranks as threads)
   "$build_dir/tests/nccl/test_nccl" -tc='*all_reduce*' 2>&1 | grep "nccl world:" | tee "$out/nccl-world.txt" || true
 fi
 tail -n 5 "$out/cuda-tests.log"
 [ -f "$out/bench_cuda.txt" ] && cat "$out/bench_cuda.txt"
-[ -f "$out/bench_nccl.txt" ] && cat "$out/bench_nccl.txt"
+[ -f "$out/bench_parallel.txt" ] && cat "$out/bench_parallel.txt"
 exit $status

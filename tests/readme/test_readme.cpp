@@ -1,7 +1,13 @@
 // The README's usage snippets, compiled and run on real data, so the README stays true.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "jitembed/jitembed.hpp"
 
@@ -86,3 +92,75 @@ TEST_CASE("README: codecs, format, cache, models") {
   auto outputs = m.run(std::span(&x, 1)).value();
   CHECK(outputs.size() == 1);
 }
+
+#if defined(JITEMBED_HAS_GLOO)
+TEST_CASE("README: parallel") {
+  using namespace jitembed::parallel;
+  auto fill = [](const shape& s, float scale) {
+    tensor t = tensor::empty(s, dtype::f32);
+    for (std::uint64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = scale * static_cast<float>(static_cast<int>(i % 13) - 6);
+    return t;
+  };
+  const tensor w = fill({256, 64}, 0.01f), b = fill({256}, 0.1f), x = fill({16, 64}, 0.5f), dy_full = fill({16, 256}, 0.2f);
+  // The single-rank reference.
+  tensor y_ref = tensor::empty({16, 256}, dtype::f32), dx_ref = tensor::empty({16, 64}, dtype::f32);
+  tensor gw_ref = tensor::zeros({256, 64}, dtype::f32);
+  math::linear_forward(x, w, &b.view(), y_ref);
+  const tensor_view dx_ref_v = dx_ref.view(), gw_ref_v = gw_ref.view();
+  math::linear_backward(x, w, dy_full, &dx_ref_v, &gw_ref_v, nullptr);
+
+  struct rank_result {
+    tensor y, dx, y_full;
+    std::uint64_t ar = 0, ag = 0;
+    std::string error;
+  };
+  std::vector<rank_result> res(2);
+
+  auto store = std::make_shared<hash_store>();       // ranks as threads; file_store(dir) for processes
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        const tensor dy = local_chunk(dy_full, 1, 2, r);  // this rank's columns of the output gradient
+        // on each rank r of 2 (a thread each):
+        auto comm = gloo_communicator::create(store, r, 2).value();   // TCP on 127.0.0.1
+        column_parallel_linear<gloo_communicator> fc(comm, /*in=*/64, /*out=*/256);
+        fc.load_full(w, b);                      // keeps rows [128r, 128r + 128) of w [256, 64] and b [256]
+        tensor y = fc.forward(x);                // x [16, 64] replicated → y [16, 128], no communication
+        tensor dx = fc.backward(dy);             // dy [16, 128] → dx [16, 64]: one all_reduce
+        dtensor yd{y, shape{16, 256}, placement::shard(1)};   // y holds this rank's columns of the output
+        tensor y_full = full_tensor(comm, yd);                // [16, 256] on both ranks: one all_gather
+        std::uint64_t ar = comm.stats()[coll::all_reduce].bytes;   // 16·64·4 = 4096 (nccl-tests size)
+
+        auto& o = res[static_cast<std::size_t>(r)];
+        o.y = y;
+        o.dx = dx;
+        o.y_full = y_full;
+        o.ar = ar;
+        o.ag = comm.stats()[coll::all_gather].bytes;
+      } catch (const std::exception& e) {
+        res[static_cast<std::size_t>(r)].error = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  auto max_diff = [](const tensor_view& a, const tensor_view& e) {
+    REQUIRE(a.shape() == e.shape());
+    double d = 0;
+    for (std::uint64_t i = 0; i < a.numel(); ++i) {
+      d = std::max(d, static_cast<double>(std::abs(a.data<const float>()[i] - e.data<const float>()[i])));
+    }
+    return d;
+  };
+  for (int r = 0; r < 2; ++r) {
+    const auto& o = res[static_cast<std::size_t>(r)];
+    REQUIRE(o.error.empty());
+    CHECK(max_diff(o.y, local_chunk(y_ref, 1, 2, r)) < 1e-5);
+    CHECK(max_diff(o.dx, dx_ref) < 1e-5);
+    CHECK(max_diff(o.y_full, y_ref) < 1e-5);
+    CHECK(o.ar == 16 * 64 * 4);
+    CHECK(o.ag == 16 * 256 * 4);
+  }
+}
+#endif

@@ -3,8 +3,6 @@
 // attention on n Gloo ranks (threads) against the single-rank reference (math.hpp on the full tensors),
 // side by side in this process. Each rank runs OpenBLAS on one thread; the reference is timed on one
 // thread (the per-core comparison) and on every core (the same machine, used either way).
-#include <cblas.h>
-
 #include <algorithm>
 #include <thread>
 
@@ -48,9 +46,9 @@ double ranks_step_seconds(int n, int reps, Setup setup) {
 }
 
 inline double blas_seconds(int threads, int reps, const std::function<void()>& fn) {
-  openblas_set_num_threads(threads);
+  parallel::math::set_blas_threads(threads);
   const double s = best_seconds(reps, fn);
-  openblas_set_num_threads(1);
+  parallel::math::set_blas_threads(1);
   return s;
 }
 

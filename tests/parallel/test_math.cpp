@@ -586,3 +586,13 @@ TEST_CASE("math: add_inplace adds, rejects mismatched shapes") {
   CHECK(code_of([&] { pm::add_inplace(y, filled(shape{3, 2}, 0.0f)); }) == errc::invalid_argument);
   CHECK(code_of([&] { pm::add_inplace(y, tensor::zeros(shape{2, 3}, dtype::f64)); }) == errc::dtype_mismatch);
 }
+
+namespace user_code {
+using namespace jitembed;  // what an application does; OpenBLAS's global bfloat16 must not make this ambiguous
+inline float round_trip(float v) { return static_cast<float>(bfloat16(v)); }
+}  // namespace user_code
+
+TEST_CASE("math.hpp keeps OpenBLAS's global bfloat16 typedef away from jitembed::bfloat16") {
+  CHECK(user_code::round_trip(1.5f) == 1.5f);
+  pm::set_blas_threads(1);
+}

@@ -9,7 +9,12 @@
 // message "<function>: <what>, got <shape>".
 #pragma once
 
+// OpenBLAS's openblas_config.h declares a global `bfloat16` typedef, which would make jitembed::bfloat16
+// ambiguous for code that says `using namespace jitembed`: it is declared under another name here.
+#pragma push_macro("bfloat16")
+#define bfloat16 jitembed_openblas_bfloat16
 #include <cblas.h>
+#pragma pop_macro("bfloat16")
 
 #include <algorithm>
 #include <climits>
@@ -26,6 +31,16 @@
 #include "jitembed/core/tensor.hpp"
 
 namespace jitembed::parallel::math {
+
+// Threads OpenBLAS uses for one call (ranks that are threads of one process want 1 each). A no-op with
+// another CBLAS.
+inline void set_blas_threads(int threads) {
+#if defined(OPENBLAS_VERSION)
+  openblas_set_num_threads(threads);
+#else
+  (void)threads;
+#endif
+}
 
 namespace detail {
 

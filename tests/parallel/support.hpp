@@ -66,4 +66,15 @@ inline double rel_error(const tensor_view& a, const tensor_view& b) {
   return diff / scale;
 }
 
+// The jitembed::error f() throws, or one with errc::ok when it returns normally.
+template <class F>
+jitembed::error error_of(F&& f) {
+  try {
+    f();
+  } catch (const jitembed::error& e) {
+    return e;
+  }
+  return jitembed::error(errc::ok, "no error");
+}
+
 }  // namespace jitembed::parallel::testing

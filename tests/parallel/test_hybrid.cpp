@@ -13,6 +13,7 @@
 using namespace jitembed;
 using namespace jitembed::parallel;
 using jitembed::parallel::testing::randn;
+using jitembed::parallel::testing::error_of;
 using jitembed::parallel::testing::run_ranks;
 
 namespace {
@@ -150,22 +151,13 @@ void run_boundary(const shape& g, const layout& src, const layout& dst) {
 
 template <class F>
 errc code_of(F&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.code();
-  }
-  return errc::ok;
+  return error_of(std::forward<F>(f)).code();
 }
 
 template <class F>
 std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.message();
-  }
-  return "";
+  const auto e = error_of(std::forward<F>(f));
+  return e.code() == errc::ok ? std::string() : e.message();
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 using namespace jitembed;
 using namespace jitembed::parallel;
 using jitembed::parallel::testing::randn;
+using jitembed::parallel::testing::error_of;
 using jitembed::parallel::testing::run_ranks;
 
 namespace {
@@ -60,16 +61,6 @@ double paired(C& comm, const tensor& a, const tensor& b, bool one_copy) {
   if (one_copy) return d;
   comm.all_reduce(tensor_view(&d, dtype::f64, shape{1}), reduce_op::sum).value();
   return d;
-}
-
-template <class F>
-jitembed::error error_of(F&& f) {
-  try {
-    f();
-  } catch (const jitembed::error& e) {
-    return e;
-  }
-  return jitembed::error(errc::ok, "no error");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ using namespace jitembed;
 using namespace jitembed::parallel;
 using jitembed::parallel::testing::randn;
 using jitembed::parallel::testing::rel_error;
+using jitembed::parallel::testing::error_of;
 using jitembed::parallel::testing::run_ranks;
 
 namespace {
@@ -47,16 +48,6 @@ tensor chunk(const tensor& x, std::size_t dim, const gloo_communicator& c) {
 }
 
 double bus(coll op, int n) { return bus_factor(op, n); }
-
-template <class F>
-jitembed::error error_of(F&& f) {
-  try {
-    f();
-  } catch (const jitembed::error& e) {
-    return e;
-  }
-  return jitembed::error(errc::ok, "no error");
-}
 
 bool mentions(const jitembed::error& e, const std::string& s) { return std::string(e.what()).find(s) != std::string::npos; }
 

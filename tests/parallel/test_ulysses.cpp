@@ -12,6 +12,7 @@ using namespace jitembed;
 using namespace jitembed::parallel;
 using jitembed::parallel::testing::randn;
 using jitembed::parallel::testing::rel_error;
+using jitembed::parallel::testing::error_of;
 using jitembed::parallel::testing::run_ranks;
 
 namespace {
@@ -34,16 +35,6 @@ attention_ref reference_attention(const tensor& q, const tensor& k, const tensor
 }
 
 tensor seq_chunk(const tensor& x, const gloo_communicator& c) { return local_chunk(x, 1, c.size(), c.rank()); }
-
-template <class F>
-jitembed::error error_of(F&& f) {
-  try {
-    f();
-  } catch (const jitembed::error& e) {
-    return e;
-  }
-  return jitembed::error(errc::ok, "no error");
-}
 
 }  // namespace
 

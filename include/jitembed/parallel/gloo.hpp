@@ -2,6 +2,8 @@
 // jitembed store (hash_store for ranks as threads, file_store for processes). Models `communicator`.
 #pragma once
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -109,6 +111,23 @@ inline void local_reduce_into(void* acc, const void* x, dtype t, std::size_t n, 
   });
 }
 
+// Gloo's TCP transport writes to sockets without MSG_NOSIGNAL: a write to a peer that died raises SIGPIPE,
+// whose default action kills this process instead of failing the collective. Ignore it, unless the
+// application installed a handler of its own.
+inline void ignore_sigpipe() {
+  static const bool done = [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      ::sigemptyset(&ignore.sa_mask);
+      ::sigaction(SIGPIPE, &ignore, nullptr);
+    }
+    return true;
+  }();
+  (void)done;
+}
+
 // A stable dummy for zero-byte buffers (gloo rejects null pointers).
 inline std::byte* nonnull(void* p) {
   static std::byte dummy[64];
@@ -125,6 +144,7 @@ class gloo_communicator {
   // Connects `size` ranks through `st` (every rank calls this with the same store and its own rank).
   static result<gloo_communicator> create(std::shared_ptr<store> st, int rank, int size, gloo_options opt = {}) {
     if (!st) return fail(errc::invalid_argument, "gloo: null store");
+    detail::ignore_sigpipe();
     if (size <= 0 || rank < 0 || rank >= size) {
       return fail(errc::invalid_argument, "gloo: rank " + std::to_string(rank) + " of " + std::to_string(size));
     }

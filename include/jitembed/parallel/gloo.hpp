@@ -451,20 +451,31 @@ class gloo_communicator {
     const auto n = static_cast<std::size_t>(size());
     const std::int64_t mine = counts[static_cast<std::size_t>(rank())];
     std::vector<std::int64_t> recv_counts(n, mine);
-    std::vector<std::byte> staging(static_cast<std::size_t>(mine) * n * in.itemsize());
+    std::byte* staging = scratch(static_cast<std::size_t>(mine) * n * in.itemsize());
     return guarded(what, [&] {
-      alltoallv_bytes(in.data(), counts, staging.data(), recv_counts, in.itemsize());
+      alltoallv_bytes(in.data(), counts, staging, recv_counts, in.itemsize());
       if (mine == 0) return;
       const std::size_t bytes = static_cast<std::size_t>(mine) * in.itemsize();
-      std::memcpy(out.data(), staging.data(), bytes);
+      std::memcpy(out.data(), staging, bytes);
       for (std::size_t r = 1; r < n; ++r) {
-        detail::local_reduce_into(out.data(), staging.data() + r * bytes, in.dtype(), static_cast<std::size_t>(mine), op);
+        detail::local_reduce_into(out.data(), staging + r * bytes, in.dtype(), static_cast<std::size_t>(mine), op);
       }
     });
   }
 
+  // A grow-only receive buffer for reduce_scatter, kept between calls (no zeroing, no page faults per call).
+  std::byte* scratch(std::size_t bytes) {
+    if (bytes > scratch_size_) {
+      scratch_.reset(new std::byte[bytes]);
+      scratch_size_ = bytes;
+    }
+    return scratch_.get();
+  }
+
   std::shared_ptr<store> store_;
   gloo_options opt_;
+  std::unique_ptr<std::byte[]> scratch_;
+  std::size_t scratch_size_ = 0;
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::Context> context_;
   std::string prefix_;

@@ -58,7 +58,7 @@ inline void run_gloo_collectives(reporter& rep, std::span<const int> world_sizes
               default: break;
             }
           };
-          for (int i = 0; i < 2; ++i) step();
+          for (int i = 0; i < std::min(iters, 10); ++i) step();  // warm-up: fresh connections, first-use setup
           c.barrier().value();
           const auto t0 = std::chrono::steady_clock::now();
           for (int i = 0; i < iters; ++i) step();

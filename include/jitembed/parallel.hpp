@@ -12,6 +12,8 @@
 #include "jitembed/parallel/store.hpp"
 #include "jitembed/parallel/tensor_parallel.hpp"
 #include "jitembed/parallel/ulysses.hpp"
+// jitembed/parallel/tcp_store.hpp (component jitembed::tcp_store, Boost.Asio) is included explicitly,
+// like jitembed/net/http.hpp: the umbrella headers stay free of Asio.
 #if defined(JITEMBED_HAS_GLOO)
 #include "jitembed/parallel/gloo.hpp"
 #endif

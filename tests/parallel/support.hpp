@@ -8,8 +8,12 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "jitembed/parallel/gloo.hpp"
 #include "jitembed/parallel/store.hpp"
@@ -40,6 +44,33 @@ void run_ranks(int n, F fn, std::chrono::milliseconds timeout = std::chrono::sec
   }
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
+}
+
+// Runs fn(rank) in n forked child processes; fn's return value is the child's exit code (an exception
+// gives 3). Returns each child's wait status, in rank order, after all have ended.
+template <class F>
+std::vector<int> fork_ranks(int n, F fn) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      int code = 3;
+      try {
+        code = fn(r);
+      } catch (...) {
+      }
+      std::_Exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> statuses;
+  for (pid_t pid : pids) {
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid) status = -1;
+    statuses.push_back(status);
+  }
+  return statuses;
 }
 
 // A float tensor of the given shape filled from N(0, 1) with a seed (equal seeds give equal tensors on

@@ -15,6 +15,7 @@
 
 using namespace jitembed;
 using namespace jitembed::parallel;
+using jitembed::parallel::testing::fork_ranks;
 using jitembed::parallel::testing::run_ranks;
 
 namespace {
@@ -286,30 +287,16 @@ TEST_CASE("gloo ranks as processes rendezvous through a file_store") {
   const auto dir = std::filesystem::temp_directory_path() / ("jitembed_gloo_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   constexpr int kRanks = 3;
-  std::vector<pid_t> pids;
-  for (int r = 0; r < kRanks; ++r) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      int code = 1;
-      try {
-        auto st = std::make_shared<file_store>(dir);
-        gloo_options opt;
-        opt.timeout = std::chrono::seconds(20);
-        auto c = gloo_communicator::create(st, r, kRanks, opt).value();
-        std::vector<std::int64_t> v{r + 1};
-        c.all_reduce(tensor_view(v.data(), dtype::i64, shape{1}), reduce_op::sum).value();
-        code = v[0] == 6 ? 0 : 2;
-      } catch (...) {
-        code = 3;
-      }
-      std::_Exit(code);
-    }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids) {
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
+  const auto statuses = fork_ranks(kRanks, [&](int r) {
+    auto st = std::make_shared<file_store>(dir);
+    gloo_options opt;
+    opt.timeout = std::chrono::seconds(20);
+    auto c = gloo_communicator::create(st, r, kRanks, opt).value();
+    std::vector<std::int64_t> v{r + 1};
+    c.all_reduce(tensor_view(v.data(), dtype::i64, shape{1}), reduce_op::sum).value();
+    return v[0] == 6 ? 0 : 2;
+  });
+  for (int status : statuses) {
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
@@ -320,34 +307,21 @@ TEST_CASE("gloo: a rank process killed mid-job makes the others fail with an err
   const auto dir = std::filesystem::temp_directory_path() / ("jitembed_gloo_kill_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   constexpr int kRanks = 3;
-  std::vector<pid_t> pids;
   const auto t0 = std::chrono::steady_clock::now();
+  const auto statuses = fork_ranks(kRanks, [&](int r) {
+    auto st = std::make_shared<file_store>(dir);
+    gloo_options opt;
+    opt.timeout = std::chrono::seconds(10);
+    auto c = gloo_communicator::create(st, r, kRanks, opt).value();
+    float x = 1;
+    c.all_reduce(tensor_view(&x, dtype::f32, shape{1}), reduce_op::sum).value();
+    if (r == kRanks - 1) ::raise(SIGKILL);  // dies without closing anything itself
+    std::vector<float> big(1 << 18, 1.f);
+    auto res = c.all_reduce(tensor_view(big.data(), dtype::f32, shape{1 << 18}), reduce_op::sum);
+    return res.code() == errc::comm_failed ? 0 : res.code() == errc::timeout ? 1 : 2;
+  });
   for (int r = 0; r < kRanks; ++r) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      int code = 10;
-      try {
-        auto st = std::make_shared<file_store>(dir);
-        gloo_options opt;
-        opt.timeout = std::chrono::seconds(10);
-        auto c = gloo_communicator::create(st, r, kRanks, opt).value();
-        float x = 1;
-        c.all_reduce(tensor_view(&x, dtype::f32, shape{1}), reduce_op::sum).value();
-        if (r == kRanks - 1) ::raise(SIGKILL);  // dies without closing anything itself
-        std::vector<float> big(1 << 18, 1.f);
-        auto res = c.all_reduce(tensor_view(big.data(), dtype::f32, shape{1 << 18}), reduce_op::sum);
-        code = res.code() == errc::comm_failed ? 0 : res.code() == errc::timeout ? 1 : 2;
-      } catch (...) {
-        code = 3;
-      }
-      std::_Exit(code);
-    }
-    pids.push_back(pid);
-  }
-  for (int r = 0; r < kRanks; ++r) {
-    int status = 0;
-    REQUIRE(::waitpid(pids[static_cast<std::size_t>(r)], &status, 0) == pids[static_cast<std::size_t>(r)]);
+    const int status = statuses[static_cast<std::size_t>(r)];
     CAPTURE(r);
     if (r == kRanks - 1) {
       CHECK(WIFSIGNALED(status));

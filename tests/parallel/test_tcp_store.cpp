@@ -21,6 +21,7 @@
 
 #include "jitembed/parallel/gloo.hpp"
 #include "jitembed/parallel/tcp_store.hpp"
+#include "support.hpp"
 
 using namespace jitembed;
 using namespace jitembed::parallel;
@@ -213,30 +214,17 @@ TEST_CASE("tcp_store: clients as forked processes") {
   auto server = tcp_store::listen().value();
   const std::uint16_t port = server->port();
   constexpr int kProcs = 3;
-  std::vector<pid_t> pids;
-  for (int r = 0; r < kProcs; ++r) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      int code = 1;
-      try {
-        auto c = tcp_store::connect("127.0.0.1", port).value();
-        c->set("proc/" + std::to_string(r), std::to_string(r * 7)).value();
-        code = 0;
-        for (int p = 0; p < kProcs; ++p) {
-          auto v = c->get("proc/" + std::to_string(p), 5s);
-          if (!v || as_string(*v) != std::to_string(p * 7)) code = 2;
-        }
-      } catch (...) {
-        code = 3;
-      }
-      std::_Exit(code);
+  const auto statuses = jitembed::parallel::testing::fork_ranks(kProcs, [&](int r) {
+    auto c = tcp_store::connect("127.0.0.1", port).value();
+    c->set("proc/" + std::to_string(r), std::to_string(r * 7)).value();
+    int code = 0;
+    for (int p = 0; p < kProcs; ++p) {
+      auto v = c->get("proc/" + std::to_string(p), 5s);
+      if (!v || as_string(*v) != std::to_string(p * 7)) code = 2;
     }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids) {
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    return code;
+  });
+  for (int status : statuses) {
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }

@@ -166,18 +166,26 @@ inline void gemm(bool trans_a, bool trans_b, float alpha, const tensor_view& a, 
                        std::max<std::int64_t>(c.size(1), 1));
 }
 
+namespace detail {
+// x [..., K] and w [N, K] as a linear layer needs them; returns N.
+inline std::int64_t check_linear(std::string_view fn, const tensor_view& x, const tensor_view& w) {
+  require(fn, "x", x);
+  require(fn, "w", w);
+  require_rank(fn, "w", w, 2);
+  const std::int64_t k = w.size(1);
+  rows_of(fn, "x", x);
+  if (x.size(x.rank() - 1) != k)
+    throw_arg(fn, "x last dim must equal w in-features " + std::to_string(k) + ", got x " + x.shape().to_string() + " w " +
+                      w.shape().to_string());
+  return w.size(0);
+}
+}  // namespace detail
+
 // y = x·wᵀ (+ bias): x [..., K], w [N, K], bias [N] or null, y [..., N].
 inline void linear_forward(const tensor_view& x, const tensor_view& w, const tensor_view* bias, const tensor_view& y) {
   constexpr std::string_view fn = "linear_forward";
-  detail::require(fn, "x", x);
-  detail::require(fn, "w", w);
   detail::require(fn, "y", y);
-  detail::require_rank(fn, "w", w, 2);
-  const std::int64_t k = w.size(1), n = w.size(0);
-  detail::rows_of(fn, "x", x);
-  if (x.size(x.rank() - 1) != k)
-    detail::throw_arg(fn, "x last dim must equal w in-features " + std::to_string(k) + ", got x " + x.shape().to_string() +
-                              " w " + w.shape().to_string());
+  const std::int64_t n = detail::check_linear(fn, x, w);
   detail::require_shape(fn, "y", y, detail::with_last(x, n));
   const tensor_view xm = as_matrix(x), ym = as_matrix(y);
   float beta = 0.0f;
@@ -196,15 +204,8 @@ inline void linear_forward(const tensor_view& x, const tensor_view& w, const ten
 inline void linear_backward(const tensor_view& x, const tensor_view& w, const tensor_view& dy, const tensor_view* dx,
                             const tensor_view* dw, const tensor_view* db) {
   constexpr std::string_view fn = "linear_backward";
-  detail::require(fn, "x", x);
-  detail::require(fn, "w", w);
   detail::require(fn, "dy", dy);
-  detail::require_rank(fn, "w", w, 2);
-  const std::int64_t k = w.size(1), n = w.size(0);
-  detail::rows_of(fn, "x", x);
-  if (x.size(x.rank() - 1) != k)
-    detail::throw_arg(fn, "x last dim must equal w in-features " + std::to_string(k) + ", got x " + x.shape().to_string() +
-                              " w " + w.shape().to_string());
+  const std::int64_t n = detail::check_linear(fn, x, w);
   detail::require_shape(fn, "dy", dy, detail::with_last(x, n));
   const tensor_view xm = as_matrix(x), dym = as_matrix(dy);
   if (dx != nullptr) {

@@ -149,8 +149,7 @@ result<tensor> reduce_scatter_dim(C& comm, const tensor_view& full, std::size_t 
 template <communicator C>
 result<tensor> all_reduce_copy(C& comm, const tensor_view& x, reduce_op op = reduce_op::sum) {
   if (!x.is_contiguous()) return fail(errc::invalid_argument, "all_reduce_copy: tensor is not contiguous");
-  tensor out = tensor::empty(x.shape(), x.dtype());
-  if (x.nbytes() != 0) std::memcpy(out.data(), x.data(), x.nbytes());
+  tensor out = tensor::wrap(nullptr, x).clone();
   JITEMBED_TRY(comm.all_reduce(out.view(), op));
   return out;
 }

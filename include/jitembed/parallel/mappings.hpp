@@ -22,13 +22,10 @@ namespace jitembed::parallel {
 
 namespace detail {
 
-// A contiguous copy of a CPU view (what identity mappings return).
+// A contiguous copy of a CPU view (what identity mappings return): core's tensor::clone.
 inline tensor copy_tensor(const tensor_view& x) {
   if (!x.dev().is_cpu()) throw error(errc::invalid_argument, "tensor-parallel mapping: CPU tensors only");
-  if (!x.is_contiguous()) throw error(errc::invalid_argument, "tensor-parallel mapping: tensor is not contiguous");
-  tensor out = tensor::empty(x.shape(), x.dtype());
-  if (x.nbytes() != 0) std::memcpy(out.data(), x.data(), x.nbytes());
-  return out;
+  return tensor::wrap(nullptr, x).clone();
 }
 
 inline std::size_t last_dim(const tensor_view& x, const char* what) {

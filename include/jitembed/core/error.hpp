@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <exception>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -35,8 +36,18 @@ enum class errc : std::uint16_t {
   not_found = 17,          // a named field, key or file does not exist
   internal = 18,           // a bug in jitembed
   comm_failed = 19,        // a collective failed: a peer died, a connection broke, NCCL reported an async error
-  timeout = 20,            // a collective, rendezvous or store wait ran past its deadline
+  timeout = 20,            // a deadline passed: a request, a queue wait, a collective, a rendezvous or store wait
+  unavailable = 21,        // the service cannot take this now (overload, draining, no ready endpoint): retry elsewhere/later
+  cancelled = 22,          // the caller (or a shutdown without drain) cancelled the operation before it completed
+  resource_exhausted = 23, // host or GPU memory ran out serving this request: retry elsewhere/later
 };
+
+// Whether an operation that failed with `e` may succeed when retried unchanged (elsewhere or later):
+// the service's own trouble, never the caller's input.
+constexpr bool is_retryable(errc e) noexcept {
+  return e == errc::unavailable || e == errc::timeout || e == errc::resource_exhausted || e == errc::io_error ||
+         e == errc::comm_failed;
+}
 
 constexpr std::string_view to_string(errc e) noexcept {
   switch (e) {
@@ -61,8 +72,18 @@ constexpr std::string_view to_string(errc e) noexcept {
     case errc::internal: return "internal";
     case errc::comm_failed: return "comm_failed";
     case errc::timeout: return "timeout";
+    case errc::unavailable: return "unavailable";
+    case errc::cancelled: return "cancelled";
+    case errc::resource_exhausted: return "resource_exhausted";
   }
   return "unknown";
+}
+
+// The errc whose to_string() is `name` (e.g. from an error body's "errc"); nullopt for an unknown name.
+constexpr std::optional<errc> errc_from_string(std::string_view name) noexcept {
+  for (std::uint16_t i = 0; i <= static_cast<std::uint16_t>(errc::resource_exhausted); ++i)
+    if (to_string(static_cast<errc>(i)) == name) return static_cast<errc>(i);
+  return std::nullopt;
 }
 
 // A code plus a specific message (names the field and offset where there is one).

@@ -42,6 +42,9 @@ constexpr int http_status(errc code) noexcept {
     case errc::internal:
     case errc::comm_failed: return 500;
     case errc::timeout: return 504;
+    case errc::unavailable:
+    case errc::resource_exhausted: return 503;
+    case errc::cancelled: return 499;  // nginx's "client closed request": nobody waits for the answer
   }
   return 500;
 }

@@ -1,8 +1,9 @@
-// Umbrella header of the sample format: records, batches, shards and the WebDataset reader.
+// Umbrella header of the sample format: records, batches, shards, the WebDataset reader and data sets.
 #pragma once
 
 #include "jitembed/format/batch_builder.hpp"
 #include "jitembed/format/batch_view.hpp"
+#include "jitembed/format/dataset.hpp"
 #include "jitembed/format/field.hpp"
 #include "jitembed/format/gather.hpp"
 #include "jitembed/format/record_builder.hpp"

@@ -1,4 +1,4 @@
-// Batching building blocks: the duration histogram, the per-caller sequencer, resolution buckets, classify.
+// Batching building blocks: the duration histogram, the per-caller sequencer, resolution buckets.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -72,12 +72,4 @@ TEST_CASE("resolution buckets pick the closest aspect ratio, then the closest ar
   CHECK(rb.nearest(1920, 1080).value() == resolution{1344, 768});
   CHECK(rb.nearest(0, 5).code() == errc::invalid_argument);
   CHECK(std::hash<resolution>{}({1, 2}) != std::hash<resolution>{}({2, 1}));
-}
-
-TEST_CASE("classify tells batcher errors apart from runner errors") {
-  CHECK(classify(error_info{}) == batcher_error::none);
-  CHECK(classify(fail(errc::limit_exceeded, "queue full (max_queue_size 8)")) == batcher_error::queue_full);
-  CHECK(classify(fail(errc::limit_exceeded, "jpeg: 65000x65000 pixels")) == batcher_error::other);
-  CHECK(classify(fail(errc::internal, "runner threw: x")) == batcher_error::runner_failed);
-  CHECK(to_string(batcher_error::timeout) == "timeout");
 }

@@ -13,11 +13,13 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <new>
 #include <condition_variable>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -43,7 +45,8 @@ struct batch_context {
 
 // A runner computes one batch: it writes out[i] for requests[i] (a value or an error). It may also take
 // the context first: void(const batch_context<BucketKey>&, span<Request>, span<result<Response>>).
-// Requests may be moved from. If it throws, every request of the batch fails with errc::internal.
+// Requests may be moved from. If it throws, every request of the batch fails with errc::internal
+// (errc::resource_exhausted for std::bad_alloc).
 template <class F, class Request, class Response, class BucketKey>
 concept batch_runner =
     std::invocable<F&, std::span<Request>, std::span<result<Response>>> ||
@@ -116,8 +119,9 @@ class dynamic_batcher {
             detail::completion<Response>(callback_type(std::forward<F>(callback))));
   }
 
-  // Stops accepting requests (later submits fail with shut_down). drain = true: everything queued still
-  // runs, without waiting for max_queue_delay; drain = false: everything queued fails with cancelled.
+  // Stops accepting requests (later submits fail with errc::unavailable). drain = true: everything queued
+  // still runs, without waiting for max_queue_delay; drain = false: everything queued fails with
+  // errc::cancelled.
   // Batches already running finish either way. Returns when every accepted request is delivered and
   // the runner threads have exited. Idempotent.
   void shutdown(bool drain = true) {
@@ -136,11 +140,14 @@ class dynamic_batcher {
       }
     }
     cv_.notify_all();
-    for (auto& e : dropped) finish(std::move(e), fail(errc::limit_exceeded, std::string(kCancelledMessage)));
+    reaper_cv_.notify_all();
+    for (auto& e : dropped) finish(std::move(e), detail::cancelled_error());
     std::lock_guard join_lock(join_mu_);
     for (auto& t : workers_) {
       if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
     }
+    // No submit starts the reaper once stopping_ is set (under mu_, above), so reading it here is safe.
+    if (reaper_.joinable() && reaper_.get_id() != std::this_thread::get_id()) reaper_.join();
   }
 
   // A consistent snapshot of the counters and summaries.
@@ -157,6 +164,7 @@ class dynamic_batcher {
       s.rejected_queue_full = rejected_queue_full_;
       s.rejected_invalid = rejected_invalid_;
       s.rejected_shut_down = rejected_shut_down_;
+      s.rejected_expired = rejected_expired_;
       s.timed_out = timed_out_;
       s.cancelled = cancelled_;
       s.completed_ok = completed_ok_;
@@ -187,6 +195,7 @@ class dynamic_batcher {
     clock::time_point enqueued;
     clock::time_point deadline;  // kNoDeadline: none
     std::chrono::microseconds timeout;
+    bool by_deadline;            // `deadline` is submit_options::deadline (not enqueued + timeout)
     std::uint64_t caller;
     std::uint64_t seq;
   };
@@ -218,20 +227,17 @@ class dynamic_batcher {
     if (opts.priority < 0 || opts.priority >= options_.priority_levels) {
       ++rejected_invalid_;
       lock.unlock();
-      return reject(std::move(done), fail(errc::invalid_argument, "priority " + std::to_string(opts.priority) +
-                                                                      " out of range [0, " +
-                                                                      std::to_string(options_.priority_levels) + ")"));
+      return reject(std::move(done), detail::priority_error(opts.priority, options_.priority_levels));
     }
     if (timeout.count() < 0) {
       ++rejected_invalid_;
       lock.unlock();
-      return reject(std::move(done),
-                    fail(errc::invalid_argument, "timeout " + std::to_string(timeout.count()) + " us is negative"));
+      return reject(std::move(done), detail::negative_timeout_error(timeout.count()));
     }
     if (stopping_) {
       ++rejected_shut_down_;
       lock.unlock();
-      return reject(std::move(done), fail(errc::limit_exceeded, std::string(kShutDownMessage)));
+      return reject(std::move(done), detail::shut_down_error());
     }
     if (options_.max_queue_size != 0 && queued_ >= options_.max_queue_size) {
       ++rejected_queue_full_;
@@ -239,7 +245,19 @@ class dynamic_batcher {
       return reject(std::move(done), detail::queue_full_error(options_.max_queue_size));
     }
     const auto now = clock::now();
-    const auto deadline = timeout.count() > 0 ? add_saturated(now, timeout) : kNoDeadline;
+    auto deadline = timeout.count() > 0 ? add_saturated(now, timeout) : kNoDeadline;
+    bool by_deadline = false;
+    if (opts.deadline) {
+      if (*opts.deadline <= now) {
+        ++rejected_expired_;
+        lock.unlock();
+        return reject(std::move(done), detail::deadline_before_queue_error());
+      }
+      if (*opts.deadline < deadline) {
+        deadline = *opts.deadline;
+        by_deadline = true;
+      }
+    }
     const std::uint64_t seq = opts.caller_id != 0 ? sequencer_.assign(opts.caller_id) : 0;
 
     bucket_queue* bq = nullptr;
@@ -257,17 +275,28 @@ class dynamic_batcher {
     const bool was_empty = bq->size == 0;
     const bool earliest_deadline = deadline != kNoDeadline && (deadlines_.empty() || deadline < *deadlines_.begin());
     bq->by_priority[static_cast<std::size_t>(opts.priority)].push_back(
-        entry{std::move(request), std::move(done), now, deadline, timeout, opts.caller_id, seq});
+        entry{std::move(request), std::move(done), now, deadline, timeout, by_deadline, opts.caller_id, seq});
     ++bq->size;
     ++queued_;
     ++accepted_;
-    if (deadline != kNoDeadline) deadlines_.insert(deadline);
+    if (deadline != kNoDeadline) {
+      deadlines_.insert(deadline);
+      // Expiry must not wait for a busy runner: the first request with a deadline starts the reaper.
+      if (!reaper_.joinable()) {
+        try {
+          reaper_ = std::thread([this] { reaper_loop(); });
+        } catch (const std::system_error&) {
+          // No thread to spare: the runners still expire requests whenever they are free.
+        }
+      }
+    }
     // Wake a runner only when this request changes what it waits for: a new delay timer (bucket was
-    // empty), a batch that is ready now, or an earlier expiry.
-    const bool ready = bq->size >= options_.max_batch_size ||
+    // empty), a batch that is ready now (full, preferred size, or nothing running), or an earlier expiry.
+    const bool ready = bq->size >= options_.max_batch_size || idle() ||
                        (!options_.preferred_batch_sizes.empty() && bq->size >= options_.preferred_batch_sizes.front());
     lock.unlock();
     if (was_empty || ready || earliest_deadline) cv_.notify_one();
+    if (earliest_deadline) reaper_cv_.notify_one();
   }
 
   clock::time_point oldest(const bucket_queue& b) const {
@@ -277,10 +306,13 @@ class dynamic_batcher {
     return t;
   }
 
+  // idle_dispatch and no batch running: waiting for a fuller batch would only leave the runner idle.
+  bool idle() const { return options_.idle_dispatch && in_flight_ == 0; }
+
   // How many requests of `b` to dispatch now (0: not ready).
   std::size_t ready_size(const bucket_queue& b, clock::time_point now) const {
     if (b.size >= options_.max_batch_size) return options_.max_batch_size;
-    if (stopping_) return b.size;  // draining: no point waiting for more
+    if (stopping_ || idle()) return b.size;  // draining, or nothing running: no point waiting for more
     if (now - oldest(b) >= options_.max_queue_delay) return b.size;
     const auto& pref = options_.preferred_batch_sizes;
     auto it = std::upper_bound(pref.begin(), pref.end(), b.size);
@@ -391,8 +423,13 @@ class dynamic_batcher {
     std::string what;
     const batch_context<BucketKey> ctx{key, instance};
     const auto t0 = clock::now();
+    bool out_of_memory = false;
     try {
       runner_(ctx, std::span<Request>(requests), std::span<result<Response>>(out));
+    } catch (const std::bad_alloc& ex) {
+      o.threw = true;
+      out_of_memory = true;
+      what = ex.what();
     } catch (const std::exception& ex) {
       o.threw = true;
       what = ex.what();
@@ -404,14 +441,46 @@ class dynamic_batcher {
 
     for (std::size_t i = 0; i < n; ++i) {
       if (o.threw) {
-        out[i] = fail(errc::internal, std::string(kRunnerThrewPrefix) + what);
+        out[i] = out_of_memory ? detail::runner_out_of_memory_error(what) : detail::runner_threw_error(what);
       } else if (!out[i] && out[i].code() == errc::internal && out[i].error().message.empty()) {
-        out[i] = fail(errc::internal, std::string(kRunnerUnsetMessage));
+        out[i] = detail::runner_unset_error();
       }
       if (out[i]) ++o.ok; else ++o.failed;
     }
     for (std::size_t i = 0; i < n; ++i) finish(std::move(batch[i]), std::move(out[i]));
     return o;
+  }
+
+  // Fails every queued request whose deadline is <= now; drops and retakes `lock` around delivery.
+  void expire_due(clock::time_point now, std::unique_lock<std::mutex>& lock, std::vector<entry>& work) {
+    take_expired(now, work);
+    timed_out_ += work.size();
+    lock.unlock();
+    for (auto& e : work) {
+      auto err = e.by_deadline
+                     ? detail::deadline_error(std::chrono::duration_cast<std::chrono::microseconds>(now - e.enqueued).count())
+                     : detail::timeout_error(e.timeout.count());
+      finish(std::move(e), std::move(err));
+    }
+    work.clear();
+    lock.lock();
+  }
+
+  // Expires queued requests on time while every runner is busy (runners expire them too when free).
+  // Runs from the first submit with a deadline until shutdown; a draining shutdown leaves the rest to
+  // the runners.
+  void reaper_loop() {
+    std::vector<entry> work;
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      const auto now = clock::now();
+      if (!deadlines_.empty() && *deadlines_.begin() <= now) {
+        expire_due(now, lock, work);
+        continue;
+      }
+      if (deadlines_.empty()) reaper_cv_.wait(lock);
+      else reaper_cv_.wait_until(lock, std::min(*deadlines_.begin(), now + std::chrono::hours(1)));
+    }
   }
 
   void worker_loop(std::size_t instance) {
@@ -420,15 +489,7 @@ class dynamic_batcher {
     for (;;) {
       const auto now = clock::now();
       if (!deadlines_.empty() && *deadlines_.begin() <= now) {
-        take_expired(now, work);
-        timed_out_ += work.size();
-        lock.unlock();
-        for (auto& e : work) {
-          const auto us = e.timeout.count();
-          finish(std::move(e), detail::timeout_error(us));
-        }
-        work.clear();
-        lock.lock();
+        expire_due(now, lock, work);
         continue;
       }
       if (auto pick = pick_ready(now)) {
@@ -467,7 +528,10 @@ class dynamic_batcher {
   runner_type runner_;
 
   mutable std::mutex mu_;  // guards everything below up to the sequencer
-  std::condition_variable cv_;
+  std::condition_variable cv_;         // runners wait here
+  std::condition_variable reaper_cv_;  // the reaper waits here (a separate cv: a notify meant for a runner
+                                       // must never be taken by the reaper)
+  std::thread reaper_;                 // started (under mu_) by the first submit with a deadline
   std::vector<bucket_queue> buckets_;  // few buckets are expected (e.g. resolution buckets): linear search
   std::multiset<clock::time_point> deadlines_;  // of queued requests that have one
   std::size_t queued_ = 0;
@@ -477,7 +541,7 @@ class dynamic_batcher {
   detail::duration_histogram queue_time_;
   detail::duration_histogram compute_time_;
   std::uint64_t batches_ = 0, submitted_ = 0, accepted_ = 0, rejected_queue_full_ = 0, rejected_invalid_ = 0,
-                rejected_shut_down_ = 0, timed_out_ = 0, cancelled_ = 0, completed_ok_ = 0, completed_error_ = 0,
+                rejected_shut_down_ = 0, rejected_expired_ = 0, timed_out_ = 0, cancelled_ = 0, completed_ok_ = 0, completed_error_ = 0,
                 runner_exceptions_ = 0;
 
   std::atomic<std::uint64_t> callback_exceptions_{0};

@@ -21,6 +21,10 @@ inline constexpr std::size_t kMaxRunnerThreads = 1024;
 struct batcher_options {
   std::size_t max_batch_size = 8;                 // a batch never holds more requests
   std::chrono::microseconds max_queue_delay{1000};  // the oldest queued request waits at most this long
+  // true: while no batch is running, whatever is queued is dispatched at once (a lone request never
+  // waits for company); max_queue_delay and preferred sizes then only shape batches that form while
+  // another batch runs. false: Triton's rule, every batch waits up to max_queue_delay to fill.
+  bool idle_dispatch = true;
   std::vector<std::size_t> preferred_batch_sizes;   // each in [1, max_batch_size]; dispatched as soon as reached
   std::size_t max_queue_size = 1024;              // queued (not yet running) requests; 0 = unbounded
   int priority_levels = 1;                        // priorities 0 (highest) .. priority_levels-1 (lowest)
@@ -33,6 +37,10 @@ template <class BucketKey = std::monostate>
 struct submit_options {
   int priority = 0;                                 // 0 = highest; must be < priority_levels
   std::optional<std::chrono::microseconds> timeout{};  // queue-time bound; unset = default_timeout, 0 = none
+  // An absolute deadline (e.g. a request's, counted from its arrival): a request still queued when it
+  // passes fails with errc::timeout and never runs; one already past at submit is rejected. Applies
+  // together with `timeout` (whichever comes first).
+  std::optional<std::chrono::steady_clock::time_point> deadline{};
   BucketKey bucket{};
   std::uint64_t caller_id = 0;  // nonzero: completions of this caller are delivered in submit order
 };

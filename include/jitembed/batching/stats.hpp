@@ -29,6 +29,7 @@ struct batcher_stats {
   std::uint64_t rejected_queue_full = 0;
   std::uint64_t rejected_invalid = 0;    // bad priority or negative timeout
   std::uint64_t rejected_shut_down = 0;  // submitted after shutdown
+  std::uint64_t rejected_expired = 0;    // submitted with a deadline that had already passed
   std::uint64_t timed_out = 0;           // expired while queued, never run
   std::uint64_t cancelled = 0;           // dropped by shutdown(drain = false), never run
   std::uint64_t completed_ok = 0;        // ran, runner set a value

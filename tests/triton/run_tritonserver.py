@@ -71,15 +71,19 @@ def tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
-def _die_with_parent() -> None:
-    # The server gets SIGKILL if this launcher dies, even by SIGKILL (ctest's timeout); the Python backend
-    # stubs exit by themselves when the server is gone. Own session: the whole group can be signalled.
-    os.setsid()
+def _kill_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _server_preexec() -> None:
+    # The server gets SIGKILL if this launcher dies, even by SIGKILL (ctest's timeout); the Python backend
+    # stubs exit by themselves when the server is gone. Own session: the whole group can be signalled.
+    os.setsid()
+    _kill_with_parent()
 
 
 class Server:
@@ -119,7 +123,7 @@ class Server:
                 logf.write(f"\n=== {' '.join(cmd)}\n".encode())
                 logf.flush()
                 self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                             env=env, preexec_fn=_die_with_parent)
+                                             env=env, preexec_fn=_server_preexec)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
@@ -214,7 +218,7 @@ def main() -> int:
             return 1
         env = dict(os.environ, JITEMBED_TRITON_URL=server.url)
         t1 = time.monotonic()
-        child = subprocess.Popen(command, env=env)
+        child = subprocess.Popen(command, env=env, preexec_fn=_kill_with_parent)  # dies with the launcher too
         try:
             rc = child.wait(timeout=args.timeout or None)
         except subprocess.TimeoutExpired:

@@ -339,7 +339,8 @@ TEST_CASE("client: timeout against a server that never answers") {
   auto r = c.get("/never");
   const auto dt = std::chrono::steady_clock::now() - t0;
   CHECK(!r);
-  CHECK(r.code() == errc::io_error);
+  CHECK(r.code() == errc::timeout);
+  CHECK(is_retryable(r.code()));
   CHECK(r.error().message.find("timed out after 200 ms waiting for GET /never") != std::string::npos);
   CHECK(dt >= 200ms);
   CHECK(dt < 1500ms);

@@ -65,7 +65,8 @@ class client {
   // Sends `method target` with `body` followed by `pieces` (gathered, not copied) and reads the whole
   // response. Content-Length and Host are set here (Content-Length/Connection/Transfer-Encoding in
   // `headers` are rejected). A pooled connection the server closed meanwhile is replaced once.
-  // Errors: invalid_argument (bad method/target/field), io_error (connect, reset, timeouts),
+  // Errors: invalid_argument (bad method/target/field), timeout (connect or exchange deadline passed),
+  // io_error (cannot resolve or connect, reset, closed),
   // limit_exceeded (response over max_header_bytes / max_response_bytes), corrupt_data (bad response).
   result<response> request(std::string method, std::string target, header_list headers = {}, std::string body = {},
                            std::span<const bytes_view> pieces = {}) {
@@ -172,7 +173,7 @@ class client {
     conn->stream.expires_after(opts_.connect_timeout);
     ec = conn->run([&](auto handler) { conn->stream.async_connect(eps, std::move(handler)); });
     if (ec == boost::beast::error::timeout)
-      return fail(errc::io_error, "http client: connect to " + where() + " timed out after " +
+      return fail(errc::timeout, "http client: connect to " + where() + " timed out after " +
                                       std::to_string(opts_.connect_timeout.count()) + " ms");
     if (ec) return fail(errc::io_error, "http client: cannot connect to " + where() + ": " + ec.message());
     conn->stream.socket().set_option(tcp::no_delay(true), ec);
@@ -186,7 +187,7 @@ class client {
     keep = false;
     const auto what = [&] { return method + " " + target + " on " + where(); };
     const auto timed_out = [&] {
-      return fail(errc::io_error, "http client: timed out after " + std::to_string(opts_.io_timeout.count()) +
+      return fail(errc::timeout, "http client: timed out after " + std::to_string(opts_.io_timeout.count()) +
                                       " ms waiting for " + what());
     };
     c.stream.expires_after(opts_.io_timeout);  // one deadline for the whole exchange

@@ -1,6 +1,7 @@
 // jitembed-precompute DATA... [--cache DIR] [--redis HOST:PORT] [--models a,b] [--threads N] [--limit N]:
-// walks data sets (record shards, WebDataset tars, directories, loose files), computes every embedding the
-// cache does not hold yet with the in-process reference models, and stores it. Resumable by construction
+// reads the samples of a format::dataset (record shards, WebDataset tars, directories of media with
+// same-stem captions, loose files), computes every embedding of their fields the cache does not hold yet
+// with the in-process reference models, and stores it. Resumable by construction
 // (a rerun skips what is cached); a bad file is reported and counted, never aborts the run. Ends with a
 // summary table and one JSON line {"bench":"precompute", ...}.
 #include <CLI/CLI.hpp>
@@ -12,12 +13,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -31,76 +32,13 @@
 #include "jitembed/cache/tiered_cache.hpp"
 #include "jitembed/cache/value.hpp"
 #include "jitembed/core/thread_pool.hpp"
-#include "jitembed/format/record_view.hpp"
-#include "jitembed/format/shard_reader.hpp"
-#include "jitembed/format/webdataset.hpp"
+#include "jitembed/format/dataset.hpp"
 #include "jitembed/models.hpp"
 
 namespace {
 
 using namespace jitembed;
-namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
-
-// One raw field to embed: a loose file (read when processed), a field of a record, or bytes in a mapping.
-struct item {
-  std::string where;  // "path", "path#key/field" or "path#key.ext"
-  models::modality kind = models::modality::image;
-  std::string file;
-  format::record_view record;
-  std::size_t field = 0;
-  bool in_record = false;
-  bytes_view data;
-  std::shared_ptr<const void> keep;
-};
-
-struct content {
-  bytes_view bytes;
-  std::shared_ptr<const void> keep;
-};
-
-result<content> read_whole_file(const std::string& path, const decode_limits& limits) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return fail(errc::io_error, "cannot open '" + path + "'");
-  const auto size = static_cast<std::uint64_t>(in.tellg());
-  if (size > limits.max_record_bytes)
-    return fail(errc::limit_exceeded, "file of " + std::to_string(size) + " bytes > max_record_bytes " + std::to_string(limits.max_record_bytes));
-  auto buf = std::make_shared<byte_buffer>(static_cast<std::size_t>(size));
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(buf->data()), static_cast<std::streamsize>(size))) return fail(errc::io_error, "cannot read '" + path + "'");
-  return content{bytes_view(buf->data(), buf->size()), buf};
-}
-
-// The bytes a model sees and the cache key hashes: JPEG / container bytes as stored, text as UTF-8 (a
-// zstd-compressed caption is decompressed, so equal captions share keys whatever their encoding).
-result<content> load(const item& it, const decode_limits& limits) {
-  if (!it.file.empty()) return read_whole_file(it.file, limits);
-  if (!it.in_record) return content{it.data, it.keep};
-  const auto& f = it.record.field(it.field);
-  if (it.kind == models::modality::text) {
-    auto s = f.text(limits);
-    if (!s) return s.error();
-    auto owned = std::make_shared<std::string>(std::move(*s));
-    return content{as_bytes_view(*owned), owned};
-  }
-  auto p = f.checked_payload();
-  if (!p) return p.error();
-  return content{*p, it.record.keep_alive()};
-}
-
-std::optional<models::modality> modality_of_extension(std::string ext) {
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (ext == ".jpg" || ext == ".jpeg") return models::modality::image;
-  if (ext == ".mp4" || ext == ".webm" || ext == ".mkv" || ext == ".mov") return models::modality::video;
-  if (ext == ".txt" || ext == ".caption") return models::modality::text;
-  return std::nullopt;
-}
-
-std::string lower_ext(const fs::path& p) {
-  std::string e = p.extension().string();
-  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return e;
-}
 
 // Thread-safe error report on stderr (clears a progress bar first).
 class reporter {
@@ -131,138 +69,6 @@ class reporter {
   bool tty_;
 };
 
-// Collects the items of every DATA argument, in order; walk errors are reported and counted.
-class walker {
- public:
-  walker(const decode_limits& limits, reporter& rep, std::uint64_t limit) : limits_(limits), rep_(rep), limit_(limit) {}
-
-  void walk(const std::string& path) {
-    std::error_code ec;
-    const auto st = fs::status(path, ec);
-    if (ec || !fs::exists(st)) return walk_error(path, fail(errc::not_found, "no such file or directory '" + path + "'"));
-    if (fs::is_directory(st)) {
-      std::vector<fs::path> files;
-      for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
-           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-        if (it->is_regular_file(ec)) files.push_back(it->path());
-      if (ec) walk_error(path, fail(errc::io_error, "cannot list '" + path + "': " + ec.message()));
-      std::sort(files.begin(), files.end());
-      for (const auto& f : files) walk_file(f, false);
-      return;
-    }
-    walk_file(path, true);
-  }
-
-  std::vector<item>& items() { return items_; }
-  std::uint64_t errors() const { return errors_; }
-  std::uint64_t sources() const { return sources_; }
-  std::uint64_t skipped() const { return skipped_; }
-
- private:
-  bool full() const { return limit_ && items_.size() >= limit_; }
-  void walk_error(const std::string& where, const error_info& e) {
-    ++errors_;
-    rep_.error(where, "", e);
-  }
-  void add(item it) {
-    if (!full()) items_.push_back(std::move(it));
-  }
-
-  void walk_file(const fs::path& p, bool explicit_arg) {
-    if (full()) return;
-    const std::string path = p.string(), ext = lower_ext(p);
-    if (ext == ".jems") return walk_shard(path);
-    if (ext == ".jemr") return walk_record_file(path);
-    if (ext == ".tar") return walk_tar(path);
-    if (auto m = modality_of_extension(ext)) {
-      ++sources_;
-      item it;
-      it.where = path;
-      it.kind = *m;
-      it.file = path;
-      return add(std::move(it));
-    }
-    if (explicit_arg) return walk_error(path, fail(errc::unsupported_format, "not a .jems / .jemr / .tar / image / video / text file"));
-    ++skipped_;
-  }
-
-  void walk_record(const std::string& where, const format::record_view& rec) {
-    for (std::size_t i = 0; i < rec.size() && !full(); ++i) {
-      const auto& f = rec[i];
-      std::optional<models::modality> m;
-      if (f.kind() == format::field_kind::image && f.codec() == codec::codec_id::jpeg) m = models::modality::image;
-      if (f.kind() == format::field_kind::video && f.codec() == codec::codec_id::video) m = models::modality::video;
-      if (f.kind() == format::field_kind::text) m = models::modality::text;
-      if (!m) {
-        ++skipped_;
-        continue;
-      }
-      item it;
-      it.where = where + "/" + std::string(f.name());
-      it.kind = *m;
-      it.record = rec;
-      it.field = i;
-      it.in_record = true;
-      add(std::move(it));
-    }
-  }
-
-  void walk_shard(const std::string& path) {
-    ++sources_;
-    auto shard = format::shard_reader::open(path, limits_);
-    if (!shard) return walk_error(path, shard.error());
-    for (std::size_t i = 0; i < shard->size() && !full(); ++i) {
-      const std::string where = path + "#" + std::string(shard->key(i));
-      auto rec = shard->record(i);
-      if (!rec) {
-        walk_error(where, rec.error());
-        continue;
-      }
-      walk_record(where, *rec);
-    }
-  }
-
-  void walk_record_file(const std::string& path) {
-    ++sources_;
-    auto c = read_whole_file(path, limits_);
-    if (!c) return walk_error(path, c.error());
-    auto rec = format::record_view::parse(c->bytes, limits_, c->keep);
-    if (!rec) return walk_error(path, rec.error());
-    walk_record(path + "#", *rec);
-  }
-
-  void walk_tar(const std::string& path) {
-    ++sources_;
-    auto wds = format::webdataset_reader::open(path, limits_);
-    if (!wds) return walk_error(path, wds.error());
-    for (const auto& s : *wds) {
-      for (const auto& mem : s.members) {
-        if (full()) return;
-        std::optional<models::modality> m;
-        if (mem.kind == format::field_kind::image && mem.codec == codec::codec_id::jpeg) m = models::modality::image;
-        if (mem.kind == format::field_kind::video) m = models::modality::video;
-        if (mem.kind == format::field_kind::text) m = models::modality::text;
-        if (!m) {
-          ++skipped_;
-          continue;
-        }
-        item it;
-        it.where = path + "#" + mem.path;
-        it.kind = *m;
-        it.data = mem.data;
-        it.keep = wds->keep_alive();
-        add(std::move(it));
-      }
-    }
-  }
-
-  decode_limits limits_;
-  reporter& rep_;
-  std::uint64_t limit_;
-  std::vector<item> items_;
-  std::uint64_t errors_ = 0, sources_ = 0, skipped_ = 0;
-};
-
 struct counters {
   std::atomic<std::uint64_t> jobs{0}, computed{0}, hits{0}, duplicates{0}, errors{0}, put_failures{0};
   std::uint64_t done() const { return computed + hits + duplicates + errors; }
@@ -285,63 +91,58 @@ class claim_set {
   std::unordered_set<cache::cache_key, cache::cache_key_hasher> keys_;
 };
 
+// The model input a field is for: JPEG images, video clips, text (any codec: text() gives the UTF-8).
+std::optional<models::modality> modality_of(const format::sample_field& f) {
+  if (f.kind == format::field_kind::image && f.codec == codec::codec_id::jpeg) return models::modality::image;
+  if (f.kind == format::field_kind::video && f.codec == codec::codec_id::video) return models::modality::video;
+  if (f.kind == format::field_kind::text) return models::modality::text;
+  return std::nullopt;
+}
+
+// Where a field is, for error lines: "shard.jems#key/field" for records, the member / file path
+// ("data.tar#key.jpg", "dir/a.txt") for tar and loose samples.
+std::string where_of(const format::sample& s, const format::sample_field& f) {
+  return s.id + (s.is_record() ? "/" : ".") + f.name;
+}
+
 struct run_context {
-  const std::vector<item>& items;
+  const format::dataset& data;
+  const std::vector<models::any_model>& models;
+  std::vector<std::unique_ptr<counters>>& per_model;
   cache::any_store& store;
   const decode_limits& limits;
   const cache::value_options& value_opts;
   reporter& rep;
   claim_set& claims;
   counters& total;
+  std::atomic<std::uint64_t>& samples_done;
+  std::atomic<std::uint64_t>& sample_errors;
+  std::atomic<std::uint64_t>& fields_skipped;
 };
 
-// Embeds the items `idx` with model `m`: skip cached keys, preprocess the rest, run in batches, store.
-void process_chunk(const run_context& ctx, const models::any_model& m, counters& per_model, std::span<const std::size_t> idx) {
-  auto count = [&](std::atomic<std::uint64_t> counters::*field) {
+// Embeds every field of the samples `idx` with every model of its modality: skip cached keys,
+// preprocess the rest, run them in batches per model, store. Each sample is read once.
+void process_chunk(const run_context& ctx, std::span<const std::size_t> idx) {
+  auto count = [&](std::size_t mi, std::atomic<std::uint64_t> counters::*field) {
     ++(ctx.total.*field);
-    ++(per_model.*field);
+    ++(ctx.per_model[mi].get()->*field);
   };
-  auto failed = [&](std::size_t i, const error_info& e) {
-    count(&counters::errors);
-    ctx.rep.error(ctx.items[i].where, m.name(), e);
+  auto failed = [&](std::size_t mi, const std::string& where, const error_info& e) {
+    count(mi, &counters::errors);
+    ctx.rep.error(where, ctx.models[mi].name(), e);
   };
   struct pending {
-    std::size_t item;
+    std::string where;
     cache::cache_key key;
     tensor input;
   };
-  std::vector<pending> todo;
-  for (std::size_t i : idx) {
-    try {
-      auto c = load(ctx.items[i], ctx.limits);
-      if (!c) {
-        failed(i, c.error());
-        continue;
-      }
-      const auto key = cache::make_key({m.name(), m.version(), m.preprocess_key(), c->bytes});
-      if (ctx.store.contains(key)) {
-        count(&counters::hits);
-        continue;
-      }
-      if (!ctx.claims.claim(key)) {
-        count(&counters::duplicates);
-        continue;
-      }
-      auto in = m.preprocess(c->bytes, ctx.limits);
-      if (!in) {
-        ctx.claims.release(key);
-        failed(i, in.error());
-        continue;
-      }
-      todo.push_back({i, key, std::move(*in)});
-    } catch (const std::exception& e) {  // bad_alloc and the like: this item fails, the run goes on
-      failed(i, fail(errc::internal, e.what()));
-    }
-  }
-  for (std::size_t lo = 0; lo < todo.size(); lo += m.max_batch_size()) {
-    const std::size_t hi = std::min(todo.size(), lo + m.max_batch_size());
+  std::vector<std::vector<pending>> todo(ctx.models.size());
+  auto run_batch = [&](std::size_t mi) {
+    const auto& m = ctx.models[mi];
+    auto& batch_items = todo[mi];
+    if (batch_items.empty()) return;
     std::vector<tensor> batch;
-    for (std::size_t k = lo; k < hi; ++k) batch.push_back(std::move(todo[k].input));
+    for (auto& p : batch_items) batch.push_back(std::move(p.input));
     result<std::vector<models::named_tensors>> out = fail(errc::internal, "not run");
     try {
       out = m.run(batch);
@@ -349,28 +150,93 @@ void process_chunk(const run_context& ctx, const models::any_model& m, counters&
       out = fail(errc::internal, e.what());
     }
     batch.clear();
-    for (std::size_t k = lo; k < hi; ++k) {
+    for (std::size_t k = 0; k < batch_items.size(); ++k) {
+      auto& p = batch_items[k];
       if (!out) {
-        ctx.claims.release(todo[k].key);
-        failed(todo[k].item, out.error());
+        ctx.claims.release(p.key);
+        failed(mi, p.where, out.error());
         continue;
       }
-      const auto& outs = (*out)[k - lo];
       std::vector<cache::named_tensor> named;
-      for (const auto& [name, t] : outs) named.emplace_back(name, t.view());
+      for (const auto& [name, t] : (*out)[k]) named.emplace_back(name, t.view());
       auto value = cache::encode_value(named, ctx.value_opts);
       if (!value) {
-        ctx.claims.release(todo[k].key);
-        failed(todo[k].item, value.error());
+        ctx.claims.release(p.key);
+        failed(mi, p.where, value.error());
         continue;
       }
-      if (!ctx.store.put(todo[k].key, *value)) {
+      if (!ctx.store.put(p.key, *value)) {
         ++ctx.total.put_failures;
-        ++per_model.put_failures;
+        ++ctx.per_model[mi]->put_failures;
       }
-      count(&counters::computed);
+      count(mi, &counters::computed);
     }
+    batch_items.clear();
+  };
+
+  for (std::size_t i : idx) {
+    result<format::sample> s = fail(errc::internal, "not read");
+    try {
+      s = ctx.data.get(i);
+    } catch (const std::exception& e) {  // bad_alloc and the like: this sample fails, the run goes on
+      s = fail(errc::internal, e.what());
+    }
+    if (!s) {
+      ++ctx.sample_errors;
+      auto id = ctx.data.id(i);
+      ctx.rep.error(id ? *id : "sample " + std::to_string(i), "", s.error());
+      ++ctx.samples_done;
+      continue;
+    }
+    for (const auto& f : s->fields) {
+      const auto mod = modality_of(f);
+      bool used = false;
+      std::optional<result<std::string>> text;  // decoded once, for every text model
+      for (std::size_t mi = 0; mod && mi < ctx.models.size(); ++mi) {
+        const auto& m = ctx.models[mi];
+        if (m.input_modality() != *mod) continue;
+        used = true;
+        ++ctx.total.jobs;
+        ++ctx.per_model[mi]->jobs;
+        const std::string where = where_of(*s, f);
+        try {
+          // The bytes a model sees and the cache key hashes: JPEG / container bytes as stored, text as
+          // UTF-8 (a zstd caption is decompressed, so equal captions share keys whatever their encoding).
+          bytes_view bytes = f.bytes;
+          if (*mod == models::modality::text) {
+            if (!text) text = f.text(ctx.limits);
+            if (!*text) {
+              failed(mi, where, text->error());
+              continue;
+            }
+            bytes = as_bytes_view(**text);
+          }
+          const auto key = cache::make_key({m.name(), m.version(), m.preprocess_key(), bytes});
+          if (ctx.store.contains(key)) {
+            count(mi, &counters::hits);
+            continue;
+          }
+          if (!ctx.claims.claim(key)) {
+            count(mi, &counters::duplicates);
+            continue;
+          }
+          auto in = m.preprocess(bytes, ctx.limits);
+          if (!in) {
+            ctx.claims.release(key);
+            failed(mi, where, in.error());
+            continue;
+          }
+          todo[mi].push_back({where, key, std::move(*in)});
+          if (todo[mi].size() >= m.max_batch_size()) run_batch(mi);
+        } catch (const std::exception& e) {
+          failed(mi, where, fail(errc::internal, e.what()));
+        }
+      }
+      if (!used) ++ctx.fields_skipped;
+    }
+    ++ctx.samples_done;
   }
+  for (std::size_t mi = 0; mi < ctx.models.size(); ++mi) run_batch(mi);
 }
 
 std::string format_duration(double s) {
@@ -398,7 +264,7 @@ std::string progress_line(std::uint64_t done, std::uint64_t total, double second
     s = "precompute: ";
   }
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%llu/%llu items (%.0f%%)  %.1f/s  elapsed %s  ETA %s", static_cast<unsigned long long>(done),
+  std::snprintf(buf, sizeof buf, "%llu/%llu samples (%.0f%%)  %.1f/s  elapsed %s  ETA %s", static_cast<unsigned long long>(done),
                 static_cast<unsigned long long>(total), 100.0 * frac, rate, format_duration(seconds).c_str(),
                 format_duration(eta).c_str());
   return s + buf;
@@ -434,7 +300,7 @@ int main(int argc, char** argv) {
   app.add_option("--redis-prefix", redis_prefix, "Redis key prefix (namespace)")->capture_default_str();
   app.add_option("--models", model_list, "comma-separated reference models")->capture_default_str();
   app.add_option("--threads", threads, "worker threads")->check(CLI::Range(1u, 1024u));
-  app.add_option("--limit", limit, "stop after N fields (0 = all)");
+  app.add_option("--limit", limit, "embed only the first N samples (0 = all)");
   app.add_option("--work", work, "extra matmuls per item in every model (emulates heavier encoders)")->check(CLI::Range(0, 1000));
   app.add_option("--image-bucket", ref.image_bucket, "image-latent resize bucket (default 256)");
   app.add_option("--video-bucket", ref.video_bucket, "video-latent resize bucket (default 256)");
@@ -499,36 +365,41 @@ int main(int argc, char** argv) {
   }
 
   const auto t0 = clock_type::now();
-  walker w(limits, rep, limit);
-  for (const auto& d : data) w.walk(d);
-  const auto& items = w.items();
+  // One data set over every DATA argument; a bad source is reported and counted, the rest is embedded.
+  format::dataset_options dopts;
+  dopts.limits = limits;
+  dopts.skip_bad_sources = true;
+  auto opened = format::dataset::open(std::span<const std::string>(data), dopts);
+  if (!opened) {  // not reached with skip_bad_sources; kept for the error model's sake
+    std::fprintf(stderr, "error: %s: %s\n", std::string(to_string(opened.code())).c_str(), opened.error().message.c_str());
+    return 2;
+  }
+  const format::dataset& ds = *opened;
+  for (const auto& e : ds.errors()) rep.error(e.path, "", e.error);
+  const std::size_t sample_total = limit ? static_cast<std::size_t>(std::min<std::uint64_t>(limit, ds.size())) : ds.size();
 
-  // Jobs: (model, item) for every item of the model's modality, in chunks spread over the threads.
+  // Samples in chunks spread over the threads; each chunk embeds its samples' fields with every model.
   cache::value_options vo;
   if (compress) vo.compression = format::compression::zstd;
   claim_set claims;
   counters total;
   std::vector<std::unique_ptr<counters>> per_model;
-  std::vector<std::vector<std::size_t>> jobs(model_set.size());
-  for (std::size_t mi = 0; mi < model_set.size(); ++mi) {
+  std::size_t max_batch = 1;
+  for (const auto& m : model_set) {
     per_model.push_back(std::make_unique<counters>());
-    for (std::size_t i = 0; i < items.size(); ++i)
-      if (items[i].kind == model_set[mi].input_modality()) jobs[mi].push_back(i);
-    per_model[mi]->jobs = jobs[mi].size();
-    total.jobs += jobs[mi].size();
+    max_batch = std::max(max_batch, m.max_batch_size());
   }
-  const run_context ctx{items, store, limits, vo, rep, claims, total};
-  std::uint64_t job_total = total.jobs;
+  std::atomic<std::uint64_t> samples_done{0}, sample_errors{0}, fields_skipped{0};
+  const run_context ctx{ds, model_set, per_model, store, limits, vo, rep, claims, total, samples_done, sample_errors, fields_skipped};
+  std::vector<std::size_t> order(sample_total);
+  for (std::size_t i = 0; i < sample_total; ++i) order[i] = i;
   {
     thread_pool pool(threads);
     std::vector<std::future<void>> futs;
-    for (std::size_t mi = 0; mi < model_set.size(); ++mi) {
-      const std::size_t n = jobs[mi].size();
-      const std::size_t chunk = std::clamp<std::size_t>((n + threads - 1) / threads, 1, model_set[mi].max_batch_size());
-      for (std::size_t lo2 = 0; lo2 < n; lo2 += chunk) {
-        const std::span<const std::size_t> idx(jobs[mi].data() + lo2, std::min(chunk, n - lo2));
-        futs.push_back(pool.submit([&ctx, &m = model_set[mi], &pm = *per_model[mi], idx] { process_chunk(ctx, m, pm, idx); }));
-      }
+    const std::size_t chunk = std::clamp<std::size_t>((sample_total + threads - 1) / threads, 1, max_batch);
+    for (std::size_t lo2 = 0; lo2 < sample_total; lo2 += chunk) {
+      const std::span<const std::size_t> idx(order.data() + lo2, std::min(chunk, sample_total - lo2));
+      futs.push_back(pool.submit([&ctx, idx] { process_chunk(ctx, idx); }));
     }
     auto last = clock_type::now();
     for (auto& f : futs) {
@@ -536,15 +407,17 @@ int main(int argc, char** argv) {
         const auto now = clock_type::now();
         if (no_progress || (!tty && now - last < std::chrono::seconds(5))) continue;
         last = now;
-        rep.line(progress_line(total.done(), job_total, std::chrono::duration<double>(now - t0).count(), tty), tty);
+        rep.line(progress_line(samples_done, sample_total, std::chrono::duration<double>(now - t0).count(), tty), tty);
       }
       f.get();
     }
   }
   const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-  if (!no_progress) rep.line(progress_line(total.done(), job_total, seconds, tty) + (tty ? "\n" : ""), tty);
+  if (!no_progress) rep.line(progress_line(samples_done, sample_total, seconds, tty) + (tty ? "\n" : ""), tty);
+  const std::uint64_t job_total = total.jobs;
+  const std::uint64_t walk_errors = ds.errors().size() + sample_errors;
 
-  const std::uint64_t errors = total.errors + w.errors();
+  const std::uint64_t errors = total.errors + walk_errors;
   const auto st = store.stats();
   std::printf("\njitembed-precompute summary (%s%s%s)\n", cache_dir.c_str(), redis.empty() ? "" : " + redis ", redis.c_str());
   std::printf("  %-14s %10s %10s %10s %10s %10s\n", "model", "items", "computed", "cached", "duplicate", "errors");
@@ -558,8 +431,11 @@ int main(int argc, char** argv) {
   std::printf("  %-14s %10llu %10llu %10llu %10llu %10llu\n", "total", static_cast<unsigned long long>(job_total),
               static_cast<unsigned long long>(total.computed.load()), static_cast<unsigned long long>(total.hits.load()),
               static_cast<unsigned long long>(total.duplicates.load()), static_cast<unsigned long long>(errors));
-  std::printf("  sources %llu, fields skipped (no model for them) %llu, walk errors %llu\n", static_cast<unsigned long long>(w.sources()),
-              static_cast<unsigned long long>(w.skipped()), static_cast<unsigned long long>(w.errors()));
+  std::printf("  %llu samples from %llu files (%llu other files ignored), fields skipped (no model for them) %llu, "
+              "bad sources or samples %llu\n",
+              static_cast<unsigned long long>(sample_total), static_cast<unsigned long long>(ds.file_count()),
+              static_cast<unsigned long long>(ds.ignored_files()), static_cast<unsigned long long>(fields_skipped.load()),
+              static_cast<unsigned long long>(walk_errors));
   std::printf("  cache: %llu puts (%llu bytes), %llu put failures, %llu store errors\n", static_cast<unsigned long long>(st.puts),
               static_cast<unsigned long long>(st.bytes_written), static_cast<unsigned long long>(total.put_failures.load()),
               static_cast<unsigned long long>(st.errors));

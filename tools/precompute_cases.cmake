@@ -1,7 +1,8 @@
 # cmake -P script: "a later run hits 100%". Builds a small data set (format_tour's shard, record, JPEG and
 # MP4, a WebDataset tar, a caption file), runs jitembed-precompute twice on a fresh LMDB cache and checks the
 # JSON line: the first run computes, the second computes nothing and hits every item. A third run with bad
-# files added must report and count them without aborting.
+# files added must report and count them without aborting. A fourth embeds a directory where a same-stem
+# .txt is the caption of its image (one sample, two fields), with --limit and a missing path.
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}/data" "${WORK_DIR}/bad")
 execute_process(COMMAND "${FORMAT_TOUR}" "${WORK_DIR}/data" RESULT_VARIABLE rc OUTPUT_QUIET)
@@ -45,6 +46,7 @@ function(precompute prefix)
     set(${prefix}_${f} ${v} PARENT_SCOPE)
   endforeach()
   set(${prefix}_stderr "${err}" PARENT_SCOPE)
+  set(${prefix}_stdout "${out}" PARENT_SCOPE)
 endfunction()
 
 precompute(first "${WORK_DIR}/data")
@@ -70,5 +72,26 @@ if(NOT third_items EQUAL expect_items OR NOT third_computed EQUAL 0 OR NOT third
 endif()
 if(NOT third_stderr MATCHES "truncated.jpg \\[image-latent\\]: truncated: " OR NOT third_stderr MATCHES "latin1.txt \\[text-embed\\]: invalid_utf8: ")
   message(FATAL_ERROR "third run: bad files not reported as expected:\n${third_stderr}")
+endif()
+
+# A same-stem caption is a field of its image's sample (embedded with the text model); a caption alone is
+# a text-only sample. The image bytes equal data/image.jpg: cached already.
+file(MAKE_DIRECTORY "${WORK_DIR}/paired")
+file(COPY_FILE "${WORK_DIR}/data/image.jpg" "${WORK_DIR}/paired/a.jpg")
+file(WRITE "${WORK_DIR}/paired/a.txt" "the caption of a")
+file(WRITE "${WORK_DIR}/paired/b.txt" "a caption without an image")
+file(WRITE "${WORK_DIR}/paired/notes.md" "not data")
+precompute(limited "${WORK_DIR}/paired" --limit 1)
+if(NOT limited_items EQUAL 2 OR NOT limited_computed EQUAL 1 OR NOT limited_cached_hits EQUAL 1
+   OR NOT limited_stdout MATCHES "1 samples from 3 files \\(1 other files ignored\\)")
+  message(FATAL_ERROR "--limit 1: expected sample a only (its image cached, its caption computed):\n${limited_stdout}")
+endif()
+precompute(paired "${WORK_DIR}/paired" "${WORK_DIR}/missing")
+if(NOT paired_items EQUAL 3 OR NOT paired_computed EQUAL 1 OR NOT paired_cached_hits EQUAL 2 OR NOT paired_errors EQUAL 1
+   OR NOT paired_stdout MATCHES "2 samples from 3 files")
+  message(FATAL_ERROR "paired captions: expected 2 samples, 3 items (1 computed), 1 error:\n${paired_stdout}")
+endif()
+if(NOT paired_stderr MATCHES "missing: not_found: ")
+  message(FATAL_ERROR "missing path not reported:\n${paired_stderr}")
 endif()
 message(STATUS "ok: the second run hit the cache for all ${second_items} items")

@@ -41,7 +41,8 @@ class batch_view {
       return fail(errc::corrupt_data, "batch: header_size " + std::to_string(header_size) + " at offset 8");
     if (newer ? (entry_size < detail::kBatchEntrySize || entry_size % 8) : entry_size != detail::kBatchEntrySize)
       return fail(errc::corrupt_data, "batch: entry_size " + std::to_string(entry_size) + " at offset 10");
-    if ((load_le<std::uint32_t>(b + detail::kBFlags) >> 16) != 0)
+    const auto flags = load_le<std::uint32_t>(b + detail::kBFlags);
+    if ((flags >> 16) != 0)
       return fail(errc::unsupported_version, "batch: required flags at offset 24 are unknown to this reader");
     const auto batch_size = load_le<std::uint64_t>(b + detail::kBBatchSize);
     if (batch_size > limits.max_record_bytes)
@@ -59,6 +60,10 @@ class batch_view {
                                           std::to_string(meta) + " > batch_size " + std::to_string(size));
     if (!detail::checksum_matches(b, static_cast<std::size_t>(meta)))
       return fail(errc::checksum_mismatch, "batch: header checksum at offset 48 does not match bytes [0, " + std::to_string(meta) + ")");
+    if (!newer && (flags & 0xffffu) != 0)
+      return fail(errc::corrupt_data, "batch: optional flags 0x" + detail::hex(flags & 0xffffu) + " at offset 24 (1.0 defines none)");
+    if (!newer && !detail::all_zero(b + detail::kBReserved, detail::kBReservedSize))
+      return fail(errc::corrupt_data, "batch: reserved header bytes [28, 48) are not zero");
     for (std::uint64_t k = meta; k < align_up(static_cast<std::size_t>(meta)); ++k)
       if (k >= size || b[k] != std::byte{0}) return fail(errc::corrupt_data, "batch: padding byte at offset " + std::to_string(k) + " is not zero");
     batch_view v;

@@ -123,7 +123,7 @@ class record_builder {
     info.shape = f.shape();
     info.decoded_size = f.decoded_size();
     info.shuffle = f.shuffle();
-    return push(f.name(), f.kind(), f.codec(), f.payload(), info, f.checksum(), f.flags());
+    return push(f.name(), f.kind(), f.codec(), f.payload(), info, f.checksum());  // 1.0 writes no entry flags
   }
 
   std::size_t size() const noexcept { return fields_.size(); }
@@ -235,6 +235,8 @@ class record_builder {
 
   result<void> check_name(std::string_view name) const {
     if (name.empty()) return fail(errc::invalid_argument, "record_builder: empty field name");
+    if (auto ok = codec::validate_utf8(name); !ok)
+      return fail(errc::invalid_utf8, "record_builder: field name is not UTF-8: " + ok.error().message);
     if (name.size() > 0xffff)
       return fail(errc::invalid_argument, "record_builder: field name of " + std::to_string(name.size()) + " bytes > 65535");
     for (const auto& f : fields_)

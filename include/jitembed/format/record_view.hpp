@@ -222,7 +222,12 @@ inline result<tensor> field_view::decode(const decode_limits& lim, checksum_poli
   const bool shaped = has_shape();
   const jitembed::dtype dt = shaped ? dtype() : jitembed::dtype::u8;
   const jitembed::shape shp = shaped ? shape_ : jitembed::shape{static_cast<std::int64_t>(decoded_size_)};
+  // Text and json fields hold UTF-8 whatever their codec (a field of an unknown kind is plain bytes).
+  const bool utf8 = kind_ == static_cast<std::uint8_t>(field_kind::text) || kind_ == static_cast<std::uint8_t>(field_kind::json);
   if (cid == codec_id::raw) {
+    if (utf8) {
+      if (auto ok = codec::validate_utf8(payload_); !ok) return err(ok.code(), ok.error().message);
+    }
     const auto addr = reinterpret_cast<std::uintptr_t>(payload_.data());
     if (addr % element_size(dt) == 0)
       return tensor::wrap(rec_ ? rec_->keep_alive : nullptr, tensor_view(payload_.data(), dt, shp));
@@ -232,8 +237,8 @@ inline result<tensor> field_view::decode(const decode_limits& lim, checksum_poli
   codec::zstd_options o;
   o.shuffle = cid == codec_id::zstd ? shuffle_ : 0;
   auto n = codec::zstd_codec(std::move(o)).decompress_into(payload_, t.mutable_bytes_span(), lim);
-  if (!n) return err(n.code(), n.error().message);
-  if (cid == codec_id::text) {
+  if (!n) return err(detail::stored_size_code(n.code()), n.error().message);
+  if (utf8) {
     auto ok = codec::validate_utf8(t.bytes());
     if (!ok) return err(ok.code(), ok.error().message);
   }
@@ -273,7 +278,7 @@ inline result<std::string> field_view::text(const decode_limits& lim, checksum_p
   } else {
     s.resize(static_cast<std::size_t>(decoded_size_));
     auto n = codec::zstd_codec().decompress_into(payload_, mutable_bytes(reinterpret_cast<std::byte*>(s.data()), s.size()), lim);
-    if (!n) return err(n.code(), n.error().message);
+    if (!n) return err(detail::stored_size_code(n.code()), n.error().message);
   }
   auto ok = codec::validate_utf8(std::string_view(s));
   if (!ok) return err(ok.code(), ok.error().message);
@@ -307,7 +312,7 @@ inline result<record_view> record_view::parse(bytes_view rec, const decode_limit
                                         std::to_string(minor) + " needs " + (newer ? ">= 48, a multiple of 8)" : "48)"));
   const auto flags = load_le<std::uint32_t>(b + detail::kHFlags);
   if ((flags >> 16) != 0)
-    return fail(errc::unsupported_version, "record: required flags 0x" + std::to_string(flags >> 16) +
+    return fail(errc::unsupported_version, "record: required flags 0x" + detail::hex(flags >> 16) +
                                                " (<< 16) at offset 16 are unknown to this reader");
   const auto record_size = load_le<std::uint64_t>(b + detail::kHRecordSize);
   if (record_size > lim.max_record_bytes)
@@ -336,6 +341,12 @@ inline result<record_view> record_view::parse(bytes_view rec, const decode_limit
   if (!detail::checksum_matches(b, static_cast<std::size_t>(meta_size)))
     return fail(errc::checksum_mismatch, "record: header checksum at offset 48 does not match bytes [0, " +
                                              std::to_string(meta_size) + ")");
+  // What 1.0 defines as zero must be zero in a 1.0 record; a newer minor may give those bytes a meaning.
+  if (!newer && (flags & 0xffffu) != 0)
+    return fail(errc::corrupt_data, "record: optional flags 0x" + detail::hex(flags & 0xffffu) +
+                                        " at offset 16 (1.0 defines none)");
+  if (!newer && !detail::all_zero(b + detail::kHReserved, detail::kHReservedSize))
+    return fail(errc::corrupt_data, "record: reserved header bytes [32, 48) are not zero");
 
   auto st = std::make_shared<detail::record_state>();
   st->bytes = rec;
@@ -380,8 +391,12 @@ inline result<record_view> record_view::parse(bytes_view rec, const decode_limit
       return bad(errc::corrupt_data, "name/shape [" + std::to_string(extra) + ", " + std::to_string(extra_end) +
                                          ") runs past the table end " + std::to_string(meta_size));
     next_extra = align_up(static_cast<std::size_t>(extra_end), 8);
+    if (!detail::all_zero(b + extra_end, static_cast<std::size_t>(next_extra - extra_end)))
+      return bad(errc::corrupt_data, "name padding [" + std::to_string(extra_end) + ", " + std::to_string(next_extra) +
+                                         ") is not zero");
     for (std::size_t d = 0; d < rank; ++d) f.shape_.push_back(load_le<std::int64_t>(b + extra + 8 * d));
     f.name_ = std::string_view(reinterpret_cast<const char*>(b + extra + 8 * rank), name_size);
+    if (auto ok = codec::validate_utf8(f.name_); !ok) return bad(errc::invalid_utf8, "name: " + ok.error().message);
 
     const auto poff = load_le<std::uint64_t>(e + detail::kEPayloadOffset);
     const auto psize = load_le<std::uint64_t>(e + detail::kEPayloadSize);
@@ -397,6 +412,10 @@ inline result<record_view> record_view::parse(bytes_view rec, const decode_limit
                                          ") runs past record_size " + std::to_string(record_size));
     next_payload = align_up(static_cast<std::size_t>(poff + psize));
     f.payload_ = bytes_view(b + poff, static_cast<std::size_t>(psize));
+    if (!newer && f.flags_ != 0)
+      return bad(errc::corrupt_data, "flags 0x" + detail::hex(f.flags_) + " at entry byte 43 (1.0 defines none)");
+    if (!newer && !detail::all_zero(e + detail::kEReserved, detail::kEReservedSize))
+      return bad(errc::corrupt_data, "reserved entry bytes [44, 48) are not zero");
 
     detail::field_meta m{f.kind_, f.codec_, f.dtype_, f.shuffle_, f.shape_, psize, f.decoded_size_};
     if (auto ok = detail::check_field_meta(m, newer, lim); !ok) return bad(ok.code(), "'" + std::string(f.name_) + "': " + ok.error().message);

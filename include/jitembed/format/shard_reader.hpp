@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "jitembed/codec/text.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
@@ -54,8 +55,18 @@ class shard_reader {
       return fail(errc::truncated, "shard: trailer magic missing" + at + ": file truncated or not closed");
     if (load_le<std::uint64_t>(t + detail::kTChecksum) != xxh3_64(bytes_view(t, detail::kTChecksum)))
       return fail(errc::checksum_mismatch, "shard: trailer checksum mismatch" + at);
-    if (load_le<std::uint16_t>(t + 8) != kMajorVersion)
-      return fail(errc::unsupported_version, "shard: trailer major version " + std::to_string(load_le<std::uint16_t>(t + 8)));
+    if (load_le<std::uint16_t>(t + detail::kTMajor) != kMajorVersion)
+      return fail(errc::unsupported_version, "shard: trailer major version " + std::to_string(load_le<std::uint16_t>(t + detail::kTMajor)));
+    // The file header is covered by no checksum: in 1.0 every byte of it is known and checked.
+    const auto minor = load_le<std::uint16_t>(t + detail::kTMinor);
+    if (load_le<std::uint16_t>(b + detail::kSMinor) != minor)
+      return fail(errc::corrupt_data, "shard: file header minor " + std::to_string(load_le<std::uint16_t>(b + detail::kSMinor)) +
+                                          " at offset 6 != trailer minor " + std::to_string(minor) + at);
+    if (minor <= kMinorVersion) {
+      if (!detail::all_zero(b + 8, hs - 8)) return fail(errc::corrupt_data, "shard: file header bytes [8, 64) are not zero");
+      if (!detail::all_zero(t + detail::kTReserved0, 4) || !detail::all_zero(t + detail::kTReserved1, 8))
+        return fail(errc::corrupt_data, "shard: reserved trailer bytes [12, 16) or [48, 56) are not zero" + at);
+    }
     const auto index_offset = load_le<std::uint64_t>(t + detail::kTIndexOffset);
     const auto index_size = load_le<std::uint64_t>(t + detail::kTIndexSize);
     const auto count = load_le<std::uint64_t>(t + detail::kTCount);
@@ -70,6 +81,9 @@ class shard_reader {
     const std::byte* idx = b + index_offset;
     if (load_le<std::uint64_t>(t + detail::kTIndexChecksum) != xxh3_64(bytes_view(idx, static_cast<std::size_t>(index_size))))
       return fail(errc::checksum_mismatch, "shard: index checksum mismatch" + at);
+    if (!detail::all_zero(idx + index_size, static_cast<std::size_t>(index_room - index_offset - index_size)))
+      return fail(errc::corrupt_data, "shard: index padding [" + std::to_string(index_offset + index_size) + ", " +
+                                          std::to_string(index_room) + ") is not zero");
     const std::uint64_t keys_size = index_size - count * detail::kShardIndexEntrySize;
     std::uint64_t next = hs, next_key = 0;
     for (std::uint64_t i = 0; i < count; ++i) {
@@ -92,6 +106,8 @@ class shard_reader {
       if (koff != next_key || klen > keys_size - koff)
         return fail(errc::corrupt_data, where() + "key [" + std::to_string(koff) + ", +" + std::to_string(klen) +
                                             ") is not the next span of the " + std::to_string(keys_size) + "-byte key area");
+      if (auto ok = codec::validate_utf8(bytes_view(idx + count * detail::kShardIndexEntrySize + koff, klen)); !ok)
+        return fail(errc::invalid_utf8, where() + "key: " + ok.error().message);
       next = off + len;
       next_key = koff + std::uint64_t{klen};
     }

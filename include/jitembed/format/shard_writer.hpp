@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "jitembed/codec/text.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
@@ -123,6 +124,8 @@ class shard_writer {
   }
 
   result<void> push(const std::vector<bytes_view>& pieces, std::size_t size, std::string_view key) {
+    if (auto ok = codec::validate_utf8(key); !ok)
+      return fail(errc::invalid_utf8, "shard_writer: key of record " + std::to_string(index_.size()) + " is not UTF-8: " + ok.error().message);
     if (keys_.size() + key.size() > std::numeric_limits<std::uint32_t>::max())
       return fail(errc::limit_exceeded, "shard_writer: keys exceed 4 GiB");
     JITEMBED_TRY(detail::write_all(fd_, pieces, path_));

@@ -88,6 +88,9 @@ inline result<void> check_field_meta(const field_meta& m, bool newer_minor, cons
   if (!codec_allowed(kind, cid))
     return fail(errc::unsupported_codec, "codec " + std::string(codec::to_string(cid)) + " is not allowed for kind " +
                                              std::string(to_string(kind)));
+  if (rank != 0 && (kind == field_kind::bytes || kind == field_kind::text || kind == field_kind::json))
+    return fail(errc::corrupt_data, "rank " + std::to_string(rank) + " for kind " + std::string(to_string(kind)) +
+                                        " (bytes, text and json fields have rank 0)");
   const bool has_shape = kind == field_kind::tensor || rank > 0;
   if (has_shape && m.decoded_size != nbytes)
     return fail(errc::corrupt_data, "decoded size " + std::to_string(m.decoded_size) + " != " +

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
 
 namespace jitembed::format {
@@ -66,6 +67,8 @@ inline constexpr std::size_t kHFieldCount = 12;   // u32
 inline constexpr std::size_t kHFlags = 16;        // u32 (bits 16..31 "required": unknown ones are rejected)
 inline constexpr std::size_t kHMetaSize = 20;     // u32 header + table + heap bytes
 inline constexpr std::size_t kHRecordSize = 24;   // u64
+inline constexpr std::size_t kHReserved = 32;     // 16 bytes, zero in 1.0
+inline constexpr std::size_t kHReservedSize = 16;
 inline constexpr std::size_t kHChecksum = 48;     // 16 bytes: XXH3-128 (low u64, high u64)
 
 // Field-table entry offsets.
@@ -81,6 +84,8 @@ inline constexpr std::size_t kEDtype = 40;         // u8
 inline constexpr std::size_t kERank = 41;          // u8
 inline constexpr std::size_t kEShuffle = 42;       // u8
 inline constexpr std::size_t kEFlags = 43;         // u8
+inline constexpr std::size_t kEReserved = 44;      // 4 bytes, zero in 1.0
+inline constexpr std::size_t kEReservedSize = 4;
 
 // ---- batch --------------------------------------------------------------------------------------
 inline constexpr std::uint32_t kBatchMagic = magic4('J', 'E', 'M', 'B');
@@ -89,6 +94,8 @@ inline constexpr std::size_t kBatchEntrySize = 16;  // offset u64, size u64
 inline constexpr std::size_t kBCount = 12;          // u32
 inline constexpr std::size_t kBBatchSize = 16;      // u64
 inline constexpr std::size_t kBFlags = 24;          // u32
+inline constexpr std::size_t kBReserved = 28;       // 20 bytes, zero in 1.0
+inline constexpr std::size_t kBReservedSize = 20;
 
 // ---- shard --------------------------------------------------------------------------------------
 inline constexpr std::uint32_t kShardMagic = magic4('J', 'E', 'M', 'S');
@@ -96,10 +103,15 @@ inline constexpr std::size_t kShardHeaderSize = 64;
 inline constexpr std::size_t kShardTrailerSize = 64;
 inline constexpr std::size_t kShardIndexEntrySize = 24;  // offset u64, size u64, key offset u32, key size u32
 inline constexpr char kShardTrailerMagic[9] = "JEMSHIDX";
+inline constexpr std::size_t kSMinor = 6;            // u16 in the file header; bytes 8..63 are zero in 1.0
+inline constexpr std::size_t kTMajor = 8;            // u16
+inline constexpr std::size_t kTMinor = 10;           // u16
+inline constexpr std::size_t kTReserved0 = 12;       // 4 bytes, zero in 1.0
 inline constexpr std::size_t kTIndexOffset = 16;     // u64
 inline constexpr std::size_t kTIndexSize = 24;       // u64
 inline constexpr std::size_t kTCount = 32;           // u64
 inline constexpr std::size_t kTIndexChecksum = 40;   // u64 XXH3-64 of the index
+inline constexpr std::size_t kTReserved1 = 48;       // 8 bytes, zero in 1.0
 inline constexpr std::size_t kTChecksum = 56;        // u64 XXH3-64 of trailer bytes [0, 56)
 
 // The checksum stored at byte 48 of record and batch headers: XXH3-128 of bytes [64, meta_end) seeded
@@ -132,6 +144,20 @@ inline const std::byte* zero_padding() noexcept {
 }
 
 inline std::string u64s(std::uint64_t v) { return std::to_string(v); }
+
+inline std::string hex(std::uint64_t v) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  do {
+    s.insert(s.begin(), digits[v & 0xf]);
+    v >>= 4;
+  } while (v);
+  return s;
+}
+
+// zstd reports "more bytes than the output holds" as buffer_too_small (a caller's buffer); when the size
+// is the stored decoded_size, the stored data is what is wrong.
+constexpr errc stored_size_code(errc e) noexcept { return e == errc::buffer_too_small ? errc::corrupt_data : e; }
 
 }  // namespace detail
 }  // namespace jitembed::format

@@ -125,6 +125,12 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   jitembed_component(server
     GLOBS server.hpp server/*.hpp server/detail/*.hpp
     LINK jitembed::kserve jitembed::batching jitembed::models jitembed::format)
+  if(JITEMBED_WITH_HTTP)
+    # The JIT client (async KServe v2 over Beast, balancing, retries, local mode) and the prefetching loader.
+    jitembed_component(client
+      GLOBS client.hpp client/*.hpp client/detail/*.hpp
+      LINK jitembed::http jitembed::kserve jitembed::models jitembed::cache jitembed::format Threads::Threads)
+  endif()
 endif()
 
 if(JITEMBED_WITH_CUDA)

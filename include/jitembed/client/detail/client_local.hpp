@@ -1,0 +1,144 @@
+// The client's local mode: the same embed() over in-process models ("embed on a local GPU"), run on a
+// worker pool. Rows are preprocessed one by one (a row that fails alone is a row error), then run in
+// batches of consecutive rows with the same preprocessed shape, up to the model's max_batch_size.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "jitembed/client/detail/client_common.hpp"
+#include "jitembed/client/options.hpp"
+#include "jitembed/client/stats.hpp"
+#include "jitembed/core/limits.hpp"
+#include "jitembed/models/sample_input.hpp"
+
+namespace jitembed::client::detail {
+
+class local_backend {
+ public:
+  explicit local_backend(const client_options& opts) : models_(opts.local_models) {
+    std::size_t n = opts.local_threads ? opts.local_threads : std::max(1u, std::thread::hardware_concurrency());
+    for (std::size_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~local_backend() { close(); }
+
+  const models::any_model* find(const std::string& name) const {
+    for (const auto& m : models_)
+      if (m.name() == name) return &m;
+    return nullptr;
+  }
+
+  // Queues a task; false after close().
+  bool post(std::function<void()> task) {
+    {
+      std::lock_guard lk(mu_);
+      if (closed_) return false;
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  // Runs `rows` through `m`: per-row outputs (present[i] false with errors[i] set for a failed row).
+  static void run_rows(const models::any_model& m, const std::vector<byte_buffer>& rows, bool is_sample,
+                       const decode_limits& limits, std::vector<models::named_tensors>& outs, std::vector<bool>& present,
+                       std::vector<error_info>& errors) {
+    const std::size_t n = rows.size();
+    outs.assign(n, {});
+    present.assign(n, false);
+    errors.assign(n, error_info{});
+    std::vector<tensor> inputs(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      auto t = models::preprocess_input(m, bytes_view(rows[i].data(), rows[i].size()), is_sample, limits);
+      if (!t) {
+        errors[i] = t.error();
+        continue;
+      }
+      inputs[i] = std::move(*t);
+    }
+    const std::size_t max_batch = std::max<std::size_t>(1, m.max_batch_size());
+    std::size_t i = 0;
+    while (i < n) {
+      if (errors[i].code != errc::ok) {
+        ++i;
+        continue;
+      }
+      std::vector<tensor> batch{inputs[i]};
+      std::vector<std::size_t> idx{i};
+      std::size_t j = i + 1;
+      while (j < n && batch.size() < max_batch && errors[j].code == errc::ok && inputs[j].shape() == inputs[i].shape() &&
+             inputs[j].dtype() == inputs[i].dtype()) {
+        batch.push_back(inputs[j]);
+        idx.push_back(j);
+        ++j;
+      }
+      i = j;
+      auto r = [&]() -> result<std::vector<models::named_tensors>> {
+        try {
+          return m.run(batch);
+        } catch (const std::bad_alloc&) {
+          return fail(errc::resource_exhausted, "local model '" + std::string(m.name()) + "': out of memory");
+        } catch (const jitembed::error& e) {
+          return fail(e.code(), e.message());
+        } catch (const std::exception& e) {
+          return fail(errc::internal, "local model '" + std::string(m.name()) + "' threw: " + e.what());
+        }
+      }();
+      for (std::size_t k = 0; k < idx.size(); ++k) {
+        if (!r) {
+          errors[idx[k]] = r.error();
+        } else {
+          outs[idx[k]] = std::move((*r)[k]);
+          present[idx[k]] = true;
+        }
+      }
+    }
+  }
+
+  void close() {
+    {
+      std::lock_guard lk(mu_);
+      if (closed_) return;
+      closed_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return closed_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // closed and drained
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::vector<models::any_model> models_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool closed_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace jitembed::client::detail

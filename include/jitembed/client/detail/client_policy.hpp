@@ -1,0 +1,123 @@
+// The client's policies, free of I/O so they are tested alone: retry budget (token bucket), backoff with
+// full jitter, a latency window for percentiles (hedging), and the HTTP status -> errc mapping.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "jitembed/client/options.hpp"
+#include "jitembed/core/error.hpp"
+
+namespace jitembed::client::detail {
+
+using clock = std::chrono::steady_clock;
+
+// Retries and hedges may add `ratio` of the requests plus `min_per_s` per second (Finagle/Envoy-style
+// retry budget): every request deposits `ratio` tokens, time deposits `min_per_s` per second, a retry
+// or hedge withdraws one. The balance is capped so a quiet period cannot bank a storm.
+class retry_budget {
+ public:
+  explicit retry_budget(const retry_options& o = {}) : ratio_(o.budget_ratio), min_per_s_(o.budget_min_per_s) {
+    tokens_ = cap();
+  }
+  void on_request() { tokens_ = std::min(cap(), tokens_ + ratio_); }
+  bool try_spend(clock::time_point now = clock::now()) {
+    refill(now);
+    if (tokens_ < 1.0) return false;
+    tokens_ -= 1.0;
+    return true;
+  }
+  double tokens() const noexcept { return tokens_; }
+
+ private:
+  double cap() const noexcept { return std::max(10.0, min_per_s_ * 10.0); }
+  void refill(clock::time_point now) {
+    if (last_ != clock::time_point{}) {
+      const double s = std::chrono::duration<double>(now - last_).count();
+      tokens_ = std::min(cap(), tokens_ + std::max(0.0, s) * min_per_s_);
+    }
+    last_ = now;
+  }
+  double ratio_, min_per_s_;
+  double tokens_ = 0;
+  clock::time_point last_{};
+};
+
+// Exponential backoff with full jitter: uniform in [0, min(max, base * 2^(retry-1))].
+inline std::chrono::microseconds backoff_delay(const retry_options& o, int retry, std::mt19937_64& rng) {
+  const double base_us = std::chrono::duration<double, std::micro>(o.backoff_base).count();
+  const double max_us = std::chrono::duration<double, std::micro>(o.backoff_max).count();
+  const double ceiling = std::min(max_us, base_us * std::ldexp(1.0, std::clamp(retry - 1, 0, 30)));
+  std::uniform_real_distribution<double> u(0.0, std::max(0.0, ceiling));
+  return std::chrono::microseconds(static_cast<std::int64_t>(u(rng)));
+}
+
+// The last `capacity` latencies (ms); percentiles are recomputed every `every` samples.
+class latency_window {
+ public:
+  explicit latency_window(std::size_t capacity = 2048) : ring_(capacity) {}
+  void add(double ms) {
+    ring_[next_ % ring_.size()] = ms;
+    ++next_;
+  }
+  std::size_t size() const noexcept { return std::min<std::size_t>(next_, ring_.size()); }
+  std::uint64_t total() const noexcept { return next_; }
+  double percentile(double p) const {
+    const std::size_t n = size();
+    if (n == 0) return 0;
+    std::vector<double> v(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(n));
+    const auto k = static_cast<std::size_t>(std::clamp(p, 0.0, 1.0) * static_cast<double>(n - 1) + 0.5);
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    return v[k];
+  }
+
+ private:
+  std::vector<double> ring_;
+  std::uint64_t next_ = 0;
+};
+
+// The errc of a failed HTTP answer: the body's "errc" (jitembed-server) when present and known, else the
+// status (Triton): 400 invalid_argument, 404 not_found, 408/504 timeout, 429/503 unavailable, 499
+// cancelled, 413/431 limit_exceeded, other 4xx invalid_argument, other 5xx internal.
+inline error_info http_error(int status, std::string_view body, std::string_view what) {
+  std::string message;
+  std::optional<errc> code;
+  auto j = nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
+  if (!j.is_discarded() && j.is_object()) {
+    if (auto it = j.find("error"); it != j.end() && it->is_string()) message = it->get<std::string>();
+    if (auto it = j.find("errc"); it != j.end() && it->is_string()) code = errc_from_string(it->get<std::string>());
+  }
+  if (message.empty()) message = std::string(body.substr(0, 200));
+  if (!code || *code == errc::ok) {
+    switch (status) {
+      case 400: code = errc::invalid_argument; break;
+      case 404: code = errc::not_found; break;
+      case 408:
+      case 504: code = errc::timeout; break;
+      case 429:
+      case 503: code = errc::unavailable; break;
+      case 499: code = errc::cancelled; break;
+      case 413:
+      case 431: code = errc::limit_exceeded; break;
+      default: code = status >= 400 && status < 500 ? errc::invalid_argument : errc::internal;
+    }
+  }
+  return fail(*code, std::string(what) + ": HTTP " + std::to_string(status) + ": " + message);
+}
+
+// Whether a failed answer with this status/errc is retried (the list: connection errors, 408,
+// 429, 503, 504 and unavailable; timeout and resource_exhausted are the service's trouble too).
+inline bool retryable_answer(int status, errc code) {
+  return status == 408 || status == 429 || status == 502 || status == 503 || status == 504 || code == errc::unavailable ||
+         code == errc::timeout || code == errc::resource_exhausted;
+}
+
+}  // namespace jitembed::client::detail

@@ -1,0 +1,102 @@
+// jit_client: asynchronous embeddings from a fleet of KServe v2 servers (jitembed-server or Triton) with
+// the binary tensor extension, or from in-process models, behind one API. Balancing (power of two
+// choices on outstanding requests, EWMA latency tie break), per-model ejection, circuit breakers,
+// deadlines, retries with a budget, hedging, cancellation and coalescing: docs/client.md.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "jitembed/client/options.hpp"
+#include "jitembed/client/request.hpp"
+#include "jitembed/client/stats.hpp"
+#include "jitembed/core/buffer.hpp"
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/hash.hpp"
+#include "jitembed/core/tensor.hpp"
+
+namespace jitembed::client {
+
+namespace detail {
+class client_state;
+}
+
+class jit_client {
+ public:
+  using request_id = std::uint64_t;
+
+  // Starts the I/O threads and the endpoint watcher (remote), or the worker pool (local mode). Fails with
+  // invalid_argument for inconsistent options (no source and no local model, two sources, a bad URL) and
+  // with the source's error when a file or URL cannot be read at start.
+  static result<jit_client> create(client_options opts);
+
+  jit_client(jit_client&&) noexcept = default;
+  jit_client& operator=(jit_client&&) noexcept = default;
+  ~jit_client();
+
+  // Starts a request; `done` gets the result. Never blocks on the network. Returns an id for cancel().
+  request_id embed(embed_request req, embed_callback done);
+  // The same, as a future.
+  std::future<result<embed_result>> embed(embed_request req);
+  // Completes the request with errc::cancelled now if it has not completed (in-flight attempts are
+  // abandoned; a server drops the work when its deadline passes). False when it already completed.
+  bool cancel(request_id id);
+
+  // The cache-key identity of `model`: client_options.identities when given, else the metadata of the
+  // first endpoint that serves it (cached), or the local model's version() / preprocess_key(). Blocks.
+  result<model_identity> identity(const std::string& model);
+
+  client_stats stats() const;
+  std::vector<std::string> endpoints() const;  // current (not draining) endpoint URLs
+  bool local() const noexcept;
+
+  // Stops accepting requests, cancels what is still in flight, joins the threads. Idempotent.
+  void close();
+
+ private:
+  explicit jit_client(std::shared_ptr<detail::client_state> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::client_state> state_;
+};
+
+}  // namespace jitembed::client
+
+#include "jitembed/client/detail/client_state.hpp"
+
+namespace jitembed::client {
+
+inline result<jit_client> jit_client::create(client_options opts) {
+  auto s = detail::client_state::create(std::move(opts));
+  if (!s) return s.error();
+  return jit_client(std::move(*s));
+}
+inline jit_client::~jit_client() {
+  if (state_ && state_.use_count() == 1) state_->close();
+}
+inline jit_client::request_id jit_client::embed(embed_request req, embed_callback done) {
+  return state_->embed(std::move(req), std::move(done));
+}
+inline std::future<result<embed_result>> jit_client::embed(embed_request req) {
+  auto p = std::make_shared<std::promise<result<embed_result>>>();
+  auto f = p->get_future();
+  state_->embed(std::move(req), [p](result<embed_result> r) { p->set_value(std::move(r)); });
+  return f;
+}
+inline bool jit_client::cancel(request_id id) { return state_->cancel(id); }
+inline result<model_identity> jit_client::identity(const std::string& model) { return state_->identity(model); }
+inline client_stats jit_client::stats() const { return state_->stats(); }
+inline std::vector<std::string> jit_client::endpoints() const { return state_->endpoint_urls(); }
+inline bool jit_client::local() const noexcept { return state_->local(); }
+inline void jit_client::close() {
+  if (state_) state_->close();
+}
+
+}  // namespace jitembed::client

@@ -1,0 +1,77 @@
+// Options of the JIT client: where the servers are, deadlines, retries, hedging, balancing, local mode.
+// Boost-free, so a CLI or config loader can fill them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "jitembed/models/any_model.hpp"
+
+namespace jitembed::client {
+
+// Where the endpoint list comes from (exactly one of the three, or local_models instead).
+// Text format (file and URL): one endpoint URL per line, `http://host:port`; blank lines and `#` comments
+// are ignored (see endpoint_list::parse).
+struct endpoint_source {
+  std::vector<std::string> list;  // fixed list of URLs
+  std::string file;               // re-read when its modification time or size changes
+  std::string url;                // GET this URL (http://host:port/path); the body is the text format
+  std::chrono::milliseconds refresh{250};  // how often file / url are checked
+};
+
+// What the cache key of a model's embeddings is made of. jitembed-server publishes both in its model
+// metadata (parameters.fingerprint, parameters.preprocess_key); for a Triton model the user supplies them.
+struct model_identity {
+  std::string fingerprint;
+  std::string preprocess_key;
+};
+
+struct retry_options {
+  int max_attempts = 5;                          // per request, counting the first; hedges not counted
+  std::chrono::milliseconds backoff_base{5};     // exponential backoff: base * 2^(n-1), full jitter
+  std::chrono::milliseconds backoff_max{500};
+  double budget_ratio = 0.2;                     // retries + hedges may add at most this share of requests...
+  double budget_min_per_s = 10;                  // ...plus this many per second (so a quiet client can retry)
+};
+
+struct hedge_options {
+  bool enabled = true;
+  double percentile = 0.95;                      // hedge a request still running after this latency percentile
+  std::chrono::milliseconds min_delay{20};       // never sooner than this
+  std::size_t min_samples = 50;                  // latency samples needed before hedging starts
+};
+
+struct breaker_options {
+  int failure_threshold = 5;                     // consecutive connection-level failures that open the circuit
+  std::chrono::milliseconds open_for{500};       // then one probe request (half-open) decides
+  std::chrono::milliseconds eject_for{1000};     // a model ejected from an endpoint (404, not ready) is re-probed after this
+};
+
+struct client_options {
+  endpoint_source endpoints;
+  // Local mode: with no endpoint source, requests run on these in-process models (name() routes).
+  std::vector<models::any_model> local_models;
+  std::size_t local_threads = 0;                 // local mode worker threads (0: hardware concurrency)
+
+  std::map<std::string, model_identity> identities;  // per model: overrides / supplies metadata (Triton)
+
+  std::chrono::milliseconds request_timeout{30000};  // default deadline of a request, all attempts together
+  std::chrono::milliseconds connect_timeout{2000};
+  std::size_t max_connections_per_endpoint = 256;    // open connections (in flight + idle) per endpoint
+  std::size_t max_in_flight = 4096;                  // requests accepted and not completed; past it: unavailable
+  std::size_t max_response_bytes = std::size_t{256} << 20;
+  bool binary_outputs = true;                    // ask for outputs in Triton's binary extension
+  int io_threads = 1;                            // threads running the Asio event loop
+  std::string auth_token;                        // sent as Authorization: Bearer <token> when set
+  double ewma_alpha = 0.2;                       // latency EWMA weight of a new sample (tie break)
+
+  retry_options retry;
+  hedge_options hedge;
+  breaker_options breaker;
+};
+
+}  // namespace jitembed::client

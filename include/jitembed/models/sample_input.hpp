@@ -1,0 +1,41 @@
+// The raw bytes a model embeds from a jitembed record ("sample" input): its first field of the model's
+// kind (image/JPEG, video, text). Shared by the server and the client's local mode.
+#pragma once
+
+#include <string>
+
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/limits.hpp"
+#include "jitembed/format/record_view.hpp"
+#include "jitembed/models/any_model.hpp"
+
+namespace jitembed::models {
+
+// Preprocesses `raw` for `m`: a record when `is_sample`, else the model's own field bytes.
+inline result<tensor> preprocess_input(const any_model& m, bytes_view raw, bool is_sample, const decode_limits& limits) {
+  if (!is_sample) return m.preprocess(raw, limits);
+  auto rec = format::record_view::parse(raw, limits);
+  if (!rec) return rec.error();
+  const auto mod = m.input_modality();
+  for (const auto& f : rec->fields()) {
+    if (mod == modality::image && f.kind() == format::field_kind::image && f.codec() == codec::codec_id::jpeg) {
+      auto p = f.checked_payload();
+      if (!p) return p.error();
+      return m.preprocess(*p, limits);
+    }
+    if (mod == modality::video && f.kind() == format::field_kind::video) {
+      auto p = f.checked_payload();
+      if (!p) return p.error();
+      return m.preprocess(*p, limits);
+    }
+    if (mod == modality::text && f.kind() == format::field_kind::text) {
+      auto s = f.text(limits);
+      if (!s) return s.error();
+      return m.preprocess(as_bytes_view(*s), limits);
+    }
+  }
+  return fail(errc::invalid_argument,
+              "sample has no " + std::string(to_string(mod)) + " field for model '" + std::string(m.name()) + "'");
+}
+
+}  // namespace jitembed::models

@@ -1,0 +1,459 @@
+// The JIT client against scripted KServe servers and the real jitembed service on 127.0.0.1: results,
+// balancing, retries and their budget, hedging, deadlines, 404 ejection, row splitting, cancellation,
+// coalescing, endpoint lists changed mid-run, and local mode equal to remote mode.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+#include <set>
+
+#include "client_test_util.hpp"
+#include "jitembed/client/detail/client_policy.hpp"
+#include "jitembed/client/endpoints.hpp"
+#include "jitembed/models/text_embed.hpp"
+
+using namespace client_test;
+namespace cl = jitembed::client;
+
+namespace {
+
+std::vector<std::string> rows_of(std::size_t n, std::size_t seed) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back("row-" + std::to_string(seed) + "-" + std::to_string(i));
+  return out;
+}
+
+cl::client_options options_for(std::vector<std::string> urls) {
+  cl::client_options o;
+  o.endpoints.list = std::move(urls);
+  o.request_timeout = 5s;
+  return o;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("jitembed_client_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+  }
+  std::filesystem::rename(tmp, path);  // atomic: the watcher never sees half a list
+}
+
+// Polls `pred` until it holds or `limit` passes (a condition, not an ordering sleep).
+template <class P>
+bool eventually(P pred, std::chrono::milliseconds limit = 5s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+}  // namespace
+
+TEST_CASE("endpoint lists: URLs, comments, blanks, duplicates; bad lines fail the whole list") {
+  auto l = cl::parse_endpoint_list("# fleet\n http://127.0.0.1:8000 \n\nhttp://[::1]:9000 # v6\nhttp://127.0.0.1:8000\r\n").value();
+  REQUIRE(l.size() == 2);
+  CHECK(l[0].url == "http://127.0.0.1:8000");
+  CHECK(l[0].port == 8000);
+  CHECK(l[1].host == "::1");
+  CHECK(cl::parse_endpoint_list("http://a:1\nnot-a-url\n").code() == errc::invalid_argument);
+  CHECK(cl::parse_endpoint_list("http://a:0\n").code() == errc::invalid_argument);
+  CHECK(cl::parse_endpoint_list("http://a\n").code() == errc::invalid_argument);
+  CHECK(cl::parse_endpoint_list("https://a:1\n").code() == errc::invalid_argument);
+  CHECK(cl::parse_endpoint_list("").value().empty());
+  auto u = cl::parse_endpoint_url("http://127.0.0.1:9/fleet/endpoints").value();
+  CHECK(u.path == "/fleet/endpoints");
+}
+
+TEST_CASE("policies: retry budget, backoff with jitter, HTTP status to errc") {
+  cl::retry_options ro;
+  ro.budget_ratio = 0.2;
+  ro.budget_min_per_s = 0;
+  cl::detail::retry_budget b(ro);
+  int spent = 0;
+  while (b.try_spend()) ++spent;  // the initial balance (cap) is spent, then only deposits count
+  CHECK(spent == 10);
+  for (int i = 0; i < 100; ++i) b.on_request();
+  int more = 0;
+  while (b.try_spend()) ++more;
+  CHECK(more == 10);  // 100 requests * 0.2 = 20 tokens, capped at 10
+
+  std::mt19937_64 rng(1);
+  for (int r = 1; r < 12; ++r) {
+    const auto d = cl::detail::backoff_delay(ro, r, rng);
+    CHECK(d >= 0us);
+    CHECK(d <= std::chrono::duration_cast<std::chrono::microseconds>(ro.backoff_max));
+  }
+  CHECK(cl::detail::http_error(503, "{\"error\":\"queue full\"}", "x").code == errc::unavailable);
+  CHECK(cl::detail::http_error(504, "", "x").code == errc::timeout);
+  CHECK(cl::detail::http_error(404, "{\"error\":\"nope\"}", "x").code == errc::not_found);
+  CHECK(cl::detail::http_error(400, "{\"error\":\"bad\",\"errc\":\"invalid_utf8\"}", "x").code == errc::invalid_utf8);
+  CHECK(cl::detail::http_error(503, "{\"error\":\"oom\",\"errc\":\"resource_exhausted\"}", "x").code == errc::resource_exhausted);
+  CHECK(cl::detail::http_error(500, "oops", "x").code == errc::internal);
+  CHECK(cl::detail::http_error(429, "", "x").code == errc::unavailable);
+}
+
+TEST_CASE("create: option errors are invalid_argument; an unreadable endpoints file fails at once") {
+  cl::client_options none;
+  CHECK(cl::jit_client::create(none).code() == errc::invalid_argument);
+  cl::client_options two;
+  two.endpoints.list = {"http://127.0.0.1:1"};
+  two.endpoints.file = "/nonexistent";
+  CHECK(cl::jit_client::create(two).code() == errc::invalid_argument);
+  cl::client_options bad;
+  bad.endpoints.list = {"ftp://x:1"};
+  CHECK(cl::jit_client::create(bad).code() == errc::invalid_argument);
+  cl::client_options missing;
+  missing.endpoints.file = "/nonexistent/endpoints.txt";
+  CHECK(cl::jit_client::create(missing).code() == errc::io_error);
+}
+
+TEST_CASE("remote: rows in order, the deadline sent as the KServe timeout, hundreds in flight on few connections") {
+  fake_server s(always_ok());
+  auto c = cl::jit_client::create(options_for({s.url()})).value();
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::future<result<cl::embed_result>>> fs;
+  for (int i = 0; i < 400; ++i) {
+    rows.push_back(rows_of(1 + i % 5, i));
+    fs.push_back(c.embed(request("m", rows.back())));
+  }
+  auto rs = wait_all(fs);
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    REQUIRE(rs[i]);
+    CHECK(matches_fake(*rs[i], rows[i]));
+    CHECK(rs[i]->model_version == "1");
+  }
+  for (const auto& seen : s.seen()) {
+    CHECK(seen.timeout_us > 0);
+    CHECK(seen.timeout_us <= 5'000'000);
+  }
+  const auto st = c.stats();
+  CHECK(st.completed == 400);
+  CHECK(st.retries == 0);
+  REQUIRE(st.endpoints.size() == 1);
+  CHECK(st.endpoints[0].connections_opened <= 400);
+  CHECK(c.identity("m").value().fingerprint == "fake-1");
+}
+
+TEST_CASE("balance: equal servers within 25% of their fair share over 3000 requests; a slow one gets less") {
+  SUBCASE("equal") {
+    fake_server a(always_ok()), b(always_ok()), d(always_ok());
+    auto c = cl::jit_client::create(options_for({a.url(), b.url(), d.url()})).value();
+    std::vector<std::future<result<cl::embed_result>>> fs;
+    const auto rows = rows_of(1, 7);
+    for (int wave = 0; wave < 30; ++wave) {
+      for (int i = 0; i < 100; ++i) fs.push_back(c.embed(request("m", rows)));
+      for (auto& f : fs) REQUIRE(f.get());
+      fs.clear();
+    }
+    for (auto* s : {&a, &b, &d}) {
+      CHECK(s->requests() >= 750);
+      CHECK(s->requests() <= 1250);
+    }
+  }
+  SUBCASE("slow") {
+    fake_server a(always_ok()), b(always_ok());
+    fake_server slow([](const seen_request&, const std::vector<std::string_view>&) { return action{.delay = 30ms}; });
+    auto o = options_for({a.url(), b.url(), slow.url()});
+    o.hedge.enabled = false;
+    auto c = cl::jit_client::create(o).value();
+    std::vector<std::future<result<cl::embed_result>>> fs;
+    const auto rows = rows_of(1, 8);
+    for (int wave = 0; wave < 30; ++wave) {
+      for (int i = 0; i < 32; ++i) fs.push_back(c.embed(request("m", rows)));
+      for (auto& f : fs) REQUIRE(f.get());
+      fs.clear();
+    }
+    const double fair = 960.0 / 3;
+    CHECK(static_cast<double>(slow.requests()) < 0.5 * fair);
+  }
+}
+
+TEST_CASE("retries: 503 goes to another endpoint; connection refused is retried; other 4xx never") {
+  SUBCASE("503 elsewhere") {
+    fake_server busy([](const seen_request&, const std::vector<std::string_view>&) { return action{.status = 503}; });
+    fake_server ok(always_ok());
+    auto c = cl::jit_client::create(options_for({busy.url(), ok.url()})).value();
+    for (int i = 0; i < 50; ++i) {
+      auto r = c.embed(request("m", rows_of(2, i))).get();
+      REQUIRE(r);
+      CHECK(r->endpoint == ok.url());
+    }
+    CHECK(c.stats().retries > 0);
+  }
+  SUBCASE("refused") {
+    std::uint16_t dead_port = 0;
+    {
+      fake_server gone(always_ok());
+      dead_port = gone.port();
+    }
+    fake_server ok(always_ok());
+    auto c = cl::jit_client::create(options_for({"http://127.0.0.1:" + std::to_string(dead_port), ok.url()})).value();
+    for (int i = 0; i < 20; ++i) REQUIRE(c.embed(request("m", rows_of(1, i))).get());
+  }
+  SUBCASE("400 single row") {
+    fake_server bad([](const seen_request&, const std::vector<std::string_view>&) { return action{.status = 400}; });
+    auto c = cl::jit_client::create(options_for({bad.url()})).value();
+    auto r = c.embed(request("m", rows_of(1, 1))).get();
+    CHECK(r.code() == errc::invalid_argument);
+    CHECK(bad.requests() == 1);
+    CHECK(c.stats().retries == 0);
+  }
+}
+
+TEST_CASE("a 4xx on a multi-row request is resent row by row; only rows that fail alone fail") {
+  fake_server s([](const seen_request&, const std::vector<std::string_view>& rows) {
+    for (auto r : rows)
+      if (r.find("bad") != std::string_view::npos) return action{.status = 400, .body = "bad row"};
+    return action{};
+  });
+  auto c = cl::jit_client::create(options_for({s.url()})).value();
+  std::vector<std::string> rows = {"a", "b", "this is bad", "d"};
+  auto r = c.embed(request("m", rows)).get();
+  REQUIRE(r);
+  REQUIRE(r->row_errors.size() == 4);
+  CHECK(r->row_errors[2].code == errc::invalid_argument);
+  CHECK(r->row_ok(0));
+  CHECK(r->row_ok(3));
+  CHECK(matches_fake(*r, rows));
+  CHECK(c.stats().row_splits == 1);
+  CHECK(s.requests() == 5);
+}
+
+TEST_CASE("the retry budget caps retries when every server fails") {
+  fake_server a([](const seen_request&, const std::vector<std::string_view>&) { return action{.status = 503}; });
+  fake_server b([](const seen_request&, const std::vector<std::string_view>&) { return action{.status = 503}; });
+  auto o = options_for({a.url(), b.url()});
+  o.retry.max_attempts = 5;
+  o.retry.budget_min_per_s = 0;
+  o.retry.backoff_base = 1ms;
+  o.retry.backoff_max = 2ms;
+  o.hedge.enabled = false;
+  auto c = cl::jit_client::create(o).value();
+  std::vector<std::future<result<cl::embed_result>>> fs;
+  for (int i = 0; i < 200; ++i) fs.push_back(c.embed(request("m", rows_of(1, i))));
+  for (auto& f : fs) CHECK(f.get().code() == errc::unavailable);
+  const auto st = c.stats();
+  // 10 banked + 0.2 per request; without the budget it would be 4 per request (800).
+  CHECK(st.retries <= 10 + 200 * 0.2 + 1);
+  CHECK(st.budget_exhausted > 0);
+  CHECK(a.requests() + b.requests() == 200 + st.retries);
+}
+
+TEST_CASE("deadlines and hedging: a server that accepts and never answers") {
+  SUBCASE("alone: timeout at the deadline") {
+    fake_server hang([](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = true}; });
+    auto o = options_for({hang.url()});
+    auto c = cl::jit_client::create(o).value();
+    auto req = request("m", rows_of(1, 0));
+    req.timeout = 200ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = c.embed(req).get();
+    const auto took = std::chrono::steady_clock::now() - t0;
+    CHECK(r.code() == errc::timeout);
+    CHECK(took >= 190ms);
+    CHECK(took < 2s);
+  }
+  SUBCASE("with a good one: hedges carry its requests") {
+    fake_server good(always_ok());
+    std::atomic<bool> hang_on{false};
+    fake_server hang([&](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = hang_on.load()}; });
+    auto o = options_for({good.url(), hang.url()});
+    o.hedge.min_samples = 20;
+    o.hedge.min_delay = 10ms;
+    o.request_timeout = 3s;
+    auto c = cl::jit_client::create(o).value();
+    for (int i = 0; i < 40; ++i) REQUIRE(c.embed(request("m", rows_of(1, i))).get());  // latency history
+    hang_on = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::future<result<cl::embed_result>>> fs;
+    for (int i = 0; i < 40; ++i) fs.push_back(c.embed(request("m", rows_of(1, 100 + i))));
+    for (auto& f : fs) {
+      auto r = f.get();
+      REQUIRE(r);
+      CHECK(r->endpoint == good.url());
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < 2500ms);
+    const auto st = c.stats();
+    CHECK(st.hedges > 0);
+    CHECK(st.hedge_wins > 0);
+  }
+}
+
+TEST_CASE("a 404 ejects that endpoint for that model; re-admitted when ready again") {
+  std::atomic<bool> serves{false};
+  fake_server partial([&](const seen_request& s, const std::vector<std::string_view>&) {
+    return s.model == "m" && !serves.load() ? action{.status = 404, .body = "unknown model"} : action{};
+  });
+  fake_server full(always_ok());
+  auto o = options_for({partial.url(), full.url()});
+  o.breaker.eject_for = 100ms;
+  o.endpoints.refresh = 20ms;
+  auto c = cl::jit_client::create(o).value();
+  for (int i = 0; i < 100; ++i) REQUIRE(c.embed(request("m", rows_of(1, i))).get());
+  CHECK(partial.requests() <= 3);  // ejected after its first 404
+  // Another model is not affected.
+  for (int i = 0; i < 20; ++i) REQUIRE(c.embed(request("other", rows_of(1, i))).get());
+  CHECK(partial.requests() > 3);
+  // Only 404s everywhere: not_found.
+  fake_server none([](const seen_request&, const std::vector<std::string_view>&) { return action{.status = 404}; });
+  auto c2 = cl::jit_client::create(options_for({none.url()})).value();
+  CHECK(c2.embed(request("m", rows_of(1, 0))).get().code() == errc::not_found);
+}
+
+TEST_CASE("cancel completes at once with cancelled; close cancels what is in flight") {
+  fake_server hang([](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = true}; });
+  auto c = cl::jit_client::create(options_for({hang.url()})).value();
+  std::promise<result<cl::embed_result>> p;
+  auto id = c.embed(request("m", rows_of(1, 0)), [&](result<cl::embed_result> r) { p.set_value(std::move(r)); });
+  REQUIRE(eventually([&] { return hang.requests() == 1; }));
+  CHECK(c.cancel(id));
+  CHECK(p.get_future().get().code() == errc::cancelled);
+  CHECK_FALSE(c.cancel(id));
+  auto f = c.embed(request("m", rows_of(1, 1)));
+  c.close();
+  CHECK(f.get().code() == errc::cancelled);
+  CHECK(c.embed(request("m", rows_of(1, 2))).get().code() == errc::cancelled);
+}
+
+TEST_CASE("coalescing: concurrent requests with the same key go out once") {
+  fake_server slow([](const seen_request&, const std::vector<std::string_view>&) { return action{.delay = 100ms}; });
+  auto c = cl::jit_client::create(options_for({slow.url()})).value();
+  const auto rows = rows_of(2, 3);
+  std::vector<std::future<result<cl::embed_result>>> fs;
+  for (int i = 0; i < 5; ++i) {
+    auto r = request("m", rows);
+    r.coalesce_key = hash128{42, 7};
+    fs.push_back(c.embed(r));
+  }
+  for (auto& f : fs) {
+    auto r = f.get();
+    REQUIRE(r);
+    CHECK(matches_fake(*r, rows));
+  }
+  CHECK(slow.requests() == 1);
+  CHECK(c.stats().coalesced == 4);
+}
+
+TEST_CASE("endpoints changed mid-run: file and URL; a removed endpoint drains") {
+  fake_server a(always_ok());
+  fake_server b([](const seen_request&, const std::vector<std::string_view>&) { return action{.delay = 50ms}; });
+  fake_server d(always_ok());
+  SUBCASE("file") {
+    const auto path = temp_path("endpoints.txt");
+    write_file(path, "# one server\n" + a.url() + "\n");
+    auto o = options_for({});
+    o.endpoints.list.clear();
+    o.endpoints.file = path;
+    o.endpoints.refresh = 10ms;
+    auto c = cl::jit_client::create(o).value();
+    REQUIRE(c.embed(request("m", rows_of(1, 0))).get());
+    CHECK(c.endpoints() == std::vector<std::string>{a.url()});
+    // Requests in flight on b when it is removed still finish (drain).
+    write_file(path, a.url() + "\n" + b.url() + "\n");
+    REQUIRE(eventually([&] { return c.endpoints().size() == 2; }));
+    std::vector<std::future<result<cl::embed_result>>> fs;
+    for (int i = 0; i < 20; ++i) fs.push_back(c.embed(request("m", rows_of(1, i))));
+    write_file(path, d.url() + "\n");
+    REQUIRE(eventually([&] { return c.endpoints() == std::vector<std::string>{d.url()}; }));
+    for (auto& f : fs) REQUIRE(f.get());
+    const auto before_a = a.requests(), before_b = b.requests();
+    for (int i = 0; i < 20; ++i) REQUIRE(c.embed(request("m", rows_of(1, 50 + i))).get());
+    CHECK(a.requests() == before_a);
+    CHECK(b.requests() == before_b);
+    CHECK(d.requests() >= 20);
+    CHECK(c.stats().retries == 0);
+    std::filesystem::remove(path);
+  }
+  SUBCASE("url") {
+    std::mutex mu;
+    std::string list = a.url() + "\n";
+    http::server lister(http::server_options{}, [&](http::request&&, http::responder respond) {
+      http::response r;
+      std::lock_guard lk(mu);
+      r.body = list;
+      respond(std::move(r));
+    });
+    const auto port = lister.start().value();
+    auto o = options_for({});
+    o.endpoints.list.clear();
+    o.endpoints.url = "http://127.0.0.1:" + std::to_string(port) + "/endpoints";
+    o.endpoints.refresh = 10ms;
+    auto c = cl::jit_client::create(o).value();
+    CHECK(c.endpoints() == std::vector<std::string>{a.url()});
+    {
+      std::lock_guard lk(mu);
+      list = "# scaled\n" + d.url() + "\n";
+    }
+    REQUIRE(eventually([&] { return c.endpoints() == std::vector<std::string>{d.url()}; }));
+    REQUIRE(c.embed(request("m", rows_of(1, 0))).get()->endpoint == d.url());
+    lister.stop(100ms);
+  }
+}
+
+TEST_CASE("local mode equals remote mode on the real service (text-embed), rows in order") {
+  models::text_embed_options to;
+  auto model = models::text_embed::create(to).value();
+  server::server_config sc;
+  sc.preprocess_threads = 2;
+  server::model_config mc;
+  mc.name = "text-embed";
+  sc.models = {mc};
+  server::service svc(sc);
+  REQUIRE(svc.load_configured());
+  http::server srv(http::server_options{}, svc.as_handler());
+  const auto port = srv.start().value();
+
+  cl::client_options lo;
+  lo.local_models = {model};
+  lo.local_threads = 2;
+  auto local = cl::jit_client::create(lo).value();
+  auto remote = cl::jit_client::create(options_for({"http://127.0.0.1:" + std::to_string(port)})).value();
+  CHECK(local.local());
+
+  const std::vector<std::string> captions = {"a cat on a mat", "two dogs", "", "a long caption about a video of the sea"};
+  cl::embed_request req;
+  req.model = "text-embed";
+  req.input = "text";
+  for (const auto& s : captions) req.rows.push_back(as_bytes_view(s));
+  auto l = local.embed(req).get();
+  auto r = remote.embed(req).get();
+  REQUIRE(l);
+  REQUIRE(r);
+  REQUIRE(l->outputs.size() == r->outputs.size());
+  for (std::size_t k = 0; k < l->outputs.size(); ++k) {
+    CHECK(l->outputs[k].first == r->outputs[k].first);
+    REQUIRE(l->outputs[k].second.nbytes() == r->outputs[k].second.nbytes());
+    CHECK(std::memcmp(l->outputs[k].second.data(), r->outputs[k].second.data(), l->outputs[k].second.nbytes()) == 0);
+  }
+  // Invalid UTF-8 in one row: only that row fails, in both modes.
+  const std::string bad = "\xff\xfe";
+  req.rows[1] = as_bytes_view(bad);
+  auto l2 = local.embed(req).get();
+  auto r2 = remote.embed(req).get();
+  REQUIRE(l2);
+  REQUIRE(r2);
+  CHECK(l2->row_errors.at(1).code == errc::invalid_utf8);
+  CHECK(r2->row_errors.at(1).code == errc::invalid_utf8);
+  CHECK(l2->row_ok(0));
+  CHECK(r2->row_ok(0));
+  // Unknown model.
+  req.model = "nope";
+  CHECK(local.embed(req).get().code() == errc::not_found);
+  CHECK(remote.embed(req).get().code() == errc::not_found);
+  // The cache-key identity: the local model's own, and the server's metadata.
+  CHECK(local.identity("text-embed").value().fingerprint == std::string(model.version()));
+  auto rid = remote.identity("text-embed");
+  if (rid) CHECK(rid->fingerprint == std::string(model.version()));
+  srv.stop(1s);
+}

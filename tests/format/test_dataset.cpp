@@ -235,8 +235,7 @@ TEST_CASE("dataset: directory samples pair media with same-stem captions") {
 
 TEST_CASE("dataset: a media or text file given by itself is a one-field sample") {
   fixture fx;
-  const std::vector<std::string> paths = {(fx.dir / "a.jpg").string(), (fx.dir / "c.txt").string()};
-  auto ds = dataset::open(paths).value();
+  auto ds = dataset::open({(fx.dir / "a.jpg").string(), (fx.dir / "c.txt").string()}).value();
   REQUIRE(ds.size() == 2);
   const auto a = ds.get(0).value();
   CHECK(a.id == "a");

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -75,7 +76,8 @@ struct sample_field {
 struct sample {
   // Stable across reopening the same files: "<path>#<key>" for shard records and tar samples, "<path>" for
   // a .jemr file, the path without its extension for loose media. <path> is relative to the directory
-  // given to open(), or the file name of a file given by itself.
+  // given to open(), or the file name of a file given by itself. Unique within a source; two sources can
+  // repeat an id (two directories of the same layout): the index i is what identifies a sample.
   std::string id;
   std::vector<sample_field> fields;  // record order (records), member order (tars), sorted by name (loose)
   // Shard and .jemr samples: the parsed record (fields[i] is record[i]); send record.bytes() as it is.
@@ -153,6 +155,7 @@ struct dataset_state {
 // every same-stem media file and caption (.txt .caption) next to it as its fields ("jpg", "txt", ...). A
 // caption without a same-stem media file is a text-only sample. Other files are ignored (counted). A file
 // given by itself is its own source (a media or text file: a one-field sample, no caption pairing).
+// Symbolic links to files are followed, to directories not.
 //
 // Copies share the immutable index; get() and every const member are safe to call concurrently.
 class dataset {
@@ -172,6 +175,9 @@ class dataset {
     dataset d;
     d.state_ = std::move(st);
     return d;
+  }
+  static result<dataset> open(std::initializer_list<std::string> paths, const dataset_options& options = {}) {
+    return open(std::span<const std::string>(paths.begin(), paths.size()), options);
   }
   static result<dataset> open(const std::string& path, const dataset_options& options = {}) {
     return open(std::span<const std::string>(&path, 1), options);

@@ -1,0 +1,193 @@
+// jit_loader over a local-mode client: dataset order, completion order, embeddings equal to the
+// reference models, failed samples reported with their errc, cache warm epochs, back-pressure, options.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "jitembed/cache/memory_cache.hpp"
+#include "loader/loader_test_util.hpp"
+
+using namespace loader_test;
+using client::jit_loader;
+
+TEST_CASE("dataset order: every sample once, in order, embeddings equal the reference") {
+  temp_dataset ds(23, /*text_only=*/5);
+  auto c = local_client();
+  auto l = jit_loader::create(ds.data, c, base_options());
+  REQUIRE_MESSAGE(l.has_value(), l.error().message);
+  CHECK(l->steps_per_epoch() == 6);
+  auto d = drain(*l);
+  std::vector<std::uint64_t> want(23);
+  std::iota(want.begin(), want.end(), 0);
+  CHECK(d.order == want);
+  CHECK(d.step_sizes == std::vector<std::size_t>{4, 4, 4, 4, 4, 3});
+  for (const auto& s : d.samples) check_against_reference(ds.data, s);
+  // The end of the epoch is reported once; then the next epoch starts.
+  auto again = l->next();
+  REQUIRE(again.has_value());
+  CHECK(*again);
+  CHECK((*again)->epoch == 1);
+  const auto st = l->stats();
+  CHECK(st.samples_delivered == 23 + 4);
+  CHECK(st.samples_failed == 0);
+  CHECK(st.max_buffered_seen <= 24);
+}
+
+TEST_CASE("completion order: every sample exactly once, the same step sizes") {
+  temp_dataset ds(31);
+  auto c = local_client(3);
+  auto o = base_options();
+  o.order = client::delivery_order::completion;
+  o.samples_per_request = 2;
+  o.workers = 3;
+  auto l = jit_loader::create(ds.data, c, o);
+  REQUIRE(l.has_value());
+  auto d = drain(*l);
+  CHECK(d.step_sizes == std::vector<std::size_t>{4, 4, 4, 4, 4, 4, 4, 3});
+  std::vector<std::uint64_t> got = d.order;
+  std::sort(got.begin(), got.end());
+  std::vector<std::uint64_t> want(31);
+  std::iota(want.begin(), want.end(), 0);
+  CHECK(got == want);
+  for (const auto& s : d.samples) check_against_reference(ds.data, s);
+}
+
+TEST_CASE("a broken sample fails alone, with its errc, and is delivered") {
+  temp_dataset ds(12, 0, {3, 7});
+  auto c = local_client();
+  auto l = jit_loader::create(ds.data, c, base_options());
+  REQUIRE(l.has_value());
+  auto d = drain(*l);
+  REQUIRE(d.samples.size() == 12);
+  const auto img = image_model();
+  for (const auto& s : d.samples) {
+    if (s.index == 3 || s.index == 7) {
+      REQUIRE_FALSE(s.ok());
+      auto src = ds.data.get(static_cast<std::size_t>(s.index)).value();
+      const auto want = img.preprocess(src.first(format::field_kind::image)->bytes, {}).code();
+      CHECK(want != errc::ok);
+      CHECK(s.error->code == want);
+      CHECK_FALSE(is_retryable(s.error->code));
+      CHECK(s.error->message.find(src.id) != std::string::npos);
+      CHECK(s.embeddings.empty());
+    } else {
+      check_against_reference(ds.data, s);
+    }
+  }
+  CHECK(l->stats().samples_failed == 2);
+}
+
+TEST_CASE("cache: epoch 2 with a warm memory cache sends no request") {
+  temp_dataset ds(20, 4);
+  auto c = local_client();
+  auto o = base_options();
+  o.shuffle = true;
+  o.seed = 7;
+  o.cache = cache::any_store::make<cache::memory_cache>(std::size_t{64} << 20);
+  auto l = jit_loader::create(ds.data, c, o);
+  REQUIRE_MESSAGE(l.has_value(), l.error().message);
+  auto e1 = drain(*l);
+  REQUIRE(e1.samples.size() == 20);
+  const auto s1 = l->stats();
+  CHECK(s1.cache_hits == 0);
+  CHECK(s1.cache_misses == 20 + 15);  // 20 captions + 15 images
+  CHECK(s1.cache_puts == 35);
+  CHECK(s1.client.requests > 0);
+  auto e2 = drain(*l);
+  REQUIRE(e2.samples.size() == 20);
+  CHECK(e2.order != e1.order);  // a new permutation
+  const auto s2 = l->stats();
+  CHECK(s2.client.requests == s1.client.requests);
+  CHECK(s2.requests == s1.requests);
+  CHECK(s2.cache_hits == 35);
+  for (const auto& s : e2.samples) check_against_reference(ds.data, s);
+}
+
+TEST_CASE("back-pressure: a trainer that does not call next() holds the loader at its bound") {
+  temp_dataset ds(64);
+  auto c = local_client();
+  auto o = base_options();
+  o.max_buffered = 8;
+  o.samples_per_request = 4;
+  o.batch_size = 4;
+  auto l = jit_loader::create(ds.data, c, o);
+  REQUIRE(l.has_value());
+  REQUIRE(eventually([&] {
+    const auto s = l->stats();
+    return s.ready == 8 && s.chunks_in_flight == 0 && s.requests_in_flight == 0;
+  }));
+  // Nothing in flight and the window full: nothing more can start until next() is called.
+  auto s = l->stats();
+  CHECK(s.buffered == 8);
+  CHECK(s.max_buffered_seen == 8);
+  CHECK(s.rows_requested == 2 * 8);  // two models, 8 samples
+  auto b = l->next();
+  REQUIRE(b.has_value());
+  REQUIRE(*b);
+  CHECK((*b)->samples.size() == 4);
+  REQUIRE(eventually([&] { return l->stats().ready == 8; }));
+  s = l->stats();
+  CHECK(s.max_buffered_seen == 8);
+  CHECK(s.rows_requested == 2 * 12);
+}
+
+TEST_CASE("create validates its options") {
+  temp_dataset ds(4);
+  auto c = local_client(1);
+  auto expect_invalid = [&](client::loader_options o, std::string_view what) {
+    auto l = jit_loader::create(ds.data, c, std::move(o));
+    REQUIRE_FALSE(l.has_value());
+    CHECK(l.error().code == errc::invalid_argument);
+    CHECK_MESSAGE(l.error().message.find(what) != std::string::npos, l.error().message);
+  };
+  auto o = base_options();
+  o.embeddings.clear();
+  expect_invalid(o, "no embeddings");
+  o = base_options();
+  o.batch_size = 0;
+  expect_invalid(o, "batch_size 0");
+  o = base_options();
+  o.rank = 2;
+  o.world_size = 2;
+  expect_invalid(o, "rank 2 not in [0, 2)");
+  o = base_options();
+  o.max_buffered = 3;
+  expect_invalid(o, "max_buffered 3");
+  o = base_options();
+  o.embeddings.push_back(o.embeddings.front());
+  expect_invalid(o, "given twice");
+  o = base_options();
+  o.embeddings[0].kind = format::field_kind::tensor;
+  expect_invalid(o, "is not image, video or text");
+  // An unknown model with a cache: its identity cannot be found.
+  o = base_options();
+  o.embeddings[0].model = "no-such-model";
+  o.cache = cache::any_store::make<cache::memory_cache>(std::size_t{1} << 20);
+  auto l = jit_loader::create(ds.data, c, o);
+  REQUIRE_FALSE(l.has_value());
+  CHECK(l.error().message.find("no-such-model") != std::string::npos);
+}
+
+TEST_CASE("close() while samples are in flight: next() fails with cancelled, nothing hangs") {
+  temp_dataset ds(40);
+  auto c = local_client();
+  auto l = jit_loader::create(ds.data, c, base_options());
+  REQUIRE(l.has_value());
+  auto b = l->next();
+  REQUIRE(b.has_value());
+  l->close();
+  l->close();
+  auto after = l->next();
+  REQUIRE_FALSE(after.has_value());
+  CHECK(after.error().code == errc::cancelled);
+}
+
+TEST_CASE("a loader that owns its client; moved loaders keep working") {
+  temp_dataset ds(9);
+  auto l = jit_loader::create(ds.data, local_client(), base_options());
+  REQUIRE(l.has_value());
+  jit_loader moved = std::move(*l);
+  auto d = drain(moved);
+  CHECK(d.order.size() == 9);
+}

@@ -1,0 +1,171 @@
+// jit_train_demo: the embeddings a sample gets (its image or video latent and its caption's pooled text
+// embedding), how the demo asks the loader for them, and how they are computed in-process — for the inline
+// baseline and for --verify.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "jitembed/cache/value.hpp"  // loader_options.hpp uses cache::value_options without including it
+#include "jitembed/client/loader_batch.hpp"
+#include "jitembed/client/loader_options.hpp"
+#include "jitembed/format/dataset.hpp"
+#include "jitembed/models/emulated_latency.hpp"
+#include "jitembed/models/reference.hpp"
+
+namespace jit_train_demo {
+
+using namespace jitembed;
+
+// Model settings: both latents flatten to 4·8·8 = 256 values (images at 64×64; clips as 4 frames at 64×64,
+// [4, 1, 8, 8]); captions give a 64-dim pooled embedding.
+struct model_settings {
+  int image_bucket = 64;
+  int video_bucket = 64;
+  int video_frames = 4;
+  int text_dim = 64;
+  int text_max_length = 32;
+  std::int64_t sleep_us = 0;          // emulated encoder time per batch (run() call)
+  std::int64_t sleep_us_per_row = 0;  // and per row
+
+  models::reference_options reference() const {
+    models::reference_options o;
+    o.image_bucket = image_bucket;
+    o.video_bucket = video_bucket;
+    o.video_frames = video_frames;
+    o.text_dim = text_dim;
+    o.text_max_length = text_max_length;
+    return o;
+  }
+  std::int64_t latent_dim() const {
+    const std::int64_t image = 4LL * (image_bucket / 8) * (image_bucket / 8);
+    return image;
+  }
+  std::int64_t video_latent_dim() const { return 4LL * (video_frames / 4) * (video_bucket / 8) * (video_bucket / 8); }
+  // `--model` arguments for jitembed-server that serve the same models with the same emulated latency.
+  std::vector<std::string> server_model_args() const {
+    const std::string lat = ",sleep_us=" + std::to_string(sleep_us) + ",sleep_us_per_row=" + std::to_string(sleep_us_per_row);
+    return {"--model", "image-latent:image_bucket=" + std::to_string(image_bucket) + lat,
+            "--model", "video-latent:video_bucket=" + std::to_string(video_bucket) + ",video_frames=" + std::to_string(video_frames) + lat,
+            "--model", "text-embed:text_dim=" + std::to_string(text_dim) + ",text_max_length=" + std::to_string(text_max_length) + lat};
+  }
+};
+
+inline constexpr const char* kImageLatent = "image_latent";
+inline constexpr const char* kVideoLatent = "video_latent";
+inline constexpr const char* kCaption = "caption";
+
+inline std::vector<client::embedding_spec> embedding_specs() {
+  return {{kImageLatent, "image-latent", format::field_kind::image, "latent", ""},
+          {kVideoLatent, "video-latent", format::field_kind::video, "latent", ""},
+          {kCaption, "text-embed", format::field_kind::text, "pooled", ""}};
+}
+
+// The three models in-process, with or without the emulated latency.
+struct model_set {
+  models::any_model image, video, text;
+
+  static result<model_set> create(const model_settings& s, bool with_latency) {
+    model_set m;
+    const auto ref = s.reference();
+    for (auto [name, dst] : {std::pair{"image-latent", &m.image}, std::pair{"video-latent", &m.video}, std::pair{"text-embed", &m.text}}) {
+      auto r = models::make_reference_model(name, ref);
+      if (!r) return r.error();
+      *dst = std::move(*r);
+      if (with_latency && (s.sleep_us > 0 || s.sleep_us_per_row > 0))
+        *dst = models::any_model(models::emulated_latency(
+            *dst, {std::chrono::microseconds(s.sleep_us), std::chrono::microseconds(s.sleep_us_per_row)}));
+    }
+    return m;
+  }
+};
+
+namespace detail {
+
+// Runs `m` on the preprocessed rows (in batches of its max_batch_size) and stores output `output` of row
+// k as embedding `name` of samples[owner[k]]; a failed batch fails its samples.
+inline void run_rows(const models::any_model& m, const char* output, const char* name, std::vector<tensor>& rows,
+                     const std::vector<std::size_t>& owner, std::vector<client::loaded_sample>& samples) {
+  const std::size_t step = std::max<std::size_t>(m.max_batch_size(), 1);
+  for (std::size_t at = 0; at < rows.size(); at += step) {
+    const std::size_t n = std::min(step, rows.size() - at);
+    auto out = m.run(std::span<const tensor>(rows.data() + at, n));
+    for (std::size_t k = 0; k < n; ++k) {
+      auto& s = samples[owner[at + k]];
+      if (s.error) continue;
+      if (!out) {
+        s.error = out.error();
+        continue;
+      }
+      for (auto& [oname, t] : (*out)[k])
+        if (oname == output) s.embeddings.emplace_back(name, t);
+    }
+  }
+}
+
+}  // namespace detail
+
+// The samples at `indices`, with the embeddings the loader would deliver, computed here and now.
+inline std::vector<client::loaded_sample> embed_in_process(const format::dataset& ds, std::span<const std::uint64_t> indices,
+                                                           const model_set& m, const decode_limits& limits = {}) {
+  std::vector<client::loaded_sample> out(indices.size());
+  std::vector<tensor> image_rows, video_rows, text_rows;
+  std::vector<std::size_t> image_owner, video_owner, text_owner;
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    auto& ls = out[i];
+    ls.index = indices[i];
+    auto s = ds.get(indices[i]);
+    if (!s) {
+      ls.error = s.error();
+      continue;
+    }
+    ls.id = s->id;
+    auto add = [&](const models::any_model& model, bytes_view raw, std::vector<tensor>& rows, std::vector<std::size_t>& owner) {
+      auto x = model.preprocess(raw, limits);
+      if (!x) {
+        ls.error = x.error();
+        return;
+      }
+      rows.push_back(std::move(*x));
+      owner.push_back(i);
+    };
+    if (const auto* f = s->first(format::field_kind::image)) add(m.image, f->bytes, image_rows, image_owner);
+    if (const auto* f = s->first(format::field_kind::video); f && !ls.error) add(m.video, f->bytes, video_rows, video_owner);
+    if (const auto* f = s->first(format::field_kind::text); f && !ls.error) {
+      auto text = f->text(limits);
+      if (!text) ls.error = text.error();
+      else add(m.text, as_bytes_view(*text), text_rows, text_owner);
+    }
+  }
+  detail::run_rows(m.image, "latent", kImageLatent, image_rows, image_owner, out);
+  detail::run_rows(m.video, "latent", kVideoLatent, video_rows, video_owner, out);
+  detail::run_rows(m.text, "pooled", kCaption, text_rows, text_owner, out);
+  for (auto& s : out)
+    if (s.error) s.embeddings.clear();
+  return out;
+}
+
+// Bitwise: same names, dtypes, shapes and bytes.
+inline bool same_embeddings(const client::loaded_sample& a, const client::loaded_sample& b, std::string* why) {
+  if (a.embeddings.size() != b.embeddings.size()) {
+    *why = std::to_string(a.embeddings.size()) + " embeddings, reference has " + std::to_string(b.embeddings.size());
+    return false;
+  }
+  for (const auto& [name, t] : b.embeddings) {
+    const tensor* d = a.find(name);
+    if (!d) return *why = "no '" + name + "'", false;
+    if (d->dtype() != t.dtype() || d->shape() != t.shape())
+      return *why = "'" + name + "' is " + std::string(to_string(d->dtype())) + d->shape().to_string() + ", reference " +
+                    std::string(to_string(t.dtype())) + t.shape().to_string(),
+             false;
+    const tensor dc = d->is_contiguous() ? *d : d->clone();
+    if (std::memcmp(dc.data(), t.data(), t.nbytes()) != 0) return *why = "'" + name + "' differs from the reference", false;
+  }
+  return true;
+}
+
+}  // namespace jit_train_demo

@@ -139,7 +139,7 @@ struct fixture {
     tar = d.path / "w.tar";
     jpg_w[0] = make_jpeg(20);
     jpg_w[1] = make_jpeg(21);
-    put(tar, make_ustar({{"000001.jpg", jpg_w[0]}, {"000001.txt", bytes_of("tar caption 1")},
+    put(tar, make_ustar({{"000001.png", bytes_of("not decoded")}, {"000001.jpg", jpg_w[0]}, {"000001.txt", bytes_of("tar caption 1")},
                          {"000002.jpg", jpg_w[1]}, {"000002.txt", bytes_of("tar caption 2")}}));
     rec = d.path / "r.jemr";
     record_builder b;
@@ -310,9 +310,14 @@ TEST_CASE("dataset: WebDataset tar samples, members as fields, zero-copy") {
   CHECK(str(s.fields[0].bytes) == str(fx.jpg_w[1]));
   CHECK(s.find("txt")->text().value() == "tar caption 2");
   CHECK(ds.get(1).value().fields[0].bytes.data() == s.fields[0].bytes.data());
+  const auto s0 = ds.get(0).value();  // png, jpg, txt
+  REQUIRE(s0.fields.size() == 3);
+  CHECK(s0.first(field_kind::image) == &s0.fields[0]);
+  CHECK(s0.fields[0].codec == codec::codec_id::raw);
+  CHECK(s0.first(field_kind::image, codec::codec_id::jpeg) == &s0.fields[1]);
+  CHECK(s0.first(field_kind::video, codec::codec_id::video) == nullptr);
   auto wds = webdataset_reader::open(fx.tar.string()).value();
-  CHECK(s.fields[0].bytes.data() - ds.get(0).value().fields[0].bytes.data() ==
-        wds[1].members[0].data.data() - wds[0].members[0].data.data());
+  CHECK(s.fields[0].bytes.data() - s0.fields[1].bytes.data() == wds[1].members[0].data.data() - wds[0].members[1].data.data());
 }
 
 TEST_CASE("dataset: sources concatenate; ids stable across reopen; random access == sequential") {

@@ -96,6 +96,12 @@ struct sample {
       if (f.kind == k) return &f;
     return nullptr;
   }
+  // The first field of kind `k` stored with codec `c`: first(image, jpeg) skips a tar's PNG (image, raw).
+  const sample_field* first(field_kind k, codec::codec_id c) const noexcept {
+    for (const auto& f : fields)
+      if (f.kind == k && f.codec == c) return &f;
+    return nullptr;
+  }
 
   // A jitembed record of every field, referencing this sample's bytes (keep the sample alive until it is
   // written). Record samples keep their stored checksums; text fields of other sources must be UTF-8.

@@ -31,6 +31,14 @@ void unwrap(result<void> r) {
   if (!r) throw inspect_error{r.error()};
 }
 
+// A name or key from the input as a JSON string: JSON text is UTF-8, so bytes that are not are a format
+// error of the input (exit code 2), not a JSON library exception.
+std::string utf8(std::string_view s, const std::string& what) {
+  if (auto ok = codec::validate_utf8(s); !ok)
+    throw inspect_error{fail(errc::invalid_utf8, what + " is not UTF-8: " + ok.error().message)};
+  return std::string(s);
+}
+
 json shape_json(const shape& s) { return json(std::vector<std::int64_t>(s.begin(), s.end())); }
 
 result<byte_buffer> read_file(const std::string& path, const decode_limits& limits) {
@@ -101,7 +109,7 @@ json video_json(bytes_view b, bool decode, const decode_limits& limits) {
 json record_json(const format::record_view& rec, bool decode, const decode_limits& limits) {
   json fields = json::array();
   for (const auto& f : rec) {
-    json jf = {{"name", std::string(f.name())},
+    json jf = {{"name", utf8(f.name(), "field " + std::to_string(f.index()) + " name")},
                {"kind", std::string(format::to_string(f.kind()))},
                {"codec", std::string(codec::to_string(f.codec()))},
                {"payload_bytes", f.payload().size()},
@@ -151,7 +159,7 @@ json inspect(const std::string& path, bool decode, const decode_limits& limits) 
       json recs = json::array();
       for (std::size_t i = 0; i < shard.size(); ++i) {
         json r = record_json(unwrap(shard.record(i)), decode, limits);
-        r["key"] = std::string(shard.key(i));
+        r["key"] = utf8(shard.key(i), "shard key " + std::to_string(i));
         recs.push_back(std::move(r));
       }
       out["record_list"] = std::move(recs);
@@ -165,7 +173,7 @@ json inspect(const std::string& path, bool decode, const decode_limits& limits) 
       for (const auto& s : wds) {
         json members = json::array();
         for (const auto& m : s.members) {
-          json jm = {{"name", m.name}, {"kind", std::string(format::to_string(m.kind))}, {"bytes", m.data.size()}};
+          json jm = {{"name", utf8(m.name, "sample " + std::to_string(samples.size()) + ": member name")}, {"kind", std::string(format::to_string(m.kind))}, {"bytes", m.data.size()}};
           if (decode && m.kind == format::field_kind::image && m.codec == codec::codec_id::jpeg)
             jm["image"] = jpeg_json(m.data, true, limits);
           if (decode && m.kind == format::field_kind::video) jm["video"] = video_json(m.data, true, limits);
@@ -173,7 +181,7 @@ json inspect(const std::string& path, bool decode, const decode_limits& limits) 
           members.push_back(std::move(jm));
         }
         if (decode) unwrap(format::record_view::parse(unwrap(unwrap(s.to_record()).finish()), limits));
-        samples.push_back({{"key", s.key}, {"members", std::move(members)}});
+        samples.push_back({{"key", utf8(s.key, "sample " + std::to_string(samples.size()) + ": key")}, {"members", std::move(members)}});
       }
       out["sample_list"] = std::move(samples);
       return out;
@@ -222,7 +230,8 @@ int main(int argc, char** argv) {
   decode_limits limits;
   limits.max_record_bytes = max_bytes;
   try {
-    std::cout << inspect(path, decode, limits).dump(2) << std::endl;
+    // The path comes from the command line, not from the input: bytes that are not UTF-8 are replaced.
+    std::cout << inspect(path, decode, limits).dump(2, ' ', false, json::error_handler_t::replace) << std::endl;
     return 0;
   } catch (const inspect_error& e) {
     std::fprintf(stderr, "error: %s: %s\n", std::string(to_string(e.info.code)).c_str(), e.info.message.c_str());

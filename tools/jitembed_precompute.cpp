@@ -71,7 +71,6 @@ class reporter {
 
 struct counters {
   std::atomic<std::uint64_t> jobs{0}, computed{0}, hits{0}, duplicates{0}, errors{0}, put_failures{0};
-  std::uint64_t done() const { return computed + hits + duplicates + errors; }
 };
 
 // Keys computed (claimed) in this run, so equal content is embedded once.

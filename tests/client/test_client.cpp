@@ -10,6 +10,9 @@
 #include <future>
 #include <random>
 #include <set>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 
 #include "client_test_util.hpp"
 #include "jitembed/client/detail/client_policy.hpp"
@@ -167,15 +170,35 @@ TEST_CASE("balance: equal servers within 25% of their fair share over 3000 reque
     auto o = options_for({a.url(), b.url(), slow.url()});
     o.hedge.enabled = false;
     auto c = cl::jit_client::create(o).value();
-    std::vector<std::future<result<cl::embed_result>>> fs;
+    // A closed loop of 32 in flight: each completion sends the next request.
     const auto rows = rows_of(1, 8);
-    for (int wave = 0; wave < 30; ++wave) {
-      for (int i = 0; i < 32; ++i) fs.push_back(c.embed(request("m", rows)));
-      for (auto& f : fs) REQUIRE(f.get());
-      fs.clear();
+    constexpr int total = 960;
+    std::mutex mu;
+    std::condition_variable cv;
+    int sent = 0, done = 0, failed = 0;
+    std::function<void()> send_one = [&] {
+      c.embed(request("m", rows), [&](result<cl::embed_result> r) {
+        std::lock_guard lk(mu);
+        ++done;
+        failed += r ? 0 : 1;
+        if (sent < total) {
+          ++sent;
+          send_one();
+        }
+        cv.notify_all();
+      });
+    };
+    {
+      std::lock_guard lk(mu);
+      sent = 32;
     }
-    const double fair = 960.0 / 3;
+    for (int i = 0; i < 32; ++i) send_one();
+    std::unique_lock lk(mu);
+    REQUIRE(cv.wait_for(lk, 30s, [&] { return done == total; }));
+    CHECK(failed == 0);
+    const double fair = total / 3.0;
     CHECK(static_cast<double>(slow.requests()) < 0.5 * fair);
+    MESSAGE("slow server got " << slow.requests() << " of " << total << " (fair share " << fair << ")");
   }
 }
 
@@ -303,8 +326,16 @@ TEST_CASE("a 404 ejects that endpoint for that model; re-admitted when ready aga
   for (int i = 0; i < 100; ++i) REQUIRE(c.embed(request("m", rows_of(1, i))).get());
   CHECK(partial.requests() <= 3);  // ejected after its first 404
   // Another model is not affected.
-  for (int i = 0; i < 20; ++i) REQUIRE(c.embed(request("other", rows_of(1, i))).get());
-  CHECK(partial.requests() > 3);
+  const auto before = partial.requests();
+  for (int i = 0; i < 40; ++i) REQUIRE(c.embed(request("other", rows_of(1, i))).get());
+  CHECK(partial.requests() > before);
+  // Serving again: the readiness probe re-admits it for "m" after eject_for.
+  serves = true;
+  REQUIRE(eventually([&] {
+    const auto n = partial.requests();
+    for (int i = 0; i < 10; ++i) REQUIRE(c.embed(request("m", rows_of(1, i))).get());
+    return partial.requests() > n;
+  }));
   // Only 404s everywhere: not_found.
   fake_server none([](const seen_request&, const std::vector<std::string_view>&) { return action{.status = 404}; });
   auto c2 = cl::jit_client::create(options_for({none.url()})).value();

@@ -526,8 +526,12 @@ class client_state : public std::enable_shared_from_this<client_state> {
       while (j == i) j = u(rng_);
       endpoint_state* a = pool[i];
       endpoint_state* b = pool[j];
+      // Ties on outstanding go to the clearly faster one (EWMA more than 20% lower); otherwise a and b
+      // are already a random pair, so equal servers share a sequential client's load too.
+      const double la = a->has_ewma ? a->ewma_ms : 0, lb = b->has_ewma ? b->ewma_ms : 0;
       if (a->outstanding != b->outstanding) pick = a->outstanding < b->outstanding ? a : b;
-      else pick = (a->has_ewma ? a->ewma_ms : 0) <= (b->has_ewma ? b->ewma_ms : 0) ? a : b;
+      else if (lb < 0.8 * la) pick = b;
+      else pick = a;
     }
     for (auto& e : endpoints_)
       if (e.get() == pick) return e;

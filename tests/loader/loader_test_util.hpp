@@ -33,8 +33,7 @@ inline models::image_latent_options image_opts() {
 inline models::text_embed_options text_opts() {
   models::text_embed_options o;
   o.max_length = 16;
-  o.dim = 8;
-  o.hash_buckets = 64;
+  o.dim = 8;  // the server's text_max_length / text_dim; hash_buckets stays at its default there too
   return o;
 }
 inline models::any_model image_model() { return models::image_latent::create(image_opts()).value(); }

@@ -428,7 +428,10 @@ class loader_state {
     s.src = std::move(*got);
     s.out.id = s.src.id;
     for (std::size_t g = 0; g < ng; ++g) {
-      const auto* f = s.src.first(groups_[g].kind);
+      const auto kind = groups_[g].kind;
+      // An image model decodes JPEG: prefer the JPEG of a sample that also has, say, a PNG stored raw.
+      const auto* f = kind == format::field_kind::image ? s.src.first(kind, codec::codec_id::jpeg) : nullptr;
+      if (!f) f = s.src.first(kind);
       if (!f) continue;
       if (groups_[g].kind == format::field_kind::text) {
         auto t = f->text(opts_.limits);  // the model and the key see UTF-8, whatever the stored encoding

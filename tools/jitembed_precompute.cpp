@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "jitembed/cache/key.hpp"
+#include "jitembed/client/jit_client.hpp"
 #include "jitembed/cache/lmdb_cache.hpp"
 #if defined(JITEMBED_HAS_REDIS)
 #include "jitembed/cache/redis_cache.hpp"
@@ -104,9 +105,19 @@ std::string where_of(const format::sample& s, const format::sample_field& f) {
   return s.id + (s.is_record() ? "/" : ".") + f.name;
 }
 
+// What the run knows of a model: its cache-key identity and modality, and how to run it — in process
+// (`local`) or through the JIT client (`client`, the service behind --endpoints).
+struct model_ref {
+  std::string name, version, preprocess_key;
+  models::modality modality = models::modality::image;
+  std::size_t max_batch = 1;
+  const models::any_model* local = nullptr;
+  client::jit_client* client = nullptr;
+};
+
 struct run_context {
   const format::dataset& data;
-  const std::vector<models::any_model>& models;
+  const std::vector<model_ref>& models;
   std::vector<std::unique_ptr<counters>>& per_model;
   cache::any_store& store;
   const decode_limits& limits;
@@ -128,23 +139,66 @@ void process_chunk(const run_context& ctx, std::span<const std::size_t> idx) {
   };
   auto failed = [&](std::size_t mi, const std::string& where, const error_info& e) {
     count(mi, &counters::errors);
-    ctx.rep.error(where, ctx.models[mi].name(), e);
+    ctx.rep.error(where, ctx.models[mi].name, e);
   };
   struct pending {
     std::string where;
     cache::cache_key key;
-    tensor input;
+    tensor input;       // in process: the preprocessed item
+    bytes_view raw;     // through the service: the field bytes (alive while the sample is)
+    std::shared_ptr<const void> keep;
   };
   std::vector<std::vector<pending>> todo(ctx.models.size());
+  auto store_item = [&](std::size_t mi, pending& p, const models::named_tensors& outs) {
+    std::vector<cache::named_tensor> named;
+    for (const auto& [name, t] : outs) named.emplace_back(name, t.view());
+    auto value = cache::encode_value(named, ctx.value_opts);
+    if (!value) {
+      ctx.claims.release(p.key);
+      failed(mi, p.where, value.error());
+      return;
+    }
+    if (!ctx.store.put(p.key, *value)) {
+      ++ctx.total.put_failures;
+      ++ctx.per_model[mi]->put_failures;
+    }
+    count(mi, &counters::computed);
+  };
   auto run_batch = [&](std::size_t mi) {
     const auto& m = ctx.models[mi];
     auto& batch_items = todo[mi];
     if (batch_items.empty()) return;
+    if (m.client) {  // one request of N rows; a row that fails alone fails only its item
+      client::embed_request req;
+      req.model = m.name;
+      req.input = std::string(models::to_string(m.modality));
+      for (auto& p : batch_items) req.rows.push_back(p.raw);
+      auto out = m.client->embed(std::move(req)).get();
+      for (std::size_t k = 0; k < batch_items.size(); ++k) {
+        auto& p = batch_items[k];
+        if (!out || !out->row_ok(k)) {
+          ctx.claims.release(p.key);
+          failed(mi, p.where, out ? out->row_errors[k] : out.error());
+          continue;
+        }
+        models::named_tensors row;  // row k of every [N, ...] output, as a view into the response
+        for (const auto& [name, t] : out->outputs) {
+          shape s;
+          for (std::size_t d = 1; d < t.rank(); ++d) s.push_back(t.shape()[d]);
+          const std::size_t row_bytes = t.nbytes() / batch_items.size();
+          row.emplace_back(name, tensor::wrap(std::make_shared<tensor>(t),
+                                              tensor_view(static_cast<const std::byte*>(t.data()) + k * row_bytes, t.dtype(), s)));
+        }
+        store_item(mi, p, row);
+      }
+      batch_items.clear();
+      return;
+    }
     std::vector<tensor> batch;
     for (auto& p : batch_items) batch.push_back(std::move(p.input));
     result<std::vector<models::named_tensors>> out = fail(errc::internal, "not run");
     try {
-      out = m.run(batch);
+      out = m.local->run(batch);
     } catch (const std::exception& e) {
       out = fail(errc::internal, e.what());
     }
@@ -156,19 +210,7 @@ void process_chunk(const run_context& ctx, std::span<const std::size_t> idx) {
         failed(mi, p.where, out.error());
         continue;
       }
-      std::vector<cache::named_tensor> named;
-      for (const auto& [name, t] : (*out)[k]) named.emplace_back(name, t.view());
-      auto value = cache::encode_value(named, ctx.value_opts);
-      if (!value) {
-        ctx.claims.release(p.key);
-        failed(mi, p.where, value.error());
-        continue;
-      }
-      if (!ctx.store.put(p.key, *value)) {
-        ++ctx.total.put_failures;
-        ++ctx.per_model[mi]->put_failures;
-      }
-      count(mi, &counters::computed);
+      store_item(mi, p, (*out)[k]);
     }
     batch_items.clear();
   };
@@ -193,7 +235,7 @@ void process_chunk(const run_context& ctx, std::span<const std::size_t> idx) {
       std::optional<result<std::string>> text;  // decoded once, for every text model
       for (std::size_t mi = 0; mod && mi < ctx.models.size(); ++mi) {
         const auto& m = ctx.models[mi];
-        if (m.input_modality() != *mod) continue;
+        if (m.modality != *mod) continue;
         used = true;
         ++ctx.total.jobs;
         ++ctx.per_model[mi]->jobs;
@@ -210,7 +252,7 @@ void process_chunk(const run_context& ctx, std::span<const std::size_t> idx) {
             }
             bytes = as_bytes_view(**text);
           }
-          const auto key = cache::make_key({m.name(), m.version(), m.preprocess_key(), bytes});
+          const auto key = cache::make_key({m.name, m.version, m.preprocess_key, bytes});
           if (ctx.store.contains(key)) {
             count(mi, &counters::hits);
             continue;
@@ -219,14 +261,25 @@ void process_chunk(const run_context& ctx, std::span<const std::size_t> idx) {
             count(mi, &counters::duplicates);
             continue;
           }
-          auto in = m.preprocess(bytes, ctx.limits);
-          if (!in) {
-            ctx.claims.release(key);
-            failed(mi, where, in.error());
-            continue;
+          if (m.client) {
+            // The service preprocesses; the text bytes are the decoded caption, kept alive with the item.
+            std::shared_ptr<const void> keep = f.keep_alive;
+            if (*mod == models::modality::text) {
+              auto owned = std::make_shared<std::string>(**text);
+              bytes = as_bytes_view(*owned);
+              keep = owned;
+            }
+            todo[mi].push_back({where, key, tensor{}, bytes, std::move(keep)});
+          } else {
+            auto in = m.local->preprocess(bytes, ctx.limits);
+            if (!in) {
+              ctx.claims.release(key);
+              failed(mi, where, in.error());
+              continue;
+            }
+            todo[mi].push_back({where, key, std::move(*in), {}, {}});
           }
-          todo[mi].push_back({where, key, std::move(*in)});
-          if (todo[mi].size() >= m.max_batch_size()) run_batch(mi);
+          if (todo[mi].size() >= m.max_batch) run_batch(mi);
         } catch (const std::exception& e) {
           failed(mi, where, fail(errc::internal, e.what()));
         }
@@ -308,6 +361,11 @@ int main(int argc, char** argv) {
   app.add_option("--text-dim", ref.text_dim, "text-embed width D (default 768)");
   app.add_flag("--compress", compress, "store values shuffle+zstd compressed (default raw: zero-copy reads)");
   app.add_flag("--no-progress", no_progress, "no progress output");
+  std::string endpoints, endpoints_file;
+  std::size_t rows_per_request = 32;
+  app.add_option("--endpoints", endpoints, "embed through these jitembed/Triton servers (comma-separated http://host:port)");
+  app.add_option("--endpoints-file", endpoints_file, "embed through the servers listed in this file (re-read when it changes)");
+  app.add_option("--rows-per-request", rows_per_request, "rows per request through the service")->check(CLI::Range(1, 4096));
   CLI11_PARSE(app, argc, argv);
   ref.work = work;
 
@@ -315,14 +373,63 @@ int main(int argc, char** argv) {
   reporter rep(tty);
   const decode_limits limits;
 
-  std::vector<models::any_model> model_set;
-  for (const auto& name : split_list(model_list)) {
-    auto m = models::make_reference_model(name, ref);
-    if (!m) {
-      std::fprintf(stderr, "error: %s: %s\n", std::string(to_string(m.code())).c_str(), m.error().message.c_str());
+  // In process (default) or through the service (--endpoints / --endpoints-file, the JIT client).
+  std::vector<models::any_model> local_models;
+  std::optional<client::jit_client> service;
+  if (!endpoints.empty() || !endpoints_file.empty()) {
+    client::client_options co;
+    if (!endpoints.empty()) co.endpoints.list = split_list(endpoints);
+    co.endpoints.file = endpoints_file;
+    co.request_timeout = std::chrono::minutes(2);
+    auto c = client::jit_client::create(std::move(co));
+    if (!c) {
+      std::fprintf(stderr, "error: %s: %s\n", std::string(to_string(c.code())).c_str(), c.error().message.c_str());
       return 2;
     }
-    model_set.push_back(std::move(*m));
+    service.emplace(std::move(*c));
+  }
+  std::vector<model_ref> model_set;
+  for (const auto& name : split_list(model_list)) {
+    model_ref r;
+    r.name = name;
+    if (service) {
+      auto id = service->identity(name);  // the cache key's inputs come from the server's metadata
+      if (!id) {
+        std::fprintf(stderr, "error: %s: %s\n", std::string(to_string(id.code())).c_str(), id.error().message.c_str());
+        return 2;
+      }
+      const auto mod = id->input == "image" ? std::optional(models::modality::image)
+                       : id->input == "video" ? std::optional(models::modality::video)
+                       : id->input == "text"  ? std::optional(models::modality::text)
+                                              : std::nullopt;
+      if (!mod) {
+        std::fprintf(stderr, "error: invalid_argument: model '%s' takes input '%s', not image/video/text\n", name.c_str(),
+                     id->input.c_str());
+        return 2;
+      }
+      r.version = id->fingerprint;
+      r.preprocess_key = id->preprocess_key;
+      r.modality = *mod;
+      r.max_batch = rows_per_request;
+      r.client = &*service;
+    } else {
+      auto m = models::make_reference_model(name, ref);
+      if (!m) {
+        std::fprintf(stderr, "error: %s: %s\n", std::string(to_string(m.code())).c_str(), m.error().message.c_str());
+        return 2;
+      }
+      local_models.push_back(std::move(*m));
+    }
+    model_set.push_back(std::move(r));
+  }
+  for (std::size_t i = 0, l = 0; i < model_set.size(); ++i) {  // local_models no longer grows: pointers are stable
+    if (model_set[i].client) continue;
+    const auto& m = local_models[l++];
+    model_set[i].local = &m;
+    model_set[i].version = std::string(m.version());
+    model_set[i].preprocess_key = std::string(m.preprocess_key());
+    model_set[i].modality = m.input_modality();
+    model_set[i].max_batch = m.max_batch_size();
   }
   if (model_set.empty()) {
     std::fprintf(stderr, "error: invalid_argument: --models lists no model\n");
@@ -386,7 +493,7 @@ int main(int argc, char** argv) {
   std::size_t max_batch = 1;
   for (const auto& m : model_set) {
     per_model.push_back(std::make_unique<counters>());
-    max_batch = std::max(max_batch, m.max_batch_size());
+    max_batch = std::max(max_batch, m.max_batch);
   }
   std::atomic<std::uint64_t> samples_done{0}, sample_errors{0}, fields_skipped{0};
   const run_context ctx{ds, model_set, per_model, store, limits, vo, rep, claims, total, samples_done, sample_errors, fields_skipped};
@@ -422,7 +529,7 @@ int main(int argc, char** argv) {
   std::printf("  %-14s %10s %10s %10s %10s %10s\n", "model", "items", "computed", "cached", "duplicate", "errors");
   for (std::size_t mi = 0; mi < model_set.size(); ++mi) {
     const auto& c = *per_model[mi];
-    std::printf("  %-14s %10llu %10llu %10llu %10llu %10llu\n", std::string(model_set[mi].name()).c_str(),
+    std::printf("  %-14s %10llu %10llu %10llu %10llu %10llu\n", model_set[mi].name.c_str(),
                 static_cast<unsigned long long>(c.jobs.load()), static_cast<unsigned long long>(c.computed.load()),
                 static_cast<unsigned long long>(c.hits.load()), static_cast<unsigned long long>(c.duplicates.load()),
                 static_cast<unsigned long long>(c.errors.load()));

@@ -28,6 +28,7 @@ struct endpoint_source {
 struct model_identity {
   std::string fingerprint;
   std::string preprocess_key;
+  std::string input;  // the model's input name from its metadata ("image", "video", "text"; "INPUT0" on Triton), if known
 };
 
 struct retry_options {

@@ -148,7 +148,8 @@ class client_state : public std::enable_shared_from_this<client_state> {
     if (local_) {
       const auto* m = local_->find(model);
       if (!m) return fail(errc::not_found, "client: no local model '" + model + "'");
-      return model_identity{std::string(m->version()), std::string(m->preprocess_key())};
+      return model_identity{std::string(m->version()), std::string(m->preprocess_key()),
+                            std::string(models::to_string(m->input_modality()))};
     }
     std::vector<endpoint_address> eps;
     {
@@ -184,7 +185,11 @@ class client_state : public std::enable_shared_from_this<client_state> {
         return fail(errc::not_found, "model '" + model + "' on " + a.url +
                                          " publishes no parameters.fingerprint / preprocess_key: supply client_options.identities");
       }
-      model_identity id{(*p)["fingerprint"].get<std::string>(), (*p)["preprocess_key"].get<std::string>()};
+      model_identity id{(*p)["fingerprint"].get<std::string>(), (*p)["preprocess_key"].get<std::string>(), {}};
+      if (auto in = j.find("inputs"); in != j.end() && in->is_array() && !in->empty() && (*in)[0].is_object() &&
+                                      (*in)[0].contains("name") && (*in)[0]["name"].is_string()) {
+        id.input = (*in)[0]["name"].get<std::string>();
+      }
       std::lock_guard lk(mu_);
       identities_[model] = id;
       return id;

@@ -164,3 +164,30 @@ TEST_CASE("README: parallel") {
   }
 }
 #endif
+
+#if defined(JITEMBED_HAS_CLIENT)
+#include "jitembed/client.hpp"
+#include "jitembed/net/http/server.hpp"
+
+TEST_CASE("README: client") {
+  server::server_config sc;
+  server::model_config mc;
+  mc.name = "text-embed";
+  sc.models = {mc};
+  server::service svc(sc);
+  REQUIRE(svc.load_configured());
+  net::http::server http(net::http::server_options{}, svc.as_handler());
+  const auto port = http.start().value();
+
+  client::client_options o;
+  o.endpoints.list = {"http://127.0.0.1:" + std::to_string(port)};
+  auto c = client::jit_client::create(o).value();
+  client::embed_request req{.model = "text-embed", .input = "text"};
+  req.rows = {as_bytes_view(std::string_view("a cat on a mat"))};
+  result<client::embed_result> r = c.embed(req).get();
+  REQUIRE(r);
+  tensor pooled = *r->find("pooled");
+  CHECK(pooled.shape() == shape{1, 768});
+  http.stop(std::chrono::seconds(1));
+}
+#endif

@@ -133,7 +133,10 @@ inline std::vector<client::loaded_sample> embed_in_process(const format::dataset
       rows.push_back(std::move(*x));
       owner.push_back(i);
     };
-    if (const auto* f = s->first(format::field_kind::image)) add(m.image, f->bytes, image_rows, image_owner);
+    // As the loader picks: a JPEG image first (a tar may also hold a PNG stored raw), else any image.
+    const auto* img = s->first(format::field_kind::image, codec::codec_id::jpeg);
+    if (!img) img = s->first(format::field_kind::image);
+    if (img) add(m.image, img->bytes, image_rows, image_owner);
     if (const auto* f = s->first(format::field_kind::video); f && !ls.error) add(m.video, f->bytes, video_rows, video_owner);
     if (const auto* f = s->first(format::field_kind::text); f && !ls.error) {
       auto text = f->text(limits);

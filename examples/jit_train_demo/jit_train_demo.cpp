@@ -42,6 +42,7 @@
 #include "jitembed/client/jit_loader.hpp"
 #include "jitembed/core/hash.hpp"
 #include "jitembed/parallel/gloo.hpp"
+#include "lookup_log.hpp"
 #include "report.hpp"
 #include "server_process.hpp"
 #ifdef JITEMBED_HAS_LMDB
@@ -152,6 +153,7 @@ struct shared_state {
   std::int64_t failed = 0, verified = 0, mismatches = 0;
   std::vector<std::string> problems;  // first few failures / mismatches, for the notes
   std::vector<source_counters> epoch_counters;  // per epoch, summed over ranks (deltas)
+  std::vector<std::vector<std::uint64_t>> lookups;  // [rank][epoch]: embeddings received = cache lookups made
   run_record rec;
   std::atomic<bool> failed_run{false};
   std::string fatal;
@@ -189,11 +191,11 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
   if (rank == 0) sh.rec.parameters = model.parameter_count();
   const std::int64_t L = o.model.latent_dim, C = o.model.cond_dim, D = o.model.input_dim();
   double last_progress = -1;
-  source_counters before = src.counters();
+  source_counters before{};  // the loader counts from its creation: it prefetches before the first next()
 
   for (int e = 0; e < o.epochs; ++e) {
     const double epoch_t0 = seconds_since(t0);
-    double sse = 0;
+    double sse = 0, epoch_stall = 0;
     std::int64_t rows_total = 0, delivered = 0;
     std::uint64_t step = 0;
     while (true) {
@@ -208,6 +210,7 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
       {
         std::lock_guard lock(sh.mu);
         for (const auto& s : samples) {
+          sh.lookups[static_cast<std::size_t>(rank)][static_cast<std::size_t>(e)] += s.embeddings.size();
           ++sh.seen[static_cast<std::size_t>(e)][s.id.empty() ? "#" + std::to_string(s.index) : s.id];
           if (!s.ok()) {
             ++sh.failed;
@@ -276,6 +279,7 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
       const auto step_samples = static_cast<std::int64_t>(st_sum.data<double>()[1]);
       if (x.size(0) > 0) sse += model.step(x, eps);
       rows_total += x.size(0);
+      epoch_stall += stall;
       delivered += step_samples;
       const double train = seconds_since(t1);
       ++step;
@@ -310,6 +314,7 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
       er.loss = rows_total ? sse / static_cast<double>(rows_total * L) : 0.0;
       er.samples = delivered;
       er.seconds = seconds_since(t0) - epoch_t0;
+      er.stall_s = epoch_stall;
       sh.rec.epochs.push_back(er);
     }
   }
@@ -375,6 +380,7 @@ int run(cli_options& o) {
   shared_state sh;
   sh.seen.resize(static_cast<std::size_t>(o.epochs));
   sh.epoch_counters.resize(static_cast<std::size_t>(o.epochs));
+  sh.lookups.assign(static_cast<std::size_t>(o.tp), std::vector<std::uint64_t>(static_cast<std::size_t>(o.epochs)));
   auto& rec = sh.rec;
   rec.mode = o.mode;
   rec.tp = o.tp;
@@ -387,6 +393,7 @@ int run(cli_options& o) {
   std::vector<server_process> servers;
   std::optional<client::jit_client> cl;
   std::vector<std::unique_ptr<batch_source>> sources;
+  std::vector<std::shared_ptr<lookup_log>> logs;  // per rank, around the shared cache
   const auto per_rank_batch = static_cast<std::size_t>(o.batch / o.tp);
   if (o.mode == "jit") {
     client::client_options co;
@@ -421,7 +428,8 @@ int run(cli_options& o) {
       lo.world_size = static_cast<std::size_t>(o.tp);
       lo.seed = o.seed;
       lo.shuffle = o.shuffle;
-      lo.cache = cache;
+      logs.push_back(std::make_shared<lookup_log>(cache));
+      lo.cache = cache::any_store(logs.back());
       sources.push_back(std::make_unique<loader_source>(client::jit_loader::create(ds, *cl, std::move(lo)).value()));
     }
   } else {
@@ -465,10 +473,15 @@ int run(cli_options& o) {
   for (std::size_t e = 0; e < rec.epochs.size(); ++e) {
     const auto& c = sh.epoch_counters[e];
     rec.epochs[e].embed_requests = c.requests;
-    rec.epochs[e].cache_hits = c.cache_hits;
-    rec.epochs[e].cache_lookups = c.cache_hits + c.cache_misses;
     rec.embed_requests += c.requests;
     rec.retries += c.resubmits;
+  }
+  for (std::size_t r = 0; r < logs.size(); ++r) {
+    const auto split = logs[r]->split(sh.lookups[r]);
+    for (std::size_t e = 0; e < rec.epochs.size() && e < split.size(); ++e) {
+      rec.epochs[e].cache_hits += split[e].first;
+      rec.epochs[e].cache_lookups += split[e].second;
+    }
   }
   if (cl) {
     const auto cs = cl->stats();

@@ -28,8 +28,10 @@ struct epoch_record {
   double loss = 0;               // mean squared error over the epoch's samples
   std::int64_t samples = 0;      // delivered (every rank)
   double seconds = 0;
+  double stall_s = 0;            // trainer stall during the epoch
   std::uint64_t embed_requests = 0;   // requests the client sent during the epoch
   std::uint64_t cache_hits = 0, cache_lookups = 0;  // embeddings found in the cache / looked up
+  double stall_fraction() const { return seconds > 0 ? stall_s / seconds : 0; }
   double cache_hit_rate() const { return cache_lookups ? static_cast<double>(cache_hits) / static_cast<double>(cache_lookups) : 0.0; }
 };
 
@@ -78,14 +80,19 @@ inline nlohmann::json to_json(const run_record& r) {
   j["samples_per_s"] = std::round(r.samples_per_s() * 10) / 10;
   j["trainer_stall_fraction"] = std::round(r.stall_fraction() * 10000) / 10000;
   j["embed_requests"] = r.embed_requests;
-  nlohmann::json hit = nlohmann::json::array(), loss = nlohmann::json::array(), req = nlohmann::json::array();
+  nlohmann::json hit = nlohmann::json::array(), loss = nlohmann::json::array(), req = nlohmann::json::array(),
+                 sps = nlohmann::json::array(), stall = nlohmann::json::array();
   for (const auto& e : r.epochs) {
+    sps.push_back(std::round(e.seconds > 0 ? static_cast<double>(e.samples) / e.seconds * 10 : 0) / 10);
+    stall.push_back(std::round(e.stall_fraction() * 10000) / 10000);
     hit.push_back(std::round(e.cache_hit_rate() * 10000) / 10000);
     loss.push_back(e.loss);  // shortest round-trip text: two runs print the same only if their doubles agree
     req.push_back(e.embed_requests);
   }
   j["cache_hit_rate_epoch"] = hit;
   j["embed_requests_epoch"] = req;
+  j["samples_per_s_epoch"] = sps;
+  j["trainer_stall_fraction_epoch"] = stall;
   j["retries"] = r.retries;
   j["hedges"] = r.hedges;
   j["failed_samples"] = r.failed_samples;
@@ -101,12 +108,13 @@ inline std::string summary_table(const run_record& r) {
   std::ostringstream o;
   o << "\njit_train_demo: mode " << r.mode << ", tp " << r.tp << ", " << r.dataset_size << " samples, batch " << r.batch
     << ", sleep_us " << r.sleep_us << ", " << r.parameters << " parameters per rank\n";
-  o << "  epoch     loss          samples   seconds   samples/s   requests   cache hit\n";
+  o << "  epoch   loss            samples   seconds   samples/s   stall   requests   cache hit\n";
   for (std::size_t e = 0; e < r.epochs.size(); ++e) {
     const auto& ep = r.epochs[e];
     char line[200];
-    std::snprintf(line, sizeof line, "  %-5zu   %-13s %7lld   %7.2f   %9.1f   %8llu   %8.1f%%\n", e + 1, loss_text(ep.loss).c_str(),
-                  static_cast<long long>(ep.samples), ep.seconds, ep.seconds > 0 ? static_cast<double>(ep.samples) / ep.seconds : 0.0,
+    std::snprintf(line, sizeof line, "  %-5zu   %-13s   %7lld   %7.2f   %9.1f   %4.1f%%   %8llu   %8.1f%%\n", e + 1,
+                  loss_text(ep.loss).c_str(), static_cast<long long>(ep.samples), ep.seconds,
+                  ep.seconds > 0 ? static_cast<double>(ep.samples) / ep.seconds : 0.0, 100 * ep.stall_fraction(),
                   static_cast<unsigned long long>(ep.embed_requests), 100 * ep.cache_hit_rate());
     o << line;
   }

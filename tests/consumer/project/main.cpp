@@ -1,10 +1,19 @@
-// An outside project using the installed package: encodes a JPEG and an MP4 and decodes them back.
+// An outside project using the installed package (COMPONENTS jpeg video gloo): encodes a JPEG and an MP4 and decodes them back.
 #include <jitembed/codec/jpeg.hpp>
 #include <jitembed/codec/video.hpp>
 #include <jitembed/core/hash.hpp>
 #include <jitembed/parallel/gloo.hpp>
 
 #include <cstdio>
+
+// Linked through jitembed::jitembed after find_package(... COMPONENTS jpeg video gloo): exactly those
+// components and what they need.
+#if !defined(JITEMBED_HAS_JPEG) || !defined(JITEMBED_HAS_VIDEO) || !defined(JITEMBED_HAS_GLOO) || !defined(JITEMBED_HAS_PARALLEL)
+#error "the umbrella must link the components found by find_package"
+#endif
+#if defined(JITEMBED_HAS_ZSTD) || defined(JITEMBED_HAS_FORMAT) || defined(JITEMBED_HAS_MODELS) || defined(JITEMBED_HAS_HTTP)
+#error "the umbrella links a component that was not asked for"
+#endif
 
 int main() {
   using namespace jitembed;

@@ -1,4 +1,18 @@
 # Finds the dependencies of the enabled components; every one is REQUIRED once its component is on.
+# JITEMBED_FIND_DEPENDENCIES=OFF is for packagers of the header-only library (the Conan recipe): nothing is
+# compiled, so the install step needs no dependency; the installed config finds each component's
+# dependencies in the consumer's configure (find_dependency), where they are REQUIRED as always.
+option(JITEMBED_FIND_DEPENDENCIES "find the components' dependencies (OFF: install-only packaging, nothing built)" ON)
+if(NOT JITEMBED_FIND_DEPENDENCIES)
+  foreach(_o JITEMBED_BUILD_TESTS JITEMBED_BUILD_TOOLS JITEMBED_BUILD_EXAMPLES JITEMBED_BUILD_BENCHMARKS
+             JITEMBED_VERIFY_HEADERS JITEMBED_WITH_CUDA)
+    if(${_o})
+      message(FATAL_ERROR "JITEMBED_FIND_DEPENDENCIES=OFF only installs the headers and the CMake package: set ${_o}=OFF")
+    endif()
+  endforeach()
+  set(TORCH_LIBRARIES torch)  # the imported target of TorchConfig.cmake, found by the consumer
+  return()
+endif()
 find_package(XXHash REQUIRED)
 find_package(DLPack REQUIRED)
 find_package(Threads REQUIRED)

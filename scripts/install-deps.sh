@@ -1,30 +1,122 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages jitembed's build, tests, tools and benchmarks need; idempotent: only
-# what is missing is installed (apt-get update runs only then). Later components add their packages here.
+# Installs the Debian 12 packages that the named sets need; idempotent: only what is missing is installed
+# (apt-get update runs only then).
+#   bash scripts/install-deps.sh [set...]        default: all
+# Sets:
+#   <component>  a jitembed component and every component it needs (core, batching, kserve, http, zstd,
+#                format, cache, lmdb, redis, jpeg, video, models, torch, server, client, parallel,
+#                tcp_store, gloo), e.g. `format jpeg` for an application that uses those two
+#   build        compiler, CMake, Ninja, pkg-config (part of every set)
+#   core         build + the core component
+#   tools        jitembed-inspect, jitembed-server, jitembed-precompute (scripts/test.sh builds them)
+#   demo         scripts/demo.sh: jit_train_demo and jitembed-server (configured with
+#                -DJITEMBED_WITH_TORCH=OFF -DJITEMBED_BUILD_TESTS=OFF -DJITEMBED_BUILD_BENCHMARKS=OFF):
+#                no LibTorch, no test peers
+#   test         the test command (scripts/test.sh): every CPU component (LibTorch for the torch tests),
+#                tools, tests, benchmarks, the test peers (redis-server, lmdb-utils, ffmpeg, Python peers
+#                in .venv, conan in .venv for ctest packaging/conan, the Triton peer in .venv-triton)
+#   all          test
+# The per-component Debian packages follow cmake/components.json (ctest packaging/graph checks them).
 set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-packages=(
-  build-essential cmake pkg-config ninja-build
-  # core
-  libxxhash-dev libdlpack-dev
-  # codecs
-  libzstd-dev libturbojpeg0-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
-  # cache stores (redis-server also brings redis-benchmark, for tests and bench_cache)
-  liblmdb-dev libhiredis-dev redis-server lmdb-utils
-  # embedding service: HTTP on Boost.Beast (Debian's default Boost 1.74: libboost1.81-dev conflicts with
-  # libmsgpack-dev's libboost-dev dependency, and msgpack-c is bench_format's baseline), LibTorch adapter
-  libboost-dev libtorch-dev
-  # parallelism: Gloo collectives on CPU, CBLAS GEMMs (OpenBLAS)
-  libgloo-dev libopenblas-dev
-  # programs, tests, benchmarks
-  nlohmann-json3-dev libcli11-dev doctest-dev libbenchmark-dev
-  libmsgpack-dev libprotobuf-dev protobuf-compiler
-  ffmpeg tar
-  # protocol peers for tests (tritonclient, pytest and perf_analyzer in .venv; perf_analyzer needs libb64)
-  python3-venv libb64-0d
-  # Triton test peer (tests/triton): Debian's Python 3.11 for .venv-triton; its Python backend stub links libpython3.11
-  python3.11 python3.11-venv libpython3.11
+# Debian packages of each component's own external dependencies (cmake/components.json)
+declare -A component_debs=(
+  [core]="libxxhash-dev libdlpack-dev"
+  [batching]=""
+  [kserve]="nlohmann-json3-dev"
+  [http]="libboost-dev"
+  [zstd]="libzstd-dev"
+  [format]=""
+  [cache]=""
+  [lmdb]="liblmdb-dev"
+  [redis]="libhiredis-dev"
+  [jpeg]="libturbojpeg0-dev"
+  [video]="libavformat-dev libavcodec-dev libavutil-dev libswscale-dev"
+  [models]=""
+  [torch]="libtorch-dev"
+  [server]=""
+  [client]=""
+  [parallel]="libopenblas-dev"
+  [tcp_store]="libboost-dev"
+  [gloo]="libgloo-dev"
 )
+# the jitembed components each one links (cmake/components.json)
+declare -A component_requires=(
+  [core]=""
+  [batching]="core"
+  [kserve]="core"
+  [http]="core"
+  [zstd]="core"
+  [format]="core zstd"
+  [cache]="core format"
+  [lmdb]="cache"
+  [redis]="cache"
+  [jpeg]="core"
+  [video]="core"
+  [models]="core zstd jpeg video cache"
+  [torch]="models"
+  [server]="kserve batching models format"
+  [client]="http kserve models cache format"
+  [parallel]="core"
+  [tcp_store]="parallel"
+  [gloo]="parallel"
+)
+# building jitembed's own programs, tests and benchmarks (cmake/components.json "development")
+# (Debian's default Boost 1.74: libboost1.81-dev conflicts with libmsgpack-dev's libboost-dev dependency, and
+# msgpack-c is bench_format's baseline)
+declare -A development_debs=(
+  [tools]="libcli11-dev nlohmann-json3-dev"
+  [tests]="doctest-dev"
+  [benchmarks]="libbenchmark-dev libmsgpack-dev libprotobuf-dev protobuf-compiler"
+)
+build_debs="build-essential cmake pkg-config ninja-build"
+# programs the tests run: redis-server (with redis-benchmark), lmdb-utils, ffmpeg, tar; protocol peers
+# (tritonclient, pytest and perf_analyzer in .venv; perf_analyzer needs libb64); the Triton test peer
+# (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11
+test_peer_debs="redis-server lmdb-utils ffmpeg tar python3-venv libb64-0d python3.11 python3.11-venv libpython3.11"
+# components the default configure builds without the CUDA toolkit (the test command's CPU build)
+cpu_components="core batching kserve http zstd format cache lmdb redis jpeg video models torch server client parallel tcp_store gloo"
+
+sets=("$@")
+if [ ${#sets[@]} -eq 0 ]; then sets=(all); fi
+components=()
+dev=()
+with_test_peers=0
+for s in "${sets[@]}"; do
+  case "$s" in
+    build) ;;
+    all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1 ;;
+    tools) components+=(server client lmdb redis); dev+=(tools) ;;
+    demo) components+=(client gloo lmdb redis); dev+=(tools) ;;
+    *)
+      if [ -n "${component_requires[$s]+x}" ]; then
+        components+=("$s")
+      else
+        echo "install-deps: unknown set '$s' (sets: build core tools demo test all, or a component: ${!component_requires[*]})" >&2
+        exit 2
+      fi ;;
+  esac
+done
+# closure over the component graph
+closed=()
+todo=(core "${components[@]}")
+while [ ${#todo[@]} -gt 0 ]; do
+  c="${todo[0]}"; todo=("${todo[@]:1}")
+  case " ${closed[*]} " in *" $c "*) continue ;; esac
+  closed+=("$c")
+  todo+=(${component_requires[$c]})
+done
+packages=($build_debs)
+for c in "${closed[@]}"; do packages+=(${component_debs[$c]}); done
+for d in "${dev[@]}"; do packages+=(${development_debs[$d]}); done
+if [ "$with_test_peers" = 1 ]; then packages+=($test_peer_debs); fi
+mapfile -t packages < <(printf '%s\n' "${packages[@]}" | awk 'NF && !seen[$0]++')
+echo "install-deps: sets ${sets[*]}: components ${closed[*]}"
+if [ "${JITEMBED_INSTALL_DEPS_LIST:-0}" = "1" ]; then  # print the Debian packages and stop (for measurements)
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -44,9 +136,12 @@ else
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+if [ "$with_test_peers" != 1 ]; then
+  exit 0
+fi
+
 # Python protocol peers (tritonclient + numpy) in .venv for the python-labelled tests. Installed only when
 # not importable; no network must not fail the script (those tests then skip with a message).
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || echo "install-deps: warning: could not create $venv"
@@ -71,6 +166,15 @@ if [ -x "$venv/bin/python" ]; then
     echo "install-deps: installed perf_analyzer (tritonclient 2.47.0) into .venv/perf_analyzer"
   else
     echo "install-deps: warning: could not install perf_analyzer; its test will skip"
+  fi
+  # conan for ctest packaging/conan (conan create + test_package, offline: the system's packages are
+  # platform requirements); pinned
+  if [ "$("$venv/bin/conan" --version 2>/dev/null)" = "Conan version 2.34.0" ]; then
+    echo "install-deps: .venv has conan 2.34.0"
+  elif pip_install conan==2.34.0; then
+    echo "install-deps: installed conan 2.34.0 into .venv"
+  else
+    echo "install-deps: warning: could not install conan into .venv; ctest packaging/conan will skip"
   fi
 fi
 

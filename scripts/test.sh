@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The test command: installs missing dependencies, configures (Release, tests, tools, examples,
+# The test command: installs missing dependencies (install-deps set "test"), configures (Release, tests, tools, examples,
 # benchmarks; CUDA whenever the toolkit is found), builds and runs ctest. Exit code is the result.
 # Env: BUILD_DIR (default build/release), JOBS (default 2), CTEST_ARGS (extra ctest arguments).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh test  # every CPU component, tools, tests, benchmarks, test peers, conan
 
 build_dir="${BUILD_DIR:-build/release}"
 jobs="${JOBS:-2}"

@@ -2,7 +2,7 @@
 // against the same server, same request (text-embed D=8 L=8, one 1-byte text row, every output, binary
 // tensors), at concurrency 1 and 32. The client keeps c requests in flight in a closed loop (each callback
 // resubmits); perf_analyzer runs with --concurrency-range c. Both are driven in alternation in one run
-// (`rounds` times, best kept). Target: client >= 0.9x perf_analyzer at each concurrency.
+// (`rounds` times, alternating which goes first, best of each kept). Target: client >= 0.9x perf_analyzer at each concurrency.
 //
 //   bench_client [--server PATH] [--perf-analyzer PATH] [--seconds S] [--rounds R] [--io-threads N]
 #include <sys/resource.h>
@@ -227,8 +227,8 @@ pa_result run_perf_analyzer(const pa_tool& pa, std::uint16_t port, const std::st
 int main(int argc, char** argv) {
   bench::install_child_reaper();
   std::string server_bin = JITEMBED_SERVER_PATH, pa_path;
-  double seconds = 5;
-  int rounds = 1, io_threads = 1;
+  double seconds = 2;
+  int rounds = 3, io_threads = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--server" && i + 1 < argc) server_bin = argv[++i];
@@ -300,8 +300,16 @@ int main(int argc, char** argv) {
     client_result best_c;
     pa_result best_p;
     for (int r = 0; r < rounds; ++r) {
-      const auto a = drive_client(*cl, c, seconds);
-      const auto b = run_perf_analyzer(*pa, s.port(), data_path, c, seconds);
+      // Alternate which goes first, so that drift (other load on a shared machine) hits both alike.
+      client_result a;
+      pa_result b;
+      if (r % 2 == 0) {
+        a = drive_client(*cl, c, seconds);
+        b = run_perf_analyzer(*pa, s.port(), data_path, c, seconds);
+      } else {
+        b = run_perf_analyzer(*pa, s.port(), data_path, c, seconds);
+        a = drive_client(*cl, c, seconds);
+      }
       if (a.failed) std::fprintf(stderr, "client c=%d: %llu failed, first: %s\n", c, static_cast<unsigned long long>(a.failed), a.first_error.c_str()), rc = 1;
       if (!b.ok) std::fprintf(stderr, "perf_analyzer c=%d: %s\n", c, b.error.c_str()), rc = 1;
       if (a.rps() > best_c.rps()) best_c = a;

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <pthread.h>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "jitembed/models/reference.hpp"
@@ -22,8 +23,9 @@ namespace {
 
 using namespace jitembed;
 
-// "NAME[:k=v,...]": batcher keys (version, instances, max_batch_size, max_queue_delay_us, queue_size,
-// timeout_us) set the model_config; every other key is a model parameter (integers stay integers).
+// "NAME[:k=v,...]": batcher keys (version, instances, max_batch_size, max_queue_delay_us, idle_dispatch,
+// queue_size, max_inflight_rows, timeout_us) set the model_config; every other key is a model parameter
+// (work, sleep_us, ...; integers stay integers).
 result<server::model_config> parse_model_flag(const std::string& spec, const server::model_config& defaults) {
   server::model_config m = defaults;
   const auto colon = spec.find(':');
@@ -44,8 +46,11 @@ result<server::model_config> parse_model_flag(const std::string& spec, const ser
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     nlohmann::json value = v;
     if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 19) value = std::stoll(v);
+    if (v == "true" || v == "false") value = v == "true";
     if (k == "version") m.version = v;
-    else if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us") cfg[k] = value;
+    else if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us" ||
+             k == "max_inflight_rows" || k == "idle_dispatch")
+      cfg[k] = value;
     else m.params[k] = value;
   }
   cfg["version"] = m.version;
@@ -58,6 +63,8 @@ result<server::model_config> parse_model_flag(const std::string& spec, const ser
     if (k == "max_batch_size") m.max_batch_size = parsed->max_batch_size;
     if (k == "max_queue_delay_us") m.max_queue_delay_us = parsed->max_queue_delay_us;
     if (k == "queue_size") m.queue_size = parsed->queue_size;
+    if (k == "max_inflight_rows") m.max_inflight_rows = parsed->max_inflight_rows;
+    if (k == "idle_dispatch") m.idle_dispatch = parsed->idle_dispatch;
     if (k == "timeout_us") m.timeout_us = parsed->timeout_us;
   }
   return m;
@@ -75,8 +82,9 @@ int main(int argc, char** argv) {
   std::string config_file, host, auth_token_file;
   int port = -1, io_threads = 0, preprocess_threads = -1;
   std::vector<std::string> model_flags;
-  std::size_t instances = 0, max_batch = 0, queue_size = 0;
+  std::size_t instances = 0, max_batch = 0, queue_size = 0, max_inflight_rows = 0;
   std::int64_t max_queue_delay_us = -1;
+  std::int64_t drain_grace_ms = 0;
   app.add_option("--config", config_file, "JSON configuration file (flags override it)");
   app.add_option("--host", host, "address to bind (default 127.0.0.1)");
   app.add_option("--port", port, "port (default 8000; 0 = ephemeral)")->check(CLI::Range(0, 65535));
@@ -85,8 +93,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-batch", max_batch, "max batch size per model (default: the model's)");
   app.add_option("--max-queue-delay-us", max_queue_delay_us, "dynamic batching delay in microseconds")->check(CLI::NonNegativeNumber);
   app.add_option("--queue-size", queue_size, "queued rows per model before 503");
+  app.add_option("--max-inflight-rows", max_inflight_rows,
+                 "rows admitted per model (decode to response) before an immediate 503 (default 2 x queue size)");
   app.add_option("--auth-token-file", auth_token_file, "file holding the bearer token required on every route but health");
   app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(CLI::Range(1, 1024));
+  app.add_option("--drain-grace-ms", drain_grace_ms,
+                 "on SIGTERM: answer readiness and new requests 503 for this long before closing the listener")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{600000}));
   std::string device = "auto";
   app.add_option("--device", device, "where the reference embedders run: auto (the GPU when there is one), gpu, cpu")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
@@ -112,6 +125,7 @@ int main(int argc, char** argv) {
     if (max_batch) m.max_batch_size = max_batch;
     if (max_queue_delay_us >= 0) m.max_queue_delay_us = max_queue_delay_us;
     if (queue_size) m.queue_size = queue_size;
+    if (max_inflight_rows) m.max_inflight_rows = max_inflight_rows;
   };
   apply_flags(defaults);
   if (!model_flags.empty()) {
@@ -172,6 +186,9 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&sigs, &sig);
   std::fprintf(stderr, "jitembed-server: %s, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  svc.begin_drain();  // readiness 503 and new infer requests 503 unavailable from here on
+  // Keep accepting for a while so that load balancers and JIT clients see the 503s and move elsewhere.
+  if (drain_grace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(drain_grace_ms));
   http.stop(std::chrono::seconds(10));  // in-flight requests finish and are answered
   svc.shutdown();
   return 0;

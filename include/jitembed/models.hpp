@@ -2,6 +2,7 @@
 #pragma once
 
 #include "jitembed/models/any_model.hpp"
+#include "jitembed/models/emulated_latency.hpp"
 #include "jitembed/models/image_latent.hpp"
 #include "jitembed/models/model.hpp"
 #include "jitembed/models/reference.hpp"

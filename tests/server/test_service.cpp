@@ -260,7 +260,9 @@ TEST_CASE("server: a full queue is 503 (tiny queue, slow model via work)") {
   std::vector<std::string_view> rows(8, "slow text");  // 1 runs, 1 waits, the rest find the queue full
   auto r = infer(s, "text-embed", bytes_request("text", rows));
   CHECK(r.status == 503);
-  CHECK(ks::parse_error_body(r.body).value().starts_with("queue full: queue full (max_queue_size 1)"));
+  CHECK(ks::parse_error_body(r.body).value() == "queue full (max_queue_size 1)");
+  CHECK(ks::parse_error_code(r.body) == errc::unavailable);
+  CHECK(r.header("Retry-After") == "1");
   // Once the backlog is gone a small request succeeds again.
   auto ok = infer(s, "text-embed", bytes_request("text", {"fast"}));
   CHECK(ok.status == 200);
@@ -271,6 +273,7 @@ TEST_CASE("server: concurrent requests are batched (stats and metrics show batch
   c.preprocess_threads = 2;
   auto m = small("text-embed");
   m.max_queue_delay_us = 20000;
+  m.idle_dispatch = false;  // Triton's rule: every batch waits for the delay, so batches surely form
   m.max_batch_size = 16;
   c.models = {m};
   service s(c);
@@ -409,8 +412,12 @@ TEST_CASE("server: shut down service answers 503") {
   REQUIRE(s.load_configured());
   s.shutdown();
   CHECK(call(s, "GET", "/v2/health/ready").status == 503);
-  CHECK(infer(s, "text-embed", bytes_request("text", {"x"})).status == 503);
-  CHECK(s.load(small("text-embed")).code() == errc::internal);
+  auto r = infer(s, "text-embed", bytes_request("text", {"x"}));
+  CHECK(r.status == 503);
+  CHECK(ks::parse_error_code(r.body) == errc::unavailable);
+  CHECK(r.header("Retry-After") == "1");
+  CHECK(call(s, "GET", "/v2/models/text-embed/ready").status == 503);
+  CHECK(s.load(small("text-embed")).code() == errc::unavailable);
 }
 
 TEST_CASE("server: server_config from JSON is strict") {

@@ -24,18 +24,26 @@ namespace kserve = net::kserve;
 
 // One model version the service loads, with its batcher settings. `params` are the model's own settings
 // (for the reference models: work, image_bucket, video_bucket, video_frames, text_max_length, text_dim,
-// output_dtype); 0 in a batcher field keeps the default.
+// output_dtype; for any model: sleep_us, sleep_us_per_row); 0 in a batcher field keeps the default.
 struct model_config {
   std::string name;
   std::string version = "1";
   std::size_t instances = 1;             // runner threads (model instances)
   std::size_t max_batch_size = 0;        // 0: the model's own maximum
-  std::int64_t max_queue_delay_us = 1000;
+  std::int64_t max_queue_delay_us = 1000;  // only while a batch runs (idle_dispatch) or always (not)
+  bool idle_dispatch = true;             // an idle model runs what is queued at once (docs/batching.md)
   std::size_t queue_size = 1024;         // queued rows before "queue full" (503); 0 = unbounded
+  std::size_t max_inflight_rows = 0;     // rows admitted (decode to response) before 503; 0: default_inflight_rows
   std::int64_t timeout_us = 0;           // default queue-time bound of a row; 0 = none
   std::vector<std::size_t> preferred_batch_sizes;
   nlohmann::json params = nlohmann::json::object();
 };
+
+// The admission bound a model_config gets when max_inflight_rows is 0: twice the queue (so the
+// preprocessing in front of a full queue is bounded too), 4096 when the queue is unbounded.
+constexpr std::size_t default_inflight_rows(std::size_t queue_size) noexcept {
+  return queue_size ? 2 * queue_size : 4096;
+}
 
 struct server_config {
   std::string host = "127.0.0.1";
@@ -90,8 +98,9 @@ inline result<void> only_keys(const nlohmann::json& j, std::initializer_list<std
 }  // namespace detail
 
 inline result<model_config> model_config_from_json(const nlohmann::json& j, std::string_view where = "models[]") {
-  JITEMBED_TRY(detail::only_keys(j, {"name", "version", "instances", "max_batch_size", "max_queue_delay_us", "queue_size",
-                                     "timeout_us", "preferred_batch_sizes", "params"}, where));
+  JITEMBED_TRY(detail::only_keys(j, {"name", "version", "instances", "max_batch_size", "max_queue_delay_us", "idle_dispatch",
+                                     "queue_size", "max_inflight_rows", "timeout_us", "preferred_batch_sizes", "params"},
+                                  where));
   model_config m;
   JITEMBED_TRY(detail::read_key(j, "name", m.name, where));
   if (m.name.empty()) return fail(errc::invalid_argument, "config: " + std::string(where) + ".name is missing");
@@ -103,7 +112,9 @@ inline result<model_config> model_config_from_json(const nlohmann::json& j, std:
   JITEMBED_TRY(detail::read_key(j, "instances", m.instances, where));
   JITEMBED_TRY(detail::read_key(j, "max_batch_size", m.max_batch_size, where));
   JITEMBED_TRY(detail::read_key(j, "max_queue_delay_us", m.max_queue_delay_us, where));
+  JITEMBED_TRY(detail::read_key(j, "idle_dispatch", m.idle_dispatch, where));
   JITEMBED_TRY(detail::read_key(j, "queue_size", m.queue_size, where));
+  JITEMBED_TRY(detail::read_key(j, "max_inflight_rows", m.max_inflight_rows, where));
   JITEMBED_TRY(detail::read_key(j, "timeout_us", m.timeout_us, where));
   if (auto it = j.find("preferred_batch_sizes"); it != j.end()) {
     if (!it->is_array()) return fail(errc::invalid_argument, "config: " + std::string(where) + ".preferred_batch_sizes is not an array");

@@ -20,6 +20,7 @@
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/models/any_model.hpp"
+#include "jitembed/models/emulated_latency.hpp"
 #include "jitembed/models/reference.hpp"
 #include "jitembed/server/config.hpp"
 
@@ -81,6 +82,30 @@ inline result<models::any_model> make_reference(std::string_view name, const nlo
   return models::make_reference_model(name, *o);
 }
 
+// The emulated latency that params ask for: sleep_us per batch, sleep_us_per_row per row (integers or
+// integer strings, >= 0; 0 or absent: none).
+inline result<models::latency_options> parse_latency_params(const nlohmann::json& params) {
+  models::latency_options o;
+  if (!params.is_object()) return o;
+  const std::pair<const char*, std::chrono::microseconds*> keys[] = {{"sleep_us", &o.per_batch}, {"sleep_us_per_row", &o.per_item}};
+  for (auto [k, dst] : keys) {
+    auto v = detail::int_param(params, k);
+    if (!v) return v.error();
+    if (*v < 0) return fail(errc::invalid_argument, "model parameter '" + std::string(k) + "' is negative");
+    *dst = std::chrono::microseconds(*v);
+  }
+  return o;
+}
+
+// `m`, sleeping as params ask (parse_latency_params); `m` itself when they ask for nothing. The
+// fingerprint (version()) stays the model's: sleeping changes no output.
+inline result<models::any_model> with_latency_params(models::any_model m, const nlohmann::json& params) {
+  auto o = parse_latency_params(params);
+  if (!o) return o.error();
+  if (o->per_batch.count() == 0 && o->per_item.count() == 0) return m;
+  return models::any_model(models::emulated_latency(std::move(m), *o));
+}
+
 // One preprocessed row waiting for a batch.
 struct row_item {
   tensor input;
@@ -101,6 +126,7 @@ using row_batcher = batching::dynamic_batcher<row_item, models::named_tensors, s
 // the batcher's stats).
 struct model_counters {
   std::atomic<std::uint64_t> success{0}, failure{0}, inferences{0};
+  std::atomic<std::uint64_t> rejected_admission{0};  // answered 503 at once: max_inflight_rows reached
   std::atomic<std::uint64_t> success_ns{0}, failure_ns{0};
   std::atomic<std::uint64_t> last_inference_ms{0};
 };
@@ -113,11 +139,13 @@ class model_instance {
     const std::size_t model_max = std::max<std::size_t>(model_.max_batch_size(), 1);
     o.max_batch_size = config_.max_batch_size ? std::min(config_.max_batch_size, model_max) : model_max;
     o.max_queue_delay = std::chrono::microseconds(config_.max_queue_delay_us);
+    o.idle_dispatch = config_.idle_dispatch;
     o.max_queue_size = config_.queue_size;
     o.runner_threads = config_.instances;
     o.default_timeout = std::chrono::microseconds(config_.timeout_us);
     for (auto p : config_.preferred_batch_sizes) o.preferred_batch_sizes.push_back(std::min(p, o.max_batch_size));
     batch_options_ = o;
+    max_inflight_rows_ = config_.max_inflight_rows ? config_.max_inflight_rows : default_inflight_rows(config_.queue_size);
     const models::any_model* model = &model_;
     batcher_ = std::make_unique<row_batcher>(
         o, [model](std::span<row_item> in, std::span<result<models::named_tensors>> out) {
@@ -161,6 +189,22 @@ class model_instance {
   model_counters& counters() noexcept { return counters_; }
   const model_counters& counters() const noexcept { return counters_; }
 
+  // Admission: rows of requests routed here, from before their decoding until their response is sent.
+  // try_admit() takes one row when fewer than max_inflight_rows() are admitted (so admitted rows never
+  // exceed the bound by more than one request's rows); admit_more() adds the rest of the request's rows
+  // once they are known; release() gives them all back.
+  bool try_admit() noexcept {
+    std::size_t cur = admitted_.load(std::memory_order_relaxed);
+    do {
+      if (cur >= max_inflight_rows_) return false;
+    } while (!admitted_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed));
+    return true;
+  }
+  void admit_more(std::size_t rows) noexcept { admitted_.fetch_add(rows, std::memory_order_relaxed); }
+  void release_rows(std::size_t rows) noexcept { admitted_.fetch_sub(rows, std::memory_order_relaxed); }
+  std::size_t admitted_rows() const noexcept { return admitted_.load(std::memory_order_relaxed); }
+  std::size_t max_inflight_rows() const noexcept { return max_inflight_rows_; }
+
   // Requests routed to this version and not yet answered (guarded by the service's drain mutex).
   std::size_t active = 0;
 
@@ -168,6 +212,8 @@ class model_instance {
   models::any_model model_;
   model_config config_;
   batching::batcher_options batch_options_;
+  std::size_t max_inflight_rows_ = 0;
+  std::atomic<std::size_t> admitted_{0};
   model_counters counters_;
   std::unique_ptr<row_batcher> batcher_;  // last: destroyed (drained) first
 };

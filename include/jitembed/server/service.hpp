@@ -20,7 +20,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "jitembed/batching/errors.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/thread_pool.hpp"
 #include "jitembed/format/record_view.hpp"
@@ -35,6 +34,9 @@
 namespace jitembed::server {
 
 inline constexpr std::string_view kServerVersion = "0.1.0";
+
+// Retry-After (seconds) on 503 answers (unavailable, resource_exhausted).
+inline constexpr int kRetryAfterSeconds = 1;
 
 namespace detail {
 
@@ -98,10 +100,13 @@ class service {
   }
 
   // Loads (or reloads in place) one model version made by the factory from cfg.params.
+  // params sleep_us / sleep_us_per_row wrap the model in models::emulated_latency, whatever the factory.
   result<void> load(const model_config& cfg) {
     auto m = factory_(cfg.name, cfg.params);
     if (!m) return m.error();
-    return load(cfg, std::move(*m));
+    auto slow = with_latency_params(std::move(*m), cfg.params);
+    if (!slow) return slow.error();
+    return load(cfg, std::move(*slow));
   }
 
   // Loads `m` as cfg.name / cfg.version: warms it (one dummy batch), then switches atomically: new requests
@@ -110,6 +115,7 @@ class service {
   result<void> load(model_config cfg, models::any_model m) {
     if (!m) return fail(errc::invalid_argument, "load: no model for '" + cfg.name + "'");
     if (cfg.name.empty() || cfg.version.empty()) return fail(errc::invalid_argument, "load: empty model name or version");
+    if (!ready()) return fail(errc::unavailable, "load: the service is shutting down");  // before a warm-up
     std::shared_ptr<model_instance> inst;
     try {
       inst = std::make_shared<model_instance>(std::move(m), std::move(cfg));
@@ -120,7 +126,7 @@ class service {
     std::shared_ptr<model_instance> old;
     {
       std::lock_guard lock(reg_mu_);
-      if (stopping_) return fail(errc::internal, "load: the service is shutting down");
+      if (stopping_) return fail(errc::unavailable, "load: the service is shutting down");
       auto& slot = models_[inst->name()][inst->version()];
       old = std::exchange(slot, inst);
     }
@@ -150,7 +156,14 @@ class service {
     return {};
   }
 
-  // Stops serving (later requests get 503), drains and unloads everything. Idempotent.
+  // Starts draining: from now on the readiness routes answer 503 and new infer requests get 503
+  // unavailable; requests already admitted finish normally. shutdown() (or the destructor) completes it.
+  void begin_drain() {
+    std::lock_guard lock(reg_mu_);
+    stopping_ = true;
+  }
+
+  // Stops serving (begin_drain()), waits for every admitted request, then unloads everything. Idempotent.
   void shutdown() {
     std::map<std::string, std::map<std::string, std::shared_ptr<model_instance>, version_order>> all;
     {
@@ -186,7 +199,7 @@ class service {
       const std::string_view auth = net::http::find_header(req.headers, "authorization");
       constexpr std::string_view bearer = "Bearer ";
       if (!auth.starts_with(bearer) || !detail::constant_time_equal(auth.substr(bearer.size()), config_.auth_token)) {
-        auto r = error_response(401, "unauthorized: a valid bearer token is required");
+        auto r = error_response(401, "unauthorized: a valid bearer token is required", errc::invalid_argument);
         r.headers.emplace_back("WWW-Authenticate", "Bearer");
         return respond(std::move(r));
       }
@@ -195,7 +208,7 @@ class service {
     const bool post = req.method == "POST";
     const auto n = parts.size();
     if (n == 1 && parts[0] == "metrics" && get) return respond(text_response(200, metrics(), "text/plain; version=0.0.4"));
-    if (n == 0 || parts[0] != "v2") return respond(error_response(404, "Not Found"));
+    if (n == 0 || parts[0] != "v2") return respond(not_found_route());
     if (n == 1 && get) {
       detail::ojson j{{"name", "jitembed"}, {"version", kServerVersion},
                       {"extensions", detail::ojson::array({"binary_tensor_data", "statistics", "model_configuration", "model_repository"})}};
@@ -203,7 +216,7 @@ class service {
     }
     if (health && n == 3 && get) {
       if (parts[2] == "live") return respond(text_response(200, "", "text/plain"));
-      if (parts[2] == "ready") return respond(ready() ? text_response(200, "", "text/plain") : error_response(503, "not ready: shutting down"));
+      if (parts[2] == "ready") return respond(ready() ? text_response(200, "", "text/plain") : not_ready());
     }
     if (n >= 2 && parts[1] == "repository") return respond(repository(parts, post, req.body));
     if (n == 3 && parts[1] == "models" && parts[2] == "stats" && get) return respond(stats({}, {}));  // every model
@@ -217,20 +230,18 @@ class service {
         i = 5;
       }
       const std::string_view action = i < n ? parts[i] : std::string_view{};
-      if (i + 1 < n) return respond(error_response(404, "Not Found"));
+      if (i + 1 < n) return respond(not_found_route());
       if (action == "infer" && post) return infer(std::string(name), std::string(version), std::move(req), std::move(respond));
-      if (post) return respond(error_response(405, "method not allowed"));
+      if (post) return respond(method_not_allowed());
       if (action == "stats") return respond(stats(name, version));
+      if (action == "ready" && !ready()) return respond(not_ready());  // draining: before any model check
       auto inst = find(name, version);
-      if (!inst) {
-        if (action == "ready") return respond(error_response(404, kserve::model_not_found(name, version).message));
-        return respond(error_response(kserve::model_not_found(name, version)));
-      }
+      if (!inst) return respond(error_response(kserve::model_not_found(name, version)));
       if (action.empty()) return respond(json_response(200, detail::model_metadata(**inst, versions_of(name))));
       if (action == "ready") return respond(text_response(200, "", "text/plain"));
       if (action == "config") return respond(json_response(200, detail::model_config_json(**inst)));
     }
-    return respond(error_response(404, "Not Found"));
+    return respond(not_found_route());
   }
 
   // As a net::http::handler value (the service must outlive it).
@@ -263,6 +274,8 @@ class service {
     kserve::infer_request req;
     net::http::responder respond;
     clock::time_point start;
+    std::optional<clock::time_point> deadline;  // the request's KServe "timeout", counted from its arrival
+    std::size_t admitted = 0;                   // rows counted against the instance's max_inflight_rows
     std::vector<models::named_tensors> rows;
     std::atomic<std::size_t> remaining{0};
     std::mutex err_mu;
@@ -287,23 +300,19 @@ class service {
     return r;
   }
   static net::http::response json_response(int status, const detail::ojson& j) { return text_response(status, j.dump(), "application/json"); }
-  static net::http::response error_response(int status, std::string_view message) {
-    return text_response(status, kserve::error_body(message), "application/json");
-  }
-  static net::http::response error_response(const kserve::protocol_error& e) { return error_response(e.http_status, e.message); }
 
-  // The status a failed row maps to: the batcher's "try later" errors are 503, the rest by errc.
-  static net::http::response error_response(const error_info& e) {
-    switch (batching::classify(e)) {
-      case batching::batcher_error::queue_full:
-        return error_response(kserve::unavailable(kserve::unavailable_reason::queue_full, e.message));
-      case batching::batcher_error::timeout:
-      case batching::batcher_error::shut_down:
-      case batching::batcher_error::cancelled:
-        return error_response(kserve::unavailable(kserve::unavailable_reason::not_ready, e.message));
-      default: return error_response(kserve::http_status(e.code), e.message);
-    }
+  // Every error answer: {"error": message, "errc": name}, and Retry-After where the errc says "later".
+  static net::http::response error_response(int status, std::string_view message, errc code) {
+    auto r = text_response(status, kserve::error_body(message, code), "application/json");
+    if (kserve::wants_retry_after(code)) r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
+    return r;
   }
+  static net::http::response error_response(const kserve::protocol_error& e) { return error_response(e.http_status, e.message, e.code); }
+  // A failed request: the status follows the errc alone (kserve::http_status).
+  static net::http::response error_response(const error_info& e) { return error_response(kserve::http_status(e.code), e.message, e.code); }
+  static net::http::response not_found_route() { return error_response(404, "Not Found", errc::not_found); }
+  static net::http::response method_not_allowed() { return error_response(405, "method not allowed", errc::invalid_argument); }
+  static net::http::response not_ready() { return error_response(kserve::unavailable(kserve::unavailable_reason::not_ready, "shutting down")); }
 
   std::vector<std::string> versions_of(std::string_view name) const {
     std::lock_guard lock(reg_mu_);
@@ -352,20 +361,20 @@ class service {
 
   net::http::response repository(const std::vector<std::string_view>& parts, bool post, const std::string& body) {
     const auto n = parts.size();
-    if (!post) return error_response(405, "method not allowed");
+    if (!post) return method_not_allowed();
     if (n == 3 && parts[2] == "index") {
       detail::ojson arr = detail::ojson::array();
       for (const auto& [name, v] : loaded()) arr.push_back(detail::ojson{{"name", name}, {"version", v}, {"state", "READY"}});
       return json_response(200, arr);
     }
-    if (n != 5 || parts[2] != "models" || (parts[4] != "load" && parts[4] != "unload")) return error_response(404, "Not Found");
+    if (n != 5 || parts[2] != "models" || (parts[4] != "load" && parts[4] != "unload")) return not_found_route();
     const std::string name(parts[3]);
     nlohmann::json params = nlohmann::json::object();
     if (!body.empty()) {
       auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object()) return error_response(400, "repository request body is not a JSON object");
+      if (j.is_discarded() || !j.is_object()) return error_response(400, "repository request body is not a JSON object", errc::invalid_argument);
       if (auto it = j.find("parameters"); it != j.end()) {
-        if (!it->is_object()) return error_response(400, "repository request 'parameters' is not an object");
+        if (!it->is_object()) return error_response(400, "repository request 'parameters' is not an object", errc::invalid_argument);
         params = *it;
       }
     }
@@ -373,11 +382,11 @@ class service {
     if (auto it = params.find("version"); it != params.end()) {
       if (it->is_string()) version = it->get<std::string>();
       else if (it->is_number_unsigned()) version = std::to_string(it->get<std::uint64_t>());
-      else return error_response(400, "repository parameter 'version' is not a string or an unsigned integer");
+      else return error_response(400, "repository parameter 'version' is not a string or an unsigned integer", errc::invalid_argument);
     }
     if (parts[4] == "unload") {
       auto r = unload(name, version);
-      if (!r) return error_response(r.error().code == errc::not_found ? 404 : 500, r.error().message);
+      if (!r) return error_response(r.error());
       return json_response(200, detail::ojson::object());
     }
     // load: batcher settings and the model's own parameters come in one object.
@@ -388,23 +397,27 @@ class service {
     for (auto it = params.begin(); it != params.end(); ++it) {
       const std::string& k = it.key();
       if (k == "version") continue;
-      if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us") {
+      if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us" ||
+          k == "max_inflight_rows") {
         if (it->is_string()) {
           auto v = detail::int_param(params, k);
-          if (!v || *v < 0) return error_response(400, "repository parameter '" + k + "' is not a non-negative integer");
+          if (!v || *v < 0) return error_response(400, "repository parameter '" + k + "' is not a non-negative integer", errc::invalid_argument);
           cfgj[k] = *v;
         } else {
           cfgj[k] = *it;
         }
+      } else if (k == "idle_dispatch") {
+        if (it->is_string() && (*it == "true" || *it == "false")) cfgj[k] = *it == "true";  // Triton sends strings
+        else cfgj[k] = *it;
       } else {
         model_params[k] = *it;
       }
     }
     cfgj["params"] = model_params;
     auto cfg = model_config_from_json(cfgj, "parameters");
-    if (!cfg) return error_response(400, cfg.error().message);
+    if (!cfg) return error_response(400, cfg.error().message, errc::invalid_argument);
     auto r = load(*cfg);
-    if (!r) return error_response(kserve::http_status(r.error().code), r.error().message);
+    if (!r) return error_response(r.error());
     return json_response(200, detail::ojson::object());
   }
 
@@ -426,31 +439,48 @@ class service {
 
   void infer(std::string name, std::string version, net::http::request&& req, net::http::responder respond) {
     const auto start = clock::now();
+    if (!ready()) return respond(not_ready());
     auto found = find(name, version, /*acquire=*/true);
     if (!found) {
-      if (!ready()) return respond(error_response(kserve::unavailable(kserve::unavailable_reason::not_ready, "shutting down")));
+      if (!ready()) return respond(not_ready());
       return respond(error_response(kserve::model_not_found(name, version)));
     }
+    auto inst = std::move(*found);
+    // Admission, before any work (decoding included): past max_inflight_rows the answer is 503 at once.
+    if (!inst->try_admit()) {
+      inst->counters().rejected_admission.fetch_add(1, std::memory_order_relaxed);
+      inst->counters().failure.fetch_add(1, std::memory_order_relaxed);
+      respond(error_response(fail(errc::unavailable, "model '" + inst->name() + "' version " + inst->version() +
+                                                         " is at max_inflight_rows " + std::to_string(inst->max_inflight_rows()))));
+      return release(*inst);
+    }
     auto call = std::make_shared<infer_call>();
-    call->inst = std::move(*found);
+    call->inst = std::move(inst);
     call->owner = this;
     call->http = std::move(req);  // the body lives in the call: decoded tensors view into it
     call->respond = std::move(respond);
     call->start = start;
+    call->admitted = 1;
     auto rows = decode_rows(*call);
     if (!rows) return finish_error(*call, rows.error());
     const std::size_t n = rows->size();
+    call->inst->admit_more(n - 1);
+    call->admitted = n;
     call->rows.resize(n);
     call->remaining.store(n, std::memory_order_relaxed);
-    const auto timeout = kserve::timeout_us(call->req);
+    if (const auto timeout = kserve::timeout_us(call->req); timeout && *timeout > 0)
+      call->deadline = start + std::chrono::microseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(*timeout, 1ull << 40)));
     const bool is_sample = call->req.inputs.front().name == "sample";
     for (std::size_t i = 0; i < n; ++i) {
-      pool_.submit([this, call, i, raw = (*rows)[i], is_sample, timeout] {
+      pool_.submit([this, call, i, raw = (*rows)[i], is_sample] {
+        // A row whose deadline passed while it waited for a preprocessing thread is not decoded at all.
+        if (call->deadline && clock::now() >= *call->deadline)
+          return call->row_done(i, fail(errc::timeout, "timeout: deadline passed before preprocessing"));
         auto item = preprocess(*call->inst, raw, is_sample);
         if (!item) return call->row_done(i, std::move(item).error());
         batching::submit_options<shape_bucket> opts;
         opts.bucket = bucket_of(*item);
-        if (timeout) opts.timeout = std::chrono::microseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(*timeout, 1ull << 40)));
+        opts.deadline = call->deadline;
         call->inst->batcher().submit(row_item{std::move(*item)}, std::move(opts),
                                      [call, i](result<models::named_tensors> r) { call->row_done(i, std::move(r)); });
       });
@@ -527,6 +557,7 @@ class service {
     inst.counters().failure.fetch_add(1, std::memory_order_relaxed);
     inst.counters().failure_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
     auto respond = std::move(c.respond);
+    inst.release_rows(c.admitted);  // before answering: the client may send its next request at once
     respond(error_response(e));
     release(inst);
   }
@@ -546,6 +577,7 @@ class service {
     inst.counters().success_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
     inst.counters().last_inference_ms.store(detail::now_ms(), std::memory_order_relaxed);
     auto respond = std::move(c.respond);
+    inst.release_rows(c.admitted);  // before answering: the client may send its next request at once
     respond(std::move(*encoded));
     release(inst);
   }

@@ -27,6 +27,8 @@ inline ojson tensor_metadata(std::string_view name, std::string_view datatype, c
 }
 
 // GET /v2/models/{m}[/versions/{v}]: KServe model metadata; `versions` lists every loaded version.
+// "parameters" carries what a client needs to build cache keys (cache/key.hpp) for this model's outputs:
+// the model's fingerprint (model.version()) and preprocess_key.
 inline ojson model_metadata(const model_instance& inst, const std::vector<std::string>& versions) {
   const auto& m = inst.model();
   ojson j;
@@ -37,6 +39,7 @@ inline ojson model_metadata(const model_instance& inst, const std::vector<std::s
   ojson outs = ojson::array();
   for (const auto& o : m.outputs()) outs.push_back(tensor_metadata(o.name, net::kserve::to_string(net::kserve::from_dtype(o.type)), o.shape));
   j["outputs"] = std::move(outs);
+  j["parameters"] = ojson{{"fingerprint", m.version()}, {"preprocess_key", m.preprocess_key()}};
   return j;
 }
 
@@ -148,6 +151,10 @@ inline std::string metrics_text(const std::vector<const model_instance*>& insts)
          [&](const model_instance& i) { return num(stat(i).pending()); });
   family("jitembed_queue_rejected_total", "counter", "Rows rejected because the queue was full",
          [&](const model_instance& i) { return num(stat(i).rejected_queue_full); });
+  family("jitembed_inflight_rows", "gauge", "Rows admitted (decode to response); bounded by max_inflight_rows",
+         [&](const model_instance& i) { return num(i.admitted_rows()); });
+  family("jitembed_admission_rejected_total", "counter", "Requests answered 503 at once because max_inflight_rows was reached",
+         [&](const model_instance& i) { return num(i.counters().rejected_admission.load()); });
   out += "# HELP jitembed_batch_size Rows per batch run by the model\n# TYPE jitembed_batch_size histogram\n";
   for (std::size_t k = 0; k < insts.size(); ++k) {
     const auto& s = stats[k];

@@ -29,8 +29,10 @@ struct model_settings {
   int video_frames = 4;
   int text_dim = 64;
   int text_max_length = 32;
-  std::int64_t sleep_us = 0;          // emulated encoder time per batch (run() call)
-  std::int64_t sleep_us_per_row = 0;  // and per row
+  // Emulated encoder time (a remote GPU's VAE / text encoder, without using a CPU here): per batch (run()
+  // call) and per row. The same in both modes; --sleep-us 0 --sleep-us-per-row 0 leaves the CPU models alone.
+  std::int64_t sleep_us = 4000;
+  std::int64_t sleep_us_per_row = 500;
 
   models::reference_options reference() const {
     models::reference_options o;
@@ -41,10 +43,7 @@ struct model_settings {
     o.text_max_length = text_max_length;
     return o;
   }
-  std::int64_t latent_dim() const {
-    const std::int64_t image = 4LL * (image_bucket / 8) * (image_bucket / 8);
-    return image;
-  }
+  std::int64_t latent_dim() const { return 4LL * (image_bucket / 8) * (image_bucket / 8); }
   std::int64_t video_latent_dim() const { return 4LL * (video_frames / 4) * (video_bucket / 8) * (video_bucket / 8); }
   // `--model` arguments for jitembed-server that serve the same models with the same emulated latency.
   std::vector<std::string> server_model_args() const {

@@ -388,6 +388,7 @@ int run(cli_options& o) {
   rec.dataset_size = static_cast<std::int64_t>(ds.size());
   rec.batch = o.batch;
   rec.sleep_us = o.embed.sleep_us;
+  rec.sleep_us_per_row = o.embed.sleep_us_per_row;
 
   // jit: the servers (unless given), the client, the shared cache and one loader per rank.
   std::vector<server_process> servers;
@@ -520,8 +521,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.model.lr, "Adam learning rate");
   app.add_option("--hidden", o.model.hidden, "MLP width")->check(CLI::Range(8, 16384));
   app.add_option("--ffn", o.model.ffn, "MLP inner width (a multiple of --tp)")->check(CLI::Range(8, 65536));
-  app.add_option("--sleep-us", o.embed.sleep_us, "emulated encoder time per batch, in both modes (us)")->check(CLI::Range(0, 10000000));
+  app.add_option("--sleep-us", o.embed.sleep_us, "emulated encoder time per batch, in both modes (us)")->capture_default_str()->check(CLI::Range(0, 10000000));
   app.add_option("--sleep-us-per-row", o.embed.sleep_us_per_row, "emulated encoder time per row, in both modes (us)")
+      ->capture_default_str()
       ->check(CLI::Range(0, 10000000));
   app.add_option("--endpoints", o.endpoints, "comma-separated server URLs (http://host:port); default: start a local jitembed-server");
   app.add_option("--endpoints-file", o.endpoints_file, "file with one server URL per line (re-read when it changes)");

@@ -42,7 +42,7 @@ struct run_record {
   std::string endpoints;
   std::int64_t dataset_size = 0;
   std::int64_t batch = 0;
-  std::int64_t sleep_us = 0;
+  std::int64_t sleep_us = 0, sleep_us_per_row = 0;
   std::size_t parameters = 0;
   double wall_s = 0, stall_s = 0, train_s = 0;
   std::int64_t samples = 0;
@@ -76,6 +76,7 @@ inline nlohmann::json to_json(const run_record& r) {
   j["dataset_samples"] = r.dataset_size;
   j["batch"] = r.batch;
   j["sleep_us"] = r.sleep_us;
+  j["sleep_us_per_row"] = r.sleep_us_per_row;
   j["wall_s"] = std::round(r.wall_s * 1000) / 1000;
   j["samples_per_s"] = std::round(r.samples_per_s() * 10) / 10;
   j["trainer_stall_fraction"] = std::round(r.stall_fraction() * 10000) / 10000;
@@ -107,7 +108,7 @@ inline nlohmann::json to_json(const run_record& r) {
 inline std::string summary_table(const run_record& r) {
   std::ostringstream o;
   o << "\njit_train_demo: mode " << r.mode << ", tp " << r.tp << ", " << r.dataset_size << " samples, batch " << r.batch
-    << ", sleep_us " << r.sleep_us << ", " << r.parameters << " parameters per rank\n";
+    << ", emulated encoder " << r.sleep_us << " us/batch + " << r.sleep_us_per_row << " us/row, " << r.parameters << " parameters per rank\n";
   o << "  epoch   loss            samples   seconds   samples/s   stall   requests   cache hit\n";
   for (std::size_t e = 0; e < r.epochs.size(); ++e) {
     const auto& ep = r.epochs[e];
@@ -151,19 +152,29 @@ struct series {
   std::vector<std::pair<double, double>> points;
 };
 
-// A line chart (or bars, one per x) with axes, ticks and a legend, as an inline SVG element.
+// 1, 2 or 5 times a power of ten, at least v.
+inline double nice_ceil(double v) {
+  if (v <= 0) return 1;
+  const double p = std::pow(10.0, std::floor(std::log10(v)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+// A line chart (or bars, one per x) with axes, ticks, a legend (several series) and dashed vertical
+// markers (epoch ends), as an inline SVG element. Line charts start at x = 0.
 inline std::string chart(const std::string& title, const std::string& xlabel, const std::string& ylabel,
-                         const std::vector<series>& all, bool bars = false, double ymax_fixed = 0) {
+                         const std::vector<series>& all, bool bars = false, double ymax_fixed = 0,
+                         const std::vector<double>& markers = {}) {
   const double W = 640, H = 260, L = 60, R = 20, T = 30, B = 45;
   double xmin = 1e300, xmax = -1e300, ymax = 0;
   for (const auto& s : all)
     for (auto [x, y] : s.points) xmin = std::min(xmin, x), xmax = std::max(xmax, x), ymax = std::max(ymax, y);
   if (xmin > xmax) xmin = 0, xmax = 1;
   if (bars) xmin -= 0.5, xmax += 0.5;
+  else xmin = 0;
   if (xmax == xmin) xmax = xmin + 1;
-  if (ymax_fixed > 0) ymax = ymax_fixed;
-  if (ymax <= 0) ymax = 1;
-  ymax *= ymax_fixed > 0 ? 1.0 : 1.1;
+  ymax = ymax_fixed > 0 ? ymax_fixed : 4 * nice_ceil(ymax / 4);
   auto X = [&](double x) { return L + (x - xmin) / (xmax - xmin) * (W - L - R); };
   auto Y = [&](double y) { return H - B - y / ymax * (H - T - B); };
   std::ostringstream o;
@@ -177,6 +188,8 @@ inline std::string chart(const std::string& title, const std::string& xlabel, co
     o << "<line x1='" << L << "' y1='" << Y(y) << "' x2='" << W - R << "' y2='" << Y(y) << "' stroke='#ddd'/>";
     o << "<text x='" << L - 5 << "' y='" << Y(y) + 4 << "' text-anchor='end'>" << fmt(ymax < 10 ? "%.2f" : "%.0f", y) << "</text>\n";
   }
+  for (double m : markers)
+    o << "<line x1='" << X(m) << "' y1='" << T << "' x2='" << X(m) << "' y2='" << H - B << "' stroke='#999' stroke-dasharray='4 3'/>";
   const int xt = bars ? static_cast<int>(std::lround(xmax - xmin)) : 5;
   for (int i = 0; i <= xt; ++i) {
     const double x = bars ? xmin + 0.5 + i : xmin + (xmax - xmin) * i / xt;
@@ -201,8 +214,9 @@ inline std::string chart(const std::string& title, const std::string& xlabel, co
       for (auto [x, y] : s.points) o << X(x) << "," << Y(y) << " ";
       o << "'/>";
     }
-    o << "<rect x='" << W - R - 150 << "' y='" << T + 4 + 14 * static_cast<double>(k) << "' width='10' height='10' fill='" << s.colour
-      << "'/><text x='" << W - R - 135 << "' y='" << T + 13 + 14 * static_cast<double>(k) << "'>" << esc(s.name) << "</text>\n";
+    if (all.size() > 1)
+      o << "<rect x='" << W - R - 150 << "' y='" << T + 4 + 14 * static_cast<double>(k) << "' width='10' height='10' fill='" << s.colour
+        << "'/><text x='" << W - R - 135 << "' y='" << T + 13 + 14 * static_cast<double>(k) << "'>" << esc(s.name) << "</text>\n";
   }
   o << "</svg>\n";
   return o.str();
@@ -247,8 +261,11 @@ inline bool write_html_report(const std::string& path, const run_record& r, cons
                         : std::string("Embeddings were computed inside the training step by the in-process reference models (the baseline)."))
     << " Data: <code>" << detail::esc(r.data_dir) << "</code>.</p>\n";
   f << "<h2>Summary</h2><pre>" << detail::esc(summary_table(r)) << "</pre>\n";
-  f << detail::chart("Throughput over time", "seconds", "samples / s", {tput});
-  f << detail::chart("Trainer stall over time", "seconds", "fraction of the step waiting", {stall}, false, 1.0);
+  std::vector<double> ends;  // epoch ends (dashed)
+  for (std::size_t i = 0; i + 1 < r.steps.size(); ++i)
+    if (r.steps[i + 1].epoch != r.steps[i].epoch) ends.push_back(r.steps[i].t_end);
+  f << detail::chart("Throughput over time (dashed: epoch ends)", "seconds", "samples / s", {tput}, false, 0, ends);
+  f << detail::chart("Trainer stall over time (dashed: epoch ends)", "seconds", "fraction of the time waiting", {stall}, false, 1.0, ends);
   f << detail::chart("Cache hit rate per epoch", "epoch", "hit rate", {hits}, true, 1.0);
   f << detail::chart("Loss per epoch", "epoch", "MSE", {loss});
   f << "<h2>Result line</h2><pre>" << detail::esc(j.dump()) << "</pre>\n</body></html>\n";

@@ -80,6 +80,7 @@ struct run_result {
   double wall_s = 0;     // measured steps, wall time
   double wait_s = 0;     // jit: time blocked in next(); inline: 0
   double max_wait_s = 0;
+  std::vector<double> waits_us;  // each measured next()
   double train_s = 0;    // time in the trainer's sleep
   double embed_s = 0;    // inline: time embedding in the step
   std::uint64_t failed = 0;
@@ -167,6 +168,7 @@ run_result run_jit(const format::dataset& data, const std::vector<std::string>& 
     if (measured) {
       r.wait_s += secs(t1 - t0);
       r.max_wait_s = std::max(r.max_wait_s, secs(t1 - t0));
+      r.waits_us.push_back(secs(t1 - t0) * 1e6);
       r.train_s += secs(t2 - t1);
       ++r.steps;
     }
@@ -252,7 +254,7 @@ int main(int argc, char** argv) {
     std::printf("trainer stall vs prefetch depth D: 1 server x 1 instance, B=%zu rows/request, batch %zu, t_train %.1f ms, "
                 "t_embed %.2f ms (inline, measured), capacity/demand %.2f, %zu steps\n",
                 kPerRequest, kBatch, im.t_train * 1e3, im.t_embed * 1e3, im.t_train / im.t_embed, steps);
-    std::printf("%-6s %10s %10s %10s %10s %12s %10s %10s %8s %8s %s\n", "D", "step ms", "inline ms", "stall %", "max wait", "jit/inline",
+    std::printf("%-6s %10s %10s %10s %10s %10s %12s %10s %10s %8s %8s %s\n", "D", "step ms", "inline ms", "stall %", "p50 wait us", "max wait ms", "jit/inline",
                 "ideal", "0.9 ideal", "hedges", "retries", "result");
     for (const std::size_t d : {1, 2, 4, 8, 16}) {
       const auto r = run_jit(ds.data, urls(1), d, steps, t_train_depth);
@@ -260,8 +262,8 @@ int main(int argc, char** argv) {
       const double speedup = r.step_s() > 0 ? inl.step_s() / r.step_s() : 0;
       const bool stall_pass = r.error.empty() && r.stall() <= 0.02;
       const bool speed_pass = r.error.empty() && speedup >= 0.9 * ideal;
-      std::printf("%-6zu %10.2f %10.2f %10.2f %10.2f %12.3f %10.3f %10.3f %8llu %8llu %s\n", d, r.step_s() * 1e3, inl.step_s() * 1e3,
-                  r.stall() * 100, r.max_wait_s * 1e3, speedup, ideal, 0.9 * ideal, static_cast<unsigned long long>(r.hedges),
+      std::printf("%-6zu %10.2f %10.2f %10.2f %10.1f %10.2f %12.3f %10.3f %10.3f %8llu %8llu %s\n", d, r.step_s() * 1e3, inl.step_s() * 1e3,
+                  r.stall() * 100, bench::percentile(r.waits_us, 0.5), r.max_wait_s * 1e3, speedup, ideal, 0.9 * ideal, static_cast<unsigned long long>(r.hedges),
                   static_cast<unsigned long long>(r.retries), stall_pass && speed_pass ? "pass" : "FAIL");
       lines.push_back(nlohmann::json{{"bench", "loader/stall vs depth D=" + std::to_string(d)},
                                      {"stall_fraction", r.stall()},
@@ -280,6 +282,8 @@ int main(int argc, char** argv) {
                                      {"t_train_ms", im.t_train * 1e3},
                                      {"t_embed_ms", im.t_embed * 1e3},
                                      {"max_wait_ms", r.max_wait_s * 1e3},
+                                     {"p50_wait_us", bench::percentile(r.waits_us, 0.5)},
+                                     {"p99_wait_us", bench::percentile(r.waits_us, 0.99)},
                                      {"samples_per_s", r.samples_per_s()},
                                      {"steps", r.steps},
                                      {"batch", kBatch},
@@ -328,6 +332,9 @@ int main(int argc, char** argv) {
                                      {"speedup_threshold", 0.9 * ideal},
                                      {"speedup_pass", speed_pass},
                                      {"stall_fraction", r.stall()},
+                                     {"p50_wait_us", bench::percentile(r.waits_us, 0.5)},
+                                     {"p99_wait_us", bench::percentile(r.waits_us, 0.99)},
+                                     {"max_wait_ms", r.max_wait_s * 1e3},
                                      {"stall_threshold_applies", stall_applies},
                                      {"stall_pass", stall_pass},
                                      {"pass", stall_pass && speed_pass},

@@ -39,12 +39,19 @@ constexpr int kTextDim = 8, kTextLen = 16;
 
 double secs(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
 
+std::string g_temp_dir;  // removed on SIGINT / SIGTERM / SIGHUP too
+
 // A directory of caption files (one sample each).
 struct temp_captions {
   fs::path dir;
   format::dataset data;
   explicit temp_captions(std::size_t n) {
     dir = fs::temp_directory_path() / ("jitembed-bench-loader-" + std::to_string(::getpid()));
+    g_temp_dir = dir.string();
+    bench::detail::g_signal_cleanup = [] {
+      std::error_code ec;
+      fs::remove_all(g_temp_dir, ec);
+    };
     fs::remove_all(dir);
     fs::create_directories(dir);
     for (std::size_t i = 0; i < n; ++i) {

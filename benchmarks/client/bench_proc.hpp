@@ -54,8 +54,11 @@ inline void kill_children() noexcept {
     if (p > 0) ::kill(p, SIGKILL);
   }
 }
+// Extra cleanup on a signal (a benchmark's temp dir); best effort, the process is going down anyway.
+inline std::atomic<void (*)()> g_signal_cleanup{nullptr};
 inline void on_signal(int sig) {
   kill_children();
+  if (auto f = g_signal_cleanup.load()) f();
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }

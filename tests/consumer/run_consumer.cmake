@@ -1,7 +1,7 @@
 # cmake -P script: install BUILD_DIR into WORK_DIR/prefix, then build an outside project against it in
 # each shape (tests/consumer/project/CMakeLists.txt): the umbrella without components, exact components,
 # and a target of a component that was not asked for (configure / generate must fail with
-# "jitembed::format requires COMPONENTS format"). Then the pkg-config module: its flags compile the
+# "jitembed::format requires COMPONENTS format"), and OPTIONAL_COMPONENTS whose dependency is missing. Then the pkg-config module: its flags compile the
 # umbrella header with the JITEMBED_HAS_* macros it defines.
 # SHAPES (optional) limits the shapes run.
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -13,8 +13,10 @@ function(run)
   message(STATUS "${out}")
   set(run_out "${out}" PARENT_SCOPE)
 endfunction()
-# run_fails(<regex> <command...>): the command must fail and its output match the regex
+# run_fails(<regex> <command...>): the command must fail and its output match the regex (CMake wraps its
+# messages: a space in the regex matches any run of blanks and newlines)
 function(run_fails regex)
+  string(REPLACE " " "[ \n]+" regex "${regex}")
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(rc EQUAL 0)
     message(FATAL_ERROR "expected a failure, got success: ${ARGN}\n${out}\n${err}")
@@ -27,13 +29,16 @@ endfunction()
 
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
 if(NOT SHAPES)
-  set(SHAPES umbrella components missing missing_genex)
+  set(SHAPES umbrella components missing missing_genex optional)
 endif()
 set(_configure -G "${GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
                -DCMAKE_BUILD_TYPE=Release)
 foreach(shape IN LISTS SHAPES)
   set(_b "${WORK_DIR}/build-${shape}")
-  if(shape MATCHES "^missing")
+  if(shape STREQUAL "optional")
+    run_fails("consumer: optional components checked.*jitembed::video requires COMPONENTS video: target consumer links it, but video was asked for and not found"
+              ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${_b}" ${_configure} -DCONSUMER_SHAPE=${shape})
+  elseif(shape MATCHES "^missing")
     run_fails("jitembed::format requires COMPONENTS format"
               ${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${_b}" ${_configure} -DCONSUMER_SHAPE=${shape})
   else()

@@ -213,7 +213,6 @@ class record_builder {
     bytes_view view;
     byte_buffer owned;
     bool is_owned = false;
-    std::uint8_t flags = 0;
     std::optional<std::uint64_t> checksum;
     bytes_view payload() const noexcept { return is_owned ? bytes_view(owned) : view; }
   };
@@ -269,7 +268,7 @@ class record_builder {
   }
 
   result<void> push(std::string_view name, field_kind kind, codec::codec_id codec, bytes_view payload,
-                    const encoded_info& info, std::optional<std::uint64_t> checksum, std::uint8_t flags = 0) {
+                    const encoded_info& info, std::optional<std::uint64_t> checksum) {
     JITEMBED_TRY(check_name(name));
     JITEMBED_TRY(check_meta(name, kind, codec, payload.size(), info));
     pending p;
@@ -278,7 +277,6 @@ class record_builder {
     p.codec = codec;
     p.info = info;
     p.view = payload;
-    p.flags = flags;
     p.checksum = checksum;
     fields_.push_back(std::move(p));
     return {};
@@ -333,7 +331,7 @@ class record_builder {
       e[detail::kEDtype] = static_cast<std::byte>(f.info.dtype);
       e[detail::kERank] = static_cast<std::byte>(f.info.shape.size());
       e[detail::kEShuffle] = static_cast<std::byte>(f.info.shuffle);
-      e[detail::kEFlags] = static_cast<std::byte>(f.flags);
+      // entry flags (byte 43) and reserved bytes stay zero: 1.0 defines none
       const std::size_t rank = f.info.shape.size();
       for (std::size_t d = 0; d < rank; ++d) store_le<std::int64_t>(o + extra + 8 * d, f.info.shape[d]);
       std::memcpy(o + extra + 8 * rank, f.name.data(), f.name.size());

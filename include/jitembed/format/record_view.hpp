@@ -133,8 +133,10 @@ class record_view {
   record_view() = default;
 
   // Checks magic, version, sizes, the header checksum, every table entry (kinds, codecs, dtypes, shapes,
-  // names, payload offsets: 64-byte aligned, in order, non-overlapping, inside the record) against
-  // `limits`, before allocating anything that depends on them. `record` must be exactly the record.
+  // names: UTF-8, unique, zero-padded; payload offsets: 64-byte aligned, in order, non-overlapping, inside
+  // the record) against `limits`, and in a record of its own minor that reserved and flag bytes are zero,
+  // before allocating anything that depends on them (docs/format.md, "Order of checks: record").
+  // `record` must be exactly the record.
   static result<record_view> parse(bytes_view record, const decode_limits& limits = {},
                                    std::shared_ptr<const void> keep_alive = {});
 

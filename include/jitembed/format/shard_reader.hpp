@@ -24,7 +24,8 @@ class shard_reader {
  public:
   shard_reader() = default;
 
-  // Maps `path` and checks the header, trailer and the whole index (O(records), no allocation).
+  // Maps `path` and checks the file header, the trailer and the whole index: checksums, canonical spans,
+  // UTF-8 keys, zero padding (O(records + key bytes), no allocation). Records are checked by record(i).
   static result<shard_reader> open(const std::string& path, const decode_limits& limits = {}) {
     auto m = detail::mapped_file::open(path);
     if (!m) return m.error();

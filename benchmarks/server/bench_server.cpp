@@ -1,9 +1,11 @@
 // bench_server: drives jitembed-server (spawned on a loopback port) with N client threads over keep-alive
 // HTTP (net::http::client), KServe v2 binary requests: per-request overhead at concurrency 1, and image-latent
-// throughput / p50 / p99 vs concurrency with dynamic batching on vs off; perf_analyzer as a second load
+// throughput / p50 / p99 vs concurrency with dynamic batching on vs off; the shipped batching defaults
+// against batching off, with pass/fail thresholds (part "defaults"); perf_analyzer as a second load
 // generator when one is found. Table + JSON lines via bench_util.hpp.
 //
-//   bench_server [--server PATH] [--perf-analyzer PATH] [--seconds S] [parts: overhead image perf_analyzer]
+//   bench_server [--server PATH] [--perf-analyzer PATH] [--seconds S] [--rounds R]
+//                [parts: overhead image defaults perf_analyzer]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -93,6 +95,7 @@ class child {
   child& operator=(const child&) = delete;
   ~child() { stop(); }
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   bool running() {
     if (pid_ <= 0) return false;
     int st = 0;
@@ -153,6 +156,21 @@ class server_process {
   bool ready() const { return ready_; }
   std::uint16_t port() const { return port_; }
   int stop() { return proc_ ? proc_->stop() : -1; }
+  // CPU seconds (user + system) the server process has used so far; 0 when unknown.
+  double cpu_seconds() const {
+    if (!proc_ || proc_->pid() <= 0) return 0;
+    const std::string stat = read_text("/proc/" + std::to_string(proc_->pid()) + "/stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream in(stat.substr(close + 2));
+    std::string field;
+    unsigned long long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {  // fields 14 and 15: utime, stime (clock ticks)
+      if (i == 14) utime = std::stoull(field);
+      if (i == 15) stime = std::stoull(field);
+    }
+    return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
 
  private:
   std::string log_;
@@ -353,12 +371,14 @@ std::string base64(const std::string& in) {
 int main(int argc, char** argv) {
   std::string server_bin = JITEMBED_SERVER_PATH, pa_path;
   double seconds = 2.5;
+  int rounds = 6;  // part "defaults": alternating on/off slices per concurrency
   std::vector<char*> parts = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--server" && i + 1 < argc) server_bin = argv[++i];
     else if (a == "--perf-analyzer" && i + 1 < argc) pa_path = argv[++i];
     else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else parts.push_back(argv[i]);
   }
   const int pargc = static_cast<int>(parts.size());
@@ -421,7 +441,110 @@ int main(int argc, char** argv) {
     }
   }
 
-  // 3. perf_analyzer as the load generator (same servers, concurrency 1, 8, 32).
+  // 3. The shipped defaults (no batcher flags: the model's max batch, max_queue_delay_us 1000, idle
+  //    dispatch) against batching off (max batch 1, no delay). Both servers are up at once and driven in
+  //    short alternating slices (the order flips every round); each round gives one on/off ratio and the
+  //    median ratio is reported, so drift on the shared machine hits both alike. Batching must never
+  //    hurt: median on/off >= 0.9 at concurrency 1 and >= 1.0 at 32.
+  if (bench::wanted(pargc, parts.data(), "defaults")) {
+    const auto req = make_request("image-latent", "image", jpeg, "latent");
+    server_process on(server_bin, {"--model", "image-latent"}, "/tmp/bench_server_defaults_on.log");
+    server_process off(server_bin, {"--model", "image-latent", "--max-batch", "1", "--max-queue-delay-us", "0"},
+                       "/tmp/bench_server_defaults_off.log");
+    if (!on.ready() || !off.ready()) return 1;
+    struct level {
+      int concurrency;
+      double threshold;
+    };
+    const int slices = std::max(3, rounds);
+    const double slice_s = std::max(0.5, seconds / 2);
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      const std::size_t n = v.size();
+      return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+    };
+    std::printf("%-30s %10s %10s %8s %17s %10s %s\n", "defaults vs batching off", "on req/s", "off req/s", "ratio",
+                "ratio range", "threshold", "result");
+    std::vector<std::string> lines;
+    // Rows and batches the batching server has run so far (its Triton statistics).
+    const auto counts = [&]() -> std::pair<double, double> {
+      http::client c("127.0.0.1", on.port(), http::client_options{});
+      auto r = c.get("/v2/models/image-latent/stats");
+      if (!r || r->status != 200) return {0, 0};
+      const auto j = nlohmann::json::parse(r->body, nullptr, false);
+      if (j.is_discarded()) return {0, 0};
+      const auto& m = j["model_stats"][0];
+      return {m["inference_count"].get<double>(), m["execution_count"].get<double>()};
+    };
+    for (const level lv : {level{1, 0.9}, level{32, 1.0}}) {
+      const auto before = counts();
+      std::vector<double> ratios, on_rps, off_rps, on_p50, off_p50, on_p99, off_p99, on_cpu, off_cpu;
+      // Server CPU per request (warm-up included on both sides): less sensitive to other load than req/s.
+      const auto measured = [&](server_process& s, std::vector<double>& cpu) {
+        const double c0 = s.cpu_seconds();
+        auto res = drive(s.port(), req, lv.concurrency, slice_s);
+        const double used = s.cpu_seconds() - c0;
+        if (res.ok) cpu.push_back(used * 1e6 / static_cast<double>(res.ok));
+        return res;
+      };
+      for (int r = 0; r < slices; ++r) {
+        load_result a, b;
+        if (r % 2 == 0) {
+          a = measured(on, on_cpu);
+          b = measured(off, off_cpu);
+        } else {
+          b = measured(off, off_cpu);
+          a = measured(on, on_cpu);
+        }
+        if (a.failed || b.failed)
+          std::fprintf(stderr, "defaults c=%d: %zu / %zu failed, first: %s\n", lv.concurrency, a.failed, b.failed,
+                       (a.first_error.empty() ? b.first_error : a.first_error).c_str()), rc = 1;
+        if (b.rps() > 0) ratios.push_back(a.rps() / b.rps());
+        on_rps.push_back(a.rps()), off_rps.push_back(b.rps());
+        on_p50.push_back(a.p50_us), off_p50.push_back(b.p50_us);
+        on_p99.push_back(a.p99_us), off_p99.push_back(b.p99_us);
+      }
+      const auto after = counts();
+      const double mean_batch = after.second > before.second ? (after.first - before.first) / (after.second - before.second) : 0;
+      const double ratio = median(ratios);
+      const bool pass = ratio >= lv.threshold;
+      const double lo = ratios.empty() ? 0 : *std::min_element(ratios.begin(), ratios.end());
+      const double hi = ratios.empty() ? 0 : *std::max_element(ratios.begin(), ratios.end());
+      char range[64];
+      std::snprintf(range, sizeof range, "%.2f..%.2f", lo, hi);
+      char thr[16];
+      std::snprintf(thr, sizeof thr, ">= %.1f", lv.threshold);
+      std::printf("%-30s %10.1f %10.1f %8.3f %17s %10s %s\n", ("image-latent 256px c=" + std::to_string(lv.concurrency)).c_str(),
+                  median(on_rps), median(off_rps), ratio, range, thr, pass ? "pass" : "FAIL");
+      const nlohmann::json j = {{"bench", "server/defaults image-latent 256px on/off c=" + std::to_string(lv.concurrency)},
+                                {"ratio", ratio},
+                                {"threshold", lv.threshold},
+                                {"pass", pass},
+                                {"ratio_min", lo},
+                                {"ratio_max", hi},
+                                {"concurrency", lv.concurrency},
+                                {"on_req_per_s", median(on_rps)},
+                                {"off_req_per_s", median(off_rps)},
+                                {"on_p50_us", median(on_p50)},
+                                {"off_p50_us", median(off_p50)},
+                                {"on_p99_us", median(on_p99)},
+                                {"off_p99_us", median(off_p99)},
+                                {"on_server_cpu_us_per_req", median(on_cpu)},
+                                {"on_mean_batch", mean_batch},
+                                {"off_server_cpu_us_per_req", median(off_cpu)},
+                                {"slices", slices},
+                                {"slice_seconds", slice_s}};
+      lines.push_back(j.dump());
+    }
+    std::printf("\n");
+    for (const auto& l : lines) std::printf("%s\n", l.c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+    on.stop();
+    off.stop();
+  }
+
+  // 4. perf_analyzer as the load generator (same servers, concurrency 1, 8, 32).
   if (bench::wanted(pargc, parts.data(), "perf_analyzer")) {
     const auto pa = find_perf_analyzer(pa_path);
     if (!pa) {

@@ -202,27 +202,42 @@ bytes sealed(bytes b) {
 }
 bytes record(const record_spec& r) { return sealed(encode_record(r)); }
 
-bytes encode_batch(const std::vector<bytes>& recs, std::size_t extra_tail = 0) {
-  const std::size_t meta = 64 + 16 * recs.size();
+struct batch_options {
+  std::size_t extra_tail = 0;  // zero bytes after the last record, inside batch_size
+  std::uint16_t minor = 0, header_size = 64, entry_size = 16;
+  std::uint32_t flags = 0;
+  std::uint8_t fill = 0;  // reserved bytes and the bytes a newer minor appends to the header and entries
+};
+
+bytes encode_batch(const std::vector<bytes>& recs, batch_options o = {}) {
+  const std::size_t meta = o.header_size + o.entry_size * recs.size();
   std::size_t pos = align(meta, 64);
   bytes b(pos);
   std::memcpy(b.data(), "JEMB", 4);
   put<std::uint16_t>(b, 4, 1);
-  put<std::uint16_t>(b, 8, 64);
-  put<std::uint16_t>(b, 10, 16);
+  put<std::uint16_t>(b, 6, o.minor);
+  put<std::uint16_t>(b, 8, o.header_size);
+  put<std::uint16_t>(b, 10, o.entry_size);
   put<std::uint32_t>(b, 12, static_cast<std::uint32_t>(recs.size()));
+  put<std::uint32_t>(b, 24, o.flags);
+  if (o.fill) {
+    for (std::size_t k = 28; k < 48; ++k) b[k] = o.fill;
+    for (std::size_t k = 64; k < o.header_size; ++k) b[k] = o.fill;
+  }
   for (std::size_t i = 0; i < recs.size(); ++i) {
-    put<std::uint64_t>(b, 64 + 16 * i, pos);
-    put<std::uint64_t>(b, 64 + 16 * i + 8, recs[i].size());
+    const std::size_t e = o.header_size + o.entry_size * i;
+    put<std::uint64_t>(b, e, pos);
+    put<std::uint64_t>(b, e + 8, recs[i].size());
+    for (std::size_t k = 16; k < o.entry_size; ++k) b[e + k] = o.fill;
     b.insert(b.end(), recs[i].begin(), recs[i].end());
     pos += recs[i].size();
   }
-  b.resize(b.size() + extra_tail);
+  b.resize(b.size() + o.extra_tail);
   put<std::uint64_t>(b, 16, b.size());
   seal(b, meta);
   return b;
 }
-void seal_batch(bytes& b) { seal(b, 64 + 16 * std::size_t{get<std::uint32_t>(b, 12)}); }
+void seal_batch(bytes& b) { seal(b, get<std::uint16_t>(b, 8) + get<std::uint16_t>(b, 10) * std::size_t{get<std::uint32_t>(b, 12)}); }
 
 struct shard_options {
   std::size_t gap_before_index = 0;  // zero bytes between the last record and the index
@@ -635,6 +650,23 @@ void batches(generator& g) {
   g.accept("batch/two.jemb", "batch", "two records", two,
            {{"records", json::array({json{{"fields", record_content(small_a())}}, json{{"fields", record_content(small_b())}}})}});
   g.accept("batch/empty.jemb", "batch", "no records", encode_batch({}), {{"records", json::array()}});
+  batch_options newer;
+  newer.minor = 1;
+  newer.header_size = 72;
+  newer.entry_size = 24;
+  newer.flags = 0x4;
+  newer.fill = 0xee;
+  const bytes newer_batch = encode_batch({a, b2}, newer);
+  g.accept("batch/newer_minor.jemb", "batch",
+           "1.1: 72-byte header, 24-byte entries, an optional flag and the reserved bytes used (ignored by 1.0)", newer_batch,
+           {{"records", json::array({json{{"fields", record_content(small_a())}}, json{{"fields", record_content(small_b())}}})}});
+  {
+    bytes b = newer_batch;
+    put<std::uint16_t>(b, 6, 0);
+    seal_batch(b);
+    g.reject("batch/batch.header_size.own_minor.jemb", "batch", "batch.header_size", "corrupt_data",
+             "the 1.1 batch relabelled 1.0: header_size 72", b);
+  }
   auto patched = [&](auto&& fn, bool reseal = true) {
     bytes b = two;
     fn(b);
@@ -672,7 +704,9 @@ void batches(generator& g) {
   g.reject("batch/batch.record.bounds.jemb", "batch", "batch.record.bounds", "corrupt_data", "record 1 size runs past batch_size",
            patched([](bytes& b) { put<std::uint64_t>(b, 88, get<std::uint64_t>(b, 88) + 64); }));
   {
-    bytes b = encode_batch({a, b2}, 64);
+    batch_options o;
+    o.extra_tail = 64;
+    bytes b = encode_batch({a, b2}, o);
     g.reject("batch/batch.end.jemb", "batch", "batch.end", "corrupt_data", "64 bytes after the last record inside batch_size", b);
   }
   g.reject("batch/batch.record.jemb", "batch", "batch.record", "checksum_mismatch", "a byte of record 1's field table flipped",
@@ -691,6 +725,18 @@ void shards(generator& g) {
   content.push_back({{"key", recs[2].first}, {"fields", record_content(small_c())}});
   g.accept("shard/three.jems", "shard", "three records, keys ascii / empty / UTF-8", three, {{"records", content}});
   g.accept("shard/empty.jems", "shard", "no records: header, empty index, trailer", encode_shard({}), {{"records", json::array()}});
+  {
+    bytes b = three;
+    const std::size_t tt = b.size() - 64;
+    put<std::uint16_t>(b, 6, 1);
+    put<std::uint16_t>(b, tt + 10, 1);
+    for (std::size_t k = 8; k < 64; ++k) b[k] = 0x5a;
+    for (std::size_t k = 12; k < 16; ++k) b[tt + k] = 0x5a;
+    for (std::size_t k = 48; k < 56; ++k) b[tt + k] = 0x5a;
+    seal_shard(b, false);
+    g.accept("shard/newer_minor.jems", "shard", "1.1: file header bytes 8..63 and the trailer's reserved bytes used (ignored by 1.0)", b,
+             {{"records", content}});
+  }
 
   const std::size_t t = three.size() - 64;
   const std::size_t index_offset = get<std::uint64_t>(three, t + 16), index_size = get<std::uint64_t>(three, t + 24);

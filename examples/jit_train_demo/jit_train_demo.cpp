@@ -153,7 +153,6 @@ struct shared_state {
   std::int64_t failed = 0, verified = 0, mismatches = 0;
   std::vector<std::string> problems;  // first few failures / mismatches, for the notes
   std::vector<source_counters> epoch_counters;  // per epoch, summed over ranks (deltas)
-  std::vector<std::vector<std::uint64_t>> lookups;  // [rank][epoch]: embeddings received = cache lookups made
   run_record rec;
   std::atomic<bool> failed_run{false};
   std::string fatal;
@@ -210,7 +209,6 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
       {
         std::lock_guard lock(sh.mu);
         for (const auto& s : samples) {
-          sh.lookups[static_cast<std::size_t>(rank)][static_cast<std::size_t>(e)] += s.embeddings.size();
           ++sh.seen[static_cast<std::size_t>(e)][s.id.empty() ? "#" + std::to_string(s.index) : s.id];
           if (!s.ok()) {
             ++sh.failed;
@@ -326,7 +324,8 @@ result<cache::any_store> make_cache(const cli_options& o) {
   auto mem = cache::any_store(std::make_shared<cache::memory_cache>(o.cache_mb << 20));
   if (o.cache_dir.empty()) return mem;
 #ifdef JITEMBED_HAS_LMDB
-  auto l = cache::lmdb_cache::open({.path = o.cache_dir});
+  // No fsync per put: a lost put after an OS crash is only a future miss.
+  auto l = cache::lmdb_cache::open({.path = o.cache_dir, .sync = false});
   if (!l) return l.error();
   cache::any_store disk;
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(*l)>, cache::lmdb_cache>)
@@ -380,7 +379,6 @@ int run(cli_options& o) {
   shared_state sh;
   sh.seen.resize(static_cast<std::size_t>(o.epochs));
   sh.epoch_counters.resize(static_cast<std::size_t>(o.epochs));
-  sh.lookups.assign(static_cast<std::size_t>(o.tp), std::vector<std::uint64_t>(static_cast<std::size_t>(o.epochs)));
   auto& rec = sh.rec;
   rec.mode = o.mode;
   rec.tp = o.tp;
@@ -394,7 +392,7 @@ int run(cli_options& o) {
   std::vector<server_process> servers;
   std::optional<client::jit_client> cl;
   std::vector<std::unique_ptr<batch_source>> sources;
-  std::vector<std::shared_ptr<lookup_log>> logs;  // per rank, around the shared cache
+  std::shared_ptr<lookup_log> cache_log;  // around the cache the ranks' loaders share
   const auto per_rank_batch = static_cast<std::size_t>(o.batch / o.tp);
   if (o.mode == "jit") {
     client::client_options co;
@@ -416,7 +414,7 @@ int run(cli_options& o) {
       }
     }
     cl = client::jit_client::create(std::move(co)).value();
-    auto cache = make_cache(o).value();
+    cache_log = std::make_shared<lookup_log>(make_cache(o).value());
     for (int r = 0; r < o.tp; ++r) {
       client::loader_options lo;
       lo.embeddings = embedding_specs();
@@ -429,8 +427,7 @@ int run(cli_options& o) {
       lo.world_size = static_cast<std::size_t>(o.tp);
       lo.seed = o.seed;
       lo.shuffle = o.shuffle;
-      logs.push_back(std::make_shared<lookup_log>(cache));
-      lo.cache = cache::any_store(logs.back());
+      lo.cache = cache::any_store(cache_log);
       sources.push_back(std::make_unique<loader_source>(client::jit_loader::create(ds, *cl, std::move(lo)).value()));
     }
   } else {
@@ -477,11 +474,11 @@ int run(cli_options& o) {
     rec.embed_requests += c.requests;
     rec.retries += c.resubmits;
   }
-  for (std::size_t r = 0; r < logs.size(); ++r) {
-    const auto split = logs[r]->split(sh.lookups[r]);
-    for (std::size_t e = 0; e < rec.epochs.size() && e < split.size(); ++e) {
-      rec.epochs[e].cache_hits += split[e].first;
-      rec.epochs[e].cache_lookups += split[e].second;
+  if (cache_log) {
+    const auto split = cache_log->per_epoch(rec.epochs.size());
+    for (std::size_t e = 0; e < rec.epochs.size(); ++e) {
+      rec.epochs[e].cache_hits = split[e].first;
+      rec.epochs[e].cache_lookups = split[e].second;
     }
   }
   if (cl) {

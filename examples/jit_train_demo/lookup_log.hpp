@@ -1,13 +1,17 @@
-// jit_train_demo: per-epoch cache hit rates. The loader prefetches across the epoch boundary, so its
-// cumulative counters read when an epoch ends already hold some of the next epoch's lookups. This store
-// wraps the real one and logs every lookup's outcome in order; the trainer knows how many lookups each
-// epoch made (one per embedding it received), and splits the log by those counts.
+// jit_train_demo: per-epoch cache hit rates. The loader prefetches across the epoch boundary (and, with
+// --tp, ranks share one cache), so its counters read when an epoch ends already hold some of the next
+// epoch's lookups. This store wraps the real one and logs every lookup (key, hit) in order. Each (sample,
+// model) is looked up once per epoch, so the n-th lookup of a key belongs to epoch n — or, for a key that
+// m samples share (the same caption twice), lookups n·m .. n·m + m − 1 do.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "jitembed/cache/tiered_cache.hpp"
@@ -16,7 +20,7 @@ namespace jit_train_demo {
 
 using namespace jitembed;
 
-// A cache_store that forwards to `inner` and records hit (1) / miss (0) per lookup. Copies share the log.
+// A cache_store that forwards to `inner` and records (key, hit) per lookup. Copies share the log.
 class lookup_log {
  public:
   explicit lookup_log(cache::any_store inner) : s_(std::make_shared<state>(std::move(inner))) {}
@@ -24,13 +28,14 @@ class lookup_log {
   std::optional<cache::cached_value> get(const cache::cache_key& k) {
     auto v = s_->inner.get(k);
     std::lock_guard lock(s_->mu);
-    s_->log.push_back(v.has_value() ? 1 : 0);
+    s_->log.push_back({k, v.has_value() ? std::uint8_t{1} : std::uint8_t{0}});
     return v;
   }
   std::vector<std::optional<cache::cached_value>> multi_get(std::span<const cache::cache_key> keys) {
     auto v = s_->inner.multi_get(keys);
     std::lock_guard lock(s_->mu);
-    for (const auto& x : v) s_->log.push_back(x.has_value() ? 1 : 0);
+    for (std::size_t i = 0; i < v.size() && i < keys.size(); ++i)
+      s_->log.push_back({keys[i], v[i].has_value() ? std::uint8_t{1} : std::uint8_t{0}});
     return v;
   }
   bool put(const cache::cache_key& k, bytes_view v) { return s_->inner.put(k, v); }
@@ -38,18 +43,18 @@ class lookup_log {
   bool erase(const cache::cache_key& k) { return s_->inner.erase(k); }
   cache::cache_stats stats() const { return s_->inner.stats(); }
 
-  // Hits and lookups of consecutive slices of the log, `counts[e]` lookups each (the last slice takes
-  // whatever is left over).
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> split(std::span<const std::uint64_t> counts) const {
+  // Hits and lookups per epoch of a run of `epochs` epochs (by each key's lookup ordinal, see above).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> per_epoch(std::size_t epochs) const {
     std::lock_guard lock(s_->mu);
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
-    std::size_t at = 0;
-    for (std::size_t e = 0; e < counts.size(); ++e) {
-      const std::size_t end = e + 1 == counts.size() ? s_->log.size() : std::min(s_->log.size(), at + counts[e]);
-      std::uint64_t hits = 0;
-      for (std::size_t i = at; i < end; ++i) hits += s_->log[i];
-      out.push_back({hits, end - at});
-      at = end;
+    std::unordered_map<cache::cache_key, std::uint64_t, cache::cache_key_hasher> total, seen;
+    for (const auto& [k, hit] : s_->log) ++total[k];
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out(epochs);
+    if (epochs == 0) return out;
+    for (const auto& [k, hit] : s_->log) {
+      const std::uint64_t m = std::max<std::uint64_t>(1, (total[k] + epochs - 1) / epochs);  // samples sharing the key
+      const auto e = std::min<std::uint64_t>(seen[k]++ / m, epochs - 1);
+      out[e].first += hit;
+      out[e].second += 1;
     }
     return out;
   }
@@ -59,7 +64,7 @@ class lookup_log {
     explicit state(cache::any_store s) : inner(std::move(s)) {}
     cache::any_store inner;
     mutable std::mutex mu;
-    std::vector<std::uint8_t> log;
+    std::vector<std::pair<cache::cache_key, std::uint8_t>> log;
   };
   std::shared_ptr<state> s_;
 };

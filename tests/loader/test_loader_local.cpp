@@ -89,8 +89,7 @@ TEST_CASE("cache: epoch 2 with a warm memory cache sends no request") {
   REQUIRE_MESSAGE(l.has_value(), l.error().message);
   auto e1 = drain(*l);
   REQUIRE(e1.samples.size() == 20);
-  const auto s1 = l->stats();
-  CHECK(s1.cache_hits == 0);
+  const auto s1 = l->stats();  // the loader may already be prefetching epoch 2 (from the cache)
   CHECK(s1.cache_misses == 20 + 15);  // 20 captions + 15 images
   CHECK(s1.cache_puts == 35);
   CHECK(s1.client.requests > 0);
@@ -100,7 +99,8 @@ TEST_CASE("cache: epoch 2 with a warm memory cache sends no request") {
   const auto s2 = l->stats();
   CHECK(s2.client.requests == s1.client.requests);
   CHECK(s2.requests == s1.requests);
-  CHECK(s2.cache_hits == 35);
+  CHECK(s2.cache_hits >= 35);  // epoch 3 may be prefetching (from the cache) already
+  CHECK(s2.cache_misses == 35);
   for (const auto& s : e2.samples) check_against_reference(ds.data, s);
 }
 
@@ -190,4 +190,27 @@ TEST_CASE("a loader that owns its client; moved loaders keep working") {
   jit_loader moved = std::move(*l);
   auto d = drain(moved);
   CHECK(d.order.size() == 9);
+}
+
+TEST_CASE("the next epoch is prefetched before the trainer reaches it") {
+  temp_dataset ds(12);
+  auto c = local_client();
+  auto o = base_options();
+  o.shuffle = true;
+  o.seed = 5;
+  auto l = jit_loader::create(ds.data, c, o);
+  REQUIRE(l.has_value());
+  const auto steps = l->steps_per_epoch();
+  auto first = drain(*l, steps);  // every step of epoch 0, not yet the end-of-epoch nullopt
+  CHECK(first.order.size() == 12);
+  // Epoch 1's samples become ready while the trainer has not asked for them.
+  REQUIRE(eventually([&] { return l->stats().ready >= 12; }));
+  CHECK(l->stats().buffered == 12);
+  CHECK(l->epoch() == 0);
+  auto end = l->next();
+  REQUIRE(end.has_value());
+  CHECK_FALSE(*end);
+  auto second = drain(*l);
+  CHECK(second.order == client::detail::loader_permutation(12, 5, 1, true));
+  for (const auto& s : second.samples) check_against_reference(ds.data, s);
 }

@@ -4,8 +4,11 @@
 //
 // Invariants (all under mu_):
 // - every position of this rank's epoch sequence is, in order: not admitted -> in exactly one chunk ->
-//   in ready_ -> delivered (delivered_[pos]); nothing leaves a chunk except by publish(), which moves all
-//   of the chunk's samples into ready_ at once;
+//   in ready_ -> delivered (delivered_[pos]); nothing leaves a chunk except by release(), which moves
+//   all of the chunk's samples into ready_ at once;
+// - once every position of the current epoch is admitted and completed, admission goes on into the next
+//   epoch's plan (one epoch ahead at most), so the first step of an epoch need not wait; those samples
+//   are keyed by their epoch in ready_ and are not part of the current epoch's checkpoint;
 // - buffered_ (admitted, not delivered) <= max_buffered, chunks_in_flight_ <= requests_in_flight;
 // - outstanding_ == live_.size() == requests sent whose callback has not run yet.
 // The client's callback only moves its result into finished_ (short, under the lock); workers do the
@@ -56,7 +59,7 @@ struct loader_group {
 using named_rows = std::vector<std::pair<std::string, tensor>>;
 
 struct chunk_sample {
-  std::uint64_t pos = 0;
+  std::uint64_t epoch = 0, pos = 0;
   loaded_sample out;
   format::sample src;                           // keeps the field bytes alive until the chunk completes
   std::vector<std::string> texts;               // per group: owned UTF-8 of a text field
@@ -126,13 +129,13 @@ class loader_state {
       cv_.wait(lock, [&] {
         if (closed_) return true;
         for (auto p : want)
-          if (!ready_.contains(p)) return false;
+          if (!ready_.contains({epoch_, p})) return false;
         return true;
       });
     } else {
-      cv_.wait(lock, [&] { return closed_ || ready_.size() >= size; });
+      cv_.wait(lock, [&] { return closed_ || ready_current_ >= size; });
       if (!closed_) {
-        for (auto it = ready_.begin(); want.size() < size; ++it) want.push_back(it->first);
+        for (auto it = ready_.begin(); want.size() < size; ++it) want.push_back(it->first.second);  // current epoch first
       }
     }
     if (closed_) return fail(errc::cancelled, "jit_loader: closed while waiting");
@@ -141,9 +144,10 @@ class loader_state {
     b.step = steps_done_++;
     b.samples.reserve(want.size());
     for (auto p : want) {
-      auto it = ready_.find(p);
+      auto it = ready_.find({epoch_, p});
       b.samples.push_back(std::move(it->second));
       ready_.erase(it);
+      --ready_current_;
       delivered_[p] = true;
       if (!b.samples.back().ok()) ++failed_total_;
     }
@@ -311,11 +315,25 @@ class loader_state {
 
   void start_epoch_locked(std::uint64_t e) {
     epoch_ = e;
-    plan_ = epoch_plan::make(ds_.size(), opts_.world_size, opts_.rank, opts_.batch_size, opts_.seed, e, opts_.shuffle);
+    if (next_plan_ && next_epoch_ == e) {  // admission already went into this epoch
+      plan_ = std::move(*next_plan_);
+      next_admit_ = next_epoch_admit_;
+    } else {
+      plan_ = make_plan(e);
+      next_admit_ = 0;
+    }
+    next_plan_.reset();
+    next_epoch_admit_ = 0;
     delivered_.assign(static_cast<std::size_t>(plan_.count()), false);
     steps_done_ = 0;
     head_ = 0;
-    next_admit_ = 0;
+    ready_current_ = 0;
+    for (const auto& [key, v] : ready_)
+      if (key.first == e) ++ready_current_;
+  }
+
+  epoch_plan make_plan(std::uint64_t e) const {
+    return epoch_plan::make(ds_.size(), opts_.world_size, opts_.rank, opts_.batch_size, opts_.seed, e, opts_.shuffle);
   }
 
   result<void> restore(bytes_view bytes) {
@@ -350,27 +368,46 @@ class loader_state {
 
   // --- workers ---------------------------------------------------------------------------------------
 
-  // The positions of the next chunk, or none when the window, the depth or the epoch does not allow one.
-  std::vector<std::uint64_t> admit_locked() {
-    std::vector<std::uint64_t> pos;
-    if (chunks_in_flight_ >= opts_.requests_in_flight) return pos;
-    while (next_admit_ < delivered_.size() && delivered_[next_admit_]) ++next_admit_;
-    if (next_admit_ >= delivered_.size()) return pos;
-    const std::size_t room = opts_.max_buffered - buffered_;
-    std::uint64_t p = next_admit_;
-    std::size_t want = opts_.samples_per_request;
-    // A full chunk unless the epoch has fewer left: wait for room instead of sending small requests.
-    std::size_t left = 0;
-    for (std::uint64_t q = p; q < delivered_.size() && left < want; ++q) left += delivered_[q] ? 0 : 1;
-    want = std::min(want, left);
-    if (room < want) return pos;
-    for (; p < delivered_.size() && pos.size() < want; ++p)
-      if (!delivered_[p]) pos.push_back(p);
-    next_admit_ = p;
-    buffered_ += pos.size();
+  struct admitted {
+    std::uint64_t epoch, pos, index;
+  };
+
+  // The next chunk: up to B positions not delivered yet, from `from` on in `plan` (delivered: nullptr
+  // when none is). Empty when the window has no room for a full chunk (or what is left of the epoch).
+  std::vector<admitted> take_locked(const epoch_plan& plan, std::uint64_t e, const std::vector<bool>* delivered, std::uint64_t& from) {
+    std::vector<admitted> out;
+    const std::uint64_t count = plan.count();
+    auto done = [&](std::uint64_t q) { return delivered && (*delivered)[static_cast<std::size_t>(q)]; };
+    while (from < count && done(from)) ++from;
+    if (from >= count) return out;
+    std::size_t want = opts_.samples_per_request, left = 0;
+    for (std::uint64_t q = from; q < count && left < want; ++q) left += done(q) ? 0 : 1;
+    want = std::min(want, left);  // a full chunk unless the epoch has fewer left: wait for room instead
+    if (opts_.max_buffered - buffered_ < want) return out;
+    std::uint64_t p = from;
+    for (; p < count && out.size() < want; ++p)
+      if (!done(p)) out.push_back({e, p, plan.index(p)});
+    from = p;
+    buffered_ += out.size();
     max_buffered_seen_ = std::max<std::uint64_t>(max_buffered_seen_, buffered_);
     ++chunks_in_flight_;
-    return pos;
+    return out;
+  }
+
+  // The next chunk of the current epoch, or once it is all admitted, of the next one.
+  std::vector<admitted> admit_locked() {
+    if (chunks_in_flight_ >= opts_.requests_in_flight) return {};
+    while (next_admit_ < delivered_.size() && delivered_[next_admit_]) ++next_admit_;
+    if (next_admit_ < delivered_.size()) return take_locked(plan_, epoch_, &delivered_, next_admit_);
+    if (!next_plan_) {
+      // Only once the current epoch's chunks have all completed: their cache puts are done, so a warm
+      // cache answers every lookup of the next epoch (none is sent twice because it was still in flight).
+      if (chunks_in_flight_ != 0) return {};
+      next_plan_ = make_plan(epoch_ + 1);
+      next_epoch_ = epoch_ + 1;
+      next_epoch_admit_ = 0;
+    }
+    return take_locked(*next_plan_, next_epoch_, nullptr, next_epoch_admit_);
   }
 
   void work() {
@@ -384,11 +421,8 @@ class loader_state {
         lock.lock();
         continue;
       }
-      auto pos = admit_locked();
-      if (!pos.empty()) {
-        std::vector<std::pair<std::uint64_t, std::uint64_t>> items;  // (position, data set index)
-        items.reserve(pos.size());
-        for (auto p : pos) items.emplace_back(p, plan_.index(p));
+      auto items = admit_locked();
+      if (!items.empty()) {
         lock.unlock();
         run_chunk(items);
         lock.lock();
@@ -463,17 +497,18 @@ class loader_state {
     return std::move(*ts);
   }
 
-  void run_chunk(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& items) {
+  void run_chunk(const std::vector<admitted>& items) {
     auto chunk = std::make_shared<loader_chunk>();
     chunk->pending = 1;
     try {
       chunk->samples.resize(items.size());
       for (std::size_t i = 0; i < items.size(); ++i) {
         auto& s = chunk->samples[i];
-        s.pos = items[i].first;
-        s.out.index = items[i].second;
+        s.epoch = items[i].epoch;
+        s.pos = items[i].pos;
+        s.out.index = items[i].index;
         try {
-          read_sample(s, items[i].second);
+          read_sample(s, items[i].index);
         } catch (...) {
           s.out.error = from_exception();
         }
@@ -600,7 +635,9 @@ class loader_state {
               for (std::size_t d = 1; d < t.rank(); ++d) s.push_back(t.size(d));
               const std::size_t row_bytes = t.nbytes() / n;
               auto* p = static_cast<std::byte*>(t.data()) + k * row_bytes;
-              row.emplace_back(name, tensor::wrap(t.owner(), tensor_view(static_cast<void*>(p), t.dtype(), s)));
+              tensor_view v(static_cast<void*>(p), t.dtype(), s);
+              if (t.owner()) row.emplace_back(name, tensor::wrap(t.owner(), v));
+              else row.emplace_back(name, tensor::copy_of(v.bytes(), v.dtype(), v.shape()));  // nothing to share
             }
             if (opts_.cache) fill_cache(chunk.samples[i].keys[req.group], row);
             chunk.samples[i].rows[req.group] = std::move(row);
@@ -641,7 +678,10 @@ class loader_state {
     }
     for (auto& s : chunk->samples) finish_sample(s);
     std::lock_guard lock(mu_);
-    for (auto& s : chunk->samples) ready_.emplace(s.pos, std::move(s.out));
+    for (auto& s : chunk->samples) {
+      if (s.epoch == epoch_) ++ready_current_;
+      ready_.emplace(std::pair{s.epoch, s.pos}, std::move(s.out));
+    }
     --chunks_in_flight_;
     cv_.notify_all();
   }
@@ -691,7 +731,10 @@ class loader_state {
   epoch_plan plan_;
   std::vector<bool> delivered_;
   std::uint64_t steps_done_ = 0, head_ = 0, next_admit_ = 0;
-  std::map<std::uint64_t, loaded_sample> ready_;  // by position (completion order takes the lowest ready)
+  std::map<std::pair<std::uint64_t, std::uint64_t>, loaded_sample> ready_;  // by (epoch, position)
+  std::uint64_t ready_current_ = 0;                // entries of ready_ in epoch_
+  std::optional<epoch_plan> next_plan_;            // the next epoch's, once admission reached it
+  std::uint64_t next_epoch_ = 0, next_epoch_admit_ = 0;
   std::uint64_t buffered_ = 0, max_buffered_seen_ = 0, chunks_in_flight_ = 0, outstanding_ = 0;
   std::uint64_t next_token_ = 1;
   std::unordered_map<std::uint64_t, loader_request> live_;

@@ -1,6 +1,6 @@
 # ctest driver for jit_train_demo: a short inline run and a short jit run (both --verify) on the same
 # generated data, then the checks on their JSON lines. Usage:
-#   cmake -DDEMO=<jit_train_demo> -DOUT=<dir> [-DTP=1] [-DEPOCHS=2] -P compare_runs.cmake
+#   cmake -DDEMO=<jit_train_demo> -DOUT=<dir> [-DTP=1] [-DEPOCHS=2] [-DJIT_ARGS="--servers;2"] -P compare_runs.cmake
 if(NOT DEMO OR NOT OUT)
   message(FATAL_ERROR "compare_runs.cmake needs -DDEMO=<jit_train_demo> and -DOUT=<dir>")
 endif()
@@ -14,7 +14,11 @@ set(common --tp ${TP} --epochs ${EPOCHS} --images 48 --videos 8 --batch 16 --out
            --sleep-us 1000 --sleep-us-per-row 100)
 
 function(run_demo mode outvar)
-  execute_process(COMMAND ${DEMO} --mode ${mode} ${common} --report ${OUT}/report-${mode}.html
+  set(extra "")
+  if(mode STREQUAL "jit")
+    set(extra ${JIT_ARGS})
+  endif()
+  execute_process(COMMAND ${DEMO} --mode ${mode} ${common} ${extra} --report ${OUT}/report-${mode}.html
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
   message(STATUS "--- ${mode} (exit ${rc})\n${out}")
   if(NOT rc EQUAL 0)

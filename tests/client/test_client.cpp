@@ -166,7 +166,7 @@ TEST_CASE("balance: equal servers within 25% of their fair share over 3000 reque
   }
   SUBCASE("slow") {
     fake_server a(always_ok()), b(always_ok());
-    fake_server slow([](const seen_request&, const std::vector<std::string_view>&) { return action{.delay = 30ms}; });
+    fake_server slow([](const seen_request&, const std::vector<std::string_view>&) { return action{.delay = 100ms}; });
     auto o = options_for({a.url(), b.url(), slow.url()});
     o.hedge.enabled = false;
     auto c = cl::jit_client::create(o).value();
@@ -278,7 +278,8 @@ TEST_CASE("deadlines and hedging: a server that accepts and never answers") {
     fake_server hang([](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = true}; });
     auto o = options_for({hang.url()});
     auto c = cl::jit_client::create(o).value();
-    auto req = request("m", rows_of(1, 0));
+    const auto rows = rows_of(1, 0);  // the request views these bytes until embed() returns
+    auto req = request("m", rows);
     req.timeout = 200ms;
     const auto t0 = std::chrono::steady_clock::now();
     auto r = c.embed(req).get();

@@ -59,7 +59,8 @@ class jit_client {
   std::vector<std::string> endpoints() const;  // current (not draining) endpoint URLs
   bool local() const noexcept;
 
-  // Stops accepting requests, cancels what is still in flight, joins the threads. Idempotent.
+  // Stops accepting requests, cancels what is still in flight, joins the threads. Idempotent. Not from
+  // inside an embed callback (it runs on a thread close() joins); the destructor calls it.
   void close();
 
  private:
@@ -79,7 +80,7 @@ inline result<jit_client> jit_client::create(client_options opts) {
   return jit_client(std::move(*s));
 }
 inline jit_client::~jit_client() {
-  if (state_ && state_.use_count() == 1) state_->close();
+  if (state_) state_->close();  // the only owner (move-only): completes what is in flight with cancelled
 }
 inline jit_client::request_id jit_client::embed(embed_request req, embed_callback done) {
   return state_->embed(std::move(req), std::move(done));

@@ -15,7 +15,10 @@
 
 namespace jitembed::client::detail {
 
-class client_state : public std::enable_shared_from_this<client_state> {
+// Handlers hold `this`, not a shared_ptr: the owning jit_client closes the state (joining every thread
+// that runs handlers) before it is destroyed, so no handler outlives it and no handler can be the one that
+// destroys it on its own thread.
+class client_state {
  public:
   using call_ptr = std::shared_ptr<remote_call>;
   using attempt_ptr = std::shared_ptr<remote_attempt>;
@@ -137,7 +140,8 @@ class client_state : public std::enable_shared_from_this<client_state> {
     auto it = calls_.find(id);
     if (it == calls_.end() || it->second->done) return false;
     ++stats_.cancelled;
-    finish(it->second, fail(errc::cancelled, "embed: cancelled"), d);
+    const call_ptr c = it->second;  // finish() erases the map entry
+    finish(c, fail(errc::cancelled, "embed: cancelled"), d);
     return true;
   }
 
@@ -633,9 +637,11 @@ class client_state : public std::enable_shared_from_this<client_state> {
     a->conn = std::make_shared<http_conn>(ioc_);
     ++ep.open_conns;
     ++ep.conns_opened;
-    const auto self = shared_from_this();
+    client_state* const self = this;  // close() joins the I/O threads before the state goes
     a->conn->stream.expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
-    a->conn->stream.async_connect(ep.resolved, [self, a](boost::system::error_code ec, const tcp::endpoint&) {
+    // Every handler holds the connection: Beast's operations use the stream and buffer until they complete,
+    // even when the attempt has dropped the connection (closing it only makes them complete early).
+    a->conn->stream.async_connect(ep.resolved, [self, a, conn = a->conn](boost::system::error_code ec, const tcp::endpoint&) {
       deferred dd;
       std::lock_guard lk(self->mu_);
       if (a->finished) return;
@@ -647,10 +653,10 @@ class client_state : public std::enable_shared_from_this<client_state> {
   }
 
   void write(const attempt_ptr& a) {
-    const auto self = shared_from_this();
+    client_state* const self = this;  // close() joins the I/O threads before the state goes
     a->conn->stream.expires_at(a->call->deadline);
     ++a->conn->uses;
-    asio::async_write(a->conn->stream, a->bufs, [self, a](boost::system::error_code ec, std::size_t) {
+    asio::async_write(a->conn->stream, a->bufs, [self, a, conn = a->conn](boost::system::error_code ec, std::size_t) {
       deferred d;
       std::lock_guard lk(self->mu_);
       if (a->finished) return;
@@ -660,11 +666,12 @@ class client_state : public std::enable_shared_from_this<client_state> {
   }
 
   void read(const attempt_ptr& a) {
-    const auto self = shared_from_this();
+    client_state* const self = this;  // close() joins the I/O threads before the state goes
     a->conn->parser.emplace();
     a->conn->parser->header_limit(1 << 20);
     a->conn->parser->body_limit(opts_.max_response_bytes);
-    bhttp::async_read(a->conn->stream, a->conn->buffer, *a->conn->parser, [self, a](boost::system::error_code ec, std::size_t) {
+    bhttp::async_read(a->conn->stream, a->conn->buffer, *a->conn->parser,
+                      [self, a, conn = a->conn](boost::system::error_code ec, std::size_t) {
       deferred d;
       std::lock_guard lk(self->mu_);
       if (a->finished) return;
@@ -859,7 +866,7 @@ class client_state : public std::enable_shared_from_this<client_state> {
     if (!counts_attempt) delay = std::max<std::chrono::microseconds>(delay, std::chrono::milliseconds(10));
     const auto at = std::min(c->deadline, now + delay);
     c->retry_timer = std::make_unique<asio::steady_timer>(ioc_, at);
-    const auto self = shared_from_this();
+    client_state* const self = this;  // close() joins the I/O threads before the state goes
     c->retry_timer->async_wait([self, c](boost::system::error_code ec) {
       if (ec) return;
       deferred dd;
@@ -876,15 +883,18 @@ class client_state : public std::enable_shared_from_this<client_state> {
     const auto delay = std::chrono::duration<double, std::milli>(
         std::max<double>(hedge_after_ms_, static_cast<double>(opts_.hedge.min_delay.count())));
     c->hedge_timer = std::make_unique<asio::steady_timer>(ioc_, std::chrono::duration_cast<clock::duration>(delay));
-    const auto self = shared_from_this();
+    client_state* const self = this;  // close() joins the I/O threads before the state goes
     c->hedge_timer->async_wait([self, c](boost::system::error_code ec) {
       if (ec) return;
       deferred d;
       std::lock_guard lk(self->mu_);
       if (c->done || c->hedged || c->active.empty() || self->closed_) return;
+      // Only toward an endpoint with fewer requests in flight than the primary's: when every endpoint is
+      // as busy, the delay is queueing, and a hedge would only add load to a saturated fleet.
       const auto now = clock::now();
+      const std::uint64_t primary = c->active.front()->ep->outstanding;
       const bool other = std::any_of(self->endpoints_.begin(), self->endpoints_.end(), [&](const auto& e) {
-        return !c->tried.count(e.get()) && self->eligible(*e, *c, now);
+        return !c->tried.count(e.get()) && self->eligible(*e, *c, now) && e->outstanding < primary;
       });
       if (!other) return;
       if (!self->budget_.try_spend(now)) {
@@ -902,7 +912,7 @@ class client_state : public std::enable_shared_from_this<client_state> {
     ++stats_.row_splits;
     auto results = std::make_shared<std::vector<std::optional<result<embed_result>>>>(c->n_rows);
     auto left = std::make_shared<std::size_t>(c->n_rows);
-    const auto self = shared_from_this();
+    client_state* const self = this;  // close() joins the I/O threads before the state goes
     for (std::size_t i = 0; i < c->n_rows; ++i) {
       auto child = std::make_shared<remote_call>();
       child->internal = true;

@@ -59,13 +59,13 @@ TEST_CASE("caller sequencer delivers in sequence order whatever order completion
 }
 
 TEST_CASE("resolution buckets pick the closest aspect ratio, then the closest area") {
-  CHECK(resolution_buckets::make({}).code() == errc::invalid_argument);
-  auto zero = resolution_buckets::make({{512, 0}});
+  CHECK(resolution_buckets::create({}).code() == errc::invalid_argument);
+  auto zero = resolution_buckets::create({{512, 0}});
   CHECK(zero.error().message == "resolution_buckets: bucket 0 is 512x0 (zero dimension)");
-  CHECK(resolution_buckets::make({{512, 512}, {512, 512}}).error().message ==
+  CHECK(resolution_buckets::create({{512, 512}, {512, 512}}).error().message ==
         "resolution_buckets: bucket 1 repeats bucket 0");
 
-  auto rb = resolution_buckets::make({{1024, 1024}, {768, 1344}, {1344, 768}, {512, 512}}).value();
+  auto rb = resolution_buckets::create({{1024, 1024}, {768, 1344}, {1344, 768}, {512, 512}}).value();
   CHECK(rb.nearest(1000, 1000).value() == resolution{1024, 1024});  // same aspect, area closer to 1024^2
   CHECK(rb.nearest(400, 420).value() == resolution{512, 512});
   CHECK(rb.nearest(1080, 1920).value() == resolution{768, 1344});   // landscape 16:9

@@ -26,7 +26,7 @@ struct resolution {
 class resolution_buckets {
  public:
   // Fails with invalid_argument for an empty list, a zero dimension or a resolution given twice.
-  static result<resolution_buckets> make(std::vector<resolution> buckets) {
+  static result<resolution_buckets> create(std::vector<resolution> buckets) {
     if (buckets.empty()) return fail(errc::invalid_argument, "resolution_buckets: no buckets");
     for (std::size_t i = 0; i < buckets.size(); ++i) {
       if (buckets[i].height == 0 || buckets[i].width == 0)

@@ -3,11 +3,11 @@
 # (apt-get update runs only then).
 #   bash scripts/install-deps.sh [set...]        default: all
 # Sets:
-#   <component>  a jitembed component and every component it needs (core, batching, kserve, http, zstd,
-#                format, cache, lmdb, redis, jpeg, video, models, torch, server, client, parallel,
-#                tcp_store, gloo), e.g. `format jpeg` for an application that uses those two (configuring
-#                jitembed itself with its defaults needs every default component: `test`, or turn the
-#                others off with -DJITEMBED_WITH_<X>=OFF)
+#   <component>  a jitembed component and every component it needs (core, codec, batching, kserve, http,
+#                zstd, format, cache, lmdb, redis, jpeg, video, models, models_image, models_video, torch,
+#                server, client, parallel, tcp_store, gloo), e.g. `format jpeg` for an application that uses
+#                those two (configuring jitembed itself with its defaults needs every default component:
+#                `test`, or turn the others off with -DJITEMBED_WITH_<X>=OFF)
 #   build        compiler, CMake, Ninja, pkg-config (part of every set)
 #   core         build + the core component
 #   tools        jitembed-inspect, jitembed-server, jitembed-precompute, configured with
@@ -27,6 +27,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian packages of each component's own external dependencies (cmake/components.json)
 declare -A component_debs=(
   [core]="libxxhash-dev libdlpack-dev"
+  [codec]=""
   [batching]=""
   [kserve]="nlohmann-json3-dev"
   [http]="libboost-dev"
@@ -38,6 +39,8 @@ declare -A component_debs=(
   [jpeg]="libturbojpeg0-dev"
   [video]="libavformat-dev libavcodec-dev libavutil-dev libswscale-dev"
   [models]=""
+  [models_image]=""
+  [models_video]=""
   [torch]="libtorch-dev"
   [server]=""
   [client]=""
@@ -48,19 +51,22 @@ declare -A component_debs=(
 # the jitembed components each one links (cmake/components.json)
 declare -A component_requires=(
   [core]=""
+  [codec]="core"
   [batching]="core"
   [kserve]="core"
   [http]="core"
-  [zstd]="core"
+  [zstd]="core codec"
   [format]="core zstd"
   [cache]="core format"
   [lmdb]="cache"
   [redis]="cache"
-  [jpeg]="core"
-  [video]="core"
-  [models]="core zstd jpeg video cache"
-  [torch]="models"
-  [server]="kserve batching models format"
+  [jpeg]="core codec"
+  [video]="core codec"
+  [models]="core zstd format"
+  [models_image]="models jpeg"
+  [models_video]="models_image video"
+  [torch]="models_image"
+  [server]="kserve batching models_video format"
   [client]="http kserve models cache format"
   [parallel]="core"
   [tcp_store]="parallel"
@@ -80,7 +86,7 @@ build_debs="build-essential cmake pkg-config ninja-build"
 # (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11
 test_peer_debs="redis-server lmdb-utils ffmpeg tar python3-venv libb64-0d python3.11 python3.11-venv libpython3.11"
 # components the default configure builds without the CUDA toolkit (the test command's CPU build)
-cpu_components="core batching kserve http zstd format cache lmdb redis jpeg video models torch server client parallel tcp_store gloo"
+cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video torch server client parallel tcp_store gloo"
 
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then sets=(all); fi

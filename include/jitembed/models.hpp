@@ -1,10 +1,17 @@
-// Umbrella header of the models layer: the model concept, any_model and the CPU reference embedders.
+// Umbrella header of the models layer: the model concept, any_model, the text embedder, and each model
+// family whose component is linked (JITEMBED_HAS_MODELS_IMAGE: image-latent; JITEMBED_HAS_MODELS_VIDEO:
+// video-latent and the reference set).
 #pragma once
 
 #include "jitembed/models/any_model.hpp"
 #include "jitembed/models/emulated_latency.hpp"
-#include "jitembed/models/image_latent.hpp"
 #include "jitembed/models/model.hpp"
-#include "jitembed/models/reference.hpp"
+#include "jitembed/models/sample_input.hpp"
 #include "jitembed/models/text_embed.hpp"
+#if defined(JITEMBED_HAS_MODELS_IMAGE)
+#include "jitembed/models/image_latent.hpp"
+#endif
+#if defined(JITEMBED_HAS_MODELS_VIDEO)
+#include "jitembed/models/reference.hpp"
 #include "jitembed/models/video_latent.hpp"
+#endif

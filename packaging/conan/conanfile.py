@@ -27,26 +27,30 @@ COMPONENT_REQUIRES = {
     "batching": ["core"],
     "cache": ["core", "format"],
     "client": ["http", "kserve", "models", "cache", "format"],
+    "codec": ["core"],
     "core": [],
     "format": ["core", "zstd"],
     "gloo": ["parallel"],
     "http": ["core"],
-    "jpeg": ["core"],
+    "jpeg": ["core", "codec"],
     "kserve": ["core"],
     "lmdb": ["cache"],
-    "models": ["core", "zstd", "jpeg", "video", "cache"],
+    "models": ["core", "zstd", "format"],
+    "models_image": ["models", "jpeg"],
+    "models_video": ["models_image", "video"],
     "parallel": ["core"],
     "redis": ["cache"],
-    "server": ["kserve", "batching", "models", "format"],
+    "server": ["kserve", "batching", "models_video", "format"],
     "tcp_store": ["parallel"],
-    "video": ["core"],
-    "zstd": ["core"],
+    "video": ["core", "codec"],
+    "zstd": ["core", "codec"],
 }
 # component -> Conan references of its external dependencies
 COMPONENT_CONAN_DEPS = {
     "batching": [],
     "cache": [],
     "client": [],
+    "codec": [],
     "core": ["xxhash/[>=0.8.1 <0.9]", "dlpack/[>=0.6 <2]"],
     "format": [],
     "gloo": ["gloo/[>=0.0.20220518]"],
@@ -55,6 +59,8 @@ COMPONENT_CONAN_DEPS = {
     "kserve": ["nlohmann_json/[>=3.11 <4]"],
     "lmdb": ["lmdb/[>=0.9 <1]"],
     "models": [],
+    "models_image": [],
+    "models_video": [],
     "parallel": ["openblas/[>=0.3 <1]"],
     "redis": ["hiredis/[>=0.14 <2]"],
     "server": [],
@@ -63,7 +69,7 @@ COMPONENT_CONAN_DEPS = {
     "zstd": ["zstd/[>=1.5 <2]"],
 }
 # components always installed and always required (no CMake option turns them off)
-BASE_COMPONENTS = ["batching", "core", "kserve"]
+BASE_COMPONENTS = ["batching", "codec", "core", "kserve"]
 # --- end generated ---
 
 

@@ -28,11 +28,11 @@ grep -q "test_package: jpeg" "$work/create.log" || { echo "packaging/conan: test
 
 # an option that needs another one that is off is refused
 "$conan" graph info . "${profiles[@]}" -nr -o "&:with_video=False" > "$work/invalid.log" 2>&1 || true
-if ! grep -q "with_models=True needs with_video=True" "$work/invalid.log"; then
-  echo "packaging/conan: with_video=False without with_models=False was not refused:"; cat "$work/invalid.log"; exit 1
+if ! grep -q "with_models_video=True needs with_video=True" "$work/invalid.log"; then
+  echo "packaging/conan: with_video=False without with_models_video=False was not refused:"; cat "$work/invalid.log"; exit 1
 fi
 # without the components that use FFmpeg, FFmpeg is not a requirement
-"$conan" graph info . "${profiles[@]}" -nr --format=json -o "&:with_video=False" -o "&:with_models=False" \
+"$conan" graph info . "${profiles[@]}" -nr --format=json -o "&:with_video=False" -o "&:with_models_video=False" \
   -o "&:with_server=False" -o "&:with_client=False" > "$work/novideo.json" 2> "$work/novideo.log"
 if grep -q '"ffmpeg/' "$work/novideo.json" || ! grep -q '"zstd/' "$work/novideo.json"; then
   echo "packaging/conan: with_video=False still requires ffmpeg (or zstd is gone)"; exit 1

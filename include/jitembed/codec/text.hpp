@@ -16,75 +16,12 @@
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/limits.hpp"
 #include "jitembed/core/tensor.hpp"
+#include "jitembed/core/utf8.hpp"
 
 namespace jitembed::codec {
 
-namespace detail {
-
-inline std::string hex_byte(std::uint8_t b) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "0x%02X", static_cast<unsigned>(b));
-  return buf;
-}
-
-inline error_info utf8_error(const char* what, std::size_t offset, std::uint8_t byte) {
-  return fail(errc::invalid_utf8, std::string("utf8: ") + what + " " + hex_byte(byte) + " at offset " + std::to_string(offset));
-}
-
-}  // namespace detail
-
-// Strict UTF-8 (RFC 3629): rejects stray continuation bytes, overlong forms, UTF-16 surrogates
-// (U+D800..U+DFFF), code points above U+10FFFF and truncated sequences. The error message names the byte
-// offset where the offending sequence starts (for a bad continuation byte: that byte's offset).
-inline result<void> validate_utf8(bytes_view s) {
-  const auto* p = reinterpret_cast<const std::uint8_t*>(s.data());
-  const std::size_t n = s.size();
-  std::size_t i = 0;
-  while (i < n) {
-    // ASCII fast path: 16 bytes per step while no byte has its top bit set.
-    while (i + 16 <= n) {
-      std::uint64_t a, b;
-      std::memcpy(&a, p + i, 8);
-      std::memcpy(&b, p + i + 8, 8);
-      if (((a | b) & 0x8080808080808080ull) != 0) break;
-      i += 16;
-    }
-    if (i >= n) break;
-    const std::uint8_t c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len;
-    std::uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    const char* narrow = nullptr;       // what a second byte outside [lo, hi] (but a continuation) means
-    if (c < 0xC0) return detail::utf8_error("unexpected continuation byte", i, c);
-    if (c < 0xC2) return detail::utf8_error("overlong 2-byte lead", i, c);
-    if (c < 0xE0) {
-      len = 2;
-    } else if (c < 0xF0) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0, narrow = "overlong 3-byte sequence, lead";
-      if (c == 0xED) hi = 0x9F, narrow = "surrogate code point, lead";
-    } else if (c < 0xF5) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90, narrow = "overlong 4-byte sequence, lead";
-      if (c == 0xF4) hi = 0x8F, narrow = "code point above U+10FFFF, lead";
-    } else {
-      return detail::utf8_error("code point above U+10FFFF, lead", i, c);
-    }
-    for (std::size_t k = 1; k < len; ++k) {
-      if (i + k >= n) return detail::utf8_error("truncated sequence, lead", i, c);
-      const std::uint8_t d = p[i + k];
-      if ((d & 0xC0) != 0x80) return detail::utf8_error("invalid continuation byte", i + k, d);
-      if (k == 1 && (d < lo || d > hi)) return detail::utf8_error(narrow, i, c);
-    }
-    i += len;
-  }
-  return {};
-}
-
-inline result<void> validate_utf8(std::string_view s) { return validate_utf8(as_bytes_view(s)); }
+// Strict UTF-8 validation (core/utf8.hpp): the one validator, under its codec-side name.
+using jitembed::validate_utf8;
 
 namespace detail {
 inline result<void> check_text_view(const tensor_view& v) {

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "jitembed/cache/key.hpp"
 #include "jitembed/codec/jpeg.hpp"
 #include "jitembed/core/limits.hpp"
+#include "jitembed/core/preprocess_params.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/models/detail/kernels.hpp"
 #include "jitembed/models/model.hpp"
@@ -61,13 +61,6 @@ inline void image_latent_into(const std::uint8_t* rgb, std::int64_t h, std::int6
   }
 }
 
-inline result<void> check_work(std::string_view model, int work, int work_dim) {
-  if (work < 0 || work > 1000) return fail(errc::invalid_argument, std::string(model) + ": work " + std::to_string(work) + " not in [0, 1000]");
-  if (work_dim < 1 || work_dim > 4096)
-    return fail(errc::invalid_argument, std::string(model) + ": work_dim " + std::to_string(work_dim) + " not in [1, 4096]");
-  return {};
-}
-
 }  // namespace detail
 
 // Models models::model. Construction throws jitembed::error (errc::invalid_argument) for bad options;
@@ -83,11 +76,11 @@ class image_latent {
     const std::int64_t b = opts.bucket;
     inputs_ = {{"image", dtype::u8, {b, b, 3}}};
     outputs_ = {{"latent", opts.output_dtype, {4, b / 8, b / 8}}};
-    version_ = cache::preprocess_params{}
+    version_ = preprocess_params{}
                    .set("revision", detail::kImageLatentRevision)
                    .set("dtype", to_string(opts.output_dtype))
                    .str();
-    preprocess_key_ = cache::preprocess_params{}
+    preprocess_key_ = preprocess_params{}
                           .set("bucket", opts.bucket)
                           .set("decode", "turbojpeg-rgb-strict")
                           .set("resize", "dct-pow2+bilinear-aa-stretch")

@@ -11,13 +11,12 @@
 #include <string_view>
 #include <vector>
 
-#include "jitembed/cache/key.hpp"
 #include "jitembed/codec/text.hpp"
 #include "jitembed/core/hash.hpp"
 #include "jitembed/core/limits.hpp"
+#include "jitembed/core/preprocess_params.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/models/detail/kernels.hpp"
-#include "jitembed/models/image_latent.hpp"
 #include "jitembed/models/model.hpp"
 
 namespace jitembed::models {
@@ -59,7 +58,7 @@ class text_embed {
     const std::int64_t l = opts.max_length, d = opts.dim;
     inputs_ = {{"tokens", dtype::i32, {-1}}};
     outputs_ = {{"sequence", opts.output_dtype, {l, d}}, {"mask", dtype::u8, {l}}, {"pooled", opts.output_dtype, {d}}};
-    version_ = cache::preprocess_params{}
+    version_ = preprocess_params{}
                    .set("revision", detail::kTextEmbedRevision)
                    .set("dim", opts.dim)
                    .set("ngram", {opts.ngram_min, opts.ngram_max})
@@ -67,7 +66,7 @@ class text_embed {
                    .set("seed", opts.seed)
                    .set("dtype", to_string(opts.output_dtype))
                    .str();
-    preprocess_key_ = cache::preprocess_params{}.set("max_length", opts.max_length).set("tokens", "utf8-bytes").str();
+    preprocess_key_ = preprocess_params{}.set("max_length", opts.max_length).set("tokens", "utf8-bytes").str();
     auto table = std::make_shared<std::vector<float>>(static_cast<std::size_t>(opts.hash_buckets) * static_cast<std::size_t>(d));
     const float unit = std::sqrt(3.f);
     for (std::size_t i = 0; i < table->size(); ++i) (*table)[i] = detail::unit_uniform(detail::splitmix64(opts.seed ^ i)) * unit;

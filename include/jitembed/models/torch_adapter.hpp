@@ -23,10 +23,10 @@
 #include <utility>
 #include <vector>
 
-#include "jitembed/cache/key.hpp"
 #include "jitembed/codec/jpeg.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/limits.hpp"
+#include "jitembed/core/preprocess_params.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/models/detail/kernels.hpp"
 #include "jitembed/models/detail/torch_convert.hpp"
@@ -58,7 +58,7 @@ struct torch_model_options {
   // reference preprocessing (JPEG -> RGB u8 [H, W, 3], stretched to input.shape exactly as image-latent
   // does); for other modalities preprocess() fails with errc::invalid_argument (run() still works).
   std::function<result<tensor>(bytes_view, const decode_limits&)> preprocess;
-  std::string preprocess_key;  // every parameter of `preprocess` (cache::preprocess_params::str()); required with it
+  std::string preprocess_key;  // every parameter of `preprocess` (preprocess_params::str()); required with it
 };
 
 // [N, H, W, 3] u8 -> contiguous [N, 3, H, W] f32 in [0, 1].
@@ -282,7 +282,7 @@ class torch_model {
         return fail(errc::invalid_argument, who + ": the reference image preprocessing makes u8 [H, W, 3], input '" +
                                                 o.input.name + "' is " + std::string(to_string(o.input.type)) +
                                                 detail::shape_string(sh) + " (set preprocess)");
-      cache::preprocess_params p;
+      preprocess_params p;
       if (sh[0] == sh[1]) {
         p.set("bucket", sh[0]);
       } else {
@@ -290,7 +290,7 @@ class torch_model {
       }
       s->preprocess_key = p.set("decode", "turbojpeg-rgb-strict").set("resize", "dct-pow2+bilinear-aa-stretch").str();
     } else {
-      s->preprocess_key = cache::preprocess_params{}.set("preprocess", "none").str();
+      s->preprocess_key = preprocess_params{}.set("preprocess", "none").str();
     }
     try {
       if (o.hash_parameters) s->param_hash = detail::hash_named_tensors(backend->state());
@@ -302,7 +302,7 @@ class torch_model {
     std::string outs;
     for (const auto& m : o.outputs)
       outs += (outs.empty() ? "" : ",") + m.name + ":" + std::string(to_string(m.type)) + detail::shape_string(m.shape);
-    cache::preprocess_params v;
+    preprocess_params v;
     v.set("user", o.version).set("torch", TORCH_VERSION).set("outputs", outs);
     if (!s->param_hash.empty()) v.set("params", s->param_hash);
     s->version = v.str();

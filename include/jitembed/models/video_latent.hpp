@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "jitembed/cache/key.hpp"
 #include "jitembed/codec/video_decode.hpp"
 #include "jitembed/core/limits.hpp"
+#include "jitembed/core/preprocess_params.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/models/detail/kernels.hpp"
 #include "jitembed/models/image_latent.hpp"
@@ -48,13 +48,13 @@ class video_latent {
     const std::int64_t t = opts.frames, b = opts.bucket;
     inputs_ = {{"frames", dtype::u8, {t, b, b, 3}}};
     outputs_ = {{"latent", opts.output_dtype, {4, t / kTemporalPool, b / 8, b / 8}}};
-    version_ = cache::preprocess_params{}
+    version_ = preprocess_params{}
                    .set("revision", detail::kVideoLatentRevision)
                    .set("image_revision", detail::kImageLatentRevision)
                    .set("temporal_pool", kTemporalPool)
                    .set("dtype", to_string(opts.output_dtype))
                    .str();
-    preprocess_key_ = cache::preprocess_params{}
+    preprocess_key_ = preprocess_params{}
                           .set("bucket", opts.bucket)
                           .set("frames", opts.frames)
                           .set("select", "uniform")

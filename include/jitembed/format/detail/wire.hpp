@@ -8,6 +8,7 @@
 #include <string>
 
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/byte_order.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
 
@@ -22,28 +23,8 @@ inline constexpr std::size_t kPayloadAlignment = 64;
 
 namespace detail {
 
-template <class T>
-constexpr T byteswap_if_big(T v) noexcept {
-  if constexpr (std::endian::native == std::endian::big) {
-    T r = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) r = static_cast<T>((r << 8) | ((v >> (8 * i)) & 0xff));
-    return r;
-  }
-  return v;
-}
-
-template <class T>
-inline T load_le(const std::byte* p) noexcept {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return byteswap_if_big(v);
-}
-
-template <class T>
-inline void store_le(std::byte* p, T v) noexcept {
-  v = byteswap_if_big(v);
-  std::memcpy(p, &v, sizeof(T));
-}
+using jitembed::load_le;  // core/byte_order.hpp
+using jitembed::store_le;
 
 constexpr std::uint32_t magic4(char a, char b, char c, char d) noexcept {
   return static_cast<std::uint32_t>(static_cast<unsigned char>(a)) |

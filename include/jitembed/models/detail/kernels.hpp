@@ -138,6 +138,13 @@ inline tensor to_output(std::span<const float> values, dtype type, const shape& 
   return t;
 }
 
+inline result<void> check_work(std::string_view model, int work, int work_dim) {
+  if (work < 0 || work > 1000) return fail(errc::invalid_argument, std::string(model) + ": work " + std::to_string(work) + " not in [0, 1000]");
+  if (work_dim < 1 || work_dim > 4096)
+    return fail(errc::invalid_argument, std::string(model) + ": work_dim " + std::to_string(work_dim) + " not in [1, 4096]");
+  return {};
+}
+
 inline result<void> check_output_dtype(std::string_view model, dtype t) {
   if (t == dtype::f32 || t == dtype::bf16 || t == dtype::f16) return {};
   return fail(errc::invalid_argument, std::string(model) + ": output dtype " + std::string(to_string(t)) + " (f32, bf16 or f16)");

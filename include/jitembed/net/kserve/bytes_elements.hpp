@@ -10,18 +10,14 @@
 #include <vector>
 
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/byte_order.hpp"
 #include "jitembed/core/error.hpp"
 
 namespace jitembed::net::kserve {
 
 namespace detail {
-inline std::uint32_t load_u32le(const std::byte* p) noexcept {
-  return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
-         (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
-}
-inline void store_u32le(std::byte* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xffu);
-}
+inline std::uint32_t load_u32le(const std::byte* p) noexcept { return load_le<std::uint32_t>(p); }
+inline void store_u32le(std::byte* p, std::uint32_t v) noexcept { store_le(p, v); }
 }  // namespace detail
 
 // Calls f(std::string_view element) for each element of `buf`, in order. Fails (without calling f further)

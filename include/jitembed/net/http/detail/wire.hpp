@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/json_string.hpp"
 #include "jitembed/net/http/message.hpp"
 
 namespace jitembed::net::http::detail {
@@ -105,31 +106,13 @@ inline void gather(std::vector<boost::asio::const_buffer>& out, std::string_view
     if (!p.empty()) out.emplace_back(p.data(), p.size());
 }
 
-inline std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 8);
-  static constexpr char hex[] = "0123456789abcdef";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(ch);
-    } else if (c < 0x20 || c >= 0x80) {  // keep the body ASCII whatever bytes a message quotes
-      out.append("\\u00").push_back(hex[c >> 4]);
-      out.push_back(hex[c & 15]);
-    } else {
-      out.push_back(ch);
-    }
-  }
-  return out;
-}
-
-// The HTTP layer's own error responses use the KServe/Triton error shape {"error": "..."}.
+// The HTTP layer's own error responses use the KServe/Triton error shape {"error": "..."}; the message is
+// escaped by the one JSON string writer (non-ASCII as \uXXXX of its code point, invalid bytes as U+FFFD).
 inline response error_response(int status, std::string_view message) {
   response r;
   r.status = status;
   r.headers.emplace_back("Content-Type", "application/json");
-  r.body = "{\"error\":\"" + json_escape(message) + "\"}";
+  r.body = "{\"error\":" + json_string(message) + "}";
   return r;
 }
 

@@ -51,8 +51,13 @@ function(jitembed_component name)
 endfunction()
 
 jitembed_component(core
-  GLOBS core/*.hpp core.hpp codec/codec.hpp
+  GLOBS core/*.hpp core/detail/*.hpp core.hpp
   LINK XXHash::XXHash DLPack::DLPack Threads::Threads)
+
+# The codec concept and codec ids (no codec library): what every codec component and the format build on.
+jitembed_component(codec
+  GLOBS codec/codec.hpp
+  LINK jitembed::core)
 
 # Dynamic batcher and shape bucketing: only the standard library and core.
 jitembed_component(batching
@@ -74,7 +79,7 @@ endif()
 if(JITEMBED_WITH_ZSTD)
   jitembed_component(zstd
     GLOBS codec/zstd*.hpp codec/shuffle*.hpp codec/text*.hpp codec/detail/zstd*.hpp
-    LINK jitembed::core Zstd::Zstd)
+    LINK jitembed::core jitembed::codec Zstd::Zstd)
   jitembed_component(format
     GLOBS format/*.hpp format/detail/*.hpp format.hpp
     LINK jitembed::core jitembed::zstd)
@@ -95,28 +100,39 @@ endif()
 
 if(JITEMBED_WITH_JPEG)
   jitembed_component(jpeg
-    GLOBS codec/jpeg*.hpp codec/detail/turbojpeg*.hpp
-    LINK jitembed::core TurboJPEG::TurboJPEG)
+    GLOBS codec/jpeg*.hpp codec/detail/jpeg*.hpp codec/detail/turbojpeg*.hpp
+    LINK jitembed::core jitembed::codec TurboJPEG::TurboJPEG)
 endif()
 
 if(JITEMBED_WITH_VIDEO)
   jitembed_component(video
-    GLOBS codec/video*.hpp codec/detail/ffmpeg*.hpp
-    LINK jitembed::core FFmpeg::avformat FFmpeg::avcodec FFmpeg::avutil FFmpeg::swscale)
+    GLOBS codec/video*.hpp codec/detail/video*.hpp codec/detail/ffmpeg*.hpp
+    LINK jitembed::core jitembed::codec FFmpeg::avformat FFmpeg::avcodec FFmpeg::avutil FFmpeg::swscale)
 endif()
 
-if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
-  # Reference embedders (CPU) and the model concept; preprocess keys use cache/key.hpp.
+# Models, one component per family so each links only the codec it decodes:
+#   models        the model concept, any_model, sample_input glue and the text embedder (zstd, format);
+#   models_image  the image-latent embedder (TurboJPEG);
+#   models_video  the video-latent embedder (FFmpeg) and the reference set of all three (reference.hpp).
+if(JITEMBED_WITH_ZSTD)
   jitembed_component(models
-    GLOBS models.hpp models/*.hpp models/detail/*.hpp
-    EXCLUDE "/models/(detail/)?torch[^/]*$"
-    LINK jitembed::core jitembed::zstd jitembed::jpeg jitembed::video jitembed::cache)
-  if(JITEMBED_WITH_TORCH)
-    # LibTorch adapter (TorchScript / torch::nn modules as models). Heavy: not linked by the umbrella target.
-    jitembed_component(torch
-      GLOBS models/torch*.hpp models/detail/torch*.hpp
-      LINK jitembed::models ${TORCH_LIBRARIES}
-      NOT_IN_UMBRELLA)
+    GLOBS models.hpp models/model.hpp models/any_model.hpp models/emulated_latency.hpp models/sample_input.hpp
+          models/text_embed.hpp models/detail/kernels.hpp
+    LINK jitembed::core jitembed::zstd jitembed::format)
+  if(JITEMBED_WITH_JPEG)
+    jitembed_component(models_image GLOBS models/image_latent.hpp LINK jitembed::models jitembed::jpeg)
+    if(JITEMBED_WITH_TORCH)
+      # LibTorch adapter (TorchScript / torch::nn modules as models). Heavy: not linked by the umbrella target.
+      jitembed_component(torch
+        GLOBS models/torch*.hpp models/detail/torch*.hpp
+        LINK jitembed::models_image ${TORCH_LIBRARIES}
+        NOT_IN_UMBRELLA)
+    endif()
+  endif()
+  if(JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
+    jitembed_component(models_video
+      GLOBS models/video_latent.hpp models/reference.hpp
+      LINK jitembed::models_image jitembed::video)
   endif()
 endif()
 
@@ -124,7 +140,7 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   # The embedding service: model registry, per-model batchers, KServe v2 routes (HTTP-agnostic handler).
   jitembed_component(server
     GLOBS server.hpp server/*.hpp server/detail/*.hpp
-    LINK jitembed::kserve jitembed::batching jitembed::models jitembed::format)
+    LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format)
   if(JITEMBED_WITH_HTTP)
     # The JIT client (async KServe v2 over Beast, balancing, retries, local mode) and the prefetching loader.
     jitembed_component(client
@@ -139,7 +155,7 @@ if(JITEMBED_WITH_CUDA)
     LINK jitembed::core CUDA::cudart)
   # .cuh headers need nvcc: installed with the component, compiled by the .cu tests, not verified by g++.
   file(GLOB _cuh CONFIGURE_DEPENDS "${_inc}/jitembed/cuda/*.cuh")
-  if(TARGET jitembed_models)
+  if(TARGET jitembed_models_video)
     file(GLOB _models_cuh CONFIGURE_DEPENDS "${_inc}/jitembed/models/cuda/*.cuh")  # CUDA reference models
     list(APPEND _cuh ${_models_cuh})
   endif()

@@ -2,6 +2,7 @@
 // message) and a specific, stable message for each (tests and logs may match it).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>

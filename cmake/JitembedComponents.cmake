@@ -166,11 +166,11 @@ if(JITEMBED_WITH_PARALLEL)
   # Placements, functional collectives, tensor/sequence-parallel layers, hybrid plans, CBLAS math.
   jitembed_component(parallel
     GLOBS parallel.hpp parallel/*.hpp parallel/detail/*.hpp
-    EXCLUDE "/parallel/gloo[^/]*\\.hpp$" "/parallel/nccl[^/]*\\.hpp$" "/parallel/tcp_store[^/]*\\.hpp$"
+    EXCLUDE "/parallel/gloo[^/]*\\.hpp$" "/parallel/nccl[^/]*\\.hpp$" "/parallel/(detail/)?tcp_store[^/]*\\.hpp$"
     LINK jitembed::core OpenBLAS::OpenBLAS Threads::Threads)
   if(JITEMBED_WITH_HTTP)
     # TCP rendezvous store (Boost.Asio, header-only): the parallel component itself does not need Boost.
-    jitembed_component(tcp_store GLOBS parallel/tcp_store*.hpp LINK jitembed::parallel Boost::headers Threads::Threads)
+    jitembed_component(tcp_store GLOBS parallel/tcp_store*.hpp parallel/detail/tcp_store*.hpp LINK jitembed::parallel Boost::headers Threads::Threads)
   endif()
   if(JITEMBED_WITH_GLOO)
     jitembed_component(gloo GLOBS parallel/gloo*.hpp LINK jitembed::parallel gloo)

@@ -98,7 +98,7 @@ for s in "${sets[@]}"; do
     build) ;;
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1 ;;
     tools) components+=(server client lmdb redis); dev+=(tools) ;;
-    demo) components+=(client gloo lmdb redis); dev+=(tools) ;;
+    demo) components+=(server client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
     *)
       if [ -n "${component_requires[$s]+x}" ]; then
         components+=("$s")

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "jitembed/batching.hpp"
+#include "eventually.hpp"
 
 using namespace jitembed;
 using namespace jitembed::batching;
@@ -133,8 +134,11 @@ TEST_CASE("batches never exceed max_batch_size, leftovers wait for the delay") {
     dynamic_batcher<int, int> b(opts(4, 10s), doubling(rec));
     for (int i = 0; i < 10; ++i) futs.push_back(b.submit(i));
     REQUIRE(rec.wait_for_batches(2));
-    std::this_thread::sleep_for(100ms);  // the last 2 must keep waiting for the 10 s delay
+    // The last 2 must keep waiting for the 10 s delay: no third batch shows up (a wait on the recorder's
+    // condition that returns early on a failure, not a sleep that orders threads).
+    CHECK_FALSE(rec.wait_for_batches(3, 200ms));
     CHECK(rec.count() == 2);
+    REQUIRE(jitembed::test::eventually([&] { return b.stats().in_flight == 0; }));
     CHECK(b.stats().queued == 2);
     CHECK_FALSE(ready(futs[9]));
     b.shutdown(true);  // drain: the remaining 2 run now
@@ -177,25 +181,28 @@ TEST_CASE("zero delay dispatches at once") {
 
 TEST_CASE("preferred batch sizes dispatch without waiting for the delay") {
   recorder rec;
-  gate g;
+  gate g, started;
   std::atomic<bool> first{true};
   batcher_options o = opts(8, 10s);
   o.preferred_batch_sizes = {4, 2};  // unsorted on purpose
   std::vector<std::future<result<int>>> futs;
   {
     dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
-      if (first.exchange(false)) g.wait();  // hold the only runner so the queue builds up
+      if (first.exchange(false)) {  // hold the only runner so the queue builds up
+        started.open();
+        g.wait();
+      }
       rec.add(in);
       for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
     });
     futs.push_back(b.submit(0));
     futs.push_back(b.submit(1));  // preferred size 2 reached: runs at once, blocks on the gate
-    std::this_thread::sleep_for(50ms);
+    started.wait();               // {0, 1} is in the runner before the rest is submitted
     for (int i = 2; i < 9; ++i) futs.push_back(b.submit(i));  // 7 queued
     g.open();
     // 7 queued: largest preferred <= 7 is 4, then 3 left: 2, then 1 left waits for the delay.
     REQUIRE(rec.wait_for_batches(3));
-    std::this_thread::sleep_for(100ms);
+    CHECK_FALSE(rec.wait_for_batches(4, 200ms));  // the 1 left waits for the 10 s delay
     CHECK(rec.count() == 3);
     b.shutdown(true);
   }
@@ -294,14 +301,18 @@ TEST_CASE("higher priority runs first, FIFO within a priority, batches fill from
   o.priority_levels = 3;
   SUBCASE("one request per batch") {}
   SUBCASE("three requests per batch") { o.max_batch_size = 3; }
+  gate started;
   {
     dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
-      if (first.exchange(false)) g.wait();
+      if (first.exchange(false)) {
+        started.open();
+        g.wait();
+      }
       rec.add(in);
       for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
     });
     auto blocker = b.submit(-1);  // occupies the runner
-    while (b.stats().in_flight == 0) std::this_thread::sleep_for(1ms);
+    started.wait();
     // value = 100 * priority + submit index
     const int prio[] = {2, 1, 0, 2, 0, 1, 1, 0, 2};
     for (int i = 0; i < 9; ++i) (void)b.submit(100 * prio[i] + i, {.priority = prio[i]});
@@ -414,7 +425,7 @@ TEST_CASE("a later request of a caller is held until the earlier one completes")
   auto other = b.submit(2, {.caller_id = 8});
   CHECK(other.get().value() == 2);  // another caller is not held
   // Request 1 runs on the second runner, but is held behind request 0.
-  while (b.stats().held_for_order == 0) std::this_thread::sleep_for(1ms);
+  REQUIRE(jitembed::test::eventually([&] { return b.stats().held_for_order != 0; }));
   CHECK_FALSE(ready(f1));
   g.open();
   CHECK(f0.get().value() == 0);
@@ -442,20 +453,25 @@ TEST_CASE("shutdown drains everything accepted, then rejects") {
 }
 
 TEST_CASE("shutdown without drain cancels queued requests, finishes running ones") {
-  gate g;
+  gate g, started;
   recorder rec;
   std::atomic<bool> first{true};
   std::vector<std::future<result<int>>> futs;
   dynamic_batcher<int, int> b(opts(1, 0us), [&](std::span<int> in, std::span<result<int>> out) {
-    if (first.exchange(false)) g.wait();
+    if (first.exchange(false)) {
+      started.open();
+      g.wait();
+    }
     rec.add(in);
     out[0] = in[0];
   });
   futs.push_back(b.submit(0));
-  while (b.stats().in_flight == 0) std::this_thread::sleep_for(1ms);
+  started.wait();
   for (int i = 1; i < 5; ++i) futs.push_back(b.submit(i, {.caller_id = 3}));
+  // Releases the running request only once shutdown(false) has cancelled the queued ones (their
+  // futures complete), so shutdown is seen to cancel while a batch is still running.
   std::thread opener([&] {
-    std::this_thread::sleep_for(50ms);
+    for (std::size_t i = 1; i < 5; ++i) futs[i].wait();
     g.open();
   });
   b.shutdown(false);
@@ -545,7 +561,7 @@ TEST_CASE("statistics: histogram, summaries and counters add up") {
   auto s = b.stats();
   CHECK(s.queued == 1);
   CHECK(s.pending() >= 1);
-  for (int i = 0; i < 5000 && b.pending() != 1; ++i) std::this_thread::sleep_for(1ms);  // 2nd batch finishing
+  REQUIRE(jitembed::test::eventually([&] { return b.pending() == 1; }));  // 2nd batch finishing
   CHECK(b.pending() == 1);
   b.shutdown();
   for (auto& f : futs) CHECK(f.get().has_value());

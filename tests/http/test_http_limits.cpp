@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "batching/eventually.hpp"
 #include "http/http_test_util.hpp"
 #include "jitembed/net/http.hpp"
 
@@ -184,7 +185,8 @@ TEST_CASE("idle keep-alive connections are closed after idle_timeout") {
   // The client notices the server closed its pooled connection and reconnects once.
   http::client c("127.0.0.1", *port);
   REQUIRE(c.get("/1"));
-  std::this_thread::sleep_for(400ms);
+  // The server closes the pooled connection after idle_timeout (it closes the socket, then unregisters it).
+  REQUIRE(jitembed::test::eventually([&] { return srv.stats().connections_active == 0; }));
   auto again = c.get("/2");
   REQUIRE(again);
   CAPTURE(again->status);
@@ -256,12 +258,15 @@ TEST_CASE("max_connections refuses extra connections") {
 TEST_CASE("graceful stop drains an in-flight request and refuses new connections") {
   std::mutex mu;
   std::vector<std::thread> workers;
+  std::atomic<bool> slow_in_handler{false}, slow_answered{false};
   auto opts = short_options();
   opts.idle_timeout = 60000ms;
   http::server srv(opts, [&](http::request&& req, http::responder respond) {
     std::lock_guard lk(mu);
-    workers.emplace_back([target = req.target, respond = std::move(respond)] {
-      std::this_thread::sleep_for(target == "/slow" ? 400ms : 0ms);
+    if (req.target == "/slow") slow_in_handler = true;
+    workers.emplace_back([&slow_answered, target = req.target, respond = std::move(respond)] {
+      std::this_thread::sleep_for(target == "/slow" ? 400ms : 0ms);  // emulates a slow handler
+      if (target == "/slow") slow_answered = true;
       http::response r;
       r.body = "done " + target;
       respond(std::move(r));
@@ -277,16 +282,16 @@ TEST_CASE("graceful stop drains an in-flight request and refuses new connections
   http::client c("127.0.0.1", *port);
   jitembed::result<http::response> slow = jitembed::fail(errc::internal, "not run");
   std::thread caller([&] { slow = c.get("/slow"); });
-  std::this_thread::sleep_for(150ms);  // the slow request is in the handler now
+  REQUIRE(jitembed::test::eventually([&] { return slow_in_handler.load(); }));  // in the handler now
   const auto t0 = std::chrono::steady_clock::now();
   srv.stop(5000ms);
   const auto dt = std::chrono::steady_clock::now() - t0;
+  CHECK(slow_answered);  // stop() waited for the in-flight request
   caller.join();
   REQUIRE(slow);
   CHECK(slow->status == 200);
   CHECK(slow->body == "done /slow");
   CHECK(http::find_header(slow->headers, "connection") == "close");
-  CHECK(dt >= 150ms);   // it waited for the in-flight request
   CHECK(dt < 3000ms);   // but not for the idle connection's 60 s timeout
   CHECK(idle.read_until_close(1000ms).empty());
   CHECK(idle.closed());
@@ -310,11 +315,10 @@ TEST_CASE("stop with a zero drain closes in-flight requests / late responders ar
     REQUIRE(port);
     raw_socket s(*port);
     REQUIRE(s.send("GET /never HTTP/1.1\r\nHost: x\r\n\r\n"));
-    for (int i = 0; i < 200; ++i) {
+    REQUIRE(jitembed::test::eventually([&] {
       std::lock_guard lk(mu);
-      if (parked) break;
-      std::this_thread::sleep_for(5ms);
-    }
+      return static_cast<bool>(parked);
+    }));
     srv.stop(0ms);
     CHECK(s.read_until_close(1000ms).empty());
     CHECK(s.closed());

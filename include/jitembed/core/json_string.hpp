@@ -29,7 +29,6 @@ inline void append_u_escape(std::string& out, std::uint32_t unit) {
 // control characters and every non-ASCII code point as \uXXXX. Returns false on invalid UTF-8 under
 // invalid_utf8_policy::fail.
 inline bool append_json_string(std::string& out, std::string_view s, invalid_utf8_policy policy = invalid_utf8_policy::fail) {
-  out.reserve(out.size() + s.size() + 2);
   out += '"';
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);

@@ -76,11 +76,15 @@ string(JSON first GET "${jit_json}" embed_requests_epoch 0)
 if(NOT first GREATER 0)
   list(APPEND failures "jit: epoch 1 sent no embed request")
 endif()
+# Epochs >= 2 run on a warm cache. The loader prefetches across the epoch boundary, and on a data set this
+# small its window spans most of an epoch: a sample looked up for epoch 2 while its epoch-1 request is still
+# in flight misses (and is requested again, during epoch 1). So: no request while epoch 2+ runs, and a hit
+# rate of at least 0.9 (1.0 in almost every run).
 foreach(e RANGE 1 ${last})
   string(JSON req GET "${jit_json}" embed_requests_epoch ${e})
   string(JSON hit GET "${jit_json}" cache_hit_rate_epoch ${e})
-  if(NOT req EQUAL 0 OR NOT hit EQUAL 1)
-    list(APPEND failures "jit: epoch ${e} (0-based) sent ${req} requests, cache hit rate ${hit}; expected 0 and 1")
+  if(NOT req EQUAL 0 OR hit LESS 0.9)
+    list(APPEND failures "jit: epoch ${e} (0-based) sent ${req} requests, cache hit rate ${hit}; expected 0 and >= 0.9")
   endif()
 endforeach()
 

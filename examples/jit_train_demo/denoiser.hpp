@@ -80,7 +80,7 @@ class denoiser {
     math::linear_forward(x, w_in_, &b_in_.view(), a);
     tensor h = tensor::empty(a.shape(), dtype::f32);
     math::gelu_forward(a, h);
-    tensor r = mlp_.forward(h);
+    tensor r = mlp_.forward(h).value();
     math::add_inplace(r, h);
     tensor out = tensor::empty(shape{B, L}, dtype::f32);
     math::linear_forward(r, w_out_, &b_out_.view(), out);
@@ -100,7 +100,7 @@ class denoiser {
     tensor dr = tensor::empty(r.shape(), dtype::f32);
     const tensor_view drv = dr.view(), gwo = g_w_out_.view(), gbo = g_b_out_.view();
     math::linear_backward(r, w_out_, out, &drv, &gwo, &gbo);
-    tensor dh = mlp_.backward(dr);
+    tensor dh = mlp_.backward(dr).value();
     math::add_inplace(dh, dr);  // the residual
     math::gelu_backward(a, dh, dh);
     const tensor_view gwi = g_w_in_.view(), gbi = g_b_in_.view();

@@ -2,7 +2,8 @@
 // --tp, ranks share one cache), so its counters read when an epoch ends already hold some of the next
 // epoch's lookups. This store wraps the real one and logs every lookup (key, hit) in order. Each (sample,
 // model) is looked up once per epoch, so the n-th lookup of a key belongs to epoch n — or, for a key that
-// m samples share (the same caption twice), lookups n·m .. n·m + m − 1 do.
+// m samples share (the same caption twice), lookups n·m .. n·m + m − 1 do; lookups past the last epoch
+// (the loader prefetching an epoch the trainer never asks for) are left out.
 #pragma once
 
 #include <algorithm>
@@ -51,8 +52,11 @@ class lookup_log {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> out(epochs);
     if (epochs == 0) return out;
     for (const auto& [k, hit] : s_->log) {
-      const std::uint64_t m = std::max<std::uint64_t>(1, (total[k] + epochs - 1) / epochs);  // samples sharing the key
-      const auto e = std::min<std::uint64_t>(seen[k]++ / m, epochs - 1);
+      // Samples sharing the key. The loader may already have looked some keys up for the epoch after the
+      // run (prefetch): those few extra lookups neither change m nor count.
+      const std::uint64_t m = std::max<std::uint64_t>(1, total[k] / epochs);
+      const auto e = seen[k]++ / m;
+      if (e >= epochs) continue;
       out[e].first += hit;
       out[e].second += 1;
     }

@@ -84,7 +84,7 @@ TEST_CASE("cache: epoch 2 with a warm memory cache sends no request") {
   auto o = base_options();
   o.shuffle = true;
   o.seed = 7;
-  o.cache = cache::any_store::make<cache::memory_cache>(std::size_t{64} << 20);
+  o.cache = cache::any_store(std::in_place_type<cache::memory_cache>, std::size_t{64} << 20);
   auto l = jit_loader::create(ds.data, c, o);
   REQUIRE_MESSAGE(l.has_value(), l.error().message);
   auto e1 = drain(*l);
@@ -163,7 +163,7 @@ TEST_CASE("create validates its options") {
   // An unknown model with a cache: its identity cannot be found.
   o = base_options();
   o.embeddings[0].model = "no-such-model";
-  o.cache = cache::any_store::make<cache::memory_cache>(std::size_t{1} << 20);
+  o.cache = cache::any_store(std::in_place_type<cache::memory_cache>, std::size_t{1} << 20);
   auto l = jit_loader::create(ds.data, c, o);
   REQUIRE_FALSE(l.has_value());
   CHECK(l.error().message.find("no-such-model") != std::string::npos);
@@ -183,7 +183,7 @@ TEST_CASE("close() while samples are in flight: next() fails with cancelled, not
   CHECK(after.error().code == errc::cancelled);
 }
 
-TEST_CASE("a loader that owns its client; moved loaders keep working") {
+TEST_CASE("a loader that owns its client, moved, keeps working") {
   temp_dataset ds(9);
   auto l = jit_loader::create(ds.data, local_client(), base_options());
   REQUIRE(l.has_value());

@@ -56,7 +56,7 @@ class watchdog {
 
 }  // namespace
 
-TEST_CASE("remote: an in-process jitembed service; embeddings equal the reference; a warm cache sends nothing") {
+TEST_CASE("remote: an in-process jitembed service, embeddings equal the reference, a warm cache sends nothing") {
   watchdog wd(120s);
   temp_dataset ds(26, 6, {4});
   server::server_config sc;
@@ -73,7 +73,7 @@ TEST_CASE("remote: an in-process jitembed service; embeddings equal the referenc
   auto o = base_options();
   o.shuffle = true;
   o.seed = 3;
-  o.cache = cache::any_store::make<cache::memory_cache>(std::size_t{64} << 20);
+  o.cache = cache::any_store(std::in_place_type<cache::memory_cache>, std::size_t{64} << 20);
   auto l = jit_loader::create(ds.data, c, o);
   REQUIRE_MESSAGE(l.has_value(), l.error().message);
   for (int epoch = 0; epoch < 2; ++epoch) {

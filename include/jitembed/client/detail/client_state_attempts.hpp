@@ -1,0 +1,300 @@
+// client_state's attempts of a remote call: launching, building the KServe request, connection reuse,
+// writing and reading over Beast, transport errors, endpoint health and decoding the response.
+// Included at the end of jitembed/client/detail/client_state.hpp (users include that header).
+#pragma once
+
+#include "jitembed/client/detail/client_state.hpp"
+
+namespace jitembed::client::detail {
+
+inline void client_state::launch(const call_ptr& c, bool hedge, deferred& d) {
+  if (c->done || closed_) return;
+  const auto now = clock::now();
+  if (now >= c->deadline) return finish(c, deadline_error(*c), d);
+  auto ep = choose(*c);
+  if (!ep) {
+    c->last_error = fail(errc::unavailable, "no ready endpoint for model '" + c->model + "'");
+    if (hedge) return;
+    // Endpoints may come back (list change, re-admission, circuit half-open): wait for a change or a backoff.
+    return schedule_retry(c, c->last_error, d, /*counts_attempt=*/false);
+  }
+  auto a = std::make_shared<remote_attempt>();
+  a->call = c;
+  a->ep = ep;
+  a->hedge = hedge;
+  a->start = now;
+  if (ep->half_open(now)) {
+    a->probe = true;
+    ep->probe_in_flight = true;
+  }
+  c->tried.insert(ep.get());
+  c->active.push_back(a);
+  ++c->attempts;
+  ++ep->outstanding;
+  ++ep->requests;
+  ++stats_.attempts;
+  auto built = build_request(*c, *a);
+  if (!built) {
+    end_attempt(a);
+    return finish(c, built.error(), d);
+  }
+  send(a, d);
+  if (!hedge) arm_hedge(c);
+}
+
+inline auto client_state::build_request(remote_call& c, remote_attempt& a) -> result<void> {
+  kserve::infer_request r;
+  r.model = c.model;
+  r.version = c.version;
+  const auto remaining = std::chrono::duration_cast<std::chrono::microseconds>(c.deadline - clock::now()).count();
+  r.parameters = kserve::json::object();
+  r.parameters["binary_data_output"] = opts_.binary_outputs;
+  r.parameters["timeout"] = std::max<std::int64_t>(1, remaining);
+  r.inputs.push_back(kserve::infer_tensor::view(c.input, kserve::datatype::bytes,
+                                                {static_cast<std::int64_t>(c.n_rows), 1},
+                                                bytes_view(c.rows->data(), c.rows->size()), true));
+  for (const auto& o : c.outputs) r.outputs.push_back({o, opts_.binary_outputs, {}});
+  auto msg = kserve::encode_request(r);
+  if (!msg) return msg.error();
+  a.msg = std::move(*msg);
+  std::string& h = a.head;
+  h.reserve(256);
+  h += "POST /v2/models/";
+  h += c.model;
+  if (!c.version.empty()) h += "/versions/" + c.version;
+  h += "/infer HTTP/1.1\r\nHost: ";
+  h += a.ep->addr.host + ":" + std::to_string(a.ep->addr.port);
+  h += "\r\nContent-Type: application/octet-stream\r\n";
+  if (a.msg.header_length) h += "Inference-Header-Content-Length: " + std::to_string(*a.msg.header_length) + "\r\n";
+  if (!opts_.auth_token.empty()) h += "Authorization: Bearer " + opts_.auth_token + "\r\n";
+  h += "Content-Length: " + std::to_string(a.msg.body_size()) + "\r\n\r\n";
+  a.bufs.clear();
+  a.bufs.emplace_back(a.head.data(), a.head.size());
+  a.bufs.emplace_back(a.msg.header.data(), a.msg.header.size());
+  for (auto b : a.msg.binary) a.bufs.emplace_back(b.data(), b.size());
+  return {};
+}
+
+inline void client_state::send(const attempt_ptr& a, deferred& d) {
+  auto& ep = *a->ep;
+  if (!ep.idle.empty() && !a->fresh_retry) {
+    a->conn = std::move(ep.idle.back());
+    ep.idle.pop_back();
+    a->reused = true;
+    return write(a);
+  }
+  if (ep.open_conns >= opts_.max_connections_per_endpoint) {
+    // Every connection of this endpoint is busy: wait for one (resume_waiting) unless the deadline passes.
+    end_attempt(a);
+    --a->call->attempts;
+    waiting_.push_back(a->call);
+    return;
+  }
+  (void)d;
+  a->reused = false;
+  a->conn = std::make_shared<http_conn>(ioc_);
+  ++ep.open_conns;
+  ++ep.conns_opened;
+  client_state* const self = this;  // close() joins the I/O threads before the state goes
+  a->conn->stream.expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
+  // Every handler holds the connection: Beast's operations use the stream and buffer until they complete,
+  // even when the attempt has dropped the connection (closing it only makes them complete early).
+  a->conn->stream.async_connect(ep.resolved, [self, a, conn = a->conn](boost::system::error_code ec, const tcp::endpoint&) {
+    deferred dd;
+    std::lock_guard lk(self->mu_);
+    if (a->finished) return;
+    if (ec) return self->on_transport_error(a, ec, "connect", dd);
+    boost::system::error_code ignored;
+    a->conn->stream.socket().set_option(tcp::no_delay(true), ignored);
+    self->write(a);
+  });
+}
+
+inline void client_state::write(const attempt_ptr& a) {
+  client_state* const self = this;  // close() joins the I/O threads before the state goes
+  a->conn->stream.expires_at(a->call->deadline);
+  ++a->conn->uses;
+  asio::async_write(a->conn->stream, a->bufs, [self, a, conn = a->conn](boost::system::error_code ec, std::size_t) {
+    deferred d;
+    std::lock_guard lk(self->mu_);
+    if (a->finished) return;
+    if (ec) return self->on_transport_error(a, ec, "send", d);
+    self->read(a);
+  });
+}
+
+inline void client_state::read(const attempt_ptr& a) {
+  client_state* const self = this;  // close() joins the I/O threads before the state goes
+  a->conn->parser.emplace();
+  a->conn->parser->header_limit(1 << 20);
+  a->conn->parser->body_limit(opts_.max_response_bytes);
+  bhttp::async_read(a->conn->stream, a->conn->buffer, *a->conn->parser,
+                    [self, a, conn = a->conn](boost::system::error_code ec, std::size_t) {
+    deferred d;
+    std::lock_guard lk(self->mu_);
+    if (a->finished) return;
+    if (ec) return self->on_transport_error(a, ec, "response", d);
+    self->on_response(a, d);
+  });
+}
+
+inline void client_state::end_attempt(const attempt_ptr& a) {
+  if (a->finished) return;
+  a->finished = true;
+  if (a->ep->outstanding) --a->ep->outstanding;
+  if (a->probe) a->ep->probe_in_flight = false;
+  auto& act = a->call->active;
+  act.erase(std::remove(act.begin(), act.end(), a), act.end());
+}
+
+inline void client_state::close_conn(http_conn& c) {
+  boost::system::error_code ec;
+  c.stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  c.stream.socket().close(ec);
+}
+
+inline void client_state::drop_conn(const attempt_ptr& a) {
+  if (!a->conn) return;
+  close_conn(*a->conn);
+  if (a->ep->open_conns) --a->ep->open_conns;
+  a->conn.reset();
+}
+
+inline void client_state::release_conn(const attempt_ptr& a, bool keep_alive) {
+  if (!a->conn) return;
+  if (keep_alive && !a->ep->draining && !closed_) {
+    a->conn->stream.expires_never();
+    a->conn->parser.reset();
+    a->ep->idle.push_back(std::move(a->conn));
+  } else {
+    drop_conn(a);
+  }
+}
+
+inline void client_state::on_transport_error(const attempt_ptr& a, boost::system::error_code ec, const char* stage, deferred& d) {
+  const auto c = a->call;
+  const bool stale = a->reused && !a->fresh_retry && a->conn && a->conn->uses > 1 &&
+                     (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+                      ec == asio::error::broken_pipe);
+  drop_conn(a);
+  if (stale && !c->done) {  // the server closed an idle keep-alive connection: same attempt, fresh connection
+    a->fresh_retry = true;
+    a->reused = false;
+    return send(a, d);
+  }
+  end_attempt(a);
+  if (c->done) return resume_waiting(d);
+  const bool deadline = clock::now() >= c->deadline;
+  a->ep->failures++;
+  note_endpoint_failure(*a->ep);
+  error_info e = ec == beast::error::timeout && deadline
+                     ? deadline_error(*c)
+                     : fail(errc::io_error, std::string(stage) + " on " + a->ep->addr.url + " failed: " + ec.message());
+  if (ec == beast::error::timeout && !deadline) e = fail(errc::timeout, std::string(stage) + " on " + a->ep->addr.url + " timed out");
+  schedule_retry(c, e, d, true);
+  resume_waiting(d);
+}
+
+inline void client_state::note_endpoint_failure(endpoint_state& e) {
+  e.consecutive_failures++;
+  if (e.consecutive_failures >= opts_.breaker.failure_threshold || e.half_open(clock::now())) {
+    e.open_until = clock::now() + opts_.breaker.open_for;
+    for (auto& conn : e.idle) close_conn(*conn);
+    e.open_conns -= std::min(e.open_conns, e.idle.size());
+    e.idle.clear();
+  }
+}
+
+inline void client_state::note_endpoint_success(endpoint_state& e, double ms) {
+  e.consecutive_failures = 0;
+  e.open_until = clock::time_point{};
+  e.successes++;
+  e.ewma_ms = e.has_ewma ? (1 - opts_.ewma_alpha) * e.ewma_ms + opts_.ewma_alpha * ms : ms;
+  e.has_ewma = true;
+}
+
+inline void client_state::on_response(const attempt_ptr& a, deferred& d) {
+  const auto c = a->call;
+  auto msg = a->conn->parser->release();
+  const bool keep = msg.keep_alive();
+  const int status = static_cast<int>(msg.result_int());
+  std::string body = std::move(msg.body());
+  std::optional<std::size_t> hlen;
+  if (auto it = msg.find("Inference-Header-Content-Length"); it != msg.end()) {
+    std::size_t v = 0;
+    const auto s = net::http::detail::to_std(it->value());
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc{} && p == s.data() + s.size()) hlen = v;
+  }
+  release_conn(a, keep);
+  const double ms = std::chrono::duration<double, std::milli>(clock::now() - a->start).count();
+  end_attempt(a);
+  if (status == 200) {
+    note_endpoint_success(*a->ep, ms);
+    latencies_.add(ms);
+    if (latencies_.total() % 64 == 0 || latencies_.total() == opts_.hedge.min_samples) {
+      hedge_after_ms_ = latencies_.percentile(opts_.hedge.percentile);
+    }
+    if (c->done) return resume_waiting(d);
+    auto r = decode(*c, body, hlen, a->ep->addr.url);
+    if (r && a->hedge) ++stats_.hedge_wins;
+    finish(c, std::move(r), d);
+    return resume_waiting(d);
+  }
+  auto e = http_error(status, body, "model '" + c->model + "' on " + a->ep->addr.url);
+  if (status >= 500 && status != 503 && status != 504) {
+    a->ep->failures++;
+    note_endpoint_failure(*a->ep);
+  } else {
+    a->ep->consecutive_failures = 0;  // it answered: alive
+    if (a->probe) a->ep->open_until = clock::time_point{};
+  }
+  if (c->done) return resume_waiting(d);
+  if (status == 404 || e.code == errc::not_found) {
+    // This endpoint does not serve the model (now): eject it for this model, try elsewhere.
+    a->ep->ejected[c->model] = clock::now() + opts_.breaker.eject_for;
+    const auto now = clock::now();
+    const bool other = std::any_of(endpoints_.begin(), endpoints_.end(), [&](const auto& ep) { return eligible(*ep, *c, now); });
+    if (other && c->attempts < opts_.retry.max_attempts) {
+      ++stats_.retries;
+      if (c->active.empty()) launch(c, false, d);
+    } else if (c->active.empty()) {
+      finish(c, e, d);
+    }
+    return resume_waiting(d);
+  }
+  if (retryable_answer(status, e.code)) {
+    a->ep->failures++;
+    schedule_retry(c, e, d, true);
+    return resume_waiting(d);
+  }
+  // The caller's input: never retried. A multi-row request is resent row by row.
+  if (c->n_rows > 1 && status >= 400 && status < 500) split_rows(c, d);
+  else if (c->active.empty()) finish(c, e, d);
+  resume_waiting(d);
+}
+
+inline auto client_state::decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen, const std::string& url) -> result<embed_result> {
+  kserve::protocol_limits lim;
+  lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
+  auto resp = kserve::decode_response(body, hlen, lim);
+  if (!resp) return fail(resp.code(), "response of " + url + ": " + resp.error().message);
+  embed_result r;
+  r.model_name = std::move(resp->model_name);
+  r.model_version = std::move(resp->model_version);
+  r.endpoint = url;
+  r.attempts = c.attempts;
+  for (auto& o : resp->outputs) {
+    auto v = o.as_tensor_view();
+    if (!v) return fail(v.code(), "response of " + url + ": " + v.error().message);
+    if (v->rank() == 0 || v->shape()[0] != static_cast<std::int64_t>(c.n_rows)) {
+      return fail(errc::corrupt_data, "response of " + url + ": output '" + o.name + "' has " +
+                                          (v->rank() ? std::to_string(v->shape()[0]) : std::string("no")) + " rows, sent " +
+                                          std::to_string(c.n_rows));
+    }
+    r.outputs.emplace_back(o.name, tensor::copy_of(o.data, v->dtype(), v->shape()));
+  }
+  return r;
+}
+
+}  // namespace jitembed::client::detail

@@ -11,7 +11,7 @@
 
 namespace jitembed {
 
-namespace detail {
+namespace core::detail {
 
 template <class B>
 concept byte_like = std::same_as<std::remove_const_t<B>, std::byte> || std::same_as<std::remove_const_t<B>, unsigned char> ||
@@ -29,21 +29,21 @@ constexpr T to_little_endian(T v) noexcept {
   return v;
 }
 
-}  // namespace detail
+}  // namespace core::detail
 
 // The T stored little-endian at p (sizeof(T) bytes).
-template <std::integral T, detail::byte_like B>
+template <std::integral T, core::detail::byte_like B>
 inline T load_le(const B* p) noexcept {
   T v;
   std::memcpy(&v, p, sizeof(T));
-  return detail::to_little_endian(v);
+  return core::detail::to_little_endian(v);
 }
 
 // Stores v little-endian at p (sizeof(T) bytes).
-template <std::integral T, detail::byte_like B>
+template <std::integral T, core::detail::byte_like B>
   requires(!std::is_const_v<B>)
 inline void store_le(B* p, T v) noexcept {
-  v = detail::to_little_endian(v);
+  v = core::detail::to_little_endian(v);
   std::memcpy(p, &v, sizeof(T));
 }
 

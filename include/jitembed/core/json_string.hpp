@@ -17,13 +17,13 @@ enum class invalid_utf8_policy : std::uint8_t {
   replace,  // write U+FFFD for each invalid byte and go on
 };
 
-namespace detail {
+namespace core::detail {
 inline void append_u_escape(std::string& out, std::uint32_t unit) {
   static constexpr char hex[] = "0123456789ABCDEF";
   out += "\\u";
   for (int s = 12; s >= 0; s -= 4) out += hex[(unit >> s) & 0xfu];
 }
-}  // namespace detail
+}  // namespace core::detail
 
 // Appends s as a quoted JSON string literal: `"` and `\` backslash-escaped, \b \f \n \r \t by name, other
 // control characters and every non-ASCII code point as \uXXXX. Returns false on invalid UTF-8 under
@@ -53,10 +53,10 @@ inline bool append_json_string(std::string& out, std::string_view s, invalid_utf
       default:
         if (cp >= 0x10000) {
           const auto v = static_cast<std::uint32_t>(cp) - 0x10000u;
-          detail::append_u_escape(out, 0xd800u + (v >> 10));
-          detail::append_u_escape(out, 0xdc00u + (v & 0x3ffu));
+          core::detail::append_u_escape(out, 0xd800u + (v >> 10));
+          core::detail::append_u_escape(out, 0xdc00u + (v & 0x3ffu));
         } else {
-          detail::append_u_escape(out, static_cast<std::uint32_t>(cp));
+          core::detail::append_u_escape(out, static_cast<std::uint32_t>(cp));
         }
     }
   }

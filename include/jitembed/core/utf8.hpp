@@ -75,7 +75,7 @@ inline std::int32_t next_code_point(std::string_view s, std::size_t& i) noexcept
   return static_cast<std::int32_t>(seq.code_point);
 }
 
-namespace detail {
+namespace core::detail {
 
 // Offset of the first invalid sequence (s.size() when there is none) and what is wrong there.
 inline std::size_t find_invalid_utf8(const unsigned char* p, std::size_t n, utf8_sequence& bad) noexcept {
@@ -118,12 +118,12 @@ inline const char* utf8_what(utf8_status s, unsigned char lead) noexcept {
   return "valid";
 }
 
-}  // namespace detail
+}  // namespace core::detail
 
 // Whether s is valid UTF-8 (no allocation, no message).
 inline bool is_valid_utf8(bytes_view s) noexcept {
   utf8_sequence bad;
-  return detail::find_invalid_utf8(reinterpret_cast<const unsigned char*>(s.data()), s.size(), bad) == s.size();
+  return core::detail::find_invalid_utf8(reinterpret_cast<const unsigned char*>(s.data()), s.size(), bad) == s.size();
 }
 inline bool is_valid_utf8(std::string_view s) noexcept { return is_valid_utf8(as_bytes_view(s)); }
 
@@ -134,13 +134,13 @@ inline bool is_valid_utf8(std::string_view s) noexcept { return is_valid_utf8(as
 inline result<void> validate_utf8(bytes_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   utf8_sequence bad;
-  const std::size_t at = detail::find_invalid_utf8(p, s.size(), bad);
+  const std::size_t at = core::detail::find_invalid_utf8(p, s.size(), bad);
   if (at == s.size()) return {};
   const std::size_t where = at + bad.bad_offset;
   char hex[8];
   std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(p[where]));
   return fail(errc::invalid_utf8,
-              std::string("utf8: ") + detail::utf8_what(bad.status, p[at]) + " " + hex + " at offset " + std::to_string(where));
+              std::string("utf8: ") + core::detail::utf8_what(bad.status, p[at]) + " " + hex + " at offset " + std::to_string(where));
 }
 inline result<void> validate_utf8(std::string_view s) { return validate_utf8(as_bytes_view(s)); }
 

@@ -152,6 +152,7 @@ struct shared_state {
   std::vector<std::unordered_map<std::string, int>> seen;  // per epoch: sample id -> deliveries
   std::int64_t failed = 0, verified = 0, mismatches = 0;
   std::vector<std::string> problems;  // first few failures / mismatches, for the notes
+  std::uint64_t first_epoch_embeddings = 0;  // received in epoch 1 by every rank: the cache lookups it made
   std::vector<source_counters> epoch_counters;  // per epoch, summed over ranks (deltas)
   run_record rec;
   std::atomic<bool> failed_run{false};
@@ -209,6 +210,7 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
       {
         std::lock_guard lock(sh.mu);
         for (const auto& s : samples) {
+          if (e == 0) sh.first_epoch_embeddings += s.embeddings.size();
           ++sh.seen[static_cast<std::size_t>(e)][s.id.empty() ? "#" + std::to_string(s.index) : s.id];
           if (!s.ok()) {
             ++sh.failed;
@@ -475,7 +477,7 @@ int run(cli_options& o) {
     rec.retries += c.resubmits;
   }
   if (cache_log) {
-    const auto split = cache_log->per_epoch(rec.epochs.size());
+    const auto split = cache_log->per_epoch(rec.epochs.size(), sh.first_epoch_embeddings);
     for (std::size_t e = 0; e < rec.epochs.size(); ++e) {
       rec.epochs[e].cache_hits = split[e].first;
       rec.epochs[e].cache_lookups = split[e].second;

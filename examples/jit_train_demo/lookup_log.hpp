@@ -1,9 +1,10 @@
-// jit_train_demo: per-epoch cache hit rates. The loader prefetches across the epoch boundary (and, with
-// --tp, ranks share one cache), so its counters read when an epoch ends already hold some of the next
-// epoch's lookups. This store wraps the real one and logs every lookup (key, hit) in order. Each (sample,
-// model) is looked up once per epoch, so the n-th lookup of a key belongs to epoch n — or, for a key that
-// m samples share (the same caption twice), lookups n·m .. n·m + m − 1 do; lookups past the last epoch
-// (the loader prefetching an epoch the trainer never asks for) are left out.
+// jit_train_demo: per-epoch cache hit rates. The loader prefetches across epoch boundaries (even past the
+// last epoch of the run), and with --tp the ranks share one cache, so its counters read when an epoch ends
+// hold lookups of other epochs. This store wraps the real one and logs every lookup (key, hit) in order.
+// Each (sample, model) is looked up once per epoch: a key that m samples share (m > 1 only for identical
+// content, e.g. the same caption twice) is looked up m times per epoch, so its lookups n·m .. n·m + m − 1
+// belong to epoch n. m is counted in the first epoch's lookups (the first L₁ entries of the log, L₁ = the
+// embeddings the trainer received in epoch 1); lookups past the last epoch are left out.
 #pragma once
 
 #include <algorithm>
@@ -44,17 +45,15 @@ class lookup_log {
   bool erase(const cache::cache_key& k) { return s_->inner.erase(k); }
   cache::cache_stats stats() const { return s_->inner.stats(); }
 
-  // Hits and lookups per epoch of a run of `epochs` epochs (by each key's lookup ordinal, see above).
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> per_epoch(std::size_t epochs) const {
+  // Hits and lookups per epoch of a run of `epochs` epochs whose first epoch made `first_epoch_lookups`.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> per_epoch(std::size_t epochs, std::uint64_t first_epoch_lookups) const {
     std::lock_guard lock(s_->mu);
-    std::unordered_map<cache::cache_key, std::uint64_t, cache::cache_key_hasher> total, seen;
-    for (const auto& [k, hit] : s_->log) ++total[k];
+    std::unordered_map<cache::cache_key, std::uint64_t, cache::cache_key_hasher> share, seen;
+    for (std::size_t i = 0; i < s_->log.size() && i < first_epoch_lookups; ++i) ++share[s_->log[i].first];
     std::vector<std::pair<std::uint64_t, std::uint64_t>> out(epochs);
-    if (epochs == 0) return out;
     for (const auto& [k, hit] : s_->log) {
-      // Samples sharing the key. The loader may already have looked some keys up for the epoch after the
-      // run (prefetch): those few extra lookups neither change m nor count.
-      const std::uint64_t m = std::max<std::uint64_t>(1, total[k] / epochs);
+      const auto it = share.find(k);
+      const std::uint64_t m = it == share.end() ? 1 : it->second;
       const auto e = seen[k]++ / m;
       if (e >= epochs) continue;
       out[e].first += hit;

@@ -163,20 +163,21 @@ if(JITEMBED_WITH_CUDA)
 endif()
 
 if(JITEMBED_WITH_PARALLEL)
-  # Placements, functional collectives, tensor/sequence-parallel layers, hybrid plans, CBLAS math.
+  # Placements, functional collectives, tensor/sequence-parallel layers, hybrid plans, and the CBLAS
+  # reference math they are checked against (jitembed/nn/: same dependencies, so the same component).
   jitembed_component(parallel
-    GLOBS parallel.hpp parallel/*.hpp parallel/detail/*.hpp
-    EXCLUDE "/parallel/gloo[^/]*\\.hpp$" "/parallel/nccl[^/]*\\.hpp$" "/parallel/(detail/)?tcp_store[^/]*\\.hpp$"
+    GLOBS parallel.hpp parallel/*.hpp parallel/detail/*.hpp nn.hpp nn/*.hpp nn/detail/*.hpp
+    EXCLUDE "/parallel/(detail/)?gloo[^/]*\\.hpp$" "/parallel/(detail/)?nccl[^/]*\\.hpp$" "/parallel/(detail/)?tcp_store[^/]*\\.hpp$"
     LINK jitembed::core OpenBLAS::OpenBLAS Threads::Threads)
   if(JITEMBED_WITH_HTTP)
     # TCP rendezvous store (Boost.Asio, header-only): the parallel component itself does not need Boost.
     jitembed_component(tcp_store GLOBS parallel/tcp_store*.hpp parallel/detail/tcp_store*.hpp LINK jitembed::parallel Boost::headers Threads::Threads)
   endif()
   if(JITEMBED_WITH_GLOO)
-    jitembed_component(gloo GLOBS parallel/gloo*.hpp LINK jitembed::parallel gloo)
+    jitembed_component(gloo GLOBS parallel/gloo*.hpp parallel/detail/gloo*.hpp LINK jitembed::parallel gloo)
   endif()
   if(JITEMBED_WITH_CUDA)
-    jitembed_component(nccl GLOBS parallel/nccl*.hpp parallel/cuda/*.hpp
+    jitembed_component(nccl GLOBS parallel/nccl*.hpp parallel/detail/nccl*.hpp parallel/cuda/*.hpp
       LINK jitembed::parallel jitembed::cuda NCCL::NCCL CUDA::cublas)
   endif()
 endif()

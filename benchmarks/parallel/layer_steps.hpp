@@ -92,8 +92,8 @@ inline void run_tp_mlp_steps(reporter& rep) {
       mlp->load_full(w1, &b1v, w2, &b2v);
       return [&, mlp] {
         c.stats().reset();
-        tensor out = mlp->forward(x);
-        tensor din = mlp->backward(dy);
+        tensor out = mlp->forward(x).value();
+        tensor din = mlp->backward(dy).value();
         if (c.rank() == 0) bytes = c.stats().total_bytes();
       };
     });
@@ -135,8 +135,8 @@ inline void run_ulysses_steps(reporter& rep) {
       auto attn = std::make_shared<parallel::ulysses_attention<parallel::gloo_communicator>>(c, static_cast<int>(heads), true);
       return [&, lq, lk, lv, ld, attn] {
         c.stats().reset();
-        tensor o = attn->forward(*lq, *lk, *lv);
-        auto g = attn->backward(*ld);
+        tensor o = attn->forward(*lq, *lk, *lv).value();
+        auto g = attn->backward(*ld).value();
         if (c.rank() == 0) bytes = c.stats()[parallel::coll::all_to_all].bytes;
       };
     });

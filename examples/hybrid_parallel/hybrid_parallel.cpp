@@ -92,7 +92,7 @@ struct sp_encoder {
     k = linear(a1.y, p.at("enc.k.w"), nullptr);
     v = linear(a1.y, p.at("enc.v.w"), nullptr);
     uly = std::make_unique<ulysses_attention<comm_t>>(comm, static_cast<int>(c.enc_heads), /*causal=*/false);
-    att = reshape(uly->forward(reshape(q, s4), reshape(k, s4), reshape(v, s4), c.patches), {c.batch, s_local, c.enc_hidden});
+    att = reshape(uly->forward(reshape(q, s4), reshape(k, s4), reshape(v, s4), c.patches).value(), {c.batch, s_local, c.enc_hidden});
     x1 = hybrid::add(x0, linear(att, p.at("enc.o.w"), &p.at("enc.o.b")));
     a2 = hybrid::layer_norm(x1, p, "enc.ln2", c.eps);
     h = linear(a2.y, p.at("enc.fc1.w"), &p.at("enc.fc1.b"));
@@ -108,7 +108,7 @@ struct sp_encoder {
     tensor da2 = linear_back(a2.y, p.at("enc.fc1.w"), hybrid::gelu_back(h, dgh), g, "enc.fc1", true);
     tensor dx1 = hybrid::add(dx2, hybrid::layer_norm_back(x1, p, a2, da2, g, "enc.ln2"));
     tensor datt = linear_back(att, p.at("enc.o.w"), dx1, g, "enc.o", true);
-    auto dqkv = uly->backward(reshape(datt, s4).view());
+    auto dqkv = uly->backward(reshape(datt, s4).view()).value();
     const shape s3{c.batch, s_local, c.enc_hidden};
     tensor da1 = linear_back(a1.y, p.at("enc.q.w"), reshape(dqkv.dq, s3), g, "enc.q", false);
     pm::add_inplace(da1.view(), linear_back(a1.y, p.at("enc.k.w"), reshape(dqkv.dk, s3), g, "enc.k", false).view());
@@ -120,7 +120,7 @@ struct sp_encoder {
     for (auto& [name, t] : g) {
       if (name.rfind("enc.", 0) == 0) enc_grads.push_back(t.view());
     }
-    sync_replicated_grads(comm, std::span<const tensor_view>(enc_grads));
+    sync_replicated_grads(comm, std::span<const tensor_view>(enc_grads)).value();
   }
 };
 
@@ -165,31 +165,31 @@ void rank_main(comm_t& world, const hybrid::config& c, const tensors& p, const h
 
     const auto [ids_in, targets] = hybrid::split_ids(c, in.ids);
     tensor img = linear(enc_full, p.at("lm.conn.w"), &p.at("lm.conn.b"));
-    tensor txt = emb.forward(ids_in.view());
+    tensor txt = emb.forward(ids_in.view()).value();
     const tensor_view parts[] = {img.view(), txt.view()};
     tensor h0 = concat(parts, 1);
     auto b1 = hybrid::layer_norm(h0, p, "lm.ln1", c.eps);
-    tensor qkv_local = qkv.forward(b1.y.view());  // [B, T, 3·hl/tp]: this rank's heads
+    tensor qkv_local = qkv.forward(b1.y.view()).value();  // [B, T, 3·hl/tp]: this rank's heads
     tensor lq = narrow(qkv_local.view(), 2, 0, hl_t), lk = narrow(qkv_local.view(), 2, hl_t, hl_t),
            lv = narrow(qkv_local.view(), 2, 2 * hl_t, hl_t);
     auto lat = hybrid::attention(lq, lk, lv, heads_t, /*causal=*/true);
-    tensor h1 = hybrid::add(h0, proj.forward(lat.out.view()));
+    tensor h1 = hybrid::add(h0, proj.forward(lat.out.view()).value());
     auto b2 = hybrid::layer_norm(h1, p, "lm.ln2", c.eps);
-    tensor h2 = hybrid::add(h1, mlp.forward(b2.y.view()));
+    tensor h2 = hybrid::add(h1, mlp.forward(b2.y.view()).value());
     auto bf = hybrid::layer_norm(h2, p, "lm.lnf", c.eps);
     tensor ft = narrow(bf.y.view(), 1, c.patches, c.text);
-    tensor logits = head.forward(ft.view());
+    tensor logits = head.forward(ft.view()).value();
     tensor dlogits = tensor::empty(logits.shape(), dtype::f32);
     const tensor_view dl2 = reshape(dlogits, {c.batch * c.text, c.vocab}).view();
     const float loss = pm::cross_entropy_forward_backward(reshape(logits, {c.batch * c.text, c.vocab}).view(),
                                                           reshape(targets, {c.batch * c.text}).view(), &dl2);
     // backward
-    tensor dft = head.backward(dlogits.view());
+    tensor dft = head.backward(dlogits.view()).value();
     tensor dbf = tensor::zeros(bf.y.shape(), dtype::f32);
     copy_into(dbf.view(), 1, c.patches, dft.view());
     tensor dh2 = hybrid::layer_norm_back(h2, p, bf, dbf, g, "lm.lnf");
-    tensor dh1 = hybrid::add(dh2, hybrid::layer_norm_back(h1, p, b2, mlp.backward(dh2.view()), g, "lm.ln2"));
-    tensor dlat = proj.backward(dh1.view());
+    tensor dh1 = hybrid::add(dh2, hybrid::layer_norm_back(h1, p, b2, mlp.backward(dh2.view()).value(), g, "lm.ln2"));
+    tensor dlat = proj.backward(dh1.view()).value();
     tensor dlq = tensor::empty(lq.shape(), dtype::f32), dlk = tensor::empty(lk.shape(), dtype::f32),
            dlv = tensor::empty(lv.shape(), dtype::f32);
     const shape l4{c.batch, t, heads_t, hl_t / heads_t};
@@ -197,23 +197,23 @@ void rank_main(comm_t& world, const hybrid::config& c, const tensors& p, const h
                            reshape(dlat, l4).view(), reshape(dlq, l4).view(), reshape(dlk, l4).view(),
                            reshape(dlv, l4).view());
     const tensor_view dparts[] = {dlq.view(), dlk.view(), dlv.view()};
-    tensor db1 = qkv.backward(concat(dparts, 2).view());
+    tensor db1 = qkv.backward(concat(dparts, 2).view()).value();
     tensor dh0 = hybrid::add(dh1, hybrid::layer_norm_back(h0, p, b1, db1, g, "lm.ln1"));
-    emb.backward(narrow(dh0.view(), 1, c.patches, c.text).view());
+    emb.backward(narrow(dh0.view(), 1, c.patches, c.text).view()).value();
     dx2_full = linear_back(enc_full, p.at("lm.conn.w"), narrow(dh0.view(), 1, 0, c.patches), g, "lm.conn", true);
 
     // Stats of the step, then the gathers for the comparison (not part of the step).
     const comm_stats lm_step = lm.stats();
     tensors lm_grads;
-    unfuse_qkv(qkv.full_grad_weight(), tp, lm_grads);
-    lm_grads["lm.o.w"] = proj.full_grad_weight();
-    lm_grads["lm.o.b"] = proj.full_grad_bias();
-    lm_grads["lm.fc1.w"] = mlp.fc1().full_grad_weight();
-    lm_grads["lm.fc1.b"] = mlp.fc1().full_grad_bias();
-    lm_grads["lm.fc2.w"] = mlp.fc2().full_grad_weight();
-    lm_grads["lm.fc2.b"] = mlp.fc2().full_grad_bias();
-    lm_grads["lm.embed"] = emb.full_grad_weight();
-    lm_grads["lm.head.w"] = head.full_grad_weight();
+    unfuse_qkv(qkv.full_grad_weight().value(), tp, lm_grads);
+    lm_grads["lm.o.w"] = proj.full_grad_weight().value();
+    lm_grads["lm.o.b"] = proj.full_grad_bias().value();
+    lm_grads["lm.fc1.w"] = mlp.fc1().full_grad_weight().value();
+    lm_grads["lm.fc1.b"] = mlp.fc1().full_grad_bias().value();
+    lm_grads["lm.fc2.w"] = mlp.fc2().full_grad_weight().value();
+    lm_grads["lm.fc2.b"] = mlp.fc2().full_grad_bias().value();
+    lm_grads["lm.embed"] = emb.full_grad_weight().value();
+    lm_grads["lm.head.w"] = head.full_grad_weight().value();
     for (const char* n : {"lm.conn.w", "lm.conn.b", "lm.ln1.g", "lm.ln1.b", "lm.ln2.g", "lm.ln2.b", "lm.lnf.g", "lm.lnf.b"}) {
       lm_grads[n] = g.at(n);
     }

@@ -108,4 +108,12 @@ jitembed::error error_of(F&& f) {
   return jitembed::error(errc::ok, "no error");
 }
 
+// The error a result carries (errc::ok "no error" for a value): for the functions that return result<T>
+// and, by docs/api.md rule 1.1, never throw.
+template <class R>
+jitembed::error result_error(const R& r) {
+  if (r.has_value()) return jitembed::error(errc::ok, "no error");
+  return jitembed::error(r.error());
+}
+
 }  // namespace jitembed::parallel::testing

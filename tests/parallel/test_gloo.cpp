@@ -225,6 +225,33 @@ TEST_CASE("gloo functional collectives along a dim: gather, reduce-scatter and a
   }
 }
 
+TEST_CASE("functional collectives report bad arguments in their result, never by throwing (docs/api.md 1.1)") {
+  run_ranks(2, [](gloo_communicator& c) {
+    const tensor x = tensor::zeros(shape{4, 2}, dtype::f32);
+    // Every check fails on every rank alike, before anything is sent.
+    result<tensor> r = fail(errc::internal, "not run");
+    CHECK_NOTHROW(r = all_gather_dim(c, x.view(), 2, 8));
+    CHECK(r.code() == errc::invalid_argument);
+    CHECK(r.error().message == "all_gather_dim: dim 2 of a rank-2 tensor");
+    CHECK_NOTHROW(r = all_gather_dim(c, x.view(), 0, -1));
+    CHECK(r.code() == errc::invalid_argument);
+    CHECK(r.error().message == "all_gather_dim: negative global_size -1");
+    CHECK_NOTHROW(r = reduce_scatter_dim(c, x.view(), 5));
+    CHECK(r.code() == errc::invalid_argument);
+    CHECK(r.error().message == "reduce_scatter_dim: dim 5 of a rank-2 tensor");
+    CHECK_NOTHROW(r = all_to_all_dim(c, x.view(), 0, 3, 4));
+    CHECK(r.code() == errc::invalid_argument);
+    CHECK(r.error().message == "all_to_all_dim: dim 3 of a rank-2 tensor");
+    CHECK_NOTHROW(r = all_to_all_dim(c, x.view(), 0, 1, -2));
+    CHECK(r.code() == errc::invalid_argument);
+    gloo_communicator empty;  // what a rank outside a split's group holds
+    CHECK_NOTHROW(r = all_reduce_copy(empty, x.view()));
+    CHECK(r.code() == errc::invalid_argument);
+    CHECK_NOTHROW(r = all_gather_dim(empty, x.view(), 0, 8));
+    CHECK(r.code() == errc::invalid_argument);
+  });
+}
+
 TEST_CASE("gloo rejects bad arguments before sending: dtype, sizes, counts, peers, devices") {
   run_ranks(2, [](gloo_communicator& c) {
     std::vector<float> f(4);

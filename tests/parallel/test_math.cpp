@@ -1,4 +1,4 @@
-// parallel/math.hpp: GEMM vs a naive loop, every backward vs central finite differences and naive double
+// jitembed/nn (the reference math): GEMM vs a naive loop, every backward vs central finite differences and naive double
 // references, the causal mask, and the errors misuse raises.
 #include <doctest/doctest.h>
 
@@ -11,7 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "jitembed/parallel/math.hpp"
+#include "jitembed/nn.hpp"
+#include "jitembed/parallel/math.hpp"  // the compatibility alias parallel::math
 
 namespace {
 
@@ -20,7 +21,10 @@ using jitembed::errc;
 using jitembed::shape;
 using jitembed::tensor;
 using jitembed::tensor_view;
-namespace pm = jitembed::parallel::math;
+namespace pm = jitembed::nn;
+
+// The old spelling names the same functions.
+static_assert(&jitembed::parallel::math::gemm == &jitembed::nn::gemm);
 
 tensor random_tensor(const shape& s, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
   tensor t = tensor::empty(s, dtype::f32);

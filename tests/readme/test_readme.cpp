@@ -126,8 +126,8 @@ TEST_CASE("README: parallel") {
         auto comm = gloo_communicator::create(store, r, 2).value();   // TCP on 127.0.0.1
         column_parallel_linear<gloo_communicator> fc(comm, /*in=*/64, /*out=*/256);
         fc.load_full(w, b);                      // keeps rows [128r, 128r + 128) of w [256, 64] and b [256]
-        tensor y = fc.forward(x);                // x [16, 64] replicated → y [16, 128], no communication
-        tensor dx = fc.backward(dy);             // dy [16, 128] → dx [16, 64]: one all_reduce
+        tensor y = fc.forward(x).value();        // x [16, 64] replicated → y [16, 128], no communication
+        tensor dx = fc.backward(dy).value();     // dy [16, 128] → dx [16, 64]: one all_reduce
         dtensor yd{y, shape{16, 256}, placement::shard(1)};   // y holds this rank's columns of the output
         tensor y_full = full_tensor(comm, yd);                // [16, 256] on both ranks: one all_gather
         std::uint64_t ar = comm.stats()[coll::all_reduce].bytes;   // 16·64·4 = 4096 (nccl-tests size)

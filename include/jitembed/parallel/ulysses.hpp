@@ -1,7 +1,7 @@
 // DeepSpeed-Ulysses sequence parallelism for attention: all-to-all from sequence-sharded to head-sharded
 // layout, local attention over the whole sequence for H/n heads, and all-to-all back; backward reversed.
 //
-// Layout: q, k, v, out are [B, S, H, D] (math::attention_forward). Sequence-sharded tensors hold rank r's
+// Layout: q, k, v, out are [B, S, H, D] (nn::attention_forward). Sequence-sharded tensors hold rank r's
 // chunk of S in torch.chunk layout ([B, S_r, H, D], all heads); head-sharded tensors hold the whole sequence
 // and heads [r·H/n, (r+1)·H/n) ([B, S, H/n, D]). H must be divisible by the degree; S need not be, but then
 // the global sequence length must be passed (every rank cannot infer it from its own chunk). CPU tensors.
@@ -12,9 +12,10 @@
 #include <string>
 
 #include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/detail/capture.hpp"
 #include "jitembed/parallel/functional.hpp"
 #include "jitembed/parallel/mappings.hpp"
-#include "jitembed/parallel/math.hpp"
+#include "jitembed/nn/attention.hpp"
 
 namespace jitembed::parallel {
 
@@ -86,52 +87,56 @@ class ulysses_attention {
   // q [B, Sq_r, H, D], k and v [B, Sk_r, H, D]: this rank's sequence chunks (torch.chunk layout). seq_len and
   // kv_seq_len are the global lengths (-1: local × n, evenly sharded; kv_seq_len -1 with k shaped like q
   // means seq_len). Returns out [B, Sq_r, H, D].
-  tensor forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, std::int64_t seq_len = -1,
-                 std::int64_t kv_seq_len = -1) {
-    constexpr const char* what = "ulysses_attention forward";
-    detail::check_bshd(q, what, "q");
-    detail::check_bshd(k, what, "k");
-    detail::check_bshd(v, what, "v");
-    for (const tensor_view* t : {&q, &k, &v}) {
-      if (t->size(2) != heads_) {
-        throw error(errc::invalid_argument, std::string(what) + ": expected " + std::to_string(heads_) +
-                                                " heads (dim 2), got " + t->shape().to_string());
+  result<tensor> forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, std::int64_t seq_len = -1,
+                         std::int64_t kv_seq_len = -1) {
+    return detail::capture("ulysses_attention forward", [&]() -> result<tensor> {
+      constexpr const char* what = "ulysses_attention forward";
+      detail::check_bshd(q, what, "q");
+      detail::check_bshd(k, what, "k");
+      detail::check_bshd(v, what, "v");
+      for (const tensor_view* t : {&q, &k, &v}) {
+        if (t->size(2) != heads_) {
+          throw error(errc::invalid_argument, std::string(what) + ": expected " + std::to_string(heads_) +
+                                                  " heads (dim 2), got " + t->shape().to_string());
+        }
       }
-    }
-    if (k.shape() != v.shape()) {
-      throw error(errc::invalid_argument,
-                  std::string(what) + ": k " + k.shape().to_string() + " and v " + v.shape().to_string() + " differ");
-    }
-    if (seq_len < 0) seq_len = q.size(1) * comm_->size();
-    if (kv_seq_len < 0) kv_seq_len = k.shape() == q.shape() ? seq_len : k.size(1) * comm_->size();
-    q_local_ = q.shape();
-    seq_len_ = seq_len;
-    kv_seq_len_ = kv_seq_len;
-    qh_ = seq_to_head(*comm_, q, seq_len);
-    kh_ = seq_to_head(*comm_, k, kv_seq_len);
-    vh_ = seq_to_head(*comm_, v, kv_seq_len);
-    tensor out = tensor::empty(qh_.shape(), dtype::f32);
-    saved_ = math::attention_forward(qh_, kh_, vh_, causal_, out);
-    return head_to_seq(*comm_, out);
+      if (k.shape() != v.shape()) {
+        throw error(errc::invalid_argument,
+                    std::string(what) + ": k " + k.shape().to_string() + " and v " + v.shape().to_string() + " differ");
+      }
+      if (seq_len < 0) seq_len = q.size(1) * comm_->size();
+      if (kv_seq_len < 0) kv_seq_len = k.shape() == q.shape() ? seq_len : k.size(1) * comm_->size();
+      q_local_ = q.shape();
+      seq_len_ = seq_len;
+      kv_seq_len_ = kv_seq_len;
+      qh_ = seq_to_head(*comm_, q, seq_len);
+      kh_ = seq_to_head(*comm_, k, kv_seq_len);
+      vh_ = seq_to_head(*comm_, v, kv_seq_len);
+      tensor out = tensor::empty(qh_.shape(), dtype::f32);
+      saved_ = nn::attention_forward(qh_, kh_, vh_, causal_, out);
+      return head_to_seq(*comm_, out);
+    });
   }
 
   // dout [B, Sq_r, H, D] (like forward's output) → dq, dk, dv shaped like forward's q, k, v.
-  grads backward(const tensor_view& dout) {
-    constexpr const char* what = "ulysses_attention backward";
-    if (!qh_.defined()) throw error(errc::invalid_argument, std::string(what) + ": backward() without a forward()");
-    detail::check_bshd(dout, what, "dout");
-    if (dout.shape() != q_local_) {
-      throw error(errc::invalid_argument, std::string(what) + ": dout must be " + q_local_.to_string() + ", got " +
-                                              dout.shape().to_string());
-    }
-    const tensor gh = seq_to_head(*comm_, dout, seq_len_);
-    tensor dq = tensor::empty(qh_.shape(), dtype::f32);
-    tensor dk = tensor::empty(kh_.shape(), dtype::f32);
-    tensor dv = tensor::empty(vh_.shape(), dtype::f32);
-    math::attention_backward(qh_, kh_, vh_, saved_, gh, dq, dk, dv);
-    qh_ = kh_ = vh_ = tensor();
-    saved_ = {};
-    return {head_to_seq(*comm_, dq), head_to_seq(*comm_, dk), head_to_seq(*comm_, dv)};
+  result<grads> backward(const tensor_view& dout) {
+    return detail::capture("ulysses_attention backward", [&]() -> result<grads> {
+      constexpr const char* what = "ulysses_attention backward";
+      if (!qh_.defined()) throw error(errc::invalid_argument, std::string(what) + ": backward() without a forward()");
+      detail::check_bshd(dout, what, "dout");
+      if (dout.shape() != q_local_) {
+        throw error(errc::invalid_argument, std::string(what) + ": dout must be " + q_local_.to_string() + ", got " +
+                                                dout.shape().to_string());
+      }
+      const tensor gh = seq_to_head(*comm_, dout, seq_len_);
+      tensor dq = tensor::empty(qh_.shape(), dtype::f32);
+      tensor dk = tensor::empty(kh_.shape(), dtype::f32);
+      tensor dv = tensor::empty(vh_.shape(), dtype::f32);
+      nn::attention_backward(qh_, kh_, vh_, saved_, gh, dq, dk, dv);
+      qh_ = kh_ = vh_ = tensor();
+      saved_ = {};
+      return grads{head_to_seq(*comm_, dq), head_to_seq(*comm_, dk), head_to_seq(*comm_, dv)};
+    });
   }
 
   int heads() const noexcept { return heads_; }
@@ -145,7 +150,7 @@ class ulysses_attention {
   shape q_local_{};
   std::int64_t seq_len_ = 0, kv_seq_len_ = 0;
   tensor qh_, kh_, vh_;  // head-sharded [B, S, H/n, D]
-  math::attention_saved saved_;
+  nn::attention_saved saved_;
 };
 
 }  // namespace jitembed::parallel

@@ -1,4 +1,4 @@
-// GEMM on the GPU through cuBLAS with math::gemm's row-major semantics (C = alpha·op(A)·op(B) + beta·C),
+// GEMM on the GPU through cuBLAS with nn::gemm's row-major semantics (C = alpha·op(A)·op(B) + beta·C),
 // f32 and bf16 (fp32 accumulation), plus an RAII cuBLAS handle bound to a stream.
 #pragma once
 
@@ -132,7 +132,7 @@ inline result<gemm_dims> check_gemm(bool trans_a, bool trans_b, const tensor_vie
 
 }  // namespace detail
 
-// C[M,N] = alpha·op(A)·op(B) + beta·C on h's stream, row-major like math::gemm. cuBLAS is column-major,
+// C[M,N] = alpha·op(A)·op(B) + beta·C on h's stream, row-major like nn::gemm. cuBLAS is column-major,
 // where a row-major X is Xᵀ: so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ with the operands swapped, each leading
 // dimension being its row-major column count. bf16 accumulates in fp32. Throws jitembed::error.
 inline void gemm(cublas_handle& h, bool trans_a, bool trans_b, float alpha, const tensor_view& a, const tensor_view& b,

@@ -1,0 +1,103 @@
+// Internals of the tensor-parallel layers: argument checks with the layers' messages, shape helpers, and the
+// in-place collectives the layers issue.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/detail/capture.hpp"
+#include "jitembed/parallel/functional.hpp"
+#include "jitembed/parallel/mappings.hpp"
+#include "jitembed/parallel/shard.hpp"
+
+namespace jitembed::parallel {
+
+namespace detail {
+
+[[noreturn]] inline void tp_invalid(const std::string& what, const std::string& msg) {
+  throw error(errc::invalid_argument, what + ": " + msg);
+}
+
+inline void tp_require(const tensor_view& x, dtype t, const std::string& what, const char* name) {
+  if (!x.dev().is_cpu()) tp_invalid(what, std::string(name) + " must be a CPU tensor");
+  if (x.dtype() != t) {
+    tp_invalid(what, std::string(name) + " must be " + std::string(to_string(t)) + ", got " +
+                         std::string(to_string(x.dtype())));
+  }
+  if (!x.is_contiguous()) tp_invalid(what, std::string(name) + " must be contiguous, got " + x.shape().to_string());
+}
+
+inline void tp_check_group(bool valid, const std::string& what) {
+  if (!valid) tp_invalid(what, "this rank is not in the communicator's group (empty communicator)");
+}
+
+inline void tp_check_divisible(std::int64_t v, const char* name, int degree, const std::string& what) {
+  if (v <= 0) tp_invalid(what, std::string(name) + " " + std::to_string(v) + " must be positive");
+  if (v % degree != 0) {
+    tp_invalid(what, std::string(name) + " " + std::to_string(v) + " not divisible by tensor-parallel degree " +
+                         std::to_string(degree));
+  }
+}
+
+inline void tp_check_last(const tensor_view& x, std::int64_t want, const std::string& what, const char* name) {
+  if (x.rank() == 0 || x.size(x.rank() - 1) != want) {
+    tp_invalid(what, std::string(name) + " last dim must be " + std::to_string(want) + ", got " + x.shape().to_string());
+  }
+}
+
+inline void tp_check_shape(const tensor_view& x, const shape& want, const std::string& what, const char* name) {
+  if (x.shape() != want) tp_invalid(what, std::string(name) + " must be " + want.to_string() + ", got " + x.shape().to_string());
+}
+
+// With sequence parallelism the sequence dim must exist and must not be the hidden (last) dim.
+inline void tp_check_seq_dim(const tensor_view& x, std::size_t seq_dim, const std::string& what, const char* name) {
+  if (seq_dim + 1 >= x.rank()) {
+    tp_invalid(what, "sequence dim " + std::to_string(seq_dim) + " must be a leading dim of " + std::string(name) + " " +
+                         x.shape().to_string());
+  }
+}
+
+inline void tp_check_seq_divisible(std::int64_t seq, std::size_t seq_dim, int degree, const std::string& what) {
+  if (seq % degree != 0) {
+    tp_invalid(what, "sequence length " + std::to_string(seq) + " (dim " + std::to_string(seq_dim) +
+                         ") not divisible by sequence-parallel degree " + std::to_string(degree));
+  }
+}
+
+inline shape with_last_extent(const shape& s, std::int64_t last) {
+  shape out = s;
+  out[out.size() - 1] = last;
+  return out;
+}
+
+template <communicator C>
+void all_reduce_in_place(C& comm, const tensor& t) {
+  if (comm.size() > 1) comm.all_reduce(t.view(), reduce_op::sum).value();
+}
+
+// y[i, :] += b for every row of y [..., N].
+inline void add_bias_rows(const tensor_view& y, const tensor_view& b) {
+  const std::int64_t n = b.numel() == 0 ? 0 : static_cast<std::int64_t>(b.numel());
+  if (n == 0) return;
+  float* out = y.data<float>();
+  const float* bias = b.data<const float>();
+  const auto rows = static_cast<std::int64_t>(y.numel()) / n;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) out[i * n + j] += bias[j];
+  }
+}
+
+template <communicator C>
+tensor gather_rows_or_copy(C& comm, const tensor_view& local, std::size_t dim, std::int64_t global) {
+  if (comm.size() == 1) return copy_tensor(local);
+  return all_gather_dim(comm, local, dim, global).value();
+}
+
+}  // namespace detail
+
+}  // namespace jitembed::parallel

@@ -1,0 +1,73 @@
+// Megatron's tensor-parallel MLP: column-parallel linear → GELU → row-parallel linear.
+// Conventions of all tensor-parallel layers: jitembed/parallel/tensor_parallel.hpp.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/detail/tp_common.hpp"
+#include "jitembed/parallel/functional.hpp"
+#include "jitembed/parallel/mappings.hpp"
+#include "jitembed/parallel/shard.hpp"
+#include "jitembed/nn/gelu.hpp"
+#include "jitembed/parallel/column_parallel_linear.hpp"
+#include "jitembed/parallel/row_parallel_linear.hpp"
+
+namespace jitembed::parallel {
+
+// Megatron's MLP: column_parallel_linear(hidden → ffn) → GELU (tanh) → row_parallel_linear(ffn → hidden,
+// input_is_parallel). Without SP: x and y replicated [..., hidden], one all_reduce forward (fc2) and one
+// backward (fc1). With SP: x and y sharded along seq_dim, one all_gather + one reduce_scatter each way.
+template <communicator C>
+class tensor_parallel_mlp {
+ public:
+  tensor_parallel_mlp(C& comm, std::int64_t hidden, std::int64_t ffn, bool bias = true, bool sequence_parallel = false,
+                      std::size_t seq_dim = 0)
+      : fc1_(comm, hidden, ffn, bias, false, sequence_parallel, seq_dim),
+        fc2_(comm, ffn, hidden, bias, true, sequence_parallel, seq_dim) {}
+
+  result<tensor> forward(const tensor_view& x) {
+    return detail::capture("tensor_parallel_mlp forward", [&]() -> result<tensor> {
+      hidden_ = fc1_.forward(x).value();  // a failure is caught by capture: the same error
+      tensor act = tensor::empty(hidden_.shape(), dtype::f32);
+      nn::gelu_forward(hidden_, act);
+      return fc2_.forward(act).value();
+    });
+  }
+
+  result<tensor> backward(const tensor_view& dy) {
+    return detail::capture("tensor_parallel_mlp backward", [&]() -> result<tensor> {
+      if (!hidden_.defined()) detail::tp_invalid("tensor_parallel_mlp backward", "backward() without a forward()");
+      tensor dact = fc2_.backward(dy).value();
+      nn::gelu_backward(hidden_, dact, dact);
+      hidden_ = tensor();
+      return fc1_.backward(dact).value();
+    });
+  }
+
+  // Full weights: w1 [ffn, hidden], b1 [ffn], w2 [hidden, ffn], b2 [hidden] (biases may be null).
+  void load_full(const tensor_view& w1, const tensor_view* b1, const tensor_view& w2, const tensor_view* b2) {
+    fc1_.load_full(w1, b1);
+    fc2_.load_full(w2, b2);
+  }
+  void zero_grad() {
+    fc1_.zero_grad();
+    fc2_.zero_grad();
+  }
+  column_parallel_linear<C>& fc1() noexcept { return fc1_; }
+  row_parallel_linear<C>& fc2() noexcept { return fc2_; }
+  const column_parallel_linear<C>& fc1() const noexcept { return fc1_; }
+  const row_parallel_linear<C>& fc2() const noexcept { return fc2_; }
+
+ private:
+  column_parallel_linear<C> fc1_;
+  row_parallel_linear<C> fc2_;
+  tensor hidden_;  // fc1's output, pre-GELU
+};
+
+}  // namespace jitembed::parallel

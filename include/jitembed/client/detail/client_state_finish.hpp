@@ -46,7 +46,9 @@ inline void client_state::arm_hedge(const call_ptr& c) {
   if (!opts_.hedge.enabled || c->hedged || latencies_.size() < opts_.hedge.min_samples) return;
   const auto delay = std::chrono::duration<double, std::milli>(
       std::max<double>(hedge_after_ms_, static_cast<double>(opts_.hedge.min_delay.count())));
-  c->hedge_timer = std::make_unique<asio::steady_timer>(ioc_, std::chrono::duration_cast<clock::duration>(delay));
+  // Re-armed from its own handler while no endpoint qualifies yet: the same timer, nothing pending on it.
+  if (!c->hedge_timer) c->hedge_timer = std::make_unique<asio::steady_timer>(ioc_);
+  c->hedge_timer->expires_after(std::chrono::duration_cast<clock::duration>(delay));
   client_state* const self = this;  // close() joins the I/O threads before the state goes
   c->hedge_timer->async_wait([self, c](boost::system::error_code ec) {
     if (ec) return;
@@ -60,10 +62,10 @@ inline void client_state::arm_hedge(const call_ptr& c) {
     const bool other = std::any_of(self->endpoints_.begin(), self->endpoints_.end(), [&](const auto& e) {
       return !c->tried.count(e.get()) && self->eligible(*e, *c, now) && e->outstanding < primary;
     });
-    if (!other) return;
+    if (!other) return self->arm_hedge(c);  // look again later: the fleet's load changes
     if (!self->budget_.try_spend(now)) {
       ++self->stats_.budget_exhausted;
-      return;
+      return self->arm_hedge(c);
     }
     c->hedged = true;
     ++self->stats_.hedges;

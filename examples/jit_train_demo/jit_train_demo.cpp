@@ -28,6 +28,7 @@
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -321,9 +322,19 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
   comm.barrier().value();
 }
 
+// An any_store holding an S made from args: in place where this jitembed's any_store takes that (the
+// migration in docs/api.md), else through the older shared_ptr constructor.
+template <class S, class... Args>
+cache::any_store make_store(Args&&... args) {
+  if constexpr (std::is_constructible_v<cache::any_store, std::in_place_type_t<S>, Args...>)
+    return cache::any_store(std::in_place_type<S>, std::forward<Args>(args)...);
+  else
+    return cache::any_store(std::make_shared<S>(std::forward<Args>(args)...));
+}
+
 // The cache the loaders share: memory, then LMDB under --cache-dir.
 result<cache::any_store> make_cache(const cli_options& o) {
-  auto mem = cache::any_store(std::make_shared<cache::memory_cache>(o.cache_mb << 20));
+  auto mem = make_store<cache::memory_cache>(o.cache_mb << 20);
   if (o.cache_dir.empty()) return mem;
 #ifdef JITEMBED_HAS_LMDB
   // No fsync per put: a lost put after an OS crash is only a future miss.
@@ -331,10 +342,10 @@ result<cache::any_store> make_cache(const cli_options& o) {
   if (!l) return l.error();
   cache::any_store disk;
   if constexpr (std::is_same_v<std::remove_cvref_t<decltype(*l)>, cache::lmdb_cache>)
-    disk = cache::any_store(std::make_shared<cache::lmdb_cache>(std::move(*l)));
+    disk = make_store<cache::lmdb_cache>(std::move(*l));
   else
     disk = cache::any_store(std::move(*l));
-  return cache::any_store(std::make_shared<cache::tiered_cache>(std::vector<cache::any_store>{mem, disk}));
+  return make_store<cache::tiered_cache>(std::vector<cache::any_store>{mem, disk});
 #else
   return fail(errc::invalid_argument, "--cache-dir needs the LMDB component (built without it)");
 #endif
@@ -394,7 +405,7 @@ int run(cli_options& o) {
   std::vector<server_process> servers;
   std::optional<client::jit_client> cl;
   std::vector<std::unique_ptr<batch_source>> sources;
-  std::shared_ptr<lookup_log> cache_log;  // around the cache the ranks' loaders share
+  std::optional<lookup_log> cache_log;  // around the cache the ranks' loaders share (a handle: copies share the log)
   const auto per_rank_batch = static_cast<std::size_t>(o.batch / o.tp);
   if (o.mode == "jit") {
     client::client_options co;
@@ -416,7 +427,7 @@ int run(cli_options& o) {
       }
     }
     cl = client::jit_client::create(std::move(co)).value();
-    cache_log = std::make_shared<lookup_log>(make_cache(o).value());
+    cache_log.emplace(make_cache(o).value());
     for (int r = 0; r < o.tp; ++r) {
       client::loader_options lo;
       lo.embeddings = embedding_specs();
@@ -429,7 +440,7 @@ int run(cli_options& o) {
       lo.world_size = static_cast<std::size_t>(o.tp);
       lo.seed = o.seed;
       lo.shuffle = o.shuffle;
-      lo.cache = cache::any_store(cache_log);
+      lo.cache = make_store<lookup_log>(*cache_log);
       sources.push_back(std::make_unique<loader_source>(client::jit_loader::create(ds, *cl, std::move(lo)).value()));
     }
   } else {

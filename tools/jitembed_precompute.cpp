@@ -462,11 +462,16 @@ int main(int argc, char** argv) {
       }
     }
     ro.prefix = redis_prefix;
-    auto r = std::make_shared<cache::redis_cache>(ro);
-    if (!r->ping())  // a cache failure never fails the run: the Redis tier degrades to misses
-      std::fprintf(stderr, "warning: redis %s not reachable (%s); continuing, its failures are counted\n", redis.c_str(),
-                   r->last_error().c_str());
-    store = cache::any_store(std::make_shared<cache::tiered_cache>(std::vector<cache::any_store>{store, cache::any_store(r)}));
+    auto r = cache::redis_cache::open(ro);
+    if (!r && r.code() == errc::invalid_argument) {
+      std::fprintf(stderr, "error: invalid_argument: --redis: %s\n", r.error().message.c_str());
+      return 2;
+    }
+    if (!r)  // a cache failure never fails the run: go on without the Redis tier
+      std::fprintf(stderr, "warning: redis %s not reachable (%s); continuing without it\n", redis.c_str(),
+                   r.error().message.c_str());
+    else
+      store = cache::any_store(std::in_place_type<cache::tiered_cache>, std::vector<cache::any_store>{store, cache::any_store(std::move(*r))});
 #endif
   }
 

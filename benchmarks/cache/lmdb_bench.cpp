@@ -48,13 +48,12 @@ void check(int rc, const char* what) {
   if (rc != MDB_SUCCESS) throw std::runtime_error(std::string("bench lmdb: ") + what + ": " + mdb_strerror(rc));
 }
 
-cache::lmdb_cache& open_cache(std::shared_ptr<cache::lmdb_cache>& holder, const fs::path& dir, std::size_t map) {
+cache::lmdb_cache open_cache(const fs::path& dir, std::size_t map) {
   cache::lmdb_options o;
   o.path = dir.string();
   o.sync = false;
   o.initial_map_bytes = map;
-  holder = cache::lmdb_cache::open(o).value();
-  return *holder;
+  return cache::lmdb_cache::open(o).value();
 }
 
 // (1) 4 KiB values: gets/s of lmdb_cache::get (snapshot, checksum check, keep_alive) + copying the value
@@ -63,8 +62,7 @@ cache::lmdb_cache& open_cache(std::shared_ptr<cache::lmdb_cache>& holder, const 
 void small_values(reporter& r) {
   constexpr std::size_t kKeys = 20000, kSize = 4096;
   bench_dir dir("4k"), raw_dir("4k_raw");
-  std::shared_ptr<cache::lmdb_cache> holder;
-  auto& c = open_cache(holder, dir.path, std::size_t{512} << 20);
+  auto c = open_cache(dir.path, std::size_t{512} << 20);
 
   MDB_env* env = nullptr;
   MDB_dbi dbi = 0;
@@ -154,8 +152,7 @@ void small_values(reporter& r) {
 void large_values(reporter& r) {
   constexpr std::size_t kKeys = 48, kSize = std::size_t{1} << 20;
   bench_dir dir("1m");
-  std::shared_ptr<cache::lmdb_cache> holder;
-  auto& c = open_cache(holder, dir.path, std::size_t{256} << 20);
+  auto c = open_cache(dir.path, std::size_t{256} << 20);
   std::vector<byte_buffer> heap(kKeys, byte_buffer(kSize));
   std::vector<std::byte> v(kSize);
   for (std::uint64_t i = 0; i < kKeys; ++i) {

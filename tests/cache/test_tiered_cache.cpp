@@ -106,27 +106,44 @@ class fault_store {
 static_assert(cache_store<fault_store>);
 
 struct three_tiers {
-  std::shared_ptr<memory_cache> mem = std::make_shared<memory_cache>(1 << 20, 4);
-  std::shared_ptr<fault_store> mid = std::make_shared<fault_store>();
-  std::shared_ptr<fault_store> far = std::make_shared<fault_store>();
-  tiered_cache cache{{any_store(mem), any_store(mid), any_store(far)}};
+  any_store mem_store{std::in_place_type<memory_cache>, 1 << 20, 4};
+  memory_cache* mem = mem_store.target<memory_cache>();
+  any_store mid_store{std::in_place_type<fault_store>};
+  fault_store* mid = mid_store.target<fault_store>();
+  any_store far_store{std::in_place_type<fault_store>};
+  fault_store* far = far_store.target<fault_store>();
+  tiered_cache cache{{mem_store, mid_store, far_store}};
 };
 
 }  // namespace
 
 TEST_CASE("any_store: shares the store it wraps") {
-  auto mem = std::make_shared<memory_cache>(1 << 20);
-  any_store a(mem);
+  any_store mem_store{std::in_place_type<memory_cache>, 1 << 20};
+  auto* mem = mem_store.target<memory_cache>();
+  any_store a = mem_store;
   any_store b = a;
   CHECK(b.put(key_n(1), as_bytes_view("x")));
   CHECK(mem->contains(key_n(1)));
   CHECK(text_of(*a.get(key_n(1))) == "x");
-  CHECK(a.target<memory_cache>() == mem.get());
+  CHECK(a.target<memory_cache>() == mem);
   CHECK(a.target<fault_store>() == nullptr);
-  auto made = any_store::make<memory_cache>(std::size_t{1024}, std::size_t{2});
+  auto made = any_store(std::in_place_type<memory_cache>, std::size_t{1024}, std::size_t{2});
   REQUIRE(made.target<memory_cache>());
   CHECK(made.target<memory_cache>()->shard_count() == 2);
   CHECK(a.stats().puts == 1);
+}
+
+TEST_CASE("any_store: an empty handle is no cache, and tiered_cache leaves it out") {
+  any_store none;
+  CHECK_FALSE(none);
+  CHECK_FALSE(none.get(key_n(1)));
+  CHECK_FALSE(none.put(key_n(1), as_bytes_view("x")));
+  CHECK(none.multi_get(std::vector<cache_key>{key_n(1), key_n(2)}).size() == 2);
+  CHECK(none.stats().puts == 0);
+  tiered_cache c({none, any_store(std::in_place_type<memory_cache>, 1 << 20)});
+  CHECK(c.tier_count() == 1);
+  CHECK(c.put(key_n(1), as_bytes_view("x")));
+  CHECK(c.get(key_n(1)));
 }
 
 TEST_CASE("tiered_cache: get looks up in order and promotes a hit into faster tiers") {
@@ -157,11 +174,13 @@ TEST_CASE("tiered_cache: get looks up in order and promotes a hit into faster ti
 }
 
 TEST_CASE("tiered_cache: no promotion when turned off") {
-  auto mem = std::make_shared<memory_cache>(1 << 20);
-  auto far = std::make_shared<fault_store>();
+  any_store mem_store{std::in_place_type<memory_cache>, 1 << 20};
+  auto* mem = mem_store.target<memory_cache>();
+  any_store far_store{std::in_place_type<fault_store>};
+  auto* far = far_store.target<fault_store>();
   tiered_options opt;
   opt.promote_on_hit = false;
-  tiered_cache c({any_store(mem), any_store(far)}, opt);
+  tiered_cache c({mem_store, far_store}, opt);
   REQUIRE(far->put(key_n(1), as_bytes_view("x")));
   REQUIRE(c.get(key_n(1)));
   CHECK_FALSE(mem->contains(key_n(1)));
@@ -212,11 +231,13 @@ TEST_CASE("tiered_cache: put writes through, or only to the first tier") {
   CHECK(t.far->size() == 0);
   CHECK_FALSE(t.cache.erase(key_n(5)));
 
-  auto mem = std::make_shared<memory_cache>(1 << 20);
-  auto far = std::make_shared<fault_store>();
+  any_store mem_store{std::in_place_type<memory_cache>, 1 << 20};
+  auto* mem = mem_store.target<memory_cache>();
+  any_store far_store{std::in_place_type<fault_store>};
+  auto* far = far_store.target<fault_store>();
   tiered_options opt;
   opt.write_through = false;
-  tiered_cache c({any_store(mem), any_store(far)}, opt);
+  tiered_cache c({mem_store, far_store}, opt);
   CHECK(c.put(key_n(6), as_bytes_view("six")));
   CHECK(mem->contains(key_n(6)));
   CHECK_FALSE(far->contains(key_n(6)));
@@ -254,10 +275,12 @@ TEST_CASE("tiered_cache: a failing tier never fails the call") {
     CHECK(t.cache.stats().errors >= 5);
   }
   SUBCASE("every tier down: a miss, and put reports not stored") {
-    auto a = std::make_shared<fault_store>();
-    auto b = std::make_shared<fault_store>();
+    any_store a_store{std::in_place_type<fault_store>};
+    auto* a = a_store.target<fault_store>();
+    any_store b_store{std::in_place_type<fault_store>};
+    auto* b = b_store.target<fault_store>();
     a->down = b->down = true;
-    tiered_cache c({any_store(a), any_store(b)});
+    tiered_cache c({a_store, b_store});
     CHECK_FALSE(c.get(key_n(1)));
     CHECK_FALSE(c.put(key_n(1), as_bytes_view("x")));
     CHECK(c.stats().misses == 1);
@@ -293,9 +316,11 @@ TEST_CASE("tiered_cache: encoded values round trip through the tiers, zero-copy 
 }
 
 TEST_CASE("tiered_cache: concurrent gets and puts") {
-  auto mem = std::make_shared<memory_cache>(32 * 1024, 4);
-  auto far = std::make_shared<fault_store>();
-  tiered_cache c({any_store(mem), any_store(far)});
+  any_store mem_store{std::in_place_type<memory_cache>, 32 * 1024, 4};
+  auto* mem = mem_store.target<memory_cache>();
+  any_store far_store{std::in_place_type<fault_store>};
+  auto* far = far_store.target<fault_store>();
+  tiered_cache c({mem_store, far_store});
   std::vector<std::thread> th;
   std::atomic<int> bad{0};
   for (int t = 0; t < 4; ++t)

@@ -24,22 +24,22 @@ TEST_CASE("lmdb_cache: put/get/contains/erase round trip and counters") {
   auto c = lmdb_cache::open(options_for(dir.path)).value();
   CHECK(fs::exists(dir.path / "data.mdb"));
 
-  for (std::uint64_t i = 0; i < 40; ++i) REQUIRE(c->put(key_of(i), view(value_of(i, size_of(i)))));
+  for (std::uint64_t i = 0; i < 40; ++i) REQUIRE(c.put(key_of(i), view(value_of(i, size_of(i)))));
   std::uint64_t bytes = 0;
   for (std::uint64_t i = 0; i < 40; ++i) {
-    auto v = c->get(key_of(i));
+    auto v = c.get(key_of(i));
     REQUIRE(v.has_value());
     CHECK(equal(v->bytes, value_of(i, size_of(i))));
-    CHECK(c->contains(key_of(i)));
+    CHECK(c.contains(key_of(i)));
     bytes += size_of(i);
   }
-  CHECK_FALSE(c->get(key_of(1000)).has_value());
-  CHECK_FALSE(c->contains(key_of(1000)));
+  CHECK_FALSE(c.get(key_of(1000)).has_value());
+  CHECK_FALSE(c.contains(key_of(1000)));
 
   // A second put of the same key is accepted and changes nothing (content addressing).
-  CHECK(c->put(key_of(3), view(value_of(3, size_of(3)))));
+  CHECK(c.put(key_of(3), view(value_of(3, size_of(3)))));
 
-  auto s = c->stats();
+  auto s = c.stats();
   CHECK(s.puts == 40);
   CHECK(s.hits == 40);
   CHECK(s.misses == 1);
@@ -49,14 +49,14 @@ TEST_CASE("lmdb_cache: put/get/contains/erase round trip and counters") {
   CHECK(s.entries == 40);
   CHECK(s.bytes_held > bytes);
 
-  CHECK(c->erase(key_of(5)));
-  CHECK_FALSE(c->erase(key_of(5)));
-  CHECK_FALSE(c->get(key_of(5)).has_value());
-  CHECK(c->stats().entries == 39);
+  CHECK(c.erase(key_of(5)));
+  CHECK_FALSE(c.erase(key_of(5)));
+  CHECK_FALSE(c.get(key_of(5)).has_value());
+  CHECK(c.stats().entries == 39);
 
   // multi_get: one snapshot, hits and misses in key order.
   std::vector<cache_key> keys{key_of(0), key_of(5), key_of(7), key_of(999), key_of(6)};
-  auto got = c->multi_get(keys);
+  auto got = c.multi_get(keys);
   REQUIRE(got.size() == 5);
   CHECK(got[0].has_value());
   CHECK_FALSE(got[1].has_value());
@@ -67,10 +67,10 @@ TEST_CASE("lmdb_cache: put/get/contains/erase round trip and counters") {
 
   // Reopening after close sees the same data and counters.
   got.clear();
-  c.reset();
+  { lmdb_cache closing = std::move(c); }  // the last copy of the handle: the store closes
   auto c2 = lmdb_cache::open(options_for(dir.path)).value();
-  CHECK(c2->stats().entries == 39);
-  CHECK(equal(c2->get(key_of(39))->bytes, value_of(39, size_of(39))));
+  CHECK(c2.stats().entries == 39);
+  CHECK(equal(c2.get(key_of(39))->bytes, value_of(39, size_of(39))));
 }
 
 TEST_CASE("lmdb_cache: one env per path in a process") {
@@ -78,36 +78,36 @@ TEST_CASE("lmdb_cache: one env per path in a process") {
   auto a = lmdb_cache::open(options_for(dir.path)).value();
   auto o = options_for(dir.path / "." / "");
   auto b = lmdb_cache::open(o).value();  // same directory, spelled differently
-  CHECK(a->path() == b->path());
-  REQUIRE(a->put(key_of(1), view(value_of(1, 100))));
-  auto v = b->get(key_of(1));
+  CHECK(a.path() == b.path());
+  REQUIRE(a.put(key_of(1), view(value_of(1, 100))));
+  auto v = b.get(key_of(1));
   REQUIRE(v.has_value());
   CHECK(equal(v->bytes, value_of(1, 100)));
-  CHECK(a->stats().puts == 1);  // counters are per object
-  CHECK(b->stats().hits == 1);
+  CHECK(a.stats().puts == 1);  // counters are per object
+  CHECK(b.stats().hits == 1);
 }
 
 TEST_CASE("lmdb_cache: values are zero-copy views into the map, large ones 64-byte aligned") {
   temp_dir dir("zerocopy");
   auto c = lmdb_cache::open(options_for(dir.path)).value();
-  for (std::uint64_t i = 0; i < 8; ++i) REQUIRE(c->put(key_of(i), view(value_of(i, 4096 * (i + 1)))));
-  REQUIRE(c->put(key_of(100), view(value_of(100, 50))));
+  for (std::uint64_t i = 0; i < 8; ++i) REQUIRE(c.put(key_of(i), view(value_of(i, 4096 * (i + 1)))));
+  REQUIRE(c.put(key_of(100), view(value_of(100, 50))));
   auto [lo, hi] = mapping_of(dir.path / "data.mdb");
   REQUIRE(lo != 0);
   for (std::uint64_t i = 0; i < 8; ++i) {
-    auto v = c->get(key_of(i));
+    auto v = c.get(key_of(i));
     REQUIRE(v);
     const auto p = reinterpret_cast<std::uintptr_t>(v->bytes.data());
     CHECK(p >= lo);
     CHECK(p + v->bytes.size() <= hi);
     CHECK(p % 64 == 0);
   }
-  auto small = c->get(key_of(100));
+  auto small = c.get(key_of(100));
   REQUIRE(small);
   const auto p = reinterpret_cast<std::uintptr_t>(small->bytes.data());
   CHECK((p >= lo && p + 50 <= hi));
   // Two gets with nothing committed in between share one read transaction and see the same bytes.
-  auto again = c->get(key_of(100));
+  auto again = c.get(key_of(100));
   CHECK(again->bytes.data() == small->bytes.data());
   CHECK(again->keep_alive == small->keep_alive);
 }
@@ -116,19 +116,19 @@ TEST_CASE("lmdb_cache: a held value stays valid across writes, erase and closing
   temp_dir dir("lifetime");
   auto c = lmdb_cache::open(options_for(dir.path)).value();
   const auto want = value_of(7, 20000);
-  REQUIRE(c->put(key_of(7), view(want)));
-  auto held = c->get(key_of(7));
+  REQUIRE(c.put(key_of(7), view(want)));
+  auto held = c.get(key_of(7));
   REQUIRE(held);
-  for (std::uint64_t i = 100; i < 300; ++i) REQUIRE(c->put(key_of(i), view(value_of(i, 5000))));
-  CHECK(c->erase(key_of(7)));
-  CHECK_FALSE(c->get(key_of(7)).has_value());  // a new snapshot no longer has it...
+  for (std::uint64_t i = 100; i < 300; ++i) REQUIRE(c.put(key_of(i), view(value_of(i, 5000))));
+  CHECK(c.erase(key_of(7)));
+  CHECK_FALSE(c.get(key_of(7)).has_value());  // a new snapshot no longer has it...
   CHECK(equal(held->bytes, want));              // ...the held one still does
-  c.reset();                                    // the value keeps the environment open
+  { lmdb_cache closing = std::move(c); }        // the value keeps the environment open
   CHECK(equal(held->bytes, want));
   held.reset();
   // Everything released: the env is closed and can be opened again.
   auto c2 = lmdb_cache::open(options_for(dir.path)).value();
-  CHECK(c2->contains(key_of(299)));
+  CHECK(c2.contains(key_of(299)));
 }
 
 TEST_CASE("lmdb_cache: the map grows from a tiny initial size") {
@@ -136,13 +136,13 @@ TEST_CASE("lmdb_cache: the map grows from a tiny initial size") {
   auto o = options_for(dir.path);
   o.initial_map_bytes = 128 << 10;
   auto c = lmdb_cache::open(o).value();
-  const std::size_t initial = c->map_bytes();
+  const std::size_t initial = c.map_bytes();
   CHECK(initial <= (256u << 10));
-  for (std::uint64_t i = 0; i < 200; ++i) REQUIRE(c->put(key_of(i), view(value_of(i, 20000 + i))));
-  CHECK(c->map_bytes() > 10 * initial);
-  CHECK(c->stats().errors == 0);
+  for (std::uint64_t i = 0; i < 200; ++i) REQUIRE(c.put(key_of(i), view(value_of(i, 20000 + i))));
+  CHECK(c.map_bytes() > 10 * initial);
+  CHECK(c.stats().errors == 0);
   for (std::uint64_t i = 0; i < 200; ++i) {
-    auto v = c->get(key_of(i));
+    auto v = c.get(key_of(i));
     REQUIRE(v);
     CHECK(equal(v->bytes, value_of(i, 20000 + i)));
   }
@@ -154,21 +154,21 @@ TEST_CASE("lmdb_cache: the map cannot move while this process holds a value, the
   o.initial_map_bytes = 256 << 10;
   o.resize_timeout = std::chrono::milliseconds(30);
   auto c = lmdb_cache::open(o).value();
-  REQUIRE(c->put(key_of(0), view(value_of(0, 1000))));
-  auto held = c->get(key_of(0));
+  REQUIRE(c.put(key_of(0), view(value_of(0, 1000))));
+  auto held = c.get(key_of(0));
   REQUIRE(held);
-  const std::size_t map = c->map_bytes();
+  const std::size_t map = c.map_bytes();
   bool failed = false;
   std::uint64_t i = 1;
-  for (; i < 200 && !failed; ++i) failed = !c->put(key_of(i), view(value_of(i, 16000)));
+  for (; i < 200 && !failed; ++i) failed = !c.put(key_of(i), view(value_of(i, 16000)));
   CHECK(failed);
-  CHECK(c->map_bytes() == map);
-  CHECK(c->stats().errors == 1);
-  CHECK(c->last_error().find("MDB_MAP_FULL") != std::string::npos);
+  CHECK(c.map_bytes() == map);
+  CHECK(c.stats().errors == 1);
+  CHECK(c.last_error().find("MDB_MAP_FULL") != std::string::npos);
   CHECK(equal(held->bytes, value_of(0, 1000)));
   held.reset();
-  CHECK(c->put(key_of(i - 1), view(value_of(i - 1, 16000))));  // now the map can grow
-  CHECK(c->map_bytes() > map);
+  CHECK(c.put(key_of(i - 1), view(value_of(i - 1, 16000))));  // now the map can grow
+  CHECK(c.map_bytes() > map);
 }
 
 TEST_CASE("lmdb_cache: max_map_bytes is a hard cap, puts beyond it fail and are counted") {
@@ -178,12 +178,12 @@ TEST_CASE("lmdb_cache: max_map_bytes is a hard cap, puts beyond it fail and are 
   o.max_map_bytes = 1 << 20;
   auto c = lmdb_cache::open(o).value();
   std::uint64_t stored = 0, failed = 0;
-  for (std::uint64_t i = 0; i < 100; ++i) (c->put(key_of(i), view(value_of(i, 30000))) ? stored : failed)++;
+  for (std::uint64_t i = 0; i < 100; ++i) (c.put(key_of(i), view(value_of(i, 30000))) ? stored : failed)++;
   CHECK(stored > 10);
   CHECK(failed > 0);
-  CHECK(c->stats().errors == failed);
-  CHECK(c->map_bytes() <= (1u << 20));
-  for (std::uint64_t i = 0; i < stored; ++i) CHECK(equal(c->get(key_of(i))->bytes, value_of(i, 30000)));
+  CHECK(c.stats().errors == failed);
+  CHECK(c.map_bytes() <= (1u << 20));
+  for (std::uint64_t i = 0; i < stored; ++i) CHECK(equal(c.get(key_of(i))->bytes, value_of(i, 30000)));
 }
 
 TEST_CASE("lmdb_cache: size cap evicts least recently used values") {
@@ -192,29 +192,29 @@ TEST_CASE("lmdb_cache: size cap evicts least recently used values") {
   o.max_bytes = 1 << 20;
   auto c = lmdb_cache::open(o).value();
   constexpr std::size_t n = 16384;
-  for (std::uint64_t i = 0; i < 30; ++i) REQUIRE(c->put(key_of(i), view(value_of(i, n))));
-  CHECK(c->stats().evictions == 0);
+  for (std::uint64_t i = 0; i < 30; ++i) REQUIRE(c.put(key_of(i), view(value_of(i, n))));
+  CHECK(c.stats().evictions == 0);
   for (int round = 0; round < 2; ++round)
-    for (std::uint64_t i = 0; i < 10; ++i) REQUIRE(c->get(key_of(i)));  // recently used
+    for (std::uint64_t i = 0; i < 10; ++i) REQUIRE(c.get(key_of(i)));  // recently used
   for (std::uint64_t i = 30; i < 130; ++i) {
-    REQUIRE(c->put(key_of(i), view(value_of(i, n))));
-    CHECK(c->stats().bytes_held <= o.max_bytes);
+    REQUIRE(c.put(key_of(i), view(value_of(i, n))));
+    CHECK(c.stats().bytes_held <= o.max_bytes);
     if (i % 10 == 0)
-      for (std::uint64_t k = 0; k < 10; ++k) REQUIRE(c->get(key_of(k)));  // keep them recent
+      for (std::uint64_t k = 0; k < 10; ++k) REQUIRE(c.get(key_of(k)));  // keep them recent
   }
-  const auto s = c->stats();
+  const auto s = c.stats();
   CHECK(s.evictions > 50);
   CHECK(s.bytes_held <= o.max_bytes);
   CHECK(s.bytes_held > o.max_bytes / 2);
   CHECK(s.entries + s.evictions == 130);
-  for (std::uint64_t i = 0; i < 10; ++i) CHECK(c->contains(key_of(i)));         // survived
-  for (std::uint64_t i = 10; i < 30; ++i) CHECK_FALSE(c->contains(key_of(i)));  // oldest, evicted
-  for (std::uint64_t i = 120; i < 130; ++i) CHECK(c->contains(key_of(i)));      // newest
+  for (std::uint64_t i = 0; i < 10; ++i) CHECK(c.contains(key_of(i)));         // survived
+  for (std::uint64_t i = 10; i < 30; ++i) CHECK_FALSE(c.contains(key_of(i)));  // oldest, evicted
+  for (std::uint64_t i = 120; i < 130; ++i) CHECK(c.contains(key_of(i)));      // newest
   // The file stays near the cap: freed pages are reused (allow LMDB's page overhead and free lists).
   CHECK(fs::file_size(dir.path / "data.mdb") < 3 * o.max_bytes);
   // A value larger than the whole budget is simply not stored (not an error).
-  CHECK_FALSE(c->put(key_of(5000), view(value_of(5000, 2 << 20))));
-  CHECK(c->stats().errors == 0);
+  CHECK_FALSE(c.put(key_of(5000), view(value_of(5000, 2 << 20))));
+  CHECK(c.stats().errors == 0);
 }
 
 namespace {
@@ -258,29 +258,29 @@ TEST_CASE("lmdb_cache: a corrupt value is a counted miss and is removed, never r
     const auto bad = value_of(1, var.size);
     {
       auto c = lmdb_cache::open(options_for(dir.path)).value();
-      for (std::uint64_t i = 0; i < 20; ++i) REQUIRE(c->put(key_of(i), view(value_of(i, var.size))));
+      for (std::uint64_t i = 0; i < 20; ++i) REQUIRE(c.put(key_of(i), view(value_of(i, var.size))));
     }  // closed
     const auto at = find_in_file(dir.path / "data.mdb", bad);
     REQUIRE(!at.empty());
     for (std::size_t a : at) flip_byte(dir.path / "data.mdb", static_cast<std::size_t>(static_cast<std::ptrdiff_t>(a) + var.flip));
 
     auto c = lmdb_cache::open(options_for(dir.path)).value();
-    CHECK_FALSE(c->get(key_of(1)).has_value());
-    auto s = c->stats();
+    CHECK_FALSE(c.get(key_of(1)).has_value());
+    auto s = c.stats();
     CHECK(s.errors == 1);
     CHECK(s.misses == 1);
     CHECK(s.entries == 19);
-    CHECK(c->last_error().find(key_of(1).to_hex()) != std::string::npos);
-    CHECK(c->last_error().find(var.message) != std::string::npos);
-    CHECK_FALSE(c->contains(key_of(1)));  // removed
+    CHECK(c.last_error().find(key_of(1).to_hex()) != std::string::npos);
+    CHECK(c.last_error().find(var.message) != std::string::npos);
+    CHECK_FALSE(c.contains(key_of(1)));  // removed
     auto r = jitembed::cache::detail::verify_lmdb_record(bytes_view{}, key_of(1).bytes());
     CHECK(r.code() == errc::truncated);
     for (std::uint64_t i = 0; i < 20; ++i)
-      if (i != 1) CHECK(equal(c->get(key_of(i))->bytes, value_of(i, var.size)));
+      if (i != 1) CHECK(equal(c.get(key_of(i))->bytes, value_of(i, var.size)));
     // The slot can be written again.
-    CHECK(c->put(key_of(1), view(bad)));
-    CHECK(equal(c->get(key_of(1))->bytes, bad));
-    CHECK(c->stats().errors == 1);
+    CHECK(c.put(key_of(1), view(bad)));
+    CHECK(equal(c.get(key_of(1))->bytes, bad));
+    CHECK(c.stats().errors == 1);
   }
 }
 
@@ -327,16 +327,16 @@ TEST_CASE("lmdb_cache: a full disk degrades puts to counted errors, reads keep w
     std::signal(SIGXFSZ, SIG_IGN);
     auto c = lmdb_cache::open(options_for(dir.path)).value();
     for (std::uint64_t i = 0; i < 10; ++i)
-      if (!c->put(key_of(i), view(value_of(i, 50000)))) return 1;
+      if (!c.put(key_of(i), view(value_of(i, 50000)))) return 1;
     rlimit lim{2 << 20, 2 << 20};
     if (setrlimit(RLIMIT_FSIZE, &lim) != 0) return 2;
     std::uint64_t failed = 0;
     for (std::uint64_t i = 10; i < 100; ++i)
-      if (!c->put(key_of(i), view(value_of(i, 50000)))) ++failed;
+      if (!c.put(key_of(i), view(value_of(i, 50000)))) ++failed;
     if (failed == 0) return 3;
-    if (c->stats().errors != failed) return 4;
+    if (c.stats().errors != failed) return 4;
     for (std::uint64_t i = 0; i < 10; ++i) {
-      auto v = c->get(key_of(i));
+      auto v = c.get(key_of(i));
       if (!v || !equal(v->bytes, value_of(i, 50000))) return 5;
     }
     return 0;
@@ -344,8 +344,8 @@ TEST_CASE("lmdb_cache: a full disk degrades puts to counted errors, reads keep w
   CHECK(wait_status(pid) == 0);
   // The environment is intact afterwards.
   auto c = lmdb_cache::open(options_for(dir.path)).value();
-  for (std::uint64_t i = 0; i < 10; ++i) CHECK(equal(c->get(key_of(i))->bytes, value_of(i, 50000)));
-  CHECK(c->put(key_of(500), view(value_of(500, 10))));
+  for (std::uint64_t i = 0; i < 10; ++i) CHECK(equal(c.get(key_of(i))->bytes, value_of(i, 50000)));
+  CHECK(c.put(key_of(500), view(value_of(500, 10))));
 }
 
 TEST_CASE("lmdb_cache: threads reading and writing while the map grows") {
@@ -362,20 +362,20 @@ TEST_CASE("lmdb_cache: threads reading and writing while the map grows") {
       std::uint64_t s = static_cast<std::uint64_t>(t) + 1;
       for (std::uint64_t n = 0; n < kPer; ++n) {
         const std::uint64_t mine = static_cast<std::uint64_t>(t) * 1000 + n;
-        if (!c->put(key_of(mine), view(value_of(mine, size_of(mine) + 3000)))) bad++;
+        if (!c.put(key_of(mine), view(value_of(mine, size_of(mine) + 3000)))) bad++;
         // Read a random key written by anyone so far; a hit must be exact.
         const std::uint64_t other = (splitmix(s) % kThreads) * 1000 + splitmix(s) % (n + 1);
-        if (auto v = c->get(key_of(other)); v && !equal(v->bytes, value_of(other, size_of(other) + 3000))) bad++;
+        if (auto v = c.get(key_of(other)); v && !equal(v->bytes, value_of(other, size_of(other) + 3000))) bad++;
       }
     });
   for (auto& t : ts) t.join();
   CHECK(bad == 0);
-  CHECK(c->stats().errors == 0);
-  CHECK(c->map_bytes() > o.initial_map_bytes);
+  CHECK(c.stats().errors == 0);
+  CHECK(c.map_bytes() > o.initial_map_bytes);
   for (int t = 0; t < kThreads; ++t)
     for (std::uint64_t n = 0; n < kPer; ++n) {
       const std::uint64_t k = static_cast<std::uint64_t>(t) * 1000 + n;
-      auto v = c->get(key_of(k));
+      auto v = c.get(key_of(k));
       REQUIRE(v);
       CHECK(equal(v->bytes, value_of(k, size_of(k) + 3000)));
     }

@@ -24,8 +24,8 @@ TEST_CASE("lmdb_cache: 4 writer + 4 reader processes on one path lose and tear n
   // The parent has the env open across the fork (children must open their own) and reads at the end
   // with its small map.
   auto parent = lmdb_cache::open(o).value();
-  REQUIRE(parent->put(key_of(999999), view(value_of(999999, 10))));
-  const std::size_t parent_map = parent->map_bytes();
+  REQUIRE(parent.put(key_of(999999), view(value_of(999999, 10))));
+  const std::size_t parent_map = parent.map_bytes();
 
   constexpr int kWriters = 4, kReaders = 4;
   constexpr std::uint64_t kPer = 120, kShared = 40;
@@ -38,13 +38,13 @@ TEST_CASE("lmdb_cache: 4 writer + 4 reader processes on one path lose and tear n
         const std::uint64_t mine = static_cast<std::uint64_t>(w) * 10000 + i;
         const std::uint64_t shared = 50000 + (i + static_cast<std::uint64_t>(w) * 7) % kShared;
         for (std::uint64_t k : {mine, shared}) {
-          if (!(*c)->put(key_of(k), view(value_of(k, mp_size(k))))) return 11;
-          auto v = (*c)->get(key_of(k));
+          if (!c->put(key_of(k), view(value_of(k, mp_size(k))))) return 11;
+          auto v = c->get(key_of(k));
           if (!v) return 12;
           if (!equal(v->bytes, value_of(k, mp_size(k)))) return 13;
         }
       }
-      return (*c)->stats().errors == 0 ? 0 : 14;
+      return c->stats().errors == 0 ? 0 : 14;
     }));
   for (int r = 0; r < kReaders; ++r)
     kids.push_back(spawn([&, r]() -> int {
@@ -61,16 +61,16 @@ TEST_CASE("lmdb_cache: 4 writer + 4 reader processes on one path lose and tear n
           ids.push_back(k);
           keys.push_back(key_of(k));
         }
-        auto got = (*c)->multi_get(keys);
+        auto got = c->multi_get(keys);
         for (std::size_t j = 0; j < got.size(); ++j)
           if (got[j]) {
             ++hits;
             if (!equal(got[j]->bytes, value_of(ids[j], mp_size(ids[j])))) return 21;
           }
-        if (auto v = (*c)->get(keys[0]); v && !equal(v->bytes, value_of(ids[0], mp_size(ids[0])))) return 22;
+        if (auto v = c->get(keys[0]); v && !equal(v->bytes, value_of(ids[0], mp_size(ids[0])))) return 22;
       }
-      if ((*c)->stats().errors != 0) {
-        std::fprintf(stderr, "reader %d: %s\n", r, (*c)->last_error().c_str());
+      if (c->stats().errors != 0) {
+        std::fprintf(stderr, "reader %d: %s\n", r, c->last_error().c_str());
         return 23;
       }
       return hits > 0 ? 0 : 24;
@@ -81,18 +81,18 @@ TEST_CASE("lmdb_cache: 4 writer + 4 reader processes on one path lose and tear n
   for (int w = 0; w < kWriters; ++w)
     for (std::uint64_t i = 0; i < kPer; ++i) {
       const std::uint64_t k = static_cast<std::uint64_t>(w) * 10000 + i;
-      auto v = parent->get(key_of(k));
+      auto v = parent.get(key_of(k));
       REQUIRE(v);
       CHECK(equal(v->bytes, value_of(k, mp_size(k))));
     }
   for (std::uint64_t i = 0; i < kShared; ++i) {
-    auto v = parent->get(key_of(50000 + i));
+    auto v = parent.get(key_of(50000 + i));
     REQUIRE(v);
     CHECK(equal(v->bytes, value_of(50000 + i, mp_size(50000 + i))));
   }
-  CHECK(parent->map_bytes() > parent_map);  // adopted the size the others grew to
-  CHECK(parent->stats().errors == 0);
-  CHECK(parent->stats().entries == kWriters * kPer + kShared + 1);
+  CHECK(parent.map_bytes() > parent_map);  // adopted the size the others grew to
+  CHECK(parent.stats().errors == 0);
+  CHECK(parent.stats().entries == kWriters * kPer + kShared + 1);
 }
 
 TEST_CASE("lmdb_cache: SIGKILL during writes leaves every present value intact") {
@@ -109,10 +109,10 @@ TEST_CASE("lmdb_cache: SIGKILL during writes leaves every present value intact")
       close(pipefd[0]);
       auto c = lmdb_cache::open(o);
       if (!c) return 30;
-      auto held = (*c)->get(key_of(0));  // dies holding a reader slot too
+      auto held = c->get(key_of(0));  // dies holding a reader slot too
       for (std::uint64_t i = first;; ++i) {
-        if (!(*c)->put(key_of(i), view(value_of(i, mp_size(i) * 3)))) {
-          std::fprintf(stderr, "crash writer: %s\n", (*c)->last_error().c_str());
+        if (!c->put(key_of(i), view(value_of(i, mp_size(i) * 3)))) {
+          std::fprintf(stderr, "crash writer: %s\n", c->last_error().c_str());
           return 31;
         }
         if (i == first + 30) {
@@ -133,17 +133,17 @@ TEST_CASE("lmdb_cache: SIGKILL during writes leaves every present value intact")
     // Puts are sequential and each commit is atomic: the present keys form a prefix, all exact.
     std::uint64_t present = 0;
     while (true) {
-      auto v = c->get(key_of(present));
+      auto v = c.get(key_of(present));
       if (!v) break;
       CHECK(equal(v->bytes, value_of(present, mp_size(present) * 3)));
       ++present;
     }
     CHECK(present > first + 30);
-    for (std::uint64_t i = present; i < present + 200; ++i) CHECK_FALSE(c->contains(key_of(i)));
-    CHECK(c->stats().errors == 0);
-    CHECK(c->stats().entries == present);
+    for (std::uint64_t i = present; i < present + 200; ++i) CHECK_FALSE(c.contains(key_of(i)));
+    CHECK(c.stats().errors == 0);
+    CHECK(c.stats().entries == present);
     // The writer lock the child died holding is recovered.
-    REQUIRE(c->put(key_of(present), view(value_of(present, mp_size(present) * 3))));
+    REQUIRE(c.put(key_of(present), view(value_of(present, mp_size(present) * 3))));
     next = present + 1;
   }
 }
@@ -154,28 +154,28 @@ TEST_CASE("lmdb_cache: while values are held, another process's map growth reads
   o.initial_map_bytes = 256 << 10;
   o.resize_timeout = std::chrono::milliseconds(2000);
   auto c = lmdb_cache::open(o).value();
-  REQUIRE(c->put(key_of(0), view(value_of(0, 100))));
-  auto held = c->get(key_of(0));
+  REQUIRE(c.put(key_of(0), view(value_of(0, 100))));
+  auto held = c.get(key_of(0));
   REQUIRE(held);
-  const std::size_t map = c->map_bytes();
+  const std::size_t map = c.map_bytes();
   // Another process writes far past this process's map.
   const pid_t pid = spawn([&]() -> int {
     auto other = lmdb_cache::open(o);
     if (!other) return 40;
     for (std::uint64_t i = 1; i <= 100; ++i)
-      if (!(*other)->put(key_of(i), view(value_of(i, 30000)))) return 41;
+      if (!other->put(key_of(i), view(value_of(i, 30000)))) return 41;
     return 0;
   });
   REQUIRE(wait_status(pid) == 0);
   const auto t0 = std::chrono::steady_clock::now();
-  CHECK_FALSE(c->get(key_of(100)).has_value());  // the held (older) snapshot is used: a quick miss
+  CHECK_FALSE(c.get(key_of(100)).has_value());  // the held (older) snapshot is used: a quick miss
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1000));
-  CHECK(c->stats().errors == 0);
+  CHECK(c.stats().errors == 0);
   CHECK(equal(held->bytes, value_of(0, 100)));
   held.reset();
-  auto v = c->get(key_of(100));  // nothing held: the larger map is adopted
+  auto v = c.get(key_of(100));  // nothing held: the larger map is adopted
   REQUIRE(v);
   CHECK(equal(v->bytes, value_of(100, 30000)));
-  CHECK(c->map_bytes() > map);
-  CHECK(c->stats().errors == 0);
+  CHECK(c.map_bytes() > map);
+  CHECK(c.stats().errors == 0);
 }

@@ -2,45 +2,28 @@
 // threads and processes of a loader, zero-copy reads, checksummed values, a growing map and a size cap.
 #pragma once
 
-#include <lmdb.h>
-
-#include <algorithm>
-#include <array>
-#include <chrono>
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "jitembed/cache/detail/lmdb_env.hpp"
-#include "jitembed/cache/detail/lmdb_record.hpp"
+#include "jitembed/cache/detail/lmdb_store.hpp"
+#include "jitembed/cache/lmdb_options.hpp"
 #include "jitembed/cache/store.hpp"
 #include "jitembed/core/error.hpp"
 
 namespace jitembed::cache {
 
-struct lmdb_options {
-  std::string path = ".jitembed/cache";            // directory holding data.mdb + lock.mdb (created)
-  std::size_t initial_map_bytes = std::size_t{256} << 20;  // address space first mapped; the file grows as written
-  std::size_t max_map_bytes = std::size_t{1} << 40;       // hard cap on map growth: a put beyond it fails (counted)
-  std::size_t max_bytes = 0;                       // cap on stored bytes (approximate, see lmdb_record_cost); 0 = none
-  unsigned max_readers = 256;                      // reader slots, shared by all processes on the path
-  bool sync = true;                                // false: MDB_NOSYNC (a process crash is still safe, an OS crash may lose puts)
-  unsigned reader_pool = 8;                        // reset read transactions kept for reuse
-  std::chrono::milliseconds resize_timeout{1000};  // how long a map resize waits for held values to be released
-  std::size_t touch_batch = 4096;                  // with max_bytes: hits remembered for the LRU index between writes
-};
-
 // The LMDB store. Models cache_store; all members are thread-safe, and several processes may open the
 // same path (each process gets one MDB_env per path, shared by every lmdb_cache opened on it; the first
 // opener's env settings - map sizes, max_readers, sync, reader_pool, resize_timeout - apply).
+//
+// A handle shared on purpose (docs/api.md rule 2.4): copies refer to the same open store (counters, LRU
+// touches, last_error), so one open() serves every loader worker; the store closes with its last copy.
+// A moved-from handle may only be destroyed or assigned to.
 //
 // Values are zero-copy: cached_value::bytes points into the read-only map and keep_alive holds the read
 // transaction (snapshot) it came from, shared by all values read while nothing was committed. Consequences:
@@ -52,449 +35,41 @@ struct lmdb_options {
 // degrade to a miss / a dropped put; last_error() says what happened last.
 class lmdb_cache {
  public:
-  static result<std::shared_ptr<lmdb_cache>> open(const lmdb_options& opts = {}) {
-    try {
-      detail::lmdb_env_config cfg;
-      cfg.path = opts.path;
-      cfg.initial_map_bytes = opts.initial_map_bytes;
-      cfg.max_map_bytes = std::max(opts.max_map_bytes, opts.initial_map_bytes);
-      cfg.max_readers = opts.max_readers;
-      cfg.sync = opts.sync;
-      cfg.reader_pool = opts.reader_pool;
-      cfg.resize_timeout = opts.resize_timeout;
-      auto env = detail::lmdb_env::open(cfg);
-      if (!env) return env.error();
-      return std::shared_ptr<lmdb_cache>(new lmdb_cache(std::move(*env), opts));
-    } catch (const std::exception& e) {
-      return fail(errc::io_error, std::string("lmdb: open('") + opts.path + "'): " + e.what());
-    }
+  // Opens (creating the directory and the environment if needed) the store at opts.path; io_error when the
+  // path cannot be created or LMDB refuses it.
+  static result<lmdb_cache> open(const lmdb_options& opts = {}) {
+    auto s = detail::lmdb_store::open(opts);
+    if (!s) return s.error();
+    return lmdb_cache(std::move(*s));
   }
 
-  lmdb_cache(const lmdb_cache&) = delete;
-  lmdb_cache& operator=(const lmdb_cache&) = delete;
-  ~lmdb_cache() { (void)flush_touches(); }
-
-  std::optional<cached_value> get(const cache_key& k) {
-    try {
-      auto snap = env_->snapshot();
-      if (!snap) return failed_miss(snap.error());
-      const auto kb = k.bytes();
-      bool corrupt = false;
-      auto v = lookup(*snap, kb, corrupt);
-      if (corrupt) {
-        *snap = nullptr;
-        erase_corrupt(kb);
-      }
-      return v;
-    } catch (...) {
-      return failed_miss(fail(errc::internal, "lmdb: get: exception"));
-    }
-  }
-
+  std::optional<cached_value> get(const cache_key& k) { return s_->get(k); }
   // One read transaction for all keys.
-  std::vector<std::optional<cached_value>> multi_get(std::span<const cache_key> keys) {
-    std::vector<std::optional<cached_value>> out;
-    try {
-      out.resize(keys.size());
-      auto snap = env_->snapshot();
-      if (!snap) {
-        for (std::size_t i = 0; i < keys.size(); ++i) failed_miss(snap.error());
-        return out;
-      }
-      std::vector<detail::lmdb_key_bytes> bad;
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        const auto kb = keys[i].bytes();
-        bool corrupt = false;
-        out[i] = lookup(*snap, kb, corrupt);
-        if (corrupt) bad.push_back(kb);
-      }
-      *snap = nullptr;
-      for (const auto& kb : bad) erase_corrupt(kb);
-    } catch (...) {
-      note_error(fail(errc::internal, "lmdb: multi_get: exception"));
-    }
-    return out;
-  }
-
+  std::vector<std::optional<cached_value>> multi_get(std::span<const cache_key> keys) { return s_->multi_get(keys); }
   // Stores a copy of value (written straight into LMDB's page with MDB_RESERVE). An existing intact value
   // is left alone (content addressing); an existing corrupt one is replaced. With max_bytes set, the least
   // recently used values are evicted in the same transaction until the total is back under the cap.
-  bool put(const cache_key& k, bytes_view value) {
-    try {
-      if (value.size() > detail::kLmdbMaxValueBytes) return false;
-      const std::size_t rec = detail::kLmdbHeaderBytes + value.size();
-      const std::uint64_t cost = detail::lmdb_record_cost(rec, env_->page_bytes());
-      if (opts_.max_bytes != 0 && cost > opts_.max_bytes) return false;  // larger than the whole budget
-      env_->maybe_grow_early(rec);
-      const auto kb = k.bytes();
-      auto touches = take_touches();
-      std::uint64_t evicted = 0;
-      bool existed = false;
-      const int rc = env_->write([&](MDB_txn* txn) -> int {
-        evicted = 0;
-        existed = false;
-        info_state info;
-        int r = load_info(txn, info);
-        if (r != MDB_SUCCESS) return r;
-        if ((r = apply_touches(txn, touches, info)) != MDB_SUCCESS) return r;
-        MDB_val key{kb.size(), const_cast<std::byte*>(kb.data())};
-        MDB_val data{rec, nullptr};
-        r = mdb_put(txn, env_->values_dbi(), &key, &data, MDB_NOOVERWRITE | MDB_RESERVE);
-        if (r == MDB_KEYEXIST) {
-          const bytes_view old(static_cast<const std::byte*>(data.mv_data), data.mv_size);
-          if (detail::verify_lmdb_record(old, kb)) {
-            existed = true;
-            if (touches.empty()) return detail::kLmdbNoCommit;
-            return store_info(txn, info);
-          }
-          if ((r = remove_entry(txn, kb, info)) != MDB_SUCCESS) return r;
-          data = MDB_val{rec, nullptr};
-          r = mdb_put(txn, env_->values_dbi(), &key, &data, MDB_NOOVERWRITE | MDB_RESERVE);
-        }
-        if (r != MDB_SUCCESS) return r;
-        detail::write_lmdb_record(static_cast<std::byte*>(data.mv_data), kb, value);
-        const std::uint64_t tick = ++info.tick;
-        if ((r = put_meta(txn, kb, tick, cost)) != MDB_SUCCESS) return r;
-        info.bytes += cost;
-        info.entries += 1;
-        if (opts_.max_bytes != 0 && (r = evict(txn, info, kb, evicted)) != MDB_SUCCESS) return r;
-        return store_info(txn, info);
-      });
-      if (rc == MDB_SUCCESS || rc == detail::kLmdbNoCommit) {
-        if (!existed) {
-          stats_.puts.fetch_add(1, std::memory_order_relaxed);
-          stats_.bytes_written.fetch_add(value.size(), std::memory_order_relaxed);
-        }
-        stats_.evictions.fetch_add(evicted, std::memory_order_relaxed);
-        return true;
-      }
-      note_error(fail(errc::io_error, "lmdb: put of " + std::to_string(value.size()) + " bytes (key " + k.to_hex() +
-                                          ") into '" + env_->path() + "': " + detail::lmdb_strerror(rc)));
-      return false;
-    } catch (...) {
-      note_error(fail(errc::internal, "lmdb: put: exception"));
-      return false;
-    }
-  }
-
+  bool put(const cache_key& k, bytes_view value) { return s_->put(k, value); }
   // Presence with a header check (no checksum pass over the value; get() does that).
-  bool contains(const cache_key& k) {
-    try {
-      auto snap = env_->snapshot();
-      if (!snap) {
-        note_error(snap.error());
-        return false;
-      }
-      const auto kb = k.bytes();
-      MDB_val key{kb.size(), const_cast<std::byte*>(kb.data())}, data{};
-      const int rc = mdb_get((*snap)->txn, env_->values_dbi(), &key, &data);
-      if (rc == MDB_NOTFOUND) return false;
-      if (rc != MDB_SUCCESS) {
-        note_error(fail(errc::io_error, "lmdb: contains: " + detail::lmdb_strerror(rc)));
-        return false;
-      }
-      return static_cast<bool>(
-          detail::verify_lmdb_record(bytes_view(static_cast<const std::byte*>(data.mv_data), data.mv_size), kb, false));
-    } catch (...) {
-      note_error(fail(errc::internal, "lmdb: contains: exception"));
-      return false;
-    }
-  }
-
-  bool erase(const cache_key& k) {
-    try {
-      const auto kb = k.bytes();
-      bool removed = false;
-      const int rc = env_->write([&](MDB_txn* txn) -> int {
-        info_state info;
-        int r = load_info(txn, info);
-        if (r != MDB_SUCCESS) return r;
-        removed = false;
-        if ((r = remove_entry(txn, kb, info, &removed)) != MDB_SUCCESS) return r;
-        return removed ? store_info(txn, info) : detail::kLmdbNoCommit;
-      });
-      if (rc == MDB_SUCCESS) return true;
-      if (rc == detail::kLmdbNoCommit) return false;
-      note_error(fail(errc::io_error, "lmdb: erase: " + detail::lmdb_strerror(rc)));
-      return false;
-    } catch (...) {
-      note_error(fail(errc::internal, "lmdb: erase: exception"));
-      return false;
-    }
-  }
-
-  // Counters of this lmdb_cache object, plus entries / bytes_held of the whole environment (all processes).
-  cache_stats stats() {
-    cache_stats s = stats_.snapshot();
-    try {
-      auto snap = env_->snapshot();
-      if (snap) {
-        info_state info;
-        if (load_info((*snap)->txn, info) == MDB_SUCCESS) {
-          s.entries = info.entries;
-          s.bytes_held = info.bytes;
-        }
-      }
-    } catch (...) {
-    }
-    return s;
-  }
-
+  bool contains(const cache_key& k) { return s_->contains(k); }
+  bool erase(const cache_key& k) { return s_->erase(k); }
+  // Counters of this store (all copies of the handle), plus entries / bytes_held of the whole environment
+  // (all processes).
+  cache_stats stats() { return s_->stats(); }
   // Writes the hits remembered for the LRU index now (puts do it anyway; so does a full touch buffer).
-  bool flush_touches() {
-    try {
-      auto touches = take_touches();
-      if (touches.empty()) return true;
-      const int rc = env_->write([&](MDB_txn* txn) -> int {
-        info_state info;
-        int r = load_info(txn, info);
-        if (r != MDB_SUCCESS) return r;
-        if ((r = apply_touches(txn, touches, info)) != MDB_SUCCESS) return r;
-        return store_info(txn, info);
-      });
-      if (rc == MDB_SUCCESS) return true;
-      note_error(fail(errc::io_error, "lmdb: writing access order: " + detail::lmdb_strerror(rc)));
-    } catch (...) {
-      note_error(fail(errc::internal, "lmdb: flush_touches: exception"));
-    }
-    return false;
-  }
-
+  bool flush_touches() { return s_->flush_touches(); }
   // Forces written data to disk (useful with sync = false).
-  bool sync() {
-    const int rc = mdb_env_sync(env_->handle(), 1);
-    if (rc == MDB_SUCCESS) return true;
-    note_error(fail(errc::io_error, "lmdb: sync: " + detail::lmdb_strerror(rc)));
-    return false;
-  }
+  bool sync() { return s_->sync(); }
 
-  std::size_t map_bytes() const noexcept { return env_->map_bytes(); }
-  const std::string& path() const noexcept { return env_->path(); }  // canonical
-  const lmdb_options& options() const noexcept { return opts_; }
-  std::string last_error() const {
-    std::lock_guard lk(error_mu_);
-    return last_error_;
-  }
+  std::size_t map_bytes() const noexcept { return s_->map_bytes(); }
+  const std::string& path() const noexcept { return s_->path(); }  // canonical
+  const lmdb_options& options() const noexcept { return s_->options(); }
+  // The message of the most recent failure ("" if none), for logs.
+  std::string last_error() const { return s_->last_error(); }
 
  private:
-  // Environment-wide counters, one record in the "info" DB, updated in every write transaction.
-  struct info_state {
-    std::uint64_t bytes = 0, entries = 0, tick = 0;
-  };
-  static constexpr char kInfoKey[] = "jitembed:state";  // in the main DB; never 16 bytes long like a value key
-
-  lmdb_cache(std::shared_ptr<detail::lmdb_env> env, lmdb_options opts) : env_(std::move(env)), opts_(std::move(opts)) {}
-
-  std::optional<cached_value> failed_miss(const error_info& e) {
-    note_error(e);
-    stats_.misses.fetch_add(1, std::memory_order_relaxed);
-    return std::nullopt;
-  }
-
-  void note_error(const error_info& e) noexcept {
-    stats_.errors.fetch_add(1, std::memory_order_relaxed);
-    try {
-      std::lock_guard lk(error_mu_);
-      last_error_ = e.message;
-    } catch (...) {
-    }
-  }
-
-  std::optional<cached_value> lookup(const std::shared_ptr<const detail::lmdb_snapshot>& snap,
-                                     const detail::lmdb_key_bytes& kb, bool& corrupt) {
-    MDB_val key{kb.size(), const_cast<std::byte*>(kb.data())}, data{};
-    const int rc = mdb_get(snap->txn, env_->values_dbi(), &key, &data);
-    if (rc == MDB_NOTFOUND) {
-      stats_.misses.fetch_add(1, std::memory_order_relaxed);
-      return std::nullopt;
-    }
-    if (rc != MDB_SUCCESS) return failed_miss(fail(errc::io_error, "lmdb: get: " + detail::lmdb_strerror(rc)));
-    auto v = detail::verify_lmdb_record(bytes_view(static_cast<const std::byte*>(data.mv_data), data.mv_size), kb);
-    if (!v) {
-      corrupt = true;
-      return failed_miss(v.error());
-    }
-    stats_.hits.fetch_add(1, std::memory_order_relaxed);
-    stats_.bytes_read.fetch_add(v->size(), std::memory_order_relaxed);
-    touch(kb);
-    return cached_value{*v, std::shared_ptr<const void>(snap, snap.get())};
-  }
-
-  // Removes a value that failed its check, unless it was replaced by an intact one meanwhile.
-  void erase_corrupt(const detail::lmdb_key_bytes& kb) {
-    (void)env_->write([&](MDB_txn* txn) -> int {
-      MDB_val key{kb.size(), const_cast<std::byte*>(kb.data())}, data{};
-      int r = mdb_get(txn, env_->values_dbi(), &key, &data);
-      if (r == MDB_NOTFOUND) return detail::kLmdbNoCommit;
-      if (r != MDB_SUCCESS) return r;
-      if (detail::verify_lmdb_record(bytes_view(static_cast<const std::byte*>(data.mv_data), data.mv_size), kb))
-        return detail::kLmdbNoCommit;
-      info_state info;
-      if ((r = load_info(txn, info)) != MDB_SUCCESS) return r;
-      if ((r = remove_entry(txn, kb, info)) != MDB_SUCCESS) return r;
-      return store_info(txn, info);
-    });
-  }
-
-  void touch(const detail::lmdb_key_bytes& kb) {
-    if (opts_.max_bytes == 0) return;  // the access order only matters for eviction
-    bool full = false;
-    {
-      std::lock_guard lk(touch_mu_);
-      if (touches_.size() < opts_.touch_batch) touches_.push_back(kb);
-      full = touches_.size() >= opts_.touch_batch;
-    }
-    if (full) (void)flush_touches();
-  }
-
-  std::vector<detail::lmdb_key_bytes> take_touches() {
-    std::vector<detail::lmdb_key_bytes> t;
-    std::lock_guard lk(touch_mu_);
-    t.swap(touches_);
-    return t;
-  }
-
-  int load_info(MDB_txn* txn, info_state& info) const {
-    MDB_val key{sizeof kInfoKey - 1, const_cast<char*>(kInfoKey)}, data{};
-    const int rc = mdb_get(txn, env_->values_dbi(), &key, &data);
-    info = {};
-    if (rc == MDB_NOTFOUND) return MDB_SUCCESS;
-    if (rc != MDB_SUCCESS) return rc;
-    if (data.mv_size == 24) {  // anything else: counters restart from zero (they are approximate anyway)
-      const auto* p = static_cast<const std::byte*>(data.mv_data);
-      info.bytes = detail::load_le(p, 8);
-      info.entries = detail::load_le(p + 8, 8);
-      info.tick = detail::load_le(p + 16, 8);
-    }
-    return MDB_SUCCESS;
-  }
-
-  int store_info(MDB_txn* txn, const info_state& info) const {
-    std::byte buf[24];
-    detail::store_le(buf, info.bytes, 8);
-    detail::store_le(buf + 8, info.entries, 8);
-    detail::store_le(buf + 16, info.tick, 8);
-    MDB_val key{sizeof kInfoKey - 1, const_cast<char*>(kInfoKey)}, data{sizeof buf, buf};
-    return mdb_put(txn, env_->values_dbi(), &key, &data, 0);
-  }
-
-  static std::array<std::byte, 8 + detail::kLmdbKeyBytes> lru_key(std::uint64_t tick, const detail::lmdb_key_bytes& kb) {
-    std::array<std::byte, 8 + detail::kLmdbKeyBytes> k{};
-    for (int i = 0; i < 8; ++i) k[i] = static_cast<std::byte>(tick >> (56 - 8 * i));  // big-endian: sorts by tick
-    std::copy(kb.begin(), kb.end(), k.begin() + 8);
-    return k;
-  }
-
-  // meta: key -> (tick, cost); lru: (tick, key) -> empty. Replaces an older lru entry of the key.
-  int put_meta(MDB_txn* txn, const detail::lmdb_key_bytes& kb, std::uint64_t tick, std::uint64_t cost) {
-    std::byte m[16];
-    detail::store_le(m, tick, 8);
-    detail::store_le(m + 8, cost, 8);
-    MDB_val key{kb.size(), const_cast<std::byte*>(kb.data())}, data{sizeof m, m};
-    int rc = mdb_put(txn, env_->meta_dbi(), &key, &data, 0);
-    if (rc != MDB_SUCCESS) return rc;
-    auto lk = lru_key(tick, kb);
-    MDB_val lkey{lk.size(), lk.data()}, empty{0, nullptr};
-    return mdb_put(txn, env_->lru_dbi(), &lkey, &empty, 0);
-  }
-
-  int apply_touches(MDB_txn* txn, std::vector<detail::lmdb_key_bytes>& touches, info_state& info) {
-    if (touches.empty()) return MDB_SUCCESS;
-    std::sort(touches.begin(), touches.end());
-    touches.erase(std::unique(touches.begin(), touches.end()), touches.end());
-    for (const auto& kb : touches) {
-      MDB_val key{kb.size(), const_cast<std::byte*>(kb.data())}, data{};
-      int rc = mdb_get(txn, env_->meta_dbi(), &key, &data);
-      if (rc == MDB_NOTFOUND) continue;  // evicted or erased since
-      if (rc != MDB_SUCCESS) return rc;
-      if (data.mv_size != 16) continue;
-      const auto* p = static_cast<const std::byte*>(data.mv_data);
-      const std::uint64_t old_tick = detail::load_le(p, 8), cost = detail::load_le(p + 8, 8);
-      auto old = lru_key(old_tick, kb);
-      MDB_val okey{old.size(), old.data()};
-      rc = mdb_del(txn, env_->lru_dbi(), &okey, nullptr);
-      if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return rc;
-      if ((rc = put_meta(txn, kb, ++info.tick, cost)) != MDB_SUCCESS) return rc;
-    }
-    return MDB_SUCCESS;
-  }
-
-  // Deletes the value and its access-order entries; adjusts the counters.
-  int remove_entry(MDB_txn* txn, const detail::lmdb_key_bytes& kb, info_state& info, bool* removed = nullptr) {
-    MDB_val key{kb.size(), const_cast<std::byte*>(kb.data())}, data{};
-    std::uint64_t cost = 0;
-    bool had_meta = false, had_value = false;
-    int rc = mdb_get(txn, env_->meta_dbi(), &key, &data);
-    if (rc == MDB_SUCCESS) {
-      had_meta = true;
-      if (data.mv_size == 16) {
-        const auto* p = static_cast<const std::byte*>(data.mv_data);
-        cost = detail::load_le(p + 8, 8);
-        auto lk = lru_key(detail::load_le(p, 8), kb);
-        MDB_val lkey{lk.size(), lk.data()};
-        rc = mdb_del(txn, env_->lru_dbi(), &lkey, nullptr);
-        if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return rc;
-      }
-      if ((rc = mdb_del(txn, env_->meta_dbi(), &key, nullptr)) != MDB_SUCCESS) return rc;
-    } else if (rc != MDB_NOTFOUND) {
-      return rc;
-    }
-    rc = mdb_get(txn, env_->values_dbi(), &key, &data);
-    if (rc == MDB_SUCCESS) {
-      had_value = true;
-      if (!had_meta) cost = detail::lmdb_record_cost(data.mv_size, env_->page_bytes());
-      if ((rc = mdb_del(txn, env_->values_dbi(), &key, nullptr)) != MDB_SUCCESS) return rc;
-    } else if (rc != MDB_NOTFOUND) {
-      return rc;
-    }
-    if (had_meta || had_value) info.bytes -= std::min(info.bytes, cost);
-    if (had_value && info.entries > 0) info.entries -= 1;
-    if (removed) *removed = had_value;
-    return MDB_SUCCESS;
-  }
-
-  // Evicts the oldest entries (lowest tick) until the counted bytes are under max_bytes; never `keep`.
-  int evict(MDB_txn* txn, info_state& info, const detail::lmdb_key_bytes& keep, std::uint64_t& evicted) {
-    if (info.bytes <= opts_.max_bytes) return MDB_SUCCESS;
-    MDB_cursor* cur = nullptr;
-    int rc = mdb_cursor_open(txn, env_->lru_dbi(), &cur);
-    if (rc != MDB_SUCCESS) return rc;
-    while (info.bytes > opts_.max_bytes) {
-      MDB_val lkey{}, ldata{};
-      rc = mdb_cursor_get(cur, &lkey, &ldata, MDB_FIRST);
-      if (rc == MDB_NOTFOUND) {
-        rc = MDB_SUCCESS;  // counters drifted above what the index knows: nothing left to evict
-        break;
-      }
-      if (rc != MDB_SUCCESS) break;
-      std::array<std::byte, 8 + detail::kLmdbKeyBytes> lk{};
-      if (lkey.mv_size != lk.size()) {
-        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS) break;
-        continue;
-      }
-      std::memcpy(lk.data(), lkey.mv_data, lk.size());
-      detail::lmdb_key_bytes kb{};
-      std::copy(lk.begin() + 8, lk.end(), kb.begin());
-      if (kb == keep) break;
-      bool removed = false;
-      if ((rc = remove_entry(txn, kb, info, &removed)) != MDB_SUCCESS) break;
-      MDB_val again{lk.size(), lk.data()};
-      rc = mdb_del(txn, env_->lru_dbi(), &again, nullptr);  // in case meta pointed elsewhere
-      if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) break;
-      rc = MDB_SUCCESS;
-      if (removed) ++evicted;
-    }
-    mdb_cursor_close(cur);
-    return rc;
-  }
-
-  std::shared_ptr<detail::lmdb_env> env_;
-  lmdb_options opts_;
-  stats_counters stats_;
-  std::mutex touch_mu_;
-  std::vector<detail::lmdb_key_bytes> touches_;
-  mutable std::mutex error_mu_;
-  std::string last_error_;
+  explicit lmdb_cache(std::shared_ptr<detail::lmdb_store> s) noexcept : s_(std::move(s)) {}
+  std::shared_ptr<detail::lmdb_store> s_;
 };
 
 static_assert(cache_store<lmdb_cache>);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,28 +20,36 @@
 
 namespace jitembed::cache {
 
-// A shared, type-erased cache store: copies refer to the same store. Built from a shared_ptr<S> for any S
-// modelling cache_store (or in place by make<S>(...)); itself a cache_store. Calls on an empty handle
-// are undefined.
+// A shared, type-erased cache store: copies refer to the same store (a handle copied on purpose, e.g. to
+// every loader worker; docs/api.md rule 2.4). Built from a store value (`any_store(lmdb)`, for stores that
+// are themselves handles or movable) or in place (`any_store(std::in_place_type<memory_cache>, 64 << 20)`,
+// for stores that are neither); itself a cache_store. An empty handle is no cache: get() misses, put()
+// stores nothing, stats() are zero.
 class any_store {
  public:
   any_store() = default;
   template <cache_store S>
-  explicit any_store(std::shared_ptr<S> s) : impl_(std::make_shared<model<S>>(std::move(s))) {}
-  // Constructs an S in place: any_store::make<memory_cache>(64 << 20).
+    requires(!std::same_as<std::remove_cvref_t<S>, any_store> && std::move_constructible<std::remove_cvref_t<S>>)
+  explicit any_store(S&& store)
+      : impl_(std::make_shared<model<std::remove_cvref_t<S>>>(std::make_shared<std::remove_cvref_t<S>>(std::forward<S>(store)))) {}
+  // Constructs an S in place.
   template <cache_store S, class... Args>
-  static any_store make(Args&&... args) {
-    return any_store(std::make_shared<S>(std::forward<Args>(args)...));
-  }
+  explicit any_store(std::in_place_type_t<S>, Args&&... args)
+      : impl_(std::make_shared<model<S>>(std::make_shared<S>(std::forward<Args>(args)...))) {}
+  template <cache_store S>
+  [[deprecated("use any_store(store) or any_store(std::in_place_type<S>, args...)")]] explicit any_store(std::shared_ptr<S> s)
+      : impl_(std::make_shared<model<S>>(std::move(s))) {}
 
   explicit operator bool() const noexcept { return impl_ != nullptr; }
 
-  std::optional<cached_value> get(const cache_key& k) { return impl_->get(k); }
-  std::vector<std::optional<cached_value>> multi_get(std::span<const cache_key> keys) { return impl_->multi_get(keys); }
-  bool put(const cache_key& k, bytes_view v) { return impl_->put(k, v); }
-  bool contains(const cache_key& k) { return impl_->contains(k); }
-  bool erase(const cache_key& k) { return impl_->erase(k); }
-  cache_stats stats() const { return impl_->stats(); }
+  std::optional<cached_value> get(const cache_key& k) { return impl_ ? impl_->get(k) : std::nullopt; }
+  std::vector<std::optional<cached_value>> multi_get(std::span<const cache_key> keys) {
+    return impl_ ? impl_->multi_get(keys) : std::vector<std::optional<cached_value>>(keys.size());
+  }
+  bool put(const cache_key& k, bytes_view v) { return impl_ && impl_->put(k, v); }
+  bool contains(const cache_key& k) { return impl_ && impl_->contains(k); }
+  bool erase(const cache_key& k) { return impl_ && impl_->erase(k); }
+  cache_stats stats() const { return impl_ ? impl_->stats() : cache_stats{}; }
   // The store behind the handle if it is an S, else nullptr.
   template <class S>
   S* target() const noexcept {
@@ -96,13 +105,9 @@ struct tiered_options {
 class tiered_cache {
  public:
   tiered_cache() = default;
+  // Empty handles among `tiers` are left out (an empty any_store is no cache), so this cannot fail.
   explicit tiered_cache(std::vector<any_store> tiers, tiered_options opt = {}) : tiers_(std::move(tiers)), opt_(opt) {
-    for (const auto& t : tiers_)
-      if (!t) throw error(errc::invalid_argument, "tiered_cache: tier " + std::to_string(&t - tiers_.data()) + " is empty");
-  }
-  template <cache_store... S>
-  static tiered_cache of(std::shared_ptr<S>... tiers) {
-    return tiered_cache(std::vector<any_store>{any_store(std::move(tiers))...});
+    std::erase_if(tiers_, [](const any_store& t) { return !t; });
   }
 
   std::size_t tier_count() const noexcept { return tiers_.size(); }

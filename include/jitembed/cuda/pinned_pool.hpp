@@ -16,14 +16,13 @@
 
 namespace jitembed::cuda {
 
-class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
- public:
-  // max_cached_bytes bounds what idle buffers may hold; beyond it released buffers are freed.
-  static std::shared_ptr<pinned_pool> create(std::size_t max_cached_bytes = std::size_t{1} << 30) {
-    return std::shared_ptr<pinned_pool>(new pinned_pool(max_cached_bytes));
-  }
+namespace detail {
 
-  // A CPU tensor in pinned memory (device cpu, usable with copy_async to a CUDA tensor).
+// The free lists behind pinned_pool; buffers handed out hold it weakly, so they may outlive every handle.
+class pinned_pool_state : public std::enable_shared_from_this<pinned_pool_state> {
+ public:
+  explicit pinned_pool_state(std::size_t max_cached) noexcept : max_cached_(max_cached) {}
+
   tensor acquire(const shape& s, dtype t) {
     const auto n = static_cast<std::size_t>(checked_nbytes(s.span(), t).value());
     const std::size_t cls = std::bit_ceil(std::max<std::size_t>(n, 4096));
@@ -40,7 +39,7 @@ class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
     }
     if (!buf) buf = std::make_unique<pinned_buffer>(cls);
     void* p = buf->data();
-    std::weak_ptr<pinned_pool> weak = weak_from_this();
+    std::weak_ptr<pinned_pool_state> weak = weak_from_this();
     std::shared_ptr<pinned_buffer> owner(buf.release(), [weak](pinned_buffer* b) {
       if (auto pool = weak.lock()) {
         pool->release(std::unique_ptr<pinned_buffer>(b));
@@ -61,8 +60,6 @@ class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
   }
 
  private:
-  explicit pinned_pool(std::size_t max_cached) : max_cached_(max_cached) {}
-
   void release(std::unique_ptr<pinned_buffer> b) {
     std::lock_guard lock(mu_);
     if (cached_bytes_ + b->size() > max_cached_) return;  // freed by unique_ptr
@@ -75,6 +72,28 @@ class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
   std::size_t cached_bytes_ = 0;
   std::size_t hits_ = 0;
   std::size_t max_cached_;
+};
+
+}  // namespace detail
+
+// A handle shared on purpose (docs/api.md rule 2.4): copies refer to the same pool, so every loader worker
+// can hold one. Construction cannot fail (nothing is allocated until acquire()); the free lists live while
+// a copy or a buffer from the pool does.
+class pinned_pool {
+ public:
+  // max_cached_bytes bounds what idle buffers may hold; beyond it released buffers are freed.
+  explicit pinned_pool(std::size_t max_cached_bytes = std::size_t{1} << 30)
+      : s_(std::make_shared<detail::pinned_pool_state>(max_cached_bytes)) {}
+
+  // A CPU tensor in pinned memory (device cpu, usable with copy_async to a CUDA tensor). Throws
+  // jitembed::error for a shape whose size overflows, or when cudaHostAlloc fails.
+  tensor acquire(const shape& s, dtype t) { return s_->acquire(s, t); }
+
+  std::size_t cached_bytes() const { return s_->cached_bytes(); }
+  std::size_t hits() const { return s_->hits(); }
+
+ private:
+  std::shared_ptr<detail::pinned_pool_state> s_;
 };
 
 }  // namespace jitembed::cuda

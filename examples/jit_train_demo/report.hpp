@@ -162,17 +162,17 @@ inline double nice_ceil(double v) {
 }
 
 // A line chart (or bars, one per x) with axes, ticks, a legend (several series) and dashed vertical
-// markers (epoch ends), as an inline SVG element. Line charts start at x = 0.
+// markers (epoch ends), as an inline SVG element; over time (`timeline`) the x axis starts at 0.
 inline std::string chart(const std::string& title, const std::string& xlabel, const std::string& ylabel,
                          const std::vector<series>& all, bool bars = false, double ymax_fixed = 0,
-                         const std::vector<double>& markers = {}) {
+                         const std::vector<double>& markers = {}, bool timeline = false) {
   const double W = 640, H = 260, L = 60, R = 20, T = 30, B = 45;
   double xmin = 1e300, xmax = -1e300, ymax = 0;
   for (const auto& s : all)
     for (auto [x, y] : s.points) xmin = std::min(xmin, x), xmax = std::max(xmax, x), ymax = std::max(ymax, y);
   if (xmin > xmax) xmin = 0, xmax = 1;
   if (bars) xmin -= 0.5, xmax += 0.5;
-  else xmin = 0;
+  if (timeline) xmin = 0;
   if (xmax == xmin) xmax = xmin + 1;
   ymax = ymax_fixed > 0 ? ymax_fixed : 4 * nice_ceil(ymax / 4);
   auto X = [&](double x) { return L + (x - xmin) / (xmax - xmin) * (W - L - R); };
@@ -190,11 +190,12 @@ inline std::string chart(const std::string& title, const std::string& xlabel, co
   }
   for (double m : markers)
     o << "<line x1='" << X(m) << "' y1='" << T << "' x2='" << X(m) << "' y2='" << H - B << "' stroke='#999' stroke-dasharray='4 3'/>";
-  const int xt = bars ? static_cast<int>(std::lround(xmax - xmin)) : 5;
+  const bool whole = bars || !timeline;  // epochs: integer ticks
+  const int xt = bars ? static_cast<int>(std::lround(xmax - xmin)) : whole ? static_cast<int>(std::lround(xmax - xmin)) : 5;
   for (int i = 0; i <= xt; ++i) {
     const double x = bars ? xmin + 0.5 + i : xmin + (xmax - xmin) * i / xt;
     if (bars && i == xt) break;
-    o << "<text x='" << X(x) << "' y='" << H - B + 15 << "' text-anchor='middle'>" << fmt(bars ? "%.0f" : "%.1f", x) << "</text>";
+    o << "<text x='" << X(x) << "' y='" << H - B + 15 << "' text-anchor='middle'>" << fmt(whole ? "%.0f" : xmax - xmin < 2 ? "%.2f" : "%.1f", x) << "</text>";
   }
   o << "\n<text x='" << (L + W - R) / 2 << "' y='" << H - 8 << "' text-anchor='middle'>" << esc(xlabel) << "</text>\n";
   o << "<text x='14' y='" << (T + H - B) / 2 << "' text-anchor='middle' transform='rotate(-90 14 " << (T + H - B) / 2 << ")'>"
@@ -264,8 +265,9 @@ inline bool write_html_report(const std::string& path, const run_record& r, cons
   std::vector<double> ends;  // epoch ends (dashed)
   for (std::size_t i = 0; i + 1 < r.steps.size(); ++i)
     if (r.steps[i + 1].epoch != r.steps[i].epoch) ends.push_back(r.steps[i].t_end);
-  f << detail::chart("Throughput over time (dashed: epoch ends)", "seconds", "samples / s", {tput}, false, 0, ends);
-  f << detail::chart("Trainer stall over time (dashed: epoch ends)", "seconds", "fraction of the time waiting", {stall}, false, 1.0, ends);
+  f << detail::chart("Throughput over time (dashed: epoch ends)", "seconds", "samples / s", {tput}, false, 0, ends, true);
+  f << detail::chart("Trainer stall over time (dashed: epoch ends)", "seconds", "fraction of the time waiting", {stall}, false, 1.0, ends,
+                     true);
   f << detail::chart("Cache hit rate per epoch", "epoch", "hit rate", {hits}, true, 1.0);
   f << detail::chart("Loss per epoch", "epoch", "MSE", {loss});
   f << "<h2>Result line</h2><pre>" << detail::esc(j.dump()) << "</pre>\n</body></html>\n";

@@ -7,14 +7,15 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/install-deps.sh
-build_dir="${BUILD_DIR:-build/release}"
+bash scripts/install-deps.sh demo   # only what the demo needs (no LibTorch, no test peers)
+build_dir="${BUILD_DIR:-build/demo}"
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 if [ -f "$build_dir/CMakeCache.txt" ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${generator[1]:-Unix Makefiles}" "$build_dir/CMakeCache.txt"; then
   rm -rf "$build_dir"
 fi
-cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DJITEMBED_BUILD_EXAMPLES=ON -DJITEMBED_BUILD_TOOLS=ON
+cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DJITEMBED_BUILD_EXAMPLES=ON -DJITEMBED_BUILD_TOOLS=ON \
+  -DJITEMBED_BUILD_TESTS=OFF -DJITEMBED_BUILD_BENCHMARKS=OFF -DJITEMBED_WITH_TORCH=OFF
 cmake --build "$build_dir" -j "${JOBS:-2}" --target jit_train_demo jitembed-server
 
 demo="$build_dir/examples/jit_train_demo/jit_train_demo"

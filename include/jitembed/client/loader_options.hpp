@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "jitembed/cache/tiered_cache.hpp"
+#include "jitembed/cache/value.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/limits.hpp"
 #include "jitembed/format/field.hpp"

@@ -37,8 +37,9 @@ inline reply flatten(http::response r) {
   return out;
 }
 
-// Sends one request and waits for its response (the service answers from any thread).
-inline reply call(server::service& s, std::string method, std::string target, std::string body = {}, http::header_list headers = {}) {
+// Sends a request without waiting; the reply arrives on the future.
+inline std::future<reply> send(server::service& s, std::string method, std::string target, std::string body = {},
+                               http::header_list headers = {}) {
   auto p = std::make_shared<std::promise<reply>>();
   auto fut = p->get_future();
   http::request req;
@@ -47,6 +48,12 @@ inline reply call(server::service& s, std::string method, std::string target, st
   req.body = std::move(body);
   req.headers = std::move(headers);
   s.handle(std::move(req), [p](http::response r) { p->set_value(flatten(std::move(r))); });
+  return fut;
+}
+
+// Sends one request and waits for its response (the service answers from any thread).
+inline reply call(server::service& s, std::string method, std::string target, std::string body = {}, http::header_list headers = {}) {
+  auto fut = send(s, std::move(method), std::move(target), std::move(body), std::move(headers));
   if (fut.wait_for(std::chrono::seconds(30)) != std::future_status::ready) throw std::runtime_error("no response in 30 s");
   return fut.get();
 }

@@ -99,19 +99,6 @@ server_config one_model(std::size_t max_batch = 1) {
   return c;
 }
 
-// Sends a request without waiting; the reply arrives on the future.
-std::future<reply> send(service& s, std::string method, std::string target, std::string body = {}, http::header_list headers = {}) {
-  auto p = std::make_shared<std::promise<reply>>();
-  auto fut = p->get_future();
-  http::request req;
-  req.method = std::move(method);
-  req.target = std::move(target);
-  req.body = std::move(body);
-  req.headers = std::move(headers);
-  s.handle(std::move(req), [p](http::response r) { p->set_value(flatten(std::move(r))); });
-  return fut;
-}
-
 std::future<reply> send_infer(service& s, const encoded_request& e) {
   return send(s, "POST", "/v2/models/text-embed/infer", e.body, e.headers);
 }

@@ -23,6 +23,7 @@
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/thread_pool.hpp"
 #include "jitembed/format/record_view.hpp"
+#include "jitembed/models/sample_input.hpp"
 #include "jitembed/net/http/message.hpp"
 #include "jitembed/net/kserve/decode.hpp"
 #include "jitembed/net/kserve/encode.hpp"
@@ -525,31 +526,11 @@ class service {
     return in.strings();
   }
 
+  // The model's input from a row: raw field bytes, or a record's first field of the model's kind (shared
+  // with the client's local mode).
   result<tensor> preprocess(const model_instance& inst, std::string_view raw, bool is_sample) const {
-    const auto& m = inst.model();
     const bytes_view bytes(reinterpret_cast<const std::byte*>(raw.data()), raw.size());
-    if (!is_sample) return m.preprocess(bytes, config_.decode);
-    auto rec = format::record_view::parse(bytes, config_.decode);
-    if (!rec) return rec.error();
-    const auto mod = m.input_modality();
-    for (const auto& f : rec->fields()) {
-      if (mod == models::modality::image && f.kind() == format::field_kind::image && f.codec() == codec::codec_id::jpeg) {
-        auto p = f.checked_payload();
-        if (!p) return p.error();
-        return m.preprocess(*p, config_.decode);
-      }
-      if (mod == models::modality::video && f.kind() == format::field_kind::video) {
-        auto p = f.checked_payload();
-        if (!p) return p.error();
-        return m.preprocess(*p, config_.decode);
-      }
-      if (mod == models::modality::text && f.kind() == format::field_kind::text) {
-        auto s = f.text(config_.decode);
-        if (!s) return s.error();
-        return m.preprocess(as_bytes_view(*s), config_.decode);
-      }
-    }
-    return fail(errc::invalid_argument, "sample has no " + std::string(models::to_string(mod)) + " field for model '" + inst.name() + "'");
+    return models::preprocess_input(inst.model(), bytes, is_sample, config_.decode);
   }
 
   void finish_error(infer_call& c, const error_info& e) {

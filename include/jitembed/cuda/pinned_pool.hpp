@@ -87,7 +87,7 @@ class pinned_pool {
 
   // A CPU tensor in pinned memory (device cpu, usable with copy_async to a CUDA tensor). Throws
   // jitembed::error for a shape whose size overflows, or when cudaHostAlloc fails.
-  tensor acquire(const shape& s, dtype t) { return s_->acquire(s, t); }
+  tensor acquire(const shape& s, dtype t) const { return s_->acquire(s, t); }
 
   std::size_t cached_bytes() const { return s_->cached_bytes(); }
   std::size_t hits() const { return s_->hits(); }

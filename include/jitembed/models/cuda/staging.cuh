@@ -118,13 +118,13 @@ class cuda_model_base {
 
  protected:
   cuda_model_base(const options_type& opts, int device_ordinal, std::size_t staging_bytes)
-      : cpu_(opts), ordinal_(device_ordinal), pool_(cuda::pinned_pool::create(staging_bytes)) {
+      : cpu_(opts), ordinal_(device_ordinal), pool_(staging_bytes) {
     detail::check_cuda_device(kName, device_ordinal).value();
   }
 
   Cpu cpu_;
   int ordinal_;
-  std::shared_ptr<cuda::pinned_pool> pool_;
+  cuda::pinned_pool pool_;  // a handle: copies of the model share it
 };
 
 }  // namespace jitembed::models::detail

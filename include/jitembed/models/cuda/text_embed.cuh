@@ -71,11 +71,11 @@ class cuda_text_embed : public detail::cuda_model_base<text_embed> {
       const auto n = static_cast<std::int64_t>(batch.size());
       const std::int64_t l = o.max_length, d = o.dim, ng = o.ngram_max - o.ngram_min + 1;
       detail::device_guard guard(ordinal_);
-      tensor staged_tok = pool_->acquire({n, l}, dtype::u8);
-      tensor staged_len = pool_->acquire({n}, dtype::i32);
-      tensor staged_seq = pool_->acquire({n, l, d}, o.output_dtype);
-      tensor staged_mask = pool_->acquire({n, l}, dtype::u8);
-      tensor staged_pooled = pool_->acquire({n, d}, o.output_dtype);
+      tensor staged_tok = pool_.acquire({n, l}, dtype::u8);
+      tensor staged_len = pool_.acquire({n}, dtype::i32);
+      tensor staged_seq = pool_.acquire({n, l, d}, o.output_dtype);
+      tensor staged_mask = pool_.acquire({n, l}, dtype::u8);
+      tensor staged_pooled = pool_.acquire({n, d}, o.output_dtype);
       std::memset(staged_tok.data(), 0, staged_tok.nbytes());
       for (std::int64_t i = 0; i < n; ++i) {
         const tensor& item = batch[static_cast<std::size_t>(i)];

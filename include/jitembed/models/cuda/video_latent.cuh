@@ -38,8 +38,8 @@ class cuda_video_latent : public detail::cuda_model_base<video_latent> {
       const dtype out_type = cpu_.options().output_dtype;
       const shape item_out{4, t / video_latent::kTemporalPool, b / 8, b / 8};
       detail::device_guard guard(ordinal_);
-      tensor staged_in = pool_->acquire({n, t, b, b, 3}, dtype::u8);
-      tensor staged_out = pool_->acquire({n, 4, t / video_latent::kTemporalPool, b / 8, b / 8}, out_type);
+      tensor staged_in = pool_.acquire({n, t, b, b, 3}, dtype::u8);
+      tensor staged_out = pool_.acquire({n, 4, t / video_latent::kTemporalPool, b / 8, b / 8}, out_type);
       cuda::stream s;
       detail::sync_on_exit wait(s);
       tensor d_in = cuda::empty_device(staged_in.shape(), dtype::u8, s, ordinal_);

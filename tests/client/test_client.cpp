@@ -63,7 +63,7 @@ bool eventually(P pred, std::chrono::milliseconds limit = 5s) {
 
 }  // namespace
 
-TEST_CASE("endpoint lists: URLs, comments, blanks, duplicates; bad lines fail the whole list") {
+TEST_CASE("endpoint lists: URLs, comments, blanks, duplicates, bad lines fail the whole list") {
   auto l = cl::parse_endpoint_list("# fleet\n http://127.0.0.1:8000 \n\nhttp://[::1]:9000 # v6\nhttp://127.0.0.1:8000\r\n").value();
   REQUIRE(l.size() == 2);
   CHECK(l[0].url == "http://127.0.0.1:8000");
@@ -106,7 +106,7 @@ TEST_CASE("policies: retry budget, backoff with jitter, HTTP status to errc") {
   CHECK(cl::detail::http_error(429, "", "x").code == errc::unavailable);
 }
 
-TEST_CASE("create: option errors are invalid_argument; an unreadable endpoints file fails at once") {
+TEST_CASE("create: option errors are invalid_argument, an unreadable endpoints file fails at once") {
   cl::client_options none;
   CHECK(cl::jit_client::create(none).code() == errc::invalid_argument);
   cl::client_options two;
@@ -148,7 +148,7 @@ TEST_CASE("remote: rows in order, the deadline sent as the KServe timeout, hundr
   CHECK(c.identity("m").value().fingerprint == "fake-1");
 }
 
-TEST_CASE("balance: equal servers within 25% of their fair share over 3000 requests; a slow one gets less") {
+TEST_CASE("balance: equal servers within 25% of their fair share over 3000 requests, a slow one gets less") {
   SUBCASE("equal") {
     fake_server a(always_ok()), b(always_ok()), d(always_ok());
     auto c = cl::jit_client::create(options_for({a.url(), b.url(), d.url()})).value();
@@ -202,7 +202,7 @@ TEST_CASE("balance: equal servers within 25% of their fair share over 3000 reque
   }
 }
 
-TEST_CASE("retries: 503 goes to another endpoint; connection refused is retried; other 4xx never") {
+TEST_CASE("retries: 503 goes to another endpoint, connection refused is retried, other 4xx never") {
   SUBCASE("503 elsewhere") {
     fake_server busy([](const seen_request&, const std::vector<std::string_view>&) { return action{.status = 503}; });
     fake_server ok(always_ok());
@@ -234,7 +234,7 @@ TEST_CASE("retries: 503 goes to another endpoint; connection refused is retried;
   }
 }
 
-TEST_CASE("a 4xx on a multi-row request is resent row by row; only rows that fail alone fail") {
+TEST_CASE("a 4xx on a multi-row request is resent row by row, only rows that fail alone fail") {
   fake_server s([](const seen_request&, const std::vector<std::string_view>& rows) {
     for (auto r : rows)
       if (r.find("bad") != std::string_view::npos) return action{.status = 400, .body = "bad row"};
@@ -314,7 +314,7 @@ TEST_CASE("deadlines and hedging: a server that accepts and never answers") {
   }
 }
 
-TEST_CASE("a 404 ejects that endpoint for that model; re-admitted when ready again") {
+TEST_CASE("a 404 ejects that endpoint for that model, re-admitted when ready again") {
   std::atomic<bool> serves{false};
   fake_server partial([&](const seen_request& s, const std::vector<std::string_view>&) {
     return s.model == "m" && !serves.load() ? action{.status = 404, .body = "unknown model"} : action{};
@@ -343,7 +343,7 @@ TEST_CASE("a 404 ejects that endpoint for that model; re-admitted when ready aga
   CHECK(c2.embed(request("m", rows_of(1, 0))).get().code() == errc::not_found);
 }
 
-TEST_CASE("cancel completes at once with cancelled; close cancels what is in flight") {
+TEST_CASE("cancel completes at once with cancelled, close cancels what is in flight") {
   fake_server hang([](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = true}; });
   auto c = cl::jit_client::create(options_for({hang.url()})).value();
   std::promise<result<cl::embed_result>> p;
@@ -377,7 +377,7 @@ TEST_CASE("coalescing: concurrent requests with the same key go out once") {
   CHECK(c.stats().coalesced == 4);
 }
 
-TEST_CASE("endpoints changed mid-run: file and URL; a removed endpoint drains") {
+TEST_CASE("endpoints changed mid-run: file and URL, a removed endpoint drains") {
   fake_server a(always_ok());
   fake_server b([](const seen_request&, const std::vector<std::string_view>&) { return action{.delay = 50ms}; });
   fake_server d(always_ok());

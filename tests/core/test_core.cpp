@@ -163,7 +163,7 @@ TEST_CASE("DLPack export/import shares storage and releases it") {
   CHECK(try_from_dlpack(bad).code() == errc::dtype_mismatch);
 }
 
-TEST_CASE("XXH3-128: one-shot equals streaming; known vector") {
+TEST_CASE("XXH3-128: one-shot equals streaming, known vector") {
   const std::string s = "jitembed content address";
   const auto a = xxh3_128(as_bytes_view(s));
   hasher128 h;

@@ -129,7 +129,7 @@ TEST_CASE("writers refuse what the reader refuses: non-UTF-8 names and keys, ran
   CHECK(r.key(0) == "cl\xc3\xa9");
 }
 
-TEST_CASE("decode: UTF-8 of text and json whatever the codec; zstd size mismatch is corrupt_data") {
+TEST_CASE("decode: UTF-8 of text and json whatever the codec, zstd size mismatch is corrupt_data") {
   record_builder b;
   REQUIRE(b.add_json("j", "{\"a\":\"\xc3\xa9\"}", compression::zstd));
   REQUIRE(b.add_text("t", "plain", 0));

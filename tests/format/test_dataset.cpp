@@ -320,7 +320,7 @@ TEST_CASE("dataset: WebDataset tar samples, members as fields, zero-copy") {
   CHECK(s.fields[0].bytes.data() - s0.fields[1].bytes.data() == wds[1].members[0].data.data() - wds[0].members[1].data.data());
 }
 
-TEST_CASE("dataset: sources concatenate; ids stable across reopen; random access == sequential") {
+TEST_CASE("dataset: sources concatenate, ids stable across reopen, random access == sequential") {
   fixture fx;
   auto ds = dataset::open(fx.all()).value();
   REQUIRE(ds.size() == 5 + 3 + 2 + 1);

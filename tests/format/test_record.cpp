@@ -181,7 +181,7 @@ TEST_CASE("decode_with any codec: codec id, declared shape, payload pointer") {
   CHECK(r.find("clip")->decode_with(c).code() == errc::unsupported_codec);  // stored video, codec is jpeg
 }
 
-TEST_CASE("zero copy: payloads and raw tensors point into the record; keep_alive outlives the caller") {
+TEST_CASE("zero copy: payloads and raw tensors point into the record, keep_alive outlives the caller") {
   const tensor lat = iota_tensor<float>({4, 64, 64});
   record_builder b;
   REQUIRE(b.add_text("txt", "hello", 0));
@@ -209,7 +209,7 @@ TEST_CASE("zero copy: payloads and raw tensors point into the record; keep_alive
   CHECK(weak.expired());
 }
 
-TEST_CASE("raw payload views are referenced until write; gather() == write() == finish()") {
+TEST_CASE("raw payload views are referenced until write, gather() == write() == finish()") {
   byte_buffer big = random_bytes(100000, 5);
   const tensor tok = iota_tensor<std::int32_t>({77});
   record_builder b;

@@ -103,7 +103,7 @@ TEST_CASE("image-latent: shapes, dtypes and metadata") {
   CHECK((*r)[0][0].second.dtype() == dtype::f32);
 }
 
-TEST_CASE("image-latent: JPEG preprocess resizes to the bucket; bad bytes are errors") {
+TEST_CASE("image-latent: JPEG preprocess resizes to the bucket, bad bytes are errors") {
   const tensor src = random_image(120, 200, 2);
   const auto jpeg = codec::encode_jpeg(src, {.quality = 90}).value();
   const image_latent m({.bucket = 96});
@@ -363,7 +363,7 @@ TEST_CASE("text-embed: mask counts tokens, pooled is the masked mean, equal/diff
   CHECK(std::memcmp(s0 + 11 * 48, s1 + 11 * 48, 48 * sizeof(float)) != 0);
 }
 
-TEST_CASE("text-embed: options change the version; bad tokens and options fail") {
+TEST_CASE("text-embed: options change the version, bad tokens and options fail") {
   const text_embed a({.max_length = 8, .dim = 16});
   const text_embed b({.max_length = 8, .dim = 16, .seed = 7});
   const text_embed c({.max_length = 8, .dim = 16, .output_dtype = dtype::bf16});

@@ -281,7 +281,7 @@ TEST_CASE("gloo rejects bad arguments before sending: dtype, sizes, counts, peer
   CHECK(gloo_communicator::create(nullptr, 0, 1).code() == errc::invalid_argument);
 }
 
-TEST_CASE("gloo: a dead peer makes the others fail with comm_failed, not hang; a missing one times out") {
+TEST_CASE("gloo: a dead peer makes the others fail with comm_failed, not hang, a missing one times out") {
   const auto t0 = std::chrono::steady_clock::now();
   std::atomic<int> failures{0};
   run_ranks(

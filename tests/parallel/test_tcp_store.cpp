@@ -123,7 +123,7 @@ TEST_CASE("tcp_store: set/get/check round trips, empty and 1 MiB values, two cli
   CHECK(as_string(server->get(max_key, 100ms).value()) == "m");
 }
 
-TEST_CASE("tcp_store: open parses host:port; the server and the store are movable values") {
+TEST_CASE("tcp_store: open parses host:port, the server and the store are movable values") {
   auto server = tcp_store_server::create().value();
   CHECK(server.port() != 0);
   CHECK(server.address() == "127.0.0.1:" + std::to_string(server.port()));

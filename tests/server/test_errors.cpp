@@ -131,7 +131,7 @@ void check_error(const reply& r, int status, std::string_view code, bool retry_a
 
 }  // namespace
 
-TEST_CASE("server errors: every error body names its errc; 404 / 405 / 400 / 401 are not retryable") {
+TEST_CASE("server errors: every error body names its errc, 404 / 405 / 400 / 401 are not retryable") {
   server_config c = one_model();
   c.auth_token = "t";
   const http::header_list auth = {{"Authorization", "Bearer t"}};
@@ -205,7 +205,7 @@ TEST_CASE("server errors: the request's timeout is its deadline: rows still queu
   CHECK(infer(s, "text-embed", bytes_request("text", {"late", "too"}, true, {}, ks::json{{"timeout", 10000000}})).status == 200);
 }
 
-TEST_CASE("server admission: past max_inflight_rows a request is 503 at once, before decoding; admitted ones succeed") {
+TEST_CASE("server admission: past max_inflight_rows a request is 503 at once, before decoding, admitted ones succeed") {
   auto g = std::make_shared<gate_state>();
   server_config c = one_model(/*max_batch=*/4);
   c.models[0].max_inflight_rows = 4;
@@ -239,7 +239,7 @@ TEST_CASE("server admission: the default bound is twice the queue size") {
   CHECK_FALSE(cfg->idle_dispatch);
 }
 
-TEST_CASE("server drain: once shutdown starts, readiness and new requests are 503 unavailable; in-flight ones finish") {
+TEST_CASE("server drain: once shutdown starts, readiness and new requests are 503 unavailable, in-flight ones finish") {
   auto g = std::make_shared<gate_state>();
   service s(one_model(), gated_factory(g));
   REQUIRE(s.load_configured());
@@ -280,7 +280,7 @@ TEST_CASE("server drain: begin_drain() keeps models loaded and admitted requests
   s.shutdown();
 }
 
-TEST_CASE("server metadata: parameters carry the model's fingerprint and preprocess_key; responses carry model_version") {
+TEST_CASE("server metadata: parameters carry the model's fingerprint and preprocess_key, responses carry model_version") {
   server_config c;
   c.preprocess_threads = 1;
   model_config m;
@@ -301,7 +301,7 @@ TEST_CASE("server metadata: parameters carry the model's fingerprint and preproc
   CHECK(nlohmann::json::parse(r.body)["model_version"] == "4");
 }
 
-TEST_CASE("server sleep_us: each batch takes at least sleep_us (+ sleep_us_per_row); the fingerprint is unchanged") {
+TEST_CASE("server sleep_us: each batch takes at least sleep_us (+ sleep_us_per_row), the fingerprint is unchanged") {
   server_config c;
   c.preprocess_threads = 1;
   model_config m;

@@ -43,11 +43,7 @@ class client_state {
     // The first list must be readable now: a typo in a path fails here, not as timeouts later.
     auto first = s->read_source();
     if (!first) return first.error();
-    {
-      deferred d;
-      std::lock_guard lk(s->mu_);
-      s->apply_endpoints(*first, d);
-    }
+    s->update_endpoints(*first);
     s->start_threads();
     return s;
   }
@@ -291,7 +287,9 @@ class client_state {
   result<std::vector<endpoint_address>> read_source();
 
   // Adds new endpoints, drains removed ones (no new attempts; dropped once their attempts finish).
-  void apply_endpoints(const std::vector<endpoint_address>& list, deferred& d);
+  void update_endpoints(const std::vector<endpoint_address>& list);
+  void apply_endpoints(const std::vector<endpoint_address>& list, std::map<std::string, std::vector<tcp::endpoint>>& resolved,
+                       deferred& d);
 
   void reap_drained();
 

@@ -34,7 +34,38 @@ inline auto client_state::read_source() -> result<std::vector<endpoint_address>>
   return parse_endpoint_list(r->body);
 }
 
-inline void client_state::apply_endpoints(const std::vector<endpoint_address>& list, deferred& d) {
+// Resolves the endpoints the client does not know yet without holding the state lock (a DNS lookup may
+// block), then applies the list under it.
+inline void client_state::update_endpoints(const std::vector<endpoint_address>& list) {
+  std::vector<endpoint_address> fresh;
+  {
+    std::lock_guard g(mu_);
+    for (const auto& a : list)
+      if (std::none_of(endpoints_.begin(), endpoints_.end(), [&](const auto& e) { return e->addr.url == a.url; }))
+        fresh.push_back(a);
+  }
+  std::map<std::string, std::vector<tcp::endpoint>> resolved;
+  for (const auto& a : fresh) {
+    auto& out = resolved[a.url];
+    boost::system::error_code ec;
+    const auto ip = asio::ip::make_address(a.host, ec);
+    if (!ec) {
+      out.emplace_back(ip, a.port);
+      continue;
+    }
+    tcp::resolver res(ioc_);
+    auto rs = res.resolve(a.host, std::to_string(a.port), ec);
+    if (!ec)
+      for (const auto& r : rs) out.push_back(r.endpoint());
+  }
+  deferred d;
+  std::lock_guard g(mu_);
+  apply_endpoints(list, resolved, d);
+}
+
+// Adds new endpoints, drains removed ones (no new attempts; dropped once their attempts finish).
+inline void client_state::apply_endpoints(const std::vector<endpoint_address>& list,
+                                          std::map<std::string, std::vector<tcp::endpoint>>& resolved, deferred& d) {
   bool changed = false;
   for (auto& e : endpoints_) {
     const bool keep = std::any_of(list.begin(), list.end(), [&](const endpoint_address& a) { return a.url == e->addr.url; });
@@ -54,17 +85,8 @@ inline void client_state::apply_endpoints(const std::vector<endpoint_address>& l
     if (have) continue;
     auto e = std::make_shared<endpoint_state>();
     e->addr = a;
-    boost::system::error_code ec;
-    const auto ip = asio::ip::make_address(a.host, ec);
-    if (!ec) {
-      e->resolved.emplace_back(ip, a.port);
-    } else {
-      tcp::resolver res(ioc_);
-      auto rs = res.resolve(a.host, std::to_string(a.port), ec);
-      if (!ec)
-        for (const auto& r : rs) e->resolved.push_back(r.endpoint());
-    }
-    endpoints_.push_back(std::move(e));
+    if (auto it = resolved.find(a.url); it != resolved.end()) e->resolved = std::move(it->second);
+    endpoints_.push_back(std::move(e));  // unresolved (a name that did not resolve): never eligible
     changed = true;
   }
   if (changed) ++stats_.endpoint_updates;
@@ -111,19 +133,11 @@ inline void client_state::watch() {
         if (!same) {
           last = st;
           have_last = true;
-          if (auto l = read_source(); l) {
-            deferred d;
-            std::lock_guard g(mu_);
-            apply_endpoints(*l, d);
-          }
+          if (auto l = read_source(); l) update_endpoints(*l);
         }
       }
     } else if (!opts_.endpoints.url.empty()) {
-      if (auto l = read_source(); l) {
-        deferred d;
-        std::lock_guard g(mu_);
-        apply_endpoints(*l, d);
-      }
+      if (auto l = read_source(); l) update_endpoints(*l);
     }
     probe_ejected();
     lk.lock();

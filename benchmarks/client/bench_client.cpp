@@ -11,12 +11,17 @@
 #include <mutex>
 
 #include "bench_util.hpp"
-#include "client/bench_proc.hpp"
+#include "bench_proc.hpp"
 #include "jitembed/client/jit_client.hpp"
 
 namespace {
 
 using namespace jitembed;
+using bench::base64;
+using bench::find_perf_analyzer;
+using bench::read_csv;
+using bench::child;
+using bench::read_text;
 using clock_type = std::chrono::steady_clock;
 
 #ifndef JITEMBED_SERVER_PATH
@@ -107,80 +112,6 @@ client_result drive_client(client::jit_client& c, int concurrency, double second
   return out;
 }
 
-struct pa_tool {
-  std::string path;
-  std::map<std::string, std::string> env;
-};
-
-std::optional<pa_tool> find_perf_analyzer(const std::string& explicit_path) {
-  std::vector<std::string> candidates;
-  if (!explicit_path.empty()) candidates.push_back(explicit_path);
-  if (const char* e = std::getenv("PERF_ANALYZER")) candidates.emplace_back(e);
-  const std::string venv = JITEMBED_VENV_DIR;
-  if (!venv.empty()) {
-    candidates.push_back(venv + "/perf_analyzer/bin/perf_analyzer");
-    candidates.push_back(venv + "/bin/perf_analyzer");
-  }
-  pa_tool t;
-  if (!venv.empty()) {  // the tritonclient-2.47 binary needs libcudart.so.12 from nvidia-cuda-runtime-cu12
-    std::string ld = venv + "/lib/python3.11/site-packages/nvidia/cuda_runtime/lib";
-    if (const char* old = std::getenv("LD_LIBRARY_PATH")) ld += std::string(":") + old;
-    t.env["LD_LIBRARY_PATH"] = ld;
-  }
-  for (const auto& c : candidates) {
-    if (::access(c.c_str(), X_OK) != 0) continue;
-    const std::string log = "/tmp/bench_client_pa_version.log";
-    bench::child p({c, "--version"}, log, t.env);
-    if (p.started() && p.wait(std::chrono::seconds(30)) == 0 && bench::read_text(log).find("Perf Analyzer Version") != std::string::npos) {
-      t.path = c;
-      return t;
-    }
-  }
-  return std::nullopt;
-}
-
-std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::vector<std::map<std::string, std::string>> rows;
-  auto split = [](const std::string& l) {
-    std::vector<std::string> out;
-    std::stringstream ss(l);
-    std::string x;
-    while (std::getline(ss, x, ',')) out.push_back(x);
-    return out;
-  };
-  if (!std::getline(f, line)) return rows;
-  const auto head = split(line);
-  while (std::getline(f, line)) {
-    auto v = split(line);
-    if (v.size() != head.size()) continue;
-    std::map<std::string, std::string> row;
-    for (std::size_t i = 0; i < v.size(); ++i) row[head[i]] = v[i];
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
-std::string base64(const std::string& in) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
-                       static_cast<unsigned char>(in[i + 2]);
-    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += k[(v >> 6) & 63], out += k[v & 63];
-  }
-  if (i + 1 == in.size()) {
-    const unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += "==";
-  } else if (i + 2 == in.size()) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
-    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += k[(v >> 6) & 63], out += "=";
-  }
-  return out;
-}
-
 struct pa_result {
   bool ok = false;
   double rps = 0, p50_us = 0, p99_us = 0, cpu_s = 0;
@@ -195,11 +126,11 @@ double children_cpu_s() {
 
 // perf_analyzer -i http at one concurrency: 3 windows of `seconds`/3 each (after its own warm-up); the
 // reported rate is its average over those windows.
-pa_result run_perf_analyzer(const pa_tool& pa, std::uint16_t port, const std::string& data_path, int concurrency, double seconds) {
+pa_result run_perf_analyzer(const bench::perf_analyzer_tool& pa, std::uint16_t port, const std::string& data_path, int concurrency, double seconds) {
   const std::string tag = "/tmp/bench_client_pa_c" + std::to_string(concurrency);
   const int window_ms = std::max(500, static_cast<int>(seconds * 1000 / 3));
   const double cpu0 = children_cpu_s();
-  bench::child p({pa.path, "-m", kModel, "-u", "127.0.0.1:" + std::to_string(port), "-i", "http", "--concurrency-range",
+  child p({pa.path, "-m", kModel, "-u", "127.0.0.1:" + std::to_string(port), "-i", "http", "--concurrency-range",
                   std::to_string(concurrency), "--input-data", data_path, "--input-tensor-format", "binary",
                   "--output-tensor-format", "binary", "--measurement-interval", std::to_string(window_ms), "--max-trials", "3",
                   "--stability-percentage", "999", "-f", tag + ".csv"},
@@ -208,7 +139,7 @@ pa_result run_perf_analyzer(const pa_tool& pa, std::uint16_t port, const std::st
   pa_result r;
   r.cpu_s = children_cpu_s() - cpu0;
   if (rc != 0) {
-    r.error = "perf_analyzer exit " + std::to_string(rc) + ":\n" + bench::read_text(tag + ".out");
+    r.error = "perf_analyzer exit " + std::to_string(rc) + ":\n" + read_text(tag + ".out");
     return r;
   }
   for (auto& row : read_csv(tag + ".csv")) {

@@ -17,7 +17,7 @@
 #include <mutex>
 
 #include "bench_util.hpp"
-#include "client/bench_proc.hpp"
+#include "bench_proc.hpp"
 #include "jitembed/client/jit_loader.hpp"
 #include "jitembed/models/emulated_latency.hpp"
 #include "jitembed/models/text_embed.hpp"

@@ -129,6 +129,7 @@ class child {
   child& operator=(const child&) = delete;
   ~child() { stop(); }
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   bool running() {
     if (pid_ <= 0) return false;
     int st = 0;
@@ -193,6 +194,21 @@ class server_process {
   std::uint16_t port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int stop() { return proc_ ? proc_->stop() : -1; }
+  // CPU seconds (user + system) the server process has used so far; 0 when unknown.
+  double cpu_seconds() const {
+    if (!proc_ || proc_->pid() <= 0) return 0;
+    const std::string stat = read_text("/proc/" + std::to_string(proc_->pid()) + "/stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream in(stat.substr(close + 2));
+    std::string field;
+    unsigned long long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {  // fields 14 and 15: utime, stime (clock ticks)
+      if (i == 14) utime = std::stoull(field);
+      if (i == 15) stime = std::stoull(field);
+    }
+    return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
 
  private:
   std::uint16_t port_ = 0;
@@ -205,6 +221,87 @@ inline double percentile(std::vector<double> v, double q) {
   const auto k = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
   return v[k];
+}
+
+struct perf_analyzer_tool {
+  std::string path;
+  std::map<std::string, std::string> env;
+};
+
+// perf_analyzer from an explicit path, $PERF_ANALYZER or the project's .venv, checked by running --version.
+inline std::optional<perf_analyzer_tool> find_perf_analyzer(const std::string& explicit_path) {
+  std::vector<std::string> candidates;
+  if (!explicit_path.empty()) candidates.push_back(explicit_path);
+  if (const char* e = std::getenv("PERF_ANALYZER")) candidates.emplace_back(e);
+  #if defined(JITEMBED_VENV_DIR)
+  const std::string venv = JITEMBED_VENV_DIR;
+#else
+  const std::string venv;
+#endif
+  if (!venv.empty()) {
+    candidates.push_back(venv + "/perf_analyzer/bin/perf_analyzer");
+    candidates.push_back(venv + "/bin/perf_analyzer");
+  }
+  perf_analyzer_tool t;
+  if (!venv.empty()) {  // the tritonclient-2.47 binary needs libcudart.so.12 from nvidia-cuda-runtime-cu12
+    std::string ld = venv + "/lib/python3.11/site-packages/nvidia/cuda_runtime/lib";
+    if (const char* old = std::getenv("LD_LIBRARY_PATH")) ld += std::string(":") + old;
+    t.env["LD_LIBRARY_PATH"] = ld;
+  }
+  for (const auto& c : candidates) {
+    if (::access(c.c_str(), X_OK) != 0) continue;
+    const std::string log = "/tmp/jitembed_bench_pa_version_" + std::to_string(::getpid()) + ".log";
+    child p({c, "--version"}, log, t.env);
+    if (p.started() && p.wait(std::chrono::seconds(30)) == 0 && read_text(log).find("Perf Analyzer Version") != std::string::npos) {
+      t.path = c;
+      return t;
+    }
+  }
+  return std::nullopt;
+}
+
+// Columns of a perf_analyzer -f CSV, one map per row.
+inline std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::vector<std::map<std::string, std::string>> rows;
+  auto split = [](const std::string& l) {
+    std::vector<std::string> out;
+    std::stringstream ss(l);
+    std::string x;
+    while (std::getline(ss, x, ',')) out.push_back(x);
+    return out;
+  };
+  if (!std::getline(f, line)) return rows;
+  const auto head = split(line);
+  while (std::getline(f, line)) {
+    auto v = split(line);
+    if (v.size() != head.size()) continue;
+    std::map<std::string, std::string> row;
+    for (std::size_t i = 0; i < v.size(); ++i) row[head[i]] = v[i];
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// perf_analyzer's JSON input data carries BYTES elements as {"b64": ...}.
+inline std::string base64(const std::string& in) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
+                       static_cast<unsigned char>(in[i + 2]);
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += k[(v >> 6) & 63], out += k[v & 63];
+  }
+  if (i + 1 == in.size()) {
+    const unsigned v = static_cast<unsigned char>(in[i]) << 16;
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += "==";
+  } else if (i + 2 == in.size()) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
+    out += k[(v >> 18) & 63], out += k[(v >> 12) & 63], out += k[(v >> 6) & 63], out += "=";
+  }
+  return out;
 }
 
 }  // namespace jitembed::bench

@@ -1,0 +1,4 @@
+#include "common.hpp"
+namespace jitembed::python {
+void register_client(nb::module_&) {}
+}  // namespace jitembed::python

@@ -1,4 +1,510 @@
+// Bindings of the JIT client (Client: embed() blocks, embed_async() returns a concurrent.futures.Future) and
+// the prefetching loader (Loader: an iterator of step dicts). Blocking calls release the GIL; completion
+// callbacks run on the client's threads and take the GIL only to complete the Python future.
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "caches.hpp"
 #include "common.hpp"
+#include "format_types.hpp"
+#include "jitembed/client.hpp"
+#include "jitembed/server/model_instance.hpp"
+#include "jitembed/server/model_spec.hpp"
+
 namespace jitembed::python {
-void register_client(nb::module_&) {}
+
+using namespace jitembed::client;
+
+namespace {
+
+struct py_client {
+  std::optional<jit_client> c;
+  jit_client& get() {
+    if (!c) raise(errc::cancelled, "client: closed");
+    return *c;
+  }
+  void close() {
+    if (!c) return;
+    nb::gil_scoped_release nogil;  // close() joins threads whose callbacks may wait for the GIL
+    c->close();
+  }
+  ~py_client() {
+    if (!c) return;
+    if (Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
+      nb::gil_scoped_release nogil;
+      c.reset();
+    } else {
+      c.reset();
+    }
+  }
+};
+
+// A local model from a "NAME[:k=v,...]" spec: a reference model (params work, text_dim, ...), slowed down
+// as sleep_us / sleep_us_per_row ask.
+models::any_model local_model(std::string_view spec) {
+  const server::model_config cfg = unwrap(server::parse_model_spec(spec));
+  auto m = unwrap(server::make_reference(cfg.name, cfg.params));
+  return unwrap(server::with_latency_params(std::move(m), cfg.params));
+}
+
+struct py_embed_result {
+  std::string model_name, model_version, endpoint;
+  int attempts = 1;
+  nb::dict outputs;
+  nb::list row_errors;  // [] or one (errc, message) / None per row
+};
+
+py_embed_result convert(embed_result&& r) {
+  py_embed_result out;
+  out.model_name = std::move(r.model_name);
+  out.model_version = std::move(r.model_version);
+  out.endpoint = std::move(r.endpoint);
+  out.attempts = r.attempts;
+  for (auto& [name, t] : r.outputs) out.outputs[nb::str(name.c_str())] = to_numpy(t, /*read_only=*/true);
+  for (const auto& e : r.row_errors) {
+    if (e.code == errc::ok) out.row_errors.append(nb::none());
+    else out.row_errors.append(nb::make_tuple(std::string(to_string(e.code)), e.message));
+  }
+  return out;
+}
+
+// The rows of a request (bytes-like objects or RecordViews), held while embed() serializes them.
+struct request_rows {
+  std::vector<std::shared_ptr<py_buffer>> bufs;
+  std::vector<format::record_view> records;
+};
+
+embed_request make_request(std::string model, const std::vector<nb::object>& rows, std::string input, std::string version,
+                           std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms,
+                           request_rows& hold) {
+  embed_request req;
+  req.model = std::move(model);
+  req.input = std::move(input);
+  req.version = std::move(version);
+  if (outputs) req.outputs = std::move(*outputs);
+  if (timeout_ms) req.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*timeout_ms));
+  for (const auto& r : rows) {
+    if (nb::isinstance<py_record>(r)) {
+      hold.records.push_back(nb::cast<const py_record&>(r).rec);
+      req.rows.push_back(hold.records.back().bytes());
+    } else {
+      hold.bufs.push_back(get_buffer(r));
+      req.rows.push_back(hold.bufs.back()->bytes());
+    }
+  }
+  return req;
+}
+
+nb::dict client_stats_dict(const client_stats& s) {
+  nb::dict d;
+  d["requests"] = s.requests;
+  d["completed"] = s.completed;
+  d["failed"] = s.failed;
+  d["cancelled"] = s.cancelled;
+  d["in_flight"] = s.in_flight;
+  d["attempts"] = s.attempts;
+  d["retries"] = s.retries;
+  d["hedges"] = s.hedges;
+  d["coalesced"] = s.coalesced;
+  d["latency_p50_ms"] = s.latency_p50_ms;
+  d["latency_p99_ms"] = s.latency_p99_ms;
+  nb::list eps;
+  for (const auto& e : s.endpoints) {
+    nb::dict x;
+    x["url"] = e.url;
+    x["requests"] = e.requests;
+    x["successes"] = e.successes;
+    x["failures"] = e.failures;
+    x["outstanding"] = e.outstanding;
+    x["draining"] = e.draining;
+    x["circuit_open"] = e.circuit_open;
+    eps.append(x);
+  }
+  d["endpoints"] = eps;
+  return d;
+}
+
+format::field_kind kind_of(std::string_view k) {
+  if (k == "image") return format::field_kind::image;
+  if (k == "video") return format::field_kind::video;
+  if (k == "text") return format::field_kind::text;
+  raise(errc::invalid_argument, "embedding kind '" + std::string(k) + "' is not image, video or text");
+}
+
+struct py_loader {
+  nb::object client;  // the Python Client the loader borrows (kept alive, never moved)
+  std::optional<jit_loader> l;
+  std::vector<std::string> names;
+  bool stack = true;
+  jit_loader& get() {
+    if (!l) raise(errc::cancelled, "loader: closed");
+    return *l;
+  }
+  void close() {
+    if (!l) return;
+    nb::gil_scoped_release nogil;
+    l->close();
+  }
+  ~py_loader() {
+    if (!l) return;
+    if (Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
+      nb::gil_scoped_release nogil;
+      l.reset();
+    } else {
+      l.reset();
+    }
+  }
+};
+
+// Stacks same-shaped rows into one [N, ...] tensor (the one copy of a step); nullopt when they differ.
+std::optional<tensor> stack_rows(const std::vector<const tensor*>& rows) {
+  if (rows.empty()) return std::nullopt;
+  const tensor& first = *rows[0];
+  for (const tensor* t : rows)
+    if (!t || t->dtype() != first.dtype() || t->shape() != first.shape() || !t->is_contiguous()) return std::nullopt;
+  shape s;
+  s.push_back(static_cast<std::int64_t>(rows.size()));
+  for (auto d : first.shape()) s.push_back(d);
+  tensor out = tensor::empty(s, first.dtype());
+  auto* dst = static_cast<std::byte*>(out.data());
+  for (const tensor* t : rows) {
+    if (t->nbytes()) std::memcpy(dst, t->data(), t->nbytes());
+    dst += first.nbytes();
+  }
+  return out;
+}
+
+nb::dict batch_dict(const py_loader& pl, batch&& b) {
+  nb::dict d;
+  nb::list ids, failed;
+  std::vector<std::int64_t> indices;
+  std::vector<const loaded_sample*> ok;
+  for (const auto& s : b.samples) {
+    if (s.ok()) {
+      ok.push_back(&s);
+      ids.append(s.id);
+      indices.push_back(static_cast<std::int64_t>(s.index));
+    } else {
+      nb::dict f;
+      f["id"] = s.id;
+      f["index"] = s.index;
+      f["errc"] = std::string(to_string(s.error->code));
+      f["message"] = s.error->message;
+      failed.append(f);
+    }
+  }
+  for (const auto& name : pl.names) {
+    std::vector<const tensor*> rows;
+    rows.reserve(ok.size());
+    for (const auto* s : ok) rows.push_back(s->find(name));
+    std::optional<tensor> stacked;
+    if (pl.stack) {
+      nb::gil_scoped_release nogil;
+      stacked = stack_rows(rows);
+    }
+    if (stacked) {
+      d[nb::str(name.c_str())] = to_numpy(*stacked, false);
+    } else {
+      nb::list l;
+      for (const tensor* t : rows) l.append(t ? to_numpy(*t, true) : nb::none());
+      d[nb::str(name.c_str())] = l;
+    }
+  }
+  d["ids"] = ids;
+  const tensor idx = tensor::copy_of(bytes_view(reinterpret_cast<const std::byte*>(indices.data()), indices.size() * 8), dtype::i64,
+                                     shape{static_cast<std::int64_t>(indices.size())});
+  d["indices"] = to_numpy(idx, false);
+  d["failed"] = failed;
+  d["epoch"] = b.epoch;
+  d["step"] = b.step;
+  return d;
+}
+
+nb::dict loader_stats_dict(const loader_stats& s) {
+  nb::dict d;
+  d["epoch"] = s.epoch;
+  d["step"] = s.step;
+  d["steps_per_epoch"] = s.steps_per_epoch;
+  d["batches"] = s.batches;
+  d["samples_delivered"] = s.samples_delivered;
+  d["samples_failed"] = s.samples_failed;
+  d["wait_s"] = s.wait_s;
+  d["max_wait_s"] = s.max_wait_s;
+  d["buffered"] = s.buffered;
+  d["requests"] = s.requests;
+  d["rows_requested"] = s.rows_requested;
+  d["resubmits"] = s.resubmits;
+  d["cache_hits"] = s.cache_hits;
+  d["cache_misses"] = s.cache_misses;
+  d["cache_puts"] = s.cache_puts;
+  d["client"] = client_stats_dict(s.client);
+  return d;
+}
+
+}  // namespace
+
+void register_client(nb::module_& m) {
+  nb::class_<py_embed_result>(m, "EmbedResult", "The outputs of one embed request, stacked over its rows.")
+      .def_ro("model_name", &py_embed_result::model_name)
+      .def_ro("model_version", &py_embed_result::model_version)
+      .def_ro("endpoint", &py_embed_result::endpoint)
+      .def_ro("attempts", &py_embed_result::attempts)
+      .def_ro("outputs", &py_embed_result::outputs, "{output name: array [N, ...]} (read-only, sharing the response buffer)")
+      .def_ro("row_errors", &py_embed_result::row_errors,
+              "[] when every row succeeded, else one entry per row: None, or (errc, message) for a row that failed")
+      .def("__getitem__", [](const py_embed_result& r, nb::handle name) { return r.outputs[name]; })
+      .def("keys", [](const py_embed_result& r) { return r.outputs.attr("keys")(); })
+      .def("__repr__", [](const py_embed_result& r) {
+        return "<jitembed.EmbedResult " + r.model_name + " v" + r.model_version + " from " + r.endpoint + ">";
+      });
+
+  nb::class_<py_client>(m, "Client",
+                        "The JIT client (jitembed::client::jit_client): embeddings from KServe v2 servers (jitembed-server, "
+                        "Triton, jitembed.Server) with balancing, retries and hedging, or from in-process reference models.")
+      .def(
+          "__init__",
+          [](py_client* self, std::optional<std::vector<std::string>> endpoints, std::string endpoints_file, std::string endpoints_url,
+             std::optional<std::vector<std::string>> local_models, std::size_t local_threads, double request_timeout_ms,
+             double connect_timeout_ms, int io_threads, int max_attempts, bool hedge, std::string auth_token,
+             std::optional<std::map<std::string, std::map<std::string, std::string>>> identities, std::size_t max_in_flight) {
+            client_options o;
+            if (endpoints) o.endpoints.list = std::move(*endpoints);
+            o.endpoints.file = std::move(endpoints_file);
+            o.endpoints.url = std::move(endpoints_url);
+            if (local_models)
+              for (const auto& spec : *local_models) o.local_models.push_back(local_model(spec));
+            o.local_threads = local_threads;
+            o.request_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(request_timeout_ms));
+            o.connect_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(connect_timeout_ms));
+            o.io_threads = io_threads;
+            o.retry.max_attempts = max_attempts;
+            o.hedge.enabled = hedge;
+            o.auth_token = std::move(auth_token);
+            o.max_in_flight = max_in_flight;
+            if (identities)
+              for (auto& [model, kv] : *identities) {
+                model_identity id;
+                if (auto it = kv.find("fingerprint"); it != kv.end()) id.fingerprint = it->second;
+                if (auto it = kv.find("preprocess_key"); it != kv.end()) id.preprocess_key = it->second;
+                if (auto it = kv.find("input"); it != kv.end()) id.input = it->second;
+                o.identities[model] = std::move(id);
+              }
+            result<jit_client> c = fail(errc::internal, "");
+            {
+              nb::gil_scoped_release nogil;
+              c = jit_client::create(std::move(o));
+            }
+            auto client = unwrap(std::move(c));
+            new (self) py_client{};
+            self->c.emplace(std::move(client));
+          },
+          nb::arg("endpoints") = nb::none(), nb::arg("endpoints_file") = "", nb::arg("endpoints_url") = "",
+          nb::arg("local_models") = nb::none(), nb::arg("local_threads") = 0, nb::arg("request_timeout_ms") = 30000.0,
+          nb::arg("connect_timeout_ms") = 2000.0, nb::arg("io_threads") = 1, nb::arg("max_attempts") = 5, nb::arg("hedge") = true,
+          nb::arg("auth_token") = "", nb::arg("identities") = nb::none(), nb::arg("max_in_flight") = 4096,
+          "Exactly one endpoint source (a list of http://host:port URLs, a file, or a URL serving the list), or "
+          "local_models: reference-model specs 'NAME[:k=v,...]' (the jitembed-server --model syntax) run in this process.")
+      .def(
+          "embed",
+          [](py_client& self, std::string model, const std::vector<nb::object>& rows, std::string input, std::string version,
+             std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
+            request_rows hold;
+            embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version), std::move(outputs),
+                                              timeout_ms, hold);
+            jit_client& c = self.get();
+            result<embed_result> r = fail(errc::internal, "");
+            {
+              nb::gil_scoped_release nogil;
+              r = c.embed(std::move(req)).get();
+            }
+            return convert(unwrap(std::move(r)));
+          },
+          nb::arg("model"), nb::arg("rows"), nb::arg("input") = "sample", nb::arg("version") = "", nb::arg("outputs") = nb::none(),
+          nb::arg("timeout_ms") = nb::none(),
+          "Embeds rows (bytes-like objects: encoded records for input 'sample', raw field bytes for 'image' / 'video' / "
+          "'text'; or RecordViews) with `model`; blocks (GIL released) and raises the errc's exception on failure.")
+      .def(
+          "embed_async",
+          [](nb::handle self_h, std::string model, const std::vector<nb::object>& rows, std::string input, std::string version,
+             std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
+            py_client& self = nb::cast<py_client&>(self_h);
+            request_rows hold;
+            embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version), std::move(outputs),
+                                              timeout_ms, hold);
+            jit_client& c = self.get();
+            nb::object future = nb::module_::import_("concurrent.futures").attr("Future")();
+            PyObject* fut = future.ptr();
+            Py_INCREF(fut);  // released by the callback (which runs exactly once)
+            auto done = [fut](result<embed_result> r) {
+              if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // the interpreter is going away: nothing waits
+              nb::gil_scoped_acquire gil;
+              nb::object f = nb::steal(fut);
+              try {
+                if (nb::cast<bool>(f.attr("cancelled")())) return;
+                if (r) f.attr("set_result")(nb::cast(convert(std::move(*r))));
+                else f.attr("set_exception")(make_exception(r.error()));
+              } catch (nb::python_error& e) {
+                e.discard_as_unraisable("jitembed.Client.embed_async callback");
+              } catch (const std::exception& e) {
+                PyErr_WarnEx(PyExc_RuntimeWarning, e.what(), 1);
+              }
+            };
+            jit_client::request_id id;
+            {
+              nb::gil_scoped_release nogil;
+              id = c.embed(std::move(req), std::move(done));
+            }
+            // Future.cancel() cancels the request (it completes with errc::cancelled, which the callback ignores).
+            nb::object client_ref = nb::borrow(self_h);
+            future.attr("add_done_callback")(nb::cpp_function([client_ref, id](nb::handle f) {
+              if (!nb::cast<bool>(f.attr("cancelled")())) return;
+              auto& pc = nb::cast<py_client&>(client_ref);
+              if (pc.c) pc.c->cancel(id);
+            }));
+            return future;
+          },
+          nb::arg("model"), nb::arg("rows"), nb::arg("input") = "sample", nb::arg("version") = "", nb::arg("outputs") = nb::none(),
+          nb::arg("timeout_ms") = nb::none(),
+          "Like embed(), but returns a concurrent.futures.Future of the EmbedResult at once (its exception on failure; "
+          "Future.cancel() cancels the request).")
+      .def("identity",
+           [](py_client& self, const std::string& model) {
+             jit_client& c = self.get();
+             result<model_identity> r = fail(errc::internal, "");
+             {
+               nb::gil_scoped_release nogil;
+               r = c.identity(model);
+             }
+             auto id = unwrap(std::move(r));
+             nb::dict d;
+             d["fingerprint"] = id.fingerprint;
+             d["preprocess_key"] = id.preprocess_key;
+             d["input"] = id.input;
+             return d;
+           },
+           nb::arg("model"), "The cache-key identity of `model` (fingerprint, preprocess_key, input).")
+      .def("stats", [](py_client& self) { return client_stats_dict(self.get().stats()); })
+      .def("endpoints", [](py_client& self) { return self.get().endpoints(); })
+      .def_prop_ro("local", [](py_client& self) { return self.get().local(); })
+      .def("close", &py_client::close, "Cancels what is in flight and joins the client's threads (idempotent).")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](py_client& self, nb::handle, nb::handle, nb::handle) { self.close(); });
+
+  nb::class_<py_loader>(m, "Loader",
+                        "The prefetching JIT loader (jitembed::client::jit_loader): an iterator of steps over a Dataset; "
+                        "each epoch is one pass of `for batch in loader` (the next pass starts the next epoch).")
+      .def(
+          "__init__",
+          [](py_loader* self, nb::handle data, nb::handle client, const std::vector<nb::object>& embeddings, std::size_t batch_size,
+             std::size_t samples_per_request, std::size_t requests_in_flight, std::size_t workers, std::size_t max_buffered,
+             std::size_t rank, std::size_t world_size, std::uint64_t seed, bool shuffle, std::string_view order,
+             std::optional<const py_cache*> cache, std::string_view cache_compression, std::optional<double> request_timeout_ms,
+             int resubmits, std::optional<nb::bytes> resume, bool stack, std::uint64_t epoch) {
+            format::dataset ds;
+            if (nb::isinstance<py_dataset>(data)) {
+              ds = nb::cast<const py_dataset&>(data).d;
+            } else {
+              std::vector<std::string> p;
+              if (nb::isinstance<nb::str>(data)) p.push_back(nb::cast<std::string>(data));
+              else for (auto h : data) p.push_back(nb::cast<std::string>(nb::str(h)));
+              nb::gil_scoped_release nogil;
+              ds = unwrap(format::dataset::open(std::span<const std::string>(p)));
+            }
+            py_client& pc = nb::cast<py_client&>(client);
+            loader_options o;
+            std::vector<std::string> names;
+            for (const auto& e : embeddings) {
+              embedding_spec s;
+              if (nb::isinstance<nb::dict>(e)) {
+                nb::dict d = nb::borrow<nb::dict>(e);
+                s.name = nb::cast<std::string>(d["name"]);
+                s.model = nb::cast<std::string>(d["model"]);
+                s.kind = kind_of(nb::cast<std::string>(d["kind"]));
+                if (d.contains("output")) s.output = nb::cast<std::string>(d["output"]);
+                if (d.contains("input")) s.input = nb::cast<std::string>(d["input"]);
+              } else {
+                nb::tuple t = nb::cast<nb::tuple>(e);
+                if (t.size() < 3) raise(errc::invalid_argument, "embedding spec: (name, model, kind[, output]) expected");
+                s.name = nb::cast<std::string>(t[0]);
+                s.model = nb::cast<std::string>(t[1]);
+                s.kind = kind_of(nb::cast<std::string>(t[2]));
+                if (t.size() > 3) s.output = nb::cast<std::string>(t[3]);
+              }
+              names.push_back(s.name);
+              o.embeddings.push_back(std::move(s));
+            }
+            o.batch_size = batch_size;
+            o.samples_per_request = samples_per_request;
+            o.requests_in_flight = requests_in_flight;
+            o.workers = workers;
+            o.max_buffered = max_buffered;
+            o.rank = rank;
+            o.world_size = world_size;
+            o.seed = seed;
+            o.shuffle = shuffle;
+            o.epoch = epoch;
+            if (order == "completion") o.order = delivery_order::completion;
+            else if (order != "dataset") raise(errc::invalid_argument, "order '" + std::string(order) + "' is not dataset or completion");
+            if (cache && *cache) o.cache = (*cache)->s;
+            if (cache_compression == "zstd") o.cache_values.compression = format::compression::zstd;
+            if (request_timeout_ms) o.request_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*request_timeout_ms));
+            o.resubmits = resubmits;
+            if (resume) {
+              const auto* p = static_cast<const std::byte*>(resume->data());
+              o.resume.assign(p, p + resume->size());
+            }
+            jit_client& c = pc.get();
+            result<jit_loader> l = fail(errc::internal, "");
+            {
+              nb::gil_scoped_release nogil;
+              l = jit_loader::create(std::move(ds), c, std::move(o));
+            }
+            auto loader = unwrap(std::move(l));
+            new (self) py_loader{};
+            self->client = nb::borrow(client);
+            self->l.emplace(std::move(loader));
+            self->names = std::move(names);
+            self->stack = stack;
+          },
+          nb::arg("data"), nb::arg("client"), nb::arg("embeddings"), nb::arg("batch_size") = 32, nb::arg("samples_per_request") = 16,
+          nb::arg("requests_in_flight") = 8, nb::arg("workers") = 2, nb::arg("max_buffered") = 256, nb::arg("rank") = 0,
+          nb::arg("world_size") = 1, nb::arg("seed") = 0, nb::arg("shuffle") = true, nb::arg("order") = "dataset",
+          nb::arg("cache") = nb::none(), nb::arg("cache_compression") = "raw", nb::arg("request_timeout_ms") = nb::none(),
+          nb::arg("resubmits") = 2, nb::arg("resume") = nb::none(), nb::arg("stack") = true, nb::arg("epoch") = 0,
+          "data: a Dataset or path(s); client: a Client (kept alive by the loader); embeddings: dicts {name, model, kind "
+          "('image' | 'video' | 'text')[, output, input]} or tuples (name, model, kind[, output]).")
+      .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__next__",
+           [](py_loader& self) {
+             jit_loader& l = self.get();
+             result<std::optional<batch>> r = fail(errc::internal, "");
+             {
+               nb::gil_scoped_release nogil;
+               r = l.next();
+             }
+             auto b = unwrap(std::move(r));
+             if (!b) throw nb::stop_iteration();
+             return batch_dict(self, std::move(*b));
+           },
+           "The next step (GIL released while waiting): {name: array [n, ...] stacked over the samples that succeeded "
+           "(a list of per-sample arrays when shapes differ or stack=False), 'ids': [...], 'indices': int64 array, "
+           "'failed': [{'id', 'index', 'errc', 'message'}], 'epoch', 'step'}. StopIteration at the end of each epoch.")
+      .def("state", [](py_loader& self) { return to_bytes(bytes_view(self.get().state())); },
+           "A checkpoint: pass it as resume= to a new Loader over the same data to deliver exactly the rest.")
+      .def("stats", [](py_loader& self) { return loader_stats_dict(self.get().stats()); })
+      .def_prop_ro("epoch", [](py_loader& self) { return self.get().epoch(); })
+      .def_prop_ro("steps_per_epoch", [](py_loader& self) { return self.get().steps_per_epoch(); })
+      .def_prop_ro("samples_per_epoch", [](py_loader& self) { return self.get().samples_per_epoch(); })
+      .def("close", &py_loader::close)
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](py_loader& self, nb::handle, nb::handle, nb::handle) { self.close(); });
+}
+
 }  // namespace jitembed::python

@@ -68,6 +68,9 @@ inline decode_limits limits_or_default(const std::optional<decode_limits>& l) { 
 
 nb::bytes to_bytes(bytes_view b);
 
+// The Python exception (an instance of the errc's class) for `e`; needs the GIL.
+nb::object make_exception(const error_info& e);
+
 void register_errors(nb::module_& m);
 void register_arrays(nb::module_& m);
 void register_format(nb::module_& m);

@@ -49,6 +49,12 @@ std::array<PyObject*, 24> g_classes{};  // indexed by errc value; strong referen
 
 }  // namespace
 
+nb::object make_exception(const error_info& e) {
+  const auto i = static_cast<std::size_t>(e.code);
+  PyObject* cls = i < g_classes.size() && g_classes[i] ? g_classes[i] : g_classes[static_cast<std::size_t>(errc::internal)];
+  return nb::borrow(cls)(nb::str(e.message.c_str()));
+}
+
 void register_errors(nb::module_& m) {
   std::string src =
       "import builtins as _builtins\n"

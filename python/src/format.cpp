@@ -427,7 +427,7 @@ void register_format(nb::module_& m) {
       .def_static("parse",
                   [](nb::handle data, const std::optional<decode_limits>& limits) {
                     auto buf = get_buffer(data);
-                    return py_shard_reader{unwrap(shard_reader::from_bytes(buf->bytes(), limits_or_default(limits), std::shared_ptr<const void>(buf)))};
+                    return py_shard_reader{unwrap(shard_reader::parse(buf->bytes(), limits_or_default(limits), std::shared_ptr<const void>(buf)))};
                   },
                   nb::arg("data"), nb::arg("limits") = nb::none(), "A shard held in memory (bytes-like; kept alive).")
       .def("__len__", [](const py_shard_reader& s) { return s.r.size(); })
@@ -478,7 +478,7 @@ void register_format(nb::module_& m) {
       .def_static("parse",
                   [](nb::handle data, const std::optional<decode_limits>& limits) {
                     auto buf = get_buffer(data);
-                    return py_wds{unwrap(webdataset_reader::from_bytes(buf->bytes(), limits_or_default(limits), std::shared_ptr<const void>(buf)))};
+                    return py_wds{unwrap(webdataset_reader::parse(buf->bytes(), limits_or_default(limits), std::shared_ptr<const void>(buf)))};
                   },
                   nb::arg("data"), nb::arg("limits") = nb::none())
       .def("__len__", [](const py_wds& s) { return s.r.size(); })
@@ -516,9 +516,6 @@ void register_format(nb::module_& m) {
            "Sample i as a RecordBuilder referencing the tar (nothing copied until it is written).");
 
   // ---- Dataset -------------------------------------------------------------------------------------------
-  struct py_dataset {
-    dataset d;
-  };
   struct py_sample {
     sample s;
     decode_limits limits;

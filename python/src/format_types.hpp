@@ -8,9 +8,14 @@
 
 #include "common.hpp"
 #include "jitembed/format/record_builder.hpp"
+#include "jitembed/format/dataset.hpp"
 #include "jitembed/format/record_view.hpp"
 
 namespace jitembed::python {
+
+struct py_dataset {
+  format::dataset d;
+};
 
 struct py_record {
   format::record_view rec;

@@ -1,0 +1,19 @@
+"""jitembed.ray: the jitembed embedding service on Ray Serve (pinned: ray[serve]==2.60.0).
+
+    from ray import serve
+    from jitembed.ray import build_app, autoscaling_config
+    app = build_app(["text-embed"], autoscaling=autoscaling_config(min_replicas=1, max_replicas=8), num_gpus=0.5)
+    serve.run(app, name="embed", route_prefix="/embed")
+    # trainers: client_options.endpoints.url = "http://<head or any proxy node>:8000/embed/endpoints"
+
+See docs/ray.md (multi-node guide) and examples/ray_serve/.
+"""
+
+from ._registry import EndpointRegistry, get_registry, kill_registry, registry_name
+from .autoscaling import LOAD_METRIC, QueueDepthPolicy, autoscaling_config
+from .deployment import EmbeddingDeployment, EmbeddingServer, build_app, kserve_bytes_request, make_server
+
+__all__ = [
+    "EmbeddingDeployment", "EmbeddingServer", "EndpointRegistry", "LOAD_METRIC", "QueueDepthPolicy", "autoscaling_config",
+    "build_app", "get_registry", "kill_registry", "kserve_bytes_request", "make_server", "registry_name",
+]

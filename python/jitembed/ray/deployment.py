@@ -1,0 +1,264 @@
+"""The jitembed embedding service as a Ray Serve deployment.
+
+Ray carries the control plane (placement, fractional GPUs, autoscaling, health checks, restarts, rolling
+updates); the data plane stays C++: each replica hosts a jitembed embedding server in its own process
+(``jitembed.Server``, so Ray's GPU assignment applies and the server dies with the replica) on
+``node_ip:port``, registers that address in the application's registry actor, and trainers' JIT clients talk
+to the servers directly, following ``GET /<app>/endpoints``. Through Ray's HTTP proxy the deployment also
+answers KServe v2 requests (``/<app>/v2/...``) by handing the raw request to the embedded server
+(``Server.handle``): the server's own dynamic batcher is the only batching layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import ray
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+
+from . import _registry
+from .autoscaling import LOAD_METRIC, autoscaling_config
+
+logger = logging.getLogger("ray.serve")
+
+# A 16x16 grey baseline JPEG (ffmpeg): the health probe's row for image models.
+_PROBE_JPEG = base64.b64decode(
+    "/9j/4AAQSkZJRgABAgAAAQABAAD//gAQTGF2YzU5LjM3LjEwMAD/2wBDAAgEBAQEBAUFBQUFBQYGBgYGBgYGBgYGBgYHBwcICAgH"
+    "BwcGBgcHCAgICAkJCQgICAgJCQoKCgwMCwsODg4RERT/xABKAAEAAAAAAAAAAAAAAAAAAAAAAQEAAAAAAAAAAAAAAAAAAAAAEAEA"
+    "AAAAAAAAAAAAAAAAAAAAEQEAAAAAAAAAAAAAAAAAAAAA/8AAEQgAEAAQAwEiAAIRAAMRAP/aAAwDAQACEQMRAD8AAA//2Q=="
+)
+
+
+def make_server(models: Sequence[str], **options: Any):
+    """The embedded server: ``jitembed.Server`` (in this process); the subprocess stand-in only when the
+    binding is not built or ``JITEMBED_RAY_SERVER=subprocess``."""
+    if os.environ.get("JITEMBED_RAY_SERVER") != "subprocess":
+        try:
+            import jitembed
+
+            if hasattr(jitembed, "Server"):
+                return jitembed.Server(models=list(models), **options)
+        except ImportError:
+            pass
+        logger.warning("jitembed.Server is not available: running jitembed-server as a child process")
+    from ._standin import SubprocessServer
+
+    return SubprocessServer(models, **options)
+
+
+def _model_name(spec: str) -> str:
+    return spec.split(":", 1)[0]
+
+
+def kserve_bytes_request(input_name: str, rows: Sequence[bytes], timeout_us: Optional[int] = None) -> Tuple[Dict[str, str], bytes]:
+    """A KServe v2 request with one BYTES input [N, 1] in Triton's binary extension (headers, body)."""
+    raw = b"".join(len(r).to_bytes(4, "little") + r for r in rows)
+    header: Dict[str, Any] = {
+        "inputs": [{"name": input_name, "shape": [len(rows), 1], "datatype": "BYTES",
+                    "parameters": {"binary_data_size": len(raw)}}],
+        "parameters": {"binary_data_output": True},
+    }
+    if timeout_us:
+        header["parameters"]["timeout"] = int(timeout_us)
+    h = json.dumps(header).encode()
+    return {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(h))}, h + raw
+
+
+class EmbeddingServer:
+    """One replica: an embedding server, its registry entry and heartbeat, health probe, load metric, drain.
+
+    models: model specs as ``jitembed-server --model`` takes them (``NAME[:k=v,...]``).
+    server_options: passed to ``jitembed.Server`` (io_threads, preprocess_threads, ...); host/port are chosen
+        here (this node's IP, an ephemeral port).
+    heartbeat_s / registry_ttl_s: registry heartbeat period and expiry (≤ 1 s, 3 s).
+    health_model / health_row / health_deadline_ms: the probe of check_health (default: the first model, a
+        small row of its modality, 2 s).
+    leave_grace_s: on shutdown, how long the replica keeps serving after leaving the registry (clients poll
+        the endpoints URL every 250 ms by default), before its server answers 503 and drains.
+    """
+
+    def __init__(self, models: Sequence[str], server_options: Optional[Dict[str, Any]] = None, heartbeat_s: float = 0.5,
+                 registry_ttl_s: float = _registry.DEFAULT_TTL_S, health_model: Optional[str] = None,
+                 health_row: Optional[bytes] = None, health_deadline_ms: int = 2000, leave_grace_s: float = 1.0,
+                 drain_timeout_s: float = 20.0, registry_app: Optional[str] = None):
+        ctx = serve.get_replica_context()
+        self._app = registry_app or ctx.app_name or "jitembed"
+        self._replica_id = str(getattr(ctx.replica_id, "unique_id", ctx.replica_id))
+        self._node_ip = ray.util.get_node_ip_address()
+        opts = dict(server_options or {})
+        opts.update(host=self._node_ip, port=0)
+        self._srv = make_server(models, **opts)
+        self._endpoint = f"{self._node_ip}:{self._srv.port}"
+        self._health_model = health_model or _model_name(models[0])
+        self._health_row = health_row
+        self._health_deadline_ms = int(health_deadline_ms)
+        self._leave_grace_s = float(leave_grace_s)
+        self._drain_timeout_s = float(drain_timeout_s)
+        self._heartbeat_s = min(float(heartbeat_s), 1.0)
+        self._versions: Dict[str, str] = {}  # model -> version loaded through user_config
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="jitembed-handle")
+        self._leaving = threading.Event()
+        self._registry = _registry.get_registry(self._app, ttl_s=registry_ttl_s)
+        ray.get(self._registry.register.remote(self._replica_id, self._endpoint), timeout=30)
+        self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="jitembed-heartbeat", daemon=True)
+        self._heartbeat.start()
+        logger.info("jitembed replica %s serves %s on %s", self._replica_id, list(models), self._endpoint)
+
+    # -- discovery ----------------------------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        while not self._leaving.wait(self._heartbeat_s):
+            try:
+                if not ray.get(self._registry.heartbeat.remote(self._replica_id, self._endpoint), timeout=self._heartbeat_s * 4):
+                    return
+            except Exception as e:  # the registry restarts (max_restarts=-1): keep beating
+                logger.warning("jitembed registry heartbeat failed: %s", e)
+                try:
+                    self._registry = _registry.get_registry(self._app)
+                except Exception:
+                    pass
+
+    def endpoint(self) -> str:
+        return self._endpoint
+
+    # -- HTTP through Ray's proxy -------------------------------------------------------------------------
+    async def __call__(self, request: Request) -> Response:
+        path = request.url.path
+        root = request.scope.get("root_path", "") or ""
+        if root and path.startswith(root):
+            path = path[len(root):] or "/"
+        if path in ("/endpoints", "/endpoints/"):
+            text = await self._registry.endpoints_text.remote()
+            return Response(text, media_type="text/plain")
+        target = path + (("?" + request.url.query) if request.url.query else "")
+        body = await request.body()
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "inference-header-content-length", "authorization")}
+        loop = asyncio.get_running_loop()
+        status, out_headers, out_body = await loop.run_in_executor(self._pool, self._srv.handle, request.method, target, headers, body)
+        keep = {k: v for k, v in out_headers.items() if k.lower() in ("content-type", "inference-header-content-length", "retry-after")}
+        return Response(content=out_body, status_code=status, headers=keep)
+
+    # -- health -------------------------------------------------------------------------------------------
+    def _probe_input(self) -> Tuple[str, Optional[bytes]]:
+        status, _, body = self._srv.handle("GET", f"/v2/models/{self._health_model}", {}, b"")
+        if status != 200:
+            raise RuntimeError(f"health: model '{self._health_model}' metadata answered {status}: {body[:200]!r}")
+        name = json.loads(body)["inputs"][0]["name"]
+        if self._health_row is not None:
+            return name, self._health_row
+        return name, {"text": b"jitembed health probe", "image": _PROBE_JPEG}.get(name)
+
+    def check_health(self) -> None:
+        """Raises unless a one-row inference answers 200 within the deadline (readiness alone only says the
+        server is not shutting down)."""
+        if self._leaving.is_set():
+            return  # shutting down: Serve is stopping this replica anyway
+        name, row = self._probe_input()
+        if row is None:  # no probe row for this modality (video): readiness of the model
+            status, _, body = self._srv.handle("GET", f"/v2/models/{self._health_model}/ready", {}, b"")
+        else:
+            headers, req = kserve_bytes_request(name, [row], timeout_us=self._health_deadline_ms * 1000)
+            t0 = time.monotonic()
+            status, _, body = self._srv.handle("POST", f"/v2/models/{self._health_model}/infer", headers, req)
+            if time.monotonic() - t0 > self._health_deadline_ms / 1000.0 + 1.0:
+                raise RuntimeError(f"health: probe inference took {time.monotonic() - t0:.1f} s")
+        if status != 200:
+            raise RuntimeError(f"health: probe of '{self._health_model}' answered {status}: {body[:200]!r}")
+
+    # -- autoscaling --------------------------------------------------------------------------------------
+    def record_autoscaling_stats(self) -> Dict[str, float]:
+        stats = self._srv.stats()
+        inflight = sum(float(s.get("inflight_rows", 0)) for s in stats.values())
+        queued = sum(float(s.get("queued_rows", 0)) for s in stats.values())
+        return {LOAD_METRIC: max(inflight, queued), "jitembed_queued_rows": queued}
+
+    # -- in-place model updates ---------------------------------------------------------------------------
+    def reconfigure(self, user_config: Dict[str, Any]) -> None:
+        """user_config ``{"models": [{"name": N, "version": V, "spec": "N:k=v,..."}]}``: each entry whose
+        version differs from the loaded one is hot-swapped in (``Server.load``: warm-up, switch, drain; with
+        the server's version policy, latest 1 by default, the old version is unloaded)."""
+        for m in (user_config or {}).get("models", []):
+            name, version = m["name"], str(m.get("version", "1"))
+            if self._versions.get(name) == version:
+                continue
+            if any(n == name and v == version for n, v in self._srv.loaded()):
+                self._versions[name] = version
+                continue
+            self._srv.load(name, version=version, spec=m.get("spec"))
+            self._versions[name] = version
+            logger.info("jitembed replica %s loaded %s version %s", self._replica_id, name, version)
+
+    def loaded(self) -> List[Tuple[str, str]]:
+        return list(self._srv.loaded())
+
+    # -- drain ---------------------------------------------------------------------------------------------
+    def _inflight_rows(self) -> float:
+        try:
+            return sum(float(s.get("inflight_rows", 0)) for s in self._srv.stats().values())
+        except Exception:
+            return 0.0
+
+    async def __del__(self):
+        """Scale-down and restarts: leave the registry, keep serving while clients drop this endpoint
+        (leave_grace_s), then readiness and new requests 503, in-flight requests finish, the server stops."""
+        if self._leaving.is_set():
+            return
+        self._leaving.set()
+        try:
+            await self._registry.leave.remote(self._replica_id)
+        except Exception as e:
+            logger.warning("jitembed replica %s could not leave the registry: %s", self._replica_id, e)
+        await asyncio.sleep(self._leave_grace_s)
+        self._srv.begin_drain()
+        deadline = time.monotonic() + self._drain_timeout_s
+        while self._inflight_rows() > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.get_running_loop().run_in_executor(None, self._srv.stop)
+        self._pool.shutdown(wait=False)
+
+
+#: The Serve deployment (options and bind() arguments: see build_app and EmbeddingServer).
+EmbeddingDeployment = serve.deployment(
+    EmbeddingServer,
+    name="jitembed",
+    max_ongoing_requests=64,
+    health_check_period_s=2.0,
+    health_check_timeout_s=10.0,
+    graceful_shutdown_wait_loop_s=0.5,
+    graceful_shutdown_timeout_s=30.0,
+    ray_actor_options={"num_cpus": 0.25},
+)
+
+
+def build_app(models: Sequence[str], *, num_replicas: Optional[int] = None, autoscaling: Optional[Dict[str, Any]] = None,
+              num_gpus: float = 0.0, num_cpus: float = 0.25, user_config: Optional[Dict[str, Any]] = None,
+              max_ongoing_requests: int = 64, health_check_period_s: float = 2.0, health_check_timeout_s: float = 10.0,
+              **replica_kwargs: Any) -> serve.Application:
+    """The application to ``serve.run(app, name=APP, route_prefix=f"/{APP}")``.
+
+    num_replicas or autoscaling (``autoscaling.autoscaling_config(...)`` keys: min/max replicas,
+    target_rows_per_replica, delays) — with neither, 1 replica. num_gpus may be fractional (0.25: four
+    replicas per GPU). replica_kwargs go to EmbeddingServer (server_options, heartbeat_s, leave_grace_s, ...).
+    """
+    opts: Dict[str, Any] = {
+        "ray_actor_options": {"num_cpus": num_cpus, "num_gpus": num_gpus},
+        "max_ongoing_requests": max_ongoing_requests,
+        "health_check_period_s": health_check_period_s,
+        "health_check_timeout_s": health_check_timeout_s,
+    }
+    if autoscaling is not None:
+        opts["autoscaling_config"] = autoscaling if "policy" in autoscaling else autoscaling_config(**autoscaling)
+    else:
+        opts["num_replicas"] = num_replicas or 1
+    if user_config is not None:
+        opts["user_config"] = user_config
+    return EmbeddingDeployment.options(**opts).bind(list(models), **replica_kwargs)

@@ -328,6 +328,7 @@ TEST_CASE("server: hot swap under load: load version 2, unload version 1, zero f
   server_config c;
   c.preprocess_threads = 2;
   c.models = {small("text-embed", "1")};
+  c.models[0].policy = {.which = jitembed::server::version_policy::kind::latest, .num_versions = 2};  // v1 stays until unloaded
   service s(c);
   REQUIRE(s.load_configured());
   std::atomic<bool> stop{false};
@@ -348,6 +349,7 @@ TEST_CASE("server: hot swap under load: load version 2, unload version 1, zero f
     });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto v2 = small("text-embed", "2");
+  v2.policy = c.models[0].policy;
   REQUIRE(s.load(v2));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   REQUIRE(s.unload("text-embed", "1"));

@@ -22,6 +22,18 @@ namespace jitembed::server {
 
 namespace kserve = net::kserve;
 
+// Which loaded versions of a model the service keeps (Triton's version_policy): the `latest` num_versions
+// in version order (numbers numerically, else strings), `all`, or the `specific` versions listed. Loading
+// a version drains and unloads the versions the policy no longer keeps; a version it would not keep
+// itself is refused (invalid_argument).
+struct version_policy {
+  enum class kind { latest, all, specific };
+  kind which = kind::latest;
+  std::size_t num_versions = 1;       // latest
+  std::vector<std::string> versions;  // specific
+  friend bool operator==(const version_policy&, const version_policy&) = default;
+};
+
 // One model version the service loads, with its batcher settings. `params` are the model's own settings
 // (for the reference models: work, image_bucket, video_bucket, video_frames, text_max_length, text_dim,
 // output_dtype; for any model: sleep_us, sleep_us_per_row); 0 in a batcher field keeps the default.
@@ -37,6 +49,7 @@ struct model_config {
   std::int64_t timeout_us = 0;           // default queue-time bound of a row; 0 = none
   std::vector<std::size_t> preferred_batch_sizes;
   nlohmann::json params = nlohmann::json::object();
+  version_policy policy;                 // JSON key "version_policy"; default latest 1
 };
 
 // The admission bound a model_config gets when max_inflight_rows is 0: twice the queue (so the
@@ -97,9 +110,97 @@ inline result<void> only_keys(const nlohmann::json& j, std::initializer_list<std
 
 }  // namespace detail
 
+// A version_policy from its flag form: "latest" (1), "latestN" or "latest:N", "all", "specific:V[+V...]".
+inline result<version_policy> parse_version_policy(std::string_view s) {
+  const auto bad = [&] {
+    return fail(errc::invalid_argument, "version_policy '" + std::string(s) + "' is not latest[N], latest:N, all or specific:V[+V...]");
+  };
+  version_policy p;
+  if (s == "all") {
+    p.which = version_policy::kind::all;
+    return p;
+  }
+  if (s.starts_with("specific:")) {
+    p.which = version_policy::kind::specific;
+    std::string_view rest = s.substr(9);
+    while (true) {
+      const auto plus = rest.find('+');
+      const auto v = rest.substr(0, plus);
+      if (v.empty()) return bad();
+      p.versions.emplace_back(v);
+      if (plus == std::string_view::npos) break;
+      rest = rest.substr(plus + 1);
+    }
+    return p;
+  }
+  if (!s.starts_with("latest")) return bad();
+  std::string_view n = s.substr(6);
+  if (n.empty()) return p;
+  if (n.starts_with(':')) n = n.substr(1);
+  if (n.empty()) return bad();
+  if (n.size() > 6 || n.find_first_not_of("0123456789") != std::string_view::npos) return bad();
+  p.num_versions = std::stoul(std::string(n));
+  if (p.num_versions < 1) return fail(errc::invalid_argument, "version_policy '" + std::string(s) + "': latest needs at least 1 version");
+  return p;
+}
+
+// A version_policy from Triton's JSON ({"latest": {"num_versions": N}}, {"all": {}},
+// {"specific": {"versions": [V...]}}) or from the flag form as a string.
+inline result<version_policy> version_policy_from_json(const nlohmann::json& j, std::string_view where) {
+  const std::string what = "config: " + std::string(where) + ".version_policy";
+  if (j.is_string()) {
+    auto p = parse_version_policy(j.get<std::string>());
+    if (!p) return fail(errc::invalid_argument, what + ": " + p.error().message);
+    return p;
+  }
+  if (!j.is_object() || j.size() != 1) return fail(errc::invalid_argument, what + " is not one of {\"latest\": {...}}, {\"all\": {}}, {\"specific\": {...}}");
+  version_policy p;
+  const auto& [key, body] = *j.items().begin();
+  if (!body.is_object()) return fail(errc::invalid_argument, what + "." + key + " is not an object");
+  if (key == "all") {
+    JITEMBED_TRY(detail::only_keys(body, {}, std::string(where) + ".version_policy.all"));
+    p.which = version_policy::kind::all;
+  } else if (key == "latest") {
+    JITEMBED_TRY(detail::only_keys(body, {"num_versions"}, std::string(where) + ".version_policy.latest"));
+    JITEMBED_TRY(detail::read_key(body, "num_versions", p.num_versions, std::string(where) + ".version_policy.latest"));
+    if (p.num_versions < 1) return fail(errc::invalid_argument, what + ".latest.num_versions must be at least 1");
+  } else if (key == "specific") {
+    JITEMBED_TRY(detail::only_keys(body, {"versions"}, std::string(where) + ".version_policy.specific"));
+    p.which = version_policy::kind::specific;
+    const auto it = body.find("versions");
+    if (it == body.end() || !it->is_array() || it->empty()) return fail(errc::invalid_argument, what + ".specific.versions is not a non-empty array");
+    for (const auto& v : *it) {
+      if (v.is_number_unsigned()) p.versions.push_back(std::to_string(v.get<std::uint64_t>()));
+      else if (v.is_string() && !v.get<std::string>().empty()) p.versions.push_back(v.get<std::string>());
+      else return fail(errc::invalid_argument, what + ".specific.versions holds something that is not a version");
+    }
+  } else {
+    return fail(errc::invalid_argument, "config: unknown key " + std::string(where) + ".version_policy." + key);
+  }
+  return p;
+}
+
+// Triton's JSON form (what GET /v2/models/{m}/config reports).
+inline nlohmann::json to_json(const version_policy& p) {
+  switch (p.which) {
+    case version_policy::kind::all: return {{"all", nlohmann::json::object()}};
+    case version_policy::kind::specific: {
+      nlohmann::json vs = nlohmann::json::array();
+      for (const auto& v : p.versions) {
+        if (!v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos) vs.push_back(std::stoll(v));
+        else vs.push_back(v);
+      }
+      return {{"specific", {{"versions", vs}}}};
+    }
+    case version_policy::kind::latest: break;
+  }
+  return {{"latest", {{"num_versions", p.num_versions}}}};
+}
+
 inline result<model_config> model_config_from_json(const nlohmann::json& j, std::string_view where = "models[]") {
   JITEMBED_TRY(detail::only_keys(j, {"name", "version", "instances", "max_batch_size", "max_queue_delay_us", "idle_dispatch",
-                                     "queue_size", "max_inflight_rows", "timeout_us", "preferred_batch_sizes", "params"},
+                                     "queue_size", "max_inflight_rows", "timeout_us", "preferred_batch_sizes", "params",
+                                     "version_policy"},
                                   where));
   model_config m;
   JITEMBED_TRY(detail::read_key(j, "name", m.name, where));
@@ -126,6 +227,11 @@ inline result<model_config> model_config_from_json(const nlohmann::json& j, std:
   if (auto it = j.find("params"); it != j.end()) {
     if (!it->is_object()) return fail(errc::invalid_argument, "config: " + std::string(where) + ".params is not an object");
     m.params = *it;
+  }
+  if (auto it = j.find("version_policy"); it != j.end()) {
+    auto p = version_policy_from_json(*it, where);
+    if (!p) return p.error();
+    m.policy = std::move(*p);
   }
   if (m.instances < 1 || m.instances > 1024)
     return fail(errc::invalid_argument, "config: " + std::string(where) + ".instances " + std::to_string(m.instances) + " not in [1, 1024]");

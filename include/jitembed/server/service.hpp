@@ -30,6 +30,7 @@
 #include "jitembed/net/kserve/status.hpp"
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/detail/render.hpp"
+#include "jitembed/server/detail/version_policy.hpp"
 #include "jitembed/server/model_instance.hpp"
 
 namespace jitembed::server {
@@ -40,17 +41,6 @@ inline constexpr std::string_view kServerVersion = "0.1.0";
 inline constexpr int kRetryAfterSeconds = 1;
 
 namespace detail {
-
-// "12" < "9" numerically; non-numeric versions compare as strings after numeric ones.
-inline bool version_less(const std::string& a, const std::string& b) {
-  const auto numeric = [](const std::string& s) {
-    return !s.empty() && s.size() < 19 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  const bool na = numeric(a), nb = numeric(b);
-  if (na && nb) return std::stoull(a) < std::stoull(b);
-  if (na != nb) return na;
-  return a < b;
-}
 
 inline std::vector<std::string_view> split_path(std::string_view target) {
   if (const auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
@@ -111,12 +101,15 @@ class service {
   }
 
   // Loads `m` as cfg.name / cfg.version: warms it (one dummy batch), then switches atomically: new requests
-  // go to it; a version it replaces stops getting requests and is drained (its in-flight requests finish)
-  // and destroyed before load returns. No request fails during the swap.
+  // go to it; a version it replaces, and the versions cfg.policy no longer keeps (latest 1: every older one),
+  // stop getting requests and are drained (their in-flight requests finish) and destroyed before load
+  // returns. No request fails during the swap. cfg.policy becomes the model's policy; a version it would not
+  // keep is refused (invalid_argument) before the warm-up.
   result<void> load(model_config cfg, models::any_model m) {
     if (!m) return fail(errc::invalid_argument, "load: no model for '" + cfg.name + "'");
     if (cfg.name.empty() || cfg.version.empty()) return fail(errc::invalid_argument, "load: empty model name or version");
     if (!ready()) return fail(errc::unavailable, "load: the service is shutting down");  // before a warm-up
+    JITEMBED_TRY(detail::check_admitted(cfg.name, cfg.version, versions_of(cfg.name), cfg.policy));
     std::shared_ptr<model_instance> inst;
     try {
       inst = std::make_shared<model_instance>(std::move(m), std::move(cfg));
@@ -124,14 +117,19 @@ class service {
       return fail(e.code(), e.message());
     }
     JITEMBED_TRY(inst->warm());
-    std::shared_ptr<model_instance> old;
+    std::vector<std::shared_ptr<model_instance>> gone;
     {
       std::lock_guard lock(reg_mu_);
       if (stopping_) return fail(errc::unavailable, "load: the service is shutting down");
-      auto& slot = models_[inst->name()][inst->version()];
-      old = std::exchange(slot, inst);
+      auto& versions = models_[inst->name()];
+      const auto& policy = inst->config().policy;
+      if (auto r = detail::install_version(versions, inst->name(), inst->version(), inst, policy, gone); !r) {
+        if (versions.empty()) models_.erase(inst->name());
+        return r;  // a load that raced this one made the version too old; inst is dropped unused
+      }
+      policies_[inst->name()] = policy;
     }
-    if (old) retire(std::move(old));
+    for (auto& g : gone) retire(std::move(g));
     return {};
   }
 
@@ -145,12 +143,16 @@ class service {
       if (version.empty()) {
         for (auto& [v, inst] : it->second) gone.push_back(std::move(inst));
         models_.erase(it);
+        policies_.erase(std::string(name));
       } else {
         const auto vit = it->second.find(std::string(version));
         if (vit == it->second.end()) return fail(errc::not_found, kserve::model_not_found(name, version).message);
         gone.push_back(std::move(vit->second));
         it->second.erase(vit);
-        if (it->second.empty()) models_.erase(it);
+        if (it->second.empty()) {
+          models_.erase(it);
+          policies_.erase(std::string(name));
+        }
       }
     }
     for (auto& g : gone) retire(std::move(g));
@@ -240,7 +242,7 @@ class service {
       if (!inst) return respond(error_response(kserve::model_not_found(name, version)));
       if (action.empty()) return respond(json_response(200, detail::model_metadata(**inst, versions_of(name))));
       if (action == "ready") return respond(text_response(200, "", "text/plain"));
-      if (action == "config") return respond(json_response(200, detail::model_config_json(**inst)));
+      if (action == "config") return respond(json_response(200, detail::model_config_json(**inst, policy_of(name, (*inst)->config().policy))));
     }
     return respond(not_found_route());
   }
@@ -263,9 +265,7 @@ class service {
   }
 
  private:
-  struct version_order {
-    bool operator()(const std::string& a, const std::string& b) const { return detail::version_less(a, b); }
-  };
+  using version_order = detail::version_order;
 
   // State shared by the rows of one inference request.
   struct infer_call {
@@ -321,6 +321,13 @@ class service {
     if (const auto it = models_.find(std::string(name)); it != models_.end())
       for (const auto& [v, inst] : it->second) out.push_back(v);
     return out;
+  }
+
+  // The version_policy the model's last load set (`fallback` once it is unloaded).
+  version_policy policy_of(std::string_view name, const version_policy& fallback) const {
+    std::lock_guard lock(reg_mu_);
+    const auto it = policies_.find(std::string(name));
+    return it == policies_.end() ? fallback : it->second;
   }
 
   // The named version, or the highest one when version is empty; counts it active when `acquire`.
@@ -407,6 +414,8 @@ class service {
         } else {
           cfgj[k] = *it;
         }
+      } else if (k == "version_policy") {
+        cfgj[k] = *it;  // the flag form ("latest2", "all", "specific:1+3") or Triton's object
       } else if (k == "idle_dispatch") {
         if (it->is_string() && (*it == "true" || *it == "false")) cfgj[k] = *it == "true";  // Triton sends strings
         else cfgj[k] = *it;
@@ -613,6 +622,7 @@ class service {
   mutable std::mutex reg_mu_;
   bool stopping_ = false;
   std::map<std::string, std::map<std::string, std::shared_ptr<model_instance>, version_order>> models_;
+  std::map<std::string, version_policy> policies_;  // per name: the policy of its last load
   std::mutex drain_mu_;
   std::condition_variable drain_cv_;
   thread_pool pool_;  // last: destroyed first, after shutdown() drained every model

@@ -44,14 +44,14 @@ inline ojson model_metadata(const model_instance& inst, const std::vector<std::s
 }
 
 // GET /v2/models/{m}/config: Triton's model configuration JSON (what perf_analyzer reads).
-inline ojson model_config_json(const model_instance& inst) {
+inline ojson model_config_json(const model_instance& inst, const version_policy& policy) {
   const auto& m = inst.model();
   const auto& bo = inst.batch_options();
   ojson j;
   j["name"] = inst.name();
   j["platform"] = "jitembed";
   j["backend"] = "jitembed";
-  j["version_policy"] = ojson{{"latest", ojson{{"num_versions", 1}}}};
+  j["version_policy"] = ojson::parse(to_json(policy).dump());
   j["max_batch_size"] = bo.max_batch_size;
   j["input"] = ojson::array({ojson{{"name", input_name(m.input_modality())},
                                    {"data_type", "TYPE_STRING"},

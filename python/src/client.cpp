@@ -395,7 +395,7 @@ void register_client(nb::module_& m) {
       .def_prop_ro("local", [](py_client& self) { return self.get().local(); })
       .def("close", &py_client::close, "Cancels what is in flight and joins the client's threads (idempotent).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](py_client& self, nb::handle, nb::handle, nb::handle) { self.close(); });
+      .def("__exit__", [](py_client& self, nb::args) { self.close(); });
 
   nb::class_<py_loader>(m, "Loader",
                         "The prefetching JIT loader (jitembed::client::jit_loader): an iterator of steps over a Dataset; "
@@ -504,7 +504,7 @@ void register_client(nb::module_& m) {
       .def_prop_ro("samples_per_epoch", [](py_loader& self) { return self.get().samples_per_epoch(); })
       .def("close", &py_loader::close)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](py_loader& self, nb::handle, nb::handle, nb::handle) { self.close(); });
+      .def("__exit__", [](py_loader& self, nb::args) { self.close(); });
 }
 
 }  // namespace jitembed::python

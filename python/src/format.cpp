@@ -409,7 +409,7 @@ void register_format(nb::module_& m) {
       })
       .def("__len__", [](const py_shard_writer& s) { return s.w.size(); })
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](py_shard_writer& s, nb::handle, nb::handle, nb::handle) {
+      .def("__exit__", [](py_shard_writer& s, nb::args) {
         nb::gil_scoped_release nogil;
         unwrap(s.w.close());
       });

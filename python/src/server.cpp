@@ -1,4 +1,290 @@
+// Binding of the embedding server: jitembed.Server runs server::service on net::http::server in this process
+// (loopback by default, port 0 = ephemeral), with the jitembed-server --model spec syntax, hot swap
+// (load / unload), drain, and handle() to pass one HTTP request to the service without a socket.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <future>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+
 #include "common.hpp"
+#include "jitembed/net/http/server.hpp"
+#include "jitembed/server.hpp"
+#include "jitembed/server/model_spec.hpp"
+
 namespace jitembed::python {
-void register_server(nb::module_&) {}
+
+namespace {
+
+using http_server = net::http::server;
+
+// The service and the HTTP server are built with whichever construction the headers offer: the static
+// create() factories of docs/api.md, or the older constructor + load_configured() / start().
+template <class S>
+std::unique_ptr<S> make_service(server::server_config cfg) {
+  if constexpr (requires { S::create(cfg, server::model_factory(server::make_reference)); }) {
+    return std::make_unique<S>(unwrap(S::create(std::move(cfg), server::model_factory(server::make_reference))));
+  } else {
+    auto s = std::make_unique<S>(std::move(cfg), server::model_factory(server::make_reference));
+    unwrap(s->load_configured());
+    return s;
+  }
+}
+
+template <class H>
+std::unique_ptr<H> make_http(const net::http::server_options& o, net::http::handler h) {
+  if constexpr (requires { H::create(o, h); }) {
+    return std::make_unique<H>(unwrap(H::create(o, std::move(h))));
+  } else {
+    auto s = std::make_unique<H>(o, std::move(h));
+    unwrap(s->start());
+    return s;
+  }
+}
+
+struct py_server {
+  std::unique_ptr<server::service> svc;
+  std::unique_ptr<http_server> http;
+  std::string host;
+  std::uint16_t port = 0;
+  std::int64_t drain_grace_ms = 0;
+  bool stopped = false;
+
+  // Drain (readiness and new infers answer 503), keep accepting for drain_grace_ms, stop the HTTP server
+  // (in-flight requests finish and are answered), shut the service down. Idempotent; GIL released by callers.
+  void stop_now(std::chrono::milliseconds drain) {
+    if (stopped) return;
+    stopped = true;
+    if (svc) svc->begin_drain();
+    if (drain_grace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(drain_grace_ms));
+    if (http) http->stop(drain);
+    if (svc) svc->shutdown();
+    http.reset();
+    svc.reset();
+  }
+  server::service& service() {
+    if (!svc) raise(errc::unavailable, "server: stopped");
+    return *svc;
+  }
+  ~py_server() {
+    if (stopped) return;
+    if (Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
+      nb::gil_scoped_release nogil;
+      stop_now(std::chrono::seconds(10));
+    } else {
+      stop_now(std::chrono::seconds(10));
+    }
+  }
+};
+
+// The per-model gauges of the service's Prometheus text (jitembed_pending_requests{model="m",version="v"} 3):
+// the service exposes queue depth and admitted rows only there.
+std::map<std::pair<std::string, std::string>, std::map<std::string, double>> gauges(const std::string& metrics) {
+  std::map<std::pair<std::string, std::string>, std::map<std::string, double>> out;
+  std::istringstream in(metrics);
+  std::string line;
+  const auto label = [](std::string_view labels, std::string_view key) -> std::string {
+    const std::string k = std::string(key) + "=\"";
+    const auto p = labels.find(k);
+    if (p == std::string_view::npos) return {};
+    const auto e = labels.find('"', p + k.size());
+    return std::string(labels.substr(p + k.size(), e - p - k.size()));
+  };
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto brace = line.find('{'), close = line.find('}');
+    if (brace == std::string::npos || close == std::string::npos) continue;
+    const std::string metric = line.substr(0, brace);
+    if (metric != "jitembed_pending_requests" && metric != "jitembed_inflight_rows" && metric != "jitembed_queue_rejected_total" &&
+        metric != "jitembed_admission_rejected_total")
+      continue;
+    const std::string_view labels(line.data() + brace + 1, close - brace - 1);
+    try {
+      out[{label(labels, "model"), label(labels, "version")}][metric] = std::stod(line.substr(close + 1));
+    } catch (const std::exception&) {
+    }
+  }
+  return out;
+}
+
+net::http::response call(server::service& svc, net::http::request req) {
+  auto p = std::make_shared<std::promise<net::http::response>>();
+  auto f = p->get_future();
+  svc.handle(std::move(req), [p](net::http::response r) { p->set_value(std::move(r)); });
+  return f.get();
+}
+
+}  // namespace
+
+void register_server(nb::module_& m) {
+  nb::class_<py_server>(m, "Server",
+                        "A jitembed embedding server (KServe v2 / Triton HTTP) in this process. Stopped (drained) by "
+                        "stop(), on leaving a `with` block, or when garbage-collected.")
+      .def(
+          "__init__",
+          [](py_server* self, std::vector<std::string> models, std::string host, int port, std::size_t io_threads,
+             std::size_t preprocess_threads, std::int64_t drain_grace_ms, std::size_t max_rows_per_request,
+             std::string auth_token) {
+            if (port < 0 || port > 65535) raise(errc::invalid_argument, "server: port " + std::to_string(port) + " not in [0, 65535]");
+            server::server_config cfg;
+            cfg.host = host;
+            cfg.port = static_cast<std::uint16_t>(port);
+            cfg.io_threads = io_threads;
+            cfg.preprocess_threads = preprocess_threads;
+            cfg.max_rows_per_request = max_rows_per_request;
+            cfg.auth_token = std::move(auth_token);
+            for (const auto& spec : models) cfg.models.push_back(unwrap(server::parse_model_spec(spec)));
+            if (cfg.models.empty())
+              for (auto name : models::kReferenceModelNames) {
+                server::model_config mc;
+                mc.name = std::string(name);
+                cfg.models.push_back(std::move(mc));
+              }
+            net::http::server_options ho;
+            ho.host = cfg.host;
+            ho.port = cfg.port;
+            ho.io_threads = static_cast<int>(cfg.io_threads);
+            ho.max_header_bytes = cfg.protocol.max_header_bytes;
+            ho.max_body_bytes = cfg.protocol.max_body_bytes;
+            std::unique_ptr<server::service> svc;
+            std::unique_ptr<http_server> http;
+            {
+              nb::gil_scoped_release nogil;
+              svc = make_service<server::service>(cfg);
+              http = make_http<http_server>(ho, svc->as_handler());
+            }
+            new (self) py_server{};
+            self->host = host;
+            self->port = http->port();
+            self->drain_grace_ms = drain_grace_ms;
+            self->svc = std::move(svc);
+            self->http = std::move(http);
+          },
+          nb::arg("models") = std::vector<std::string>{}, nb::arg("host") = "127.0.0.1", nb::arg("port") = 0,
+          nb::arg("io_threads") = 1, nb::arg("preprocess_threads") = 0, nb::arg("drain_grace_ms") = 0,
+          nb::arg("max_rows_per_request") = 1024, nb::arg("auth_token") = "",
+          "models: 'NAME[:k=v,...]' specs as jitembed-server --model (empty: the three reference models); port 0 "
+          "binds an ephemeral port (see .port); preprocess_threads 0 = hardware concurrency.")
+      .def_prop_ro("port", [](const py_server& s) { return s.port; })
+      .def_prop_ro("url", [](const py_server& s) { return s.host + ":" + std::to_string(s.port); }, "'HOST:PORT'")
+      .def(
+          "load",
+          [](py_server& s, const std::string& name, std::optional<std::string> version, std::optional<std::string> spec) {
+            server::model_config cfg = unwrap(server::parse_model_spec(spec ? *spec : name));
+            if (cfg.name != name) raise(errc::invalid_argument, "server.load: spec '" + *spec + "' names model '" + cfg.name + "', not '" + name + "'");
+            if (version) cfg.version = *version;
+            auto& svc = s.service();
+            nb::gil_scoped_release nogil;
+            unwrap(svc.load(cfg));
+          },
+          nb::arg("name"), nb::arg("version") = nb::none(), nb::arg("spec") = nb::none(),
+          "Loads (or replaces in place) a model version; requests switch to it with none failing (service::load).")
+      .def(
+          "unload",
+          [](py_server& s, const std::string& name, std::optional<std::string> version) {
+            auto& svc = s.service();
+            nb::gil_scoped_release nogil;
+            unwrap(svc.unload(name, version ? *version : std::string()));
+          },
+          nb::arg("name"), nb::arg("version") = nb::none(), "Unloads one version (every version when None), draining it first.")
+      .def("loaded", [](py_server& s) { return s.service().loaded(); }, "[(name, version)] of every loaded version.")
+      .def("ready", [](py_server& s) { return s.svc && s.service().ready(); })
+      .def("begin_drain", [](py_server& s) { s.service().begin_drain(); },
+           "From now on readiness and new infer requests answer 503; requests already admitted finish.")
+      .def(
+          "stats",
+          [](py_server& s) {
+            auto& svc = s.service();
+            std::string stats_body, metrics;
+            {
+              nb::gil_scoped_release nogil;
+              net::http::request req;
+              req.method = "GET";
+              req.target = "/v2/models/stats";
+              stats_body = call(svc, std::move(req)).body;
+              metrics = svc.metrics();
+            }
+            const auto g = gauges(metrics);
+            const auto j = nlohmann::json::parse(stats_body, nullptr, false);
+            nb::dict out;
+            if (j.is_discarded() || !j.contains("model_stats")) return out;
+            for (const auto& ms : j["model_stats"]) {
+              const std::string name = ms.value("name", ""), version = ms.value("version", "");
+              nb::dict d;
+              d["version"] = version;
+              const auto& is = ms["inference_stats"];
+              d["requests_success"] = is["success"].value("count", std::uint64_t{0});
+              d["requests_failed"] = is["fail"].value("count", std::uint64_t{0});
+              d["rows"] = ms.value("inference_count", std::uint64_t{0});
+              d["batches"] = ms.value("execution_count", std::uint64_t{0});
+              d["queue_ns"] = is["queue"].value("ns", std::uint64_t{0});
+              d["compute_ns"] = is["compute_infer"].value("ns", std::uint64_t{0});
+              auto it = g.find({name, version});
+              const auto gauge = [&](const char* k) -> std::uint64_t {
+                if (it == g.end()) return 0;
+                auto v = it->second.find(k);
+                return v == it->second.end() ? 0 : static_cast<std::uint64_t>(v->second);
+              };
+              d["queued_rows"] = gauge("jitembed_pending_requests");
+              d["inflight_rows"] = gauge("jitembed_inflight_rows");
+              d["rejected_queue_full"] = gauge("jitembed_queue_rejected_total");
+              d["rejected_admission"] = gauge("jitembed_admission_rejected_total");
+              const std::string key = name + ":" + version;
+              out[nb::str(key.c_str())] = d;
+            }
+            return out;
+          },
+          "Per loaded version ('NAME:VERSION'): queued_rows (queued or running in the batcher), inflight_rows "
+          "(admitted, decode to response), requests_success / requests_failed, rows, batches, queue_ns, compute_ns, "
+          "rejected_queue_full, rejected_admission.")
+      .def(
+          "handle",
+          [](py_server& s, std::string method, std::string target, std::optional<nb::dict> headers, nb::handle body) {
+            net::http::request req;
+            req.method = std::move(method);
+            req.target = std::move(target);
+            req.remote = "python";
+            if (headers)
+              for (auto [k, v] : *headers) req.headers.emplace_back(nb::cast<std::string>(nb::str(k)), nb::cast<std::string>(nb::str(v)));
+            if (!body.is_none()) {
+              auto buf = get_buffer(body);
+              req.body.assign(reinterpret_cast<const char*>(buf->bytes().data()), buf->bytes().size());
+            }
+            auto& svc = s.service();
+            net::http::response r;
+            std::string out_body;
+            {
+              nb::gil_scoped_release nogil;
+              r = call(svc, std::move(req));
+              out_body.reserve(r.content_length());
+              out_body.append(r.body);
+              for (auto p : r.pieces) out_body.append(reinterpret_cast<const char*>(p.data()), p.size());
+            }
+            nb::dict h;
+            for (const auto& [k, v] : r.headers) h[nb::str(k.c_str())] = v;
+            return nb::make_tuple(r.status, h, nb::bytes(out_body.data(), out_body.size()));
+          },
+          nb::arg("method"), nb::arg("target"), nb::arg("headers") = nb::none(), nb::arg("body") = nb::none(),
+          "Hands one HTTP request to the service without a socket (GIL released while it runs): (status, headers, body).")
+      .def(
+          "stop",
+          [](py_server& s, double timeout_s) {
+            nb::gil_scoped_release nogil;
+            s.stop_now(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
+          },
+          nb::arg("timeout_s") = 10.0, "Drains and stops (idempotent): in-flight requests finish within timeout_s.")
+      .def_prop_ro("stopped", [](const py_server& s) { return s.stopped; })
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](py_server& s, nb::args) {
+        nb::gil_scoped_release nogil;
+        s.stop_now(std::chrono::seconds(10));
+      });
+}
+
 }  // namespace jitembed::python

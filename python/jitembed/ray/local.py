@@ -1,0 +1,60 @@
+"""A throwaway single-node Ray cluster on loopback, for tests, benchmarks and the example:
+``ray start --head --node-ip-address 127.0.0.1`` (dashboard off, explicit CPUs, small object store, its own
+temp dir), a driver connected to it and Serve's HTTP proxy on 127.0.0.1; ``ray stop --force`` at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterator, Optional
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Optional[int] = None,
+                  extra_env: Optional[Dict[str, str]] = None, start_timeout_s: float = 120) -> Iterator[Dict[str, str]]:
+    """Yields {"gcs": "127.0.0.1:P", "http": "127.0.0.1:P", "temp_dir": ...}. Workers get this process's
+    environment plus PYTHONPATH naming the directory that holds the jitembed package (replicas import it)."""
+    import ray
+    from ray import serve
+
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's unix socket paths have a length limit
+    gcs_port = free_port()
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED", *(extra_env or {})):
+        os.environ[k] = env[k]
+    cmd = [ray_bin, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port), "--include-dashboard=false",
+           "--num-cpus", str(num_cpus), "--num-gpus", "0", "--object-store-memory", str(object_store_mb * 1024 * 1024),
+           "--temp-dir", temp_dir, "--disable-usage-stats"]
+    started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=start_timeout_s)
+    try:
+        if started.returncode != 0:
+            raise RuntimeError(f"ray start failed: {started.stdout}\n{started.stderr}")
+        ray.init(address=f"127.0.0.1:{gcs_port}", namespace="jitembed", log_to_driver=False)
+        port = http_port or free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield {"gcs": f"127.0.0.1:{gcs_port}", "http": f"127.0.0.1:{port}", "temp_dir": temp_dir}
+    finally:
+        with contextlib.suppress(Exception):
+            serve.shutdown()
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)

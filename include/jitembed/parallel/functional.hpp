@@ -1,6 +1,8 @@
 // Collectives along a tensor dimension (gather, reduce-scatter, all-to-all of shards laid out by
-// torch.chunk), over any communicator. CPU tensors: the rank-major staging is packed and unpacked here;
-// when the dimension is the outermost non-trivial one no staging copy is made. Every function here returns
+// torch.chunk), over any communicator. Tensors on the CPU, or on the communicator's device when it provides
+// device memory (copy2d.hpp: then every staging copy is a copy2d on its stream, and nothing here waits for
+// the device). The rank-major staging is packed and unpacked here; when the dimension is the outermost
+// non-trivial one no staging copy is made. Every function here returns
 // result<tensor> and reports every failure through it (docs/api.md rule 1.1): bad arguments
 // (invalid_argument: a dim out of range, a shard of the wrong size, a negative size), a failed collective
 // (its comm_failed / timeout / ...), and running out of memory (resource_exhausted). None throws.
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/copy2d.hpp"
 #include "jitembed/parallel/detail/capture.hpp"
 #include "jitembed/parallel/shard.hpp"
 
@@ -47,30 +50,35 @@ inline tensor_view with_extent(void* data, const tensor_view& like, std::size_t 
   return tensor_view(data, like.dtype(), s, like.dev());
 }
 
-// Packs x's chunks along dim (sizes) one after another into a new flat buffer (rank-major staging).
-inline tensor pack_chunks(const tensor_view& x, std::size_t dim, const std::vector<std::int64_t>& sizes) {
-  tensor staging = tensor::empty(shape{static_cast<std::int64_t>(x.numel())}, x.dtype());
-  const auto gx = slab_of(x, dim, "pack_chunks");
+// Packs x's chunks along dim (sizes) one after another into a new flat buffer on x's device (rank-major
+// staging): one copy2d per chunk.
+template <class C>
+tensor pack_chunks(C& comm, const tensor_view& x, std::size_t dim, const std::vector<std::int64_t>& sizes) {
+  tensor staging = mem_empty(comm, shape{static_cast<std::int64_t>(x.numel())}, x.dtype(), x.dev());
+  const slab gx = slab_around(x.shape(), dim, x.itemsize());
   auto* at = static_cast<std::byte*>(staging.data());
   std::int64_t start = 0;
   for (auto len : sizes) {
-    const tensor_view piece = with_extent(at, x, dim, len);
-    copy_slab(piece, slab_of(piece, dim, "pack_chunks"), 0, x, gx, start, len);
+    slab piece = gx;
+    piece.extent = len;
+    mem_copy2d(comm, x.dev(), slab_copy(at, piece, 0, x.data(), gx, start, len));
     at += static_cast<std::size_t>(numel_with(x, dim, len)) * x.itemsize();
     start += len;
   }
   return staging;
 }
 
-// The inverse: piece r (extent sizes[r] along dim, shaped like `like` otherwise) is copied to its rows of out.
-inline void unpack_chunks(const tensor& staging, const tensor_view& out, std::size_t dim,
-                          const std::vector<std::int64_t>& sizes) {
-  const auto go = slab_of(out, dim, "unpack_chunks");
+// The inverse: piece r (extent sizes[r] along dim, shaped like `out` otherwise) is copied to its rows of out.
+template <class C>
+void unpack_chunks(C& comm, const tensor& staging, const tensor_view& out, std::size_t dim,
+                   const std::vector<std::int64_t>& sizes) {
+  const slab go = slab_around(out.shape(), dim, out.itemsize());
   auto* at = static_cast<std::byte*>(staging.data());
   std::int64_t start = 0;
   for (auto len : sizes) {
-    const tensor_view piece = with_extent(at, out, dim, len);
-    copy_slab(out, go, start, piece, slab_of(piece, dim, "unpack_chunks"), 0, len);
+    slab piece = go;
+    piece.extent = len;
+    mem_copy2d(comm, out.dev(), slab_copy(out.data(), go, start, at, piece, 0, len));
     at += static_cast<std::size_t>(numel_with(out, dim, len)) * out.itemsize();
     start += len;
   }
@@ -90,6 +98,15 @@ inline result<void> check_dim(const tensor_view& x, std::size_t dim, const char*
   return {};
 }
 
+// Contiguous, and on the CPU or the communicator's device (throws; the callers run inside capture()).
+template <class C>
+void check_tensor(const C& comm, const tensor_view& x, const char* what) {
+  if (x.numel() > 0 && !x.is_contiguous()) {
+    throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
+  }
+  check_memory(comm, x, what);
+}
+
 inline result<void> check_group(bool valid, const char* what) {
   if (!valid) return fail(errc::invalid_argument, std::string(what) + ": this rank is not in the communicator's group");
   return {};
@@ -104,6 +121,7 @@ result<tensor> all_gather_dim(C& comm, const tensor_view& local, std::size_t dim
   return detail::capture("all_gather_dim", [&]() -> result<tensor> {
     JITEMBED_TRY(detail::check_group(comm.valid(), "all_gather_dim"));
     JITEMBED_TRY(detail::check_dim(local, dim, "all_gather_dim"));
+    detail::check_tensor(comm, local, "all_gather_dim");
     if (global_size < 0) {
       return fail(errc::invalid_argument, "all_gather_dim: negative global_size " + std::to_string(global_size));
     }
@@ -118,11 +136,12 @@ result<tensor> all_gather_dim(C& comm, const tensor_view& local, std::size_t dim
     }
     shape s = local.shape();
     s[dim] = global_size;
-    tensor out = tensor::empty(s, local.dtype());
+    tensor out = detail::mem_empty(comm, s, local.dtype(), local.dev());
     const std::int64_t row = detail::numel_with(local, dim, 1);
     const auto counts = detail::scaled(sizes, row);
     const bool direct = detail::leading_dim(local, dim);
-    tensor staging = direct ? out : tensor::empty(shape{static_cast<std::int64_t>(out.numel())}, local.dtype());
+    tensor staging =
+        direct ? out : detail::mem_empty(comm, shape{static_cast<std::int64_t>(out.numel())}, local.dtype(), local.dev());
     const tensor_view flat(staging.data(), local.dtype(), shape{static_cast<std::int64_t>(out.numel())}, local.dev());
     const tensor_view in(local.data(), local.dtype(), shape{static_cast<std::int64_t>(local.numel())}, local.dev());
     if (detail::all_equal(sizes)) {
@@ -130,7 +149,7 @@ result<tensor> all_gather_dim(C& comm, const tensor_view& local, std::size_t dim
     } else {
       JITEMBED_TRY(comm.all_gather_v(in, flat, counts));
     }
-    if (!direct) detail::unpack_chunks(staging, out.view(), dim, sizes);
+    if (!direct) detail::unpack_chunks(comm, staging, out.view(), dim, sizes);
     return out;
   });
 }
@@ -142,16 +161,17 @@ result<tensor> reduce_scatter_dim(C& comm, const tensor_view& full, std::size_t 
   return detail::capture("reduce_scatter_dim", [&]() -> result<tensor> {
     JITEMBED_TRY(detail::check_group(comm.valid(), "reduce_scatter_dim"));
     JITEMBED_TRY(detail::check_dim(full, dim, "reduce_scatter_dim"));
+    detail::check_tensor(comm, full, "reduce_scatter_dim");
     const int n = comm.size();
     const auto sizes = chunk_sizes(full.size(dim), n);
     const std::int64_t mine = sizes[static_cast<std::size_t>(comm.rank())];
     shape s = full.shape();
     s[dim] = mine;
-    tensor out = tensor::empty(s, full.dtype());
+    tensor out = detail::mem_empty(comm, s, full.dtype(), full.dev());
     const std::int64_t row = detail::numel_with(full, dim, 1);
     const auto counts = detail::scaled(sizes, row);
-    const bool direct = detail::leading_dim(full, dim) && full.is_contiguous();
-    tensor staging = direct ? tensor() : detail::pack_chunks(full, dim, sizes);
+    const bool direct = detail::leading_dim(full, dim);
+    tensor staging = direct ? tensor() : detail::pack_chunks(comm, full, dim, sizes);
     const tensor_view in(direct ? full.data() : staging.data(), full.dtype(), shape{static_cast<std::int64_t>(full.numel())},
                          full.dev());
     const tensor_view flat(out.data(), full.dtype(), shape{static_cast<std::int64_t>(out.numel())}, full.dev());
@@ -170,7 +190,8 @@ result<tensor> all_reduce_copy(C& comm, const tensor_view& x, reduce_op op = red
   return detail::capture("all_reduce_copy", [&]() -> result<tensor> {
     JITEMBED_TRY(detail::check_group(comm.valid(), "all_reduce_copy"));
     if (!x.is_contiguous()) return fail(errc::invalid_argument, "all_reduce_copy: tensor is not contiguous");
-    tensor out = tensor::wrap(nullptr, x).clone();
+    detail::check_memory(comm, x, "all_reduce_copy");
+    tensor out = detail::mem_clone(comm, x);
     JITEMBED_TRY(comm.all_reduce(out.view(), op));
     return out;
   });
@@ -191,6 +212,7 @@ result<tensor> all_to_all_dim(C& comm, const tensor_view& x, std::size_t split_d
       return fail(errc::invalid_argument, "all_to_all_dim: negative global_concat_size " + std::to_string(global_concat_size));
     }
     if (split_dim == concat_dim) return fail(errc::invalid_argument, "all_to_all_dim: split_dim == concat_dim");
+    detail::check_tensor(comm, x, "all_to_all_dim");
     const int n = comm.size();
     const auto r = static_cast<std::size_t>(comm.rank());
     const auto split_sizes = chunk_sizes(x.size(split_dim), n);
@@ -214,11 +236,11 @@ result<tensor> all_to_all_dim(C& comm, const tensor_view& x, std::size_t split_d
     shape s = x.shape();
     s[split_dim] = split_sizes[r];
     s[concat_dim] = global_concat_size;
-    tensor out = tensor::empty(s, x.dtype());
-    tensor send = detail::pack_chunks(x, split_dim, split_sizes);
+    tensor out = detail::mem_empty(comm, s, x.dtype(), x.dev());
+    tensor send = detail::pack_chunks(comm, x, split_dim, split_sizes);
     std::int64_t recv_total = 0;
     for (auto c : recv_counts) recv_total += c;
-    tensor recv = tensor::empty(shape{recv_total}, x.dtype());
+    tensor recv = detail::mem_empty(comm, shape{recv_total}, x.dtype(), x.dev());
     const tensor_view send_flat(send.data(), x.dtype(), shape{static_cast<std::int64_t>(send.numel())}, x.dev());
     const tensor_view recv_flat(recv.data(), x.dtype(), shape{recv_total}, x.dev());
     // Decided from the global chunk sizes, so every rank picks the same collective (a rank whose own counts
@@ -229,13 +251,13 @@ result<tensor> all_to_all_dim(C& comm, const tensor_view& x, std::size_t split_d
       JITEMBED_TRY(comm.all_to_all_v(send_flat, send_counts, recv_flat, recv_counts));
     }
     // Received piece j has split extent split_sizes[r] and concat extent concat_sizes[j]: place it.
-    shape piece_shape = s;
+    const slab go = slab_around(s, concat_dim, x.itemsize());
     auto* at = static_cast<std::byte*>(recv.data());
     std::int64_t start = 0;
     for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) {
-      piece_shape[concat_dim] = concat_sizes[j];
-      const tensor_view piece(at, x.dtype(), piece_shape, x.dev());
-      copy_into(out.view(), concat_dim, start, piece);
+      slab piece = go;
+      piece.extent = concat_sizes[j];
+      detail::mem_copy2d(comm, x.dev(), slab_copy(out.data(), go, start, at, piece, 0, concat_sizes[j]));
       at += static_cast<std::size_t>(recv_counts[j]) * x.itemsize();
       start += concat_sizes[j];
     }

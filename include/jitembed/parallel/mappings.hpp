@@ -6,7 +6,8 @@
 //   SP operators split / gather / reduce-scatter the sequence dim `seq_dim`, default 0 ([s, b, h] as in
 //   Megatron; [tokens, h] works as is; pass 1 for [b, s, h]). Splits and reduce-scatters require the
 //   full sequence length % degree == 0 (as Megatron); gathers produce local × degree rows.
-// Every forward/backward returns a new contiguous CPU tensor; with a group of one rank no collective is
+// Every forward/backward returns a new contiguous tensor on the input's device (the CPU, or the
+// communicator's when it has device memory, copy2d.hpp); with a group of one rank no collective is
 // issued (the result is a copy). Errors throw jitembed::error (errc::invalid_argument for bad shapes).
 #pragma once
 
@@ -26,6 +27,15 @@ namespace detail {
 inline tensor copy_tensor(const tensor_view& x) {
   if (!x.dev().is_cpu()) throw error(errc::invalid_argument, "tensor-parallel mapping: CPU tensors only");
   return tensor::wrap(nullptr, x).clone();
+}
+
+// A contiguous copy of x on its device: the CPU, or the communicator's (copy2d.hpp).
+template <communicator C>
+tensor copy_on(C& comm, const tensor_view& x) {
+  if (x.dev().is_cpu()) return copy_tensor(x);
+  if (!x.is_contiguous()) throw error(errc::invalid_argument, "tensor-parallel mapping: tensor is not contiguous");
+  check_memory(comm, x, "tensor-parallel mapping");
+  return mem_clone(comm, x);
 }
 
 inline std::size_t last_dim(const tensor_view& x, const char* what) {
@@ -53,8 +63,12 @@ inline void check_divisible(const tensor_view& x, std::size_t dim, int degree, c
 template <communicator C>
 tensor split_dim(C& comm, const tensor_view& x, std::size_t dim, const char* what) {
   check_divisible(x, dim, comm.size(), what);
-  if (comm.size() == 1) return copy_tensor(x);
-  return local_chunk(x, dim, comm.size(), comm.rank());
+  if (comm.size() == 1) return copy_on(comm, x);
+  if (x.dev().is_cpu()) return local_chunk(x, dim, comm.size(), comm.rank());
+  if (!x.is_contiguous()) throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
+  check_memory(comm, x, what);
+  const std::int64_t n = x.size(dim);
+  return mem_narrow(comm, x, dim, chunk_offset(n, comm.size(), comm.rank()), chunk_size(n, comm.size(), comm.rank()));
 }
 
 // Concatenation of every rank's x along dim (each rank holds the same extent).
@@ -62,7 +76,7 @@ template <communicator C>
 tensor gather_dim(C& comm, const tensor_view& x, std::size_t dim, const char* what) {
   check_mapping_dim(x, dim, what);
   if (!x.is_contiguous()) throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
-  if (comm.size() == 1) return copy_tensor(x);
+  if (comm.size() == 1) return copy_on(comm, x);
   return all_gather_dim(comm, x, dim, x.size(dim) * comm.size()).value();
 }
 
@@ -70,13 +84,13 @@ tensor gather_dim(C& comm, const tensor_view& x, std::size_t dim, const char* wh
 template <communicator C>
 tensor reduce_scatter_along(C& comm, const tensor_view& x, std::size_t dim, const char* what) {
   check_divisible(x, dim, comm.size(), what);
-  if (comm.size() == 1) return copy_tensor(x);
+  if (comm.size() == 1) return copy_on(comm, x);
   return reduce_scatter_dim(comm, x, dim, reduce_op::sum).value();
 }
 
 template <communicator C>
 tensor reduce_all(C& comm, const tensor_view& x) {
-  if (comm.size() == 1) return copy_tensor(x);
+  if (comm.size() == 1) return copy_on(comm, x);
   return all_reduce_copy(comm, x, reduce_op::sum).value();
 }
 
@@ -85,8 +99,8 @@ tensor reduce_all(C& comm, const tensor_view& x) {
 // f in Megatron: forward identity (input replicated), backward all-reduce (each rank's gradient is partial).
 struct copy_to_tp {
   template <communicator C>
-  static tensor forward(C&, const tensor_view& x) {
-    return detail::copy_tensor(x);
+  static tensor forward(C& comm, const tensor_view& x) {
+    return detail::copy_on(comm, x);
   }
   template <communicator C>
   static tensor backward(C& comm, const tensor_view& grad) {
@@ -101,8 +115,8 @@ struct reduce_from_tp {
     return detail::reduce_all(comm, x);
   }
   template <communicator C>
-  static tensor backward(C&, const tensor_view& grad) {
-    return detail::copy_tensor(grad);
+  static tensor backward(C& comm, const tensor_view& grad) {
+    return detail::copy_on(comm, grad);
   }
 };
 

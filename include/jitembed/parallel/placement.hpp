@@ -7,6 +7,7 @@
 #include <string>
 
 #include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/copy2d.hpp"
 #include "jitembed/parallel/functional.hpp"
 #include "jitembed/parallel/shard.hpp"
 
@@ -45,8 +46,9 @@ struct placement {
   }
 };
 
-// One rank's part of a distributed tensor: its local tensor (contiguous, CPU), the global shape and the
-// placement over the communicator it is used with.
+// One rank's part of a distributed tensor: its local tensor (contiguous; on the CPU, or on the
+// communicator's device when it has device memory, copy2d.hpp), the global shape and the placement over the
+// communicator it is used with.
 struct dtensor {
   tensor local;
   shape global;
@@ -100,26 +102,39 @@ void placement_check_dtensor(const C& comm, const dtensor& x, const char* what) 
                                             ", " + x.place.to_string() + " of " + x.global.to_string() + " needs " +
                                             want.to_string());
   }
-  if (x.local.numel() > 0 && (!x.local.is_contiguous() || !x.local.dev().is_cpu())) {
-    throw error(errc::invalid_argument, std::string(what) + ": the local tensor must be a contiguous CPU tensor");
+  if (x.local.numel() > 0 && !x.local.is_contiguous()) {
+    throw error(errc::invalid_argument, std::string(what) + ": the local tensor must be contiguous");
   }
+  check_memory(comm, x.local.view(), what);
 }
 
-// A contiguous CPU copy of a view.
-inline tensor placement_copy(const tensor_view& x, const char* what) {
-  if (!x.dev().is_cpu()) throw error(errc::invalid_argument, std::string(what) + ": CPU tensors only");
+// A contiguous copy of a view, on its device.
+template <communicator C>
+tensor placement_copy(C& comm, const tensor_view& x, const char* what) {
   if (x.numel() > 0 && !x.is_contiguous()) {
     throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
   }
-  tensor out = tensor::empty(x.shape(), x.dtype());
-  if (x.nbytes() != 0) std::memcpy(out.data(), x.data(), x.nbytes());
-  return out;
+  check_memory(comm, x, what);
+  return mem_clone(comm, x);
 }
 
 // replicate → partial: rank 0 keeps the value, the others hold zeros (their sum is the value).
-inline tensor placement_partial_of(const tensor_view& x, int rank, const char* what) {
-  if (rank == 0) return placement_copy(x, what);
-  return tensor::zeros(x.shape(), x.dtype());
+template <communicator C>
+tensor placement_partial_of(C& comm, const tensor_view& x, const char* what) {
+  if (comm.rank() == 0) return placement_copy(comm, x, what);
+  check_memory(comm, x, what);
+  return mem_zeros(comm, x.shape(), x.dtype(), x.dev());
+}
+
+// This rank's chunk of x along dim (torch.chunk layout), as a contiguous copy on x's device.
+template <communicator C>
+tensor placement_chunk(C& comm, const tensor_view& x, std::size_t dim, const char* what) {
+  if (x.numel() > 0 && !x.is_contiguous()) {
+    throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
+  }
+  check_memory(comm, x, what);
+  const std::int64_t n = x.size(dim);
+  return mem_narrow(comm, x, dim, chunk_offset(n, comm.size(), comm.rank()), chunk_size(n, comm.size(), comm.rank()));
 }
 
 }  // namespace detail
@@ -133,14 +148,13 @@ dtensor distribute(C& comm, const tensor_view& full, placement p) {
   dtensor out{tensor(), full.shape(), p};
   switch (p.k) {
     case placement::kind::shard:
-      if (!full.dev().is_cpu()) throw error(errc::invalid_argument, "distribute: CPU tensors only");
-      out.local = local_chunk(full, static_cast<std::size_t>(p.dim), comm.size(), comm.rank());
+      out.local = detail::placement_chunk(comm, full, static_cast<std::size_t>(p.dim), "distribute");
       break;
     case placement::kind::replicate:
-      out.local = detail::placement_copy(full, "distribute");
+      out.local = detail::placement_copy(comm, full, "distribute");
       break;
     case placement::kind::partial:
-      out.local = detail::placement_partial_of(full, comm.rank(), "distribute");
+      out.local = detail::placement_partial_of(comm, full, "distribute");
       break;
   }
   return out;
@@ -169,7 +183,7 @@ dtensor redistribute(C& comm, const dtensor& x, placement to) {
     } else {
       tensor full = all_gather_dim(comm, local, i, x.global[i]).value();
       out.local =
-          to.is_partial() ? detail::placement_partial_of(full.view(), comm.rank(), "redistribute") : std::move(full);
+          to.is_partial() ? detail::placement_partial_of(comm, full.view(), "redistribute") : std::move(full);
     }
   } else if (from.is_partial()) {
     if (to.is_shard()) {
@@ -179,9 +193,9 @@ dtensor redistribute(C& comm, const dtensor& x, placement to) {
     }
   } else {  // replicate
     if (to.is_shard()) {
-      out.local = local_chunk(local, static_cast<std::size_t>(to.dim), comm.size(), comm.rank());
+      out.local = detail::placement_chunk(comm, local, static_cast<std::size_t>(to.dim), "redistribute");
     } else {
-      out.local = detail::placement_partial_of(local, comm.rank(), "redistribute");
+      out.local = detail::placement_partial_of(comm, local, "redistribute");
     }
   }
   return out;

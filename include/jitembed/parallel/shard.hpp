@@ -10,6 +10,7 @@
 
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/tensor.hpp"
+#include "jitembed/parallel/copy2d.hpp"
 
 namespace jitembed::parallel {
 
@@ -38,39 +39,22 @@ inline std::int64_t chunk_size(std::int64_t n, int parts, int index) {
 
 namespace detail {
 
-// A contiguous CPU tensor seen as [outer, dim, inner] elements around `dim`.
-struct slab_geometry {
-  std::int64_t outer = 1, extent = 0, inner = 1;
-  std::size_t itemsize = 0;
-};
-
-inline slab_geometry slab_of(const tensor_view& x, std::size_t dim, const char* what) {
+// The slab of a contiguous CPU tensor around `dim` (copy2d.hpp), with the checks of the CPU helpers here.
+inline slab slab_of(const tensor_view& x, std::size_t dim, const char* what) {
   if (dim >= x.rank()) {
     throw error(errc::invalid_argument, std::string(what) + ": dim " + std::to_string(dim) + " of a rank-" +
                                             std::to_string(x.rank()) + " tensor");
   }
   if (!x.is_contiguous()) throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
   if (!x.dev().is_cpu()) throw error(errc::invalid_argument, std::string(what) + ": CPU tensors only");
-  slab_geometry g;
-  for (std::size_t i = 0; i < dim; ++i) g.outer *= x.size(i);
-  g.extent = x.size(dim);
-  for (std::size_t i = dim + 1; i < x.rank(); ++i) g.inner *= x.size(i);
-  g.itemsize = x.itemsize();
-  return g;
+  return slab_around(x.shape(), dim, x.itemsize());
 }
 
 // Copies rows [src_start, src_start+len) of src's dim into rows [dst_start, ...) of dst's dim; the other
-// dims must agree (checked by the callers).
-inline void copy_slab(const tensor_view& dst, const slab_geometry& gd, std::int64_t dst_start, const tensor_view& src,
-                      const slab_geometry& gs, std::int64_t src_start, std::int64_t len) {
-  if (len <= 0 || gd.outer == 0 || gd.inner == 0) return;
-  const std::size_t row = static_cast<std::size_t>(gd.inner) * gd.itemsize;
-  auto* d = static_cast<std::byte*>(dst.data());
-  const auto* s = static_cast<const std::byte*>(src.data());
-  for (std::int64_t o = 0; o < gd.outer; ++o) {
-    std::memcpy(d + (static_cast<std::size_t>(o * gd.extent + dst_start)) * row,
-                s + (static_cast<std::size_t>(o * gs.extent + src_start)) * row, static_cast<std::size_t>(len) * row);
-  }
+// dims must agree (checked by the callers). One host copy2d.
+inline void copy_slab(const tensor_view& dst, const slab& gd, std::int64_t dst_start, const tensor_view& src,
+                      const slab& gs, std::int64_t src_start, std::int64_t len) {
+  host_copy2d(slab_copy(dst.data(), gd, dst_start, src.data(), gs, src_start, len));
 }
 
 inline void check_same_except(const tensor_view& a, const tensor_view& b, std::size_t dim, const char* what) {

@@ -23,6 +23,7 @@
 #include "jitembed/cuda/check.hpp"
 #include "jitembed/cuda/stream.hpp"
 #include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/cuda/copy2d.hpp"
 #include "jitembed/parallel/store.hpp"
 
 namespace jitembed::parallel {
@@ -179,6 +180,12 @@ class nccl_base {
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   const comm_stats& stats() const noexcept { return stats_; }
   comm_stats& stats() noexcept { return stats_; }
+
+  // parallel::device_memory (copy2d.hpp): staging tensors and copies of the dim collectives, ordered on
+  // stream() with the collectives. The caller's current CUDA device is cuda_device().
+  tensor empty_tensor(const shape& s, dtype t) const { return jitembed::cuda::empty_device(s, t, stream_, device_); }
+  void copy2d(const copy2d_desc& d) const { copy2d_async(d, stream_); }
+  void zero_fill(const tensor_view& v) const { zero_fill_async(v, stream_); }
 
   result<void> all_reduce(const tensor_view& inout, reduce_op op) {
     JITEMBED_TRY(check_buf(inout, "all_reduce"));

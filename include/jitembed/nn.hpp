@@ -17,3 +17,4 @@
 #include "jitembed/nn/gemm.hpp"
 #include "jitembed/nn/layer_norm.hpp"
 #include "jitembed/nn/linear.hpp"
+#include "jitembed/nn/pointwise.hpp"

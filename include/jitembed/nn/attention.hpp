@@ -107,7 +107,7 @@ inline void attention_backward(const tensor_view& q, const tensor_view& k, const
         double dot = 0.0;
         for (std::int64_t j = 0; j < dm.sk; ++j) dot += static_cast<double>(r[j]) * pr[j];
         const auto d = static_cast<float>(dot);
-        for (std::int64_t j = 0; j < dm.sk; ++j) r[j] = pr[j] * (r[j] - d);
+        for (std::int64_t j = 0; j < dm.sk; ++j) r[j] = pointwise::softmax_grad(pr[j], r[j], d);
       }
       detail::gemm_strided(false, false, dm.sq, dm.d, dm.sk, scale, ds.data(), ldp, k.data<const float>() + ko, ld, 0.0f,
                            dq.data<float>() + qo, ld);

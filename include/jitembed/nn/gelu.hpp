@@ -1,4 +1,4 @@
-// GELU (tanh approximation): forward and backward, elementwise.
+// GELU (tanh approximation): forward and backward, elementwise (bodies in nn/pointwise.hpp).
 #pragma once
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/nn/detail/common.hpp"
+#include "jitembed/nn/pointwise.hpp"
 
 namespace jitembed::nn {
 
@@ -27,10 +28,7 @@ inline void gelu_forward(const tensor_view& x, const tensor_view& y) {
   const float* in = x.data<const float>();
   float* out = y.data<float>();
   const auto n = static_cast<std::size_t>(x.numel());
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = in[i];
-    out[i] = 0.5f * v * (1.0f + std::tanh(detail::kGeluC * (v + detail::kGeluA * v * v * v)));
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = pointwise::gelu(in[i]);
 }
 
 // dx = dy · d gelu(x)/dx (exact derivative of the tanh form), elementwise; dx may be dy.
@@ -45,12 +43,7 @@ inline void gelu_backward(const tensor_view& x, const tensor_view& dy, const ten
   const float* g = dy.data<const float>();
   float* out = dx.data<float>();
   const auto n = static_cast<std::size_t>(x.numel());
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = in[i];
-    const float t = std::tanh(detail::kGeluC * (v + detail::kGeluA * v * v * v));
-    const float du = detail::kGeluC * (1.0f + 3.0f * detail::kGeluA * v * v);
-    out[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = pointwise::gelu_grad(in[i], g[i]);
 }
 
 }  // namespace jitembed::nn

@@ -22,6 +22,7 @@
 #include "jitembed/core/dtype.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/tensor.hpp"
+#include "jitembed/nn/pointwise.hpp"
 
 namespace jitembed::nn {
 
@@ -103,7 +104,7 @@ inline void softmax_row(float* row, std::int64_t n, std::int64_t visible) {
   for (std::int64_t j = 0; j < end; ++j) mx = std::max(mx, row[j]);
   double sum = 0.0;
   for (std::int64_t j = 0; j < end; ++j) {
-    row[j] = std::exp(row[j] - mx);
+    row[j] = pointwise::softmax_exp(row[j], mx);
     sum += row[j];
   }
   const float inv = static_cast<float>(1.0 / sum);
@@ -111,8 +112,8 @@ inline void softmax_row(float* row, std::int64_t n, std::int64_t visible) {
   for (std::int64_t j = end; j < n; ++j) row[j] = 0.0f;
 }
 
-inline constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
-inline constexpr float kGeluA = 0.044715f;
+inline constexpr float kGeluC = pointwise::kGeluC;  // sqrt(2/pi)
+inline constexpr float kGeluA = pointwise::kGeluA;
 
 // All ids in [0, v) before anything is written, so a bad id leaves outputs untouched.
 inline void check_ids(std::string_view fn, const tensor_view& ids, std::int64_t v) {

@@ -1,9 +1,12 @@
 // Tensors <-> numpy / DLPack arrays without copies, Python buffers as keep-alive owners, DecodeLimits.
+#include <nanobind/stl/string.h>
+
 #include <cstring>
 
 #include "common.hpp"
 #include "jitembed/core/dlpack.hpp"
 #include "jitembed/core/dtype.hpp"
+#include "jitembed/core/hash.hpp"
 
 namespace jitembed::python {
 
@@ -141,6 +144,20 @@ void register_arrays(nb::module_& m) {
         return reinterpret_cast<std::uintptr_t>(b->view.buf);
       },
       nb::arg("obj"), "The address of the first byte of a bytes-like object (tests check zero-copy with it).");
+  m.def(
+      "xxh3_128",
+      [](nb::handle o) {
+        auto b = get_buffer(o);
+        return xxh3_128(b->bytes()).to_hex();
+      },
+      nb::arg("data"), "XXH3-128 of the bytes as 32 hex digits, high word first (what jitembed-inspect prints).");
+  m.def(
+      "xxh3_64",
+      [](nb::handle o) {
+        auto b = get_buffer(o);
+        return xxh3_64(b->bytes());
+      },
+      nb::arg("data"), "XXH3-64 of the bytes (the sample format's payload checksum).");
 }
 
 }  // namespace jitembed::python

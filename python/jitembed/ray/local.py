@@ -30,7 +30,7 @@ def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Opti
     from ray import serve
 
     ray_bin = str(Path(sys.executable).with_name("ray"))
-    pkg_root = str(Path(__file__).resolve().parents[2])
+    pkg_root = os.path.abspath(str(Path(__file__).parents[2]))
     temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's unix socket paths have a length limit
     gcs_port = free_port()
     env = dict(os.environ)

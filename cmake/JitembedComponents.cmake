@@ -179,6 +179,9 @@ if(JITEMBED_WITH_PARALLEL)
   if(JITEMBED_WITH_CUDA)
     jitembed_component(nccl GLOBS parallel/nccl*.hpp parallel/detail/nccl*.hpp parallel/cuda/*.hpp
       LINK jitembed::parallel jitembed::cuda NCCL::NCCL CUDA::cublas)
+    # cuda_backend's kernel definitions (nvcc, one .cu of the program includes them): installed, not verified by g++.
+    file(GLOB _parallel_cuh CONFIGURE_DEPENDS "${_inc}/jitembed/parallel/cuda/*.cuh")
+    target_sources(jitembed_nccl INTERFACE FILE_SET cuda_kernels TYPE HEADERS BASE_DIRS "${_inc}" FILES ${_parallel_cuh})
   endif()
 endif()
 

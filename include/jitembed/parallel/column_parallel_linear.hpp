@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "jitembed/parallel/backend.hpp"
 #include "jitembed/parallel/communicator.hpp"
 #include "jitembed/parallel/detail/tp_common.hpp"
 #include "jitembed/parallel/functional.hpp"
@@ -25,42 +26,45 @@ namespace jitembed::parallel {
 // backward(dy) takes the gradient of that output and returns dx: all-reduced (replicated [..., in]) or,
 // with SP, reduce-scattered along seq_dim; dW and db accumulate the local shard. The gathered input is
 // saved for dW (Megatron re-gathers it in backward instead, trading one all_gather for memory).
-template <communicator C>
+// The math runs on B (backend.hpp): x, y, weight and bias on B's device in B's dtype, gradients f32 there.
+template <communicator C, math_backend B = cpu_backend>
 class column_parallel_linear {
  public:
   column_parallel_linear(C& comm, std::int64_t in_features, std::int64_t out_features, bool bias = true,
-                         bool gather_output = false, bool sequence_parallel = false, std::size_t seq_dim = 0)
-      : comm_(&comm), in_(in_features), out_(out_features), gather_output_(gather_output), sp_(sequence_parallel),
-        seq_dim_(seq_dim) {
+                         bool gather_output = false, bool sequence_parallel = false, std::size_t seq_dim = 0,
+                         B backend = B())
+      : comm_(&comm), be_(std::move(backend)), in_(in_features), out_(out_features), gather_output_(gather_output),
+        sp_(sequence_parallel), seq_dim_(seq_dim) {
     const std::string what = "column_parallel_linear";
     detail::tp_check_group(comm.valid(), what);
     detail::tp_check_divisible(in_features, "in_features", 1, what);
     detail::tp_check_divisible(out_features, "out_features", comm.size(), what);
     if (gather_output && sequence_parallel) detail::tp_invalid(what, "gather_output is not supported with sequence_parallel");
     local_out_ = out_ / comm.size();
-    weight_ = tensor::zeros(shape{local_out_, in_}, dtype::f32);
-    grad_weight_ = tensor::zeros(shape{local_out_, in_}, dtype::f32);
+    weight_ = be_.zeros(shape{local_out_, in_}, be_.dtype());
+    grad_weight_ = be_.zeros(shape{local_out_, in_}, dtype::f32);
     if (bias) {
-      bias_ = tensor::zeros(shape{local_out_}, dtype::f32);
-      grad_bias_ = tensor::zeros(shape{local_out_}, dtype::f32);
+      bias_ = be_.zeros(shape{local_out_}, be_.dtype());
+      grad_bias_ = be_.zeros(shape{local_out_}, dtype::f32);
     }
   }
 
   result<tensor> forward(const tensor_view& x) {
     return detail::capture("column_parallel_linear forward", [&]() -> result<tensor> {
       const std::string what = "column_parallel_linear forward";
-      detail::tp_require(x, dtype::f32, what, "x");
+      detail::tp_require_on(x, be_.device(), be_.dtype(), what, "x");
       detail::tp_check_last(x, in_, what, "x");
-      if (sp_) {
-        detail::tp_check_seq_dim(x, seq_dim_, what, "x");
-        input_ = gather_from_sp::forward(*comm_, x, seq_dim_);
-      } else {
-        input_ = copy_to_tp::forward(*comm_, x);
-      }
-      tensor y = tensor::empty(detail::with_last_extent(input_.shape(), local_out_), dtype::f32);
-      nn::linear_forward(input_, weight_, has_bias() ? &bias_.view() : nullptr, y);
-      if (gather_output_) return gather_from_tp::forward(*comm_, y);
-      return y;
+      if (sp_) detail::tp_check_seq_dim(x, seq_dim_, what, "x");
+      be_.before_comm(*comm_);
+      input_ = sp_ ? gather_from_sp::forward(*comm_, x, seq_dim_) : copy_to_tp::forward(*comm_, x);
+      be_.after_comm(*comm_);
+      tensor y = be_.empty(detail::with_last_extent(input_.shape(), local_out_), be_.dtype());
+      be_.linear_forward(input_, weight_, has_bias() ? &bias_.view() : nullptr, y);
+      if (!gather_output_) return y;
+      be_.before_comm(*comm_);
+      tensor full = gather_from_tp::forward(*comm_, y);
+      be_.after_comm(*comm_);
+      return full;
     });
   }
 
@@ -68,17 +72,27 @@ class column_parallel_linear {
     return detail::capture("column_parallel_linear backward", [&]() -> result<tensor> {
       const std::string what = "column_parallel_linear backward";
       if (!input_.defined()) detail::tp_invalid(what, "backward() without a forward()");
-      detail::tp_require(dy, dtype::f32, what, "dy");
+      detail::tp_require_on(dy, be_.device(), be_.dtype(), what, "dy");
       const shape want = detail::with_last_extent(input_.shape(), gather_output_ ? out_ : local_out_);
       detail::tp_check_shape(dy, want, what, "dy");
-      const tensor dy_local = gather_output_ ? gather_from_tp::backward(*comm_, dy) : tensor();
+      tensor dy_local;
+      if (gather_output_) {
+        be_.before_comm(*comm_);
+        dy_local = gather_from_tp::backward(*comm_, dy);  // no collective: this rank's columns
+        be_.after_comm(*comm_);
+      }
       const tensor_view& g = gather_output_ ? dy_local.view() : dy;
-      tensor dx = tensor::empty(input_.shape(), dtype::f32);
+      tensor dx = be_.empty(input_.shape(), be_.dtype());
       const tensor_view dxv = dx.view(), gw = grad_weight_.view(), gb = grad_bias_.view();
-      nn::linear_backward(input_, weight_, g, &dxv, &gw, has_bias() ? &gb : nullptr);
+      be_.linear_backward(input_, weight_, g, &dxv, &gw, has_bias() ? &gb : nullptr);
       input_ = tensor();
-      if (sp_) return gather_from_sp::backward(*comm_, dx, seq_dim_);
-      detail::all_reduce_in_place(*comm_, dx);  // copy_to_tp backward
+      be_.before_comm(*comm_);
+      if (sp_) {
+        dx = gather_from_sp::backward(*comm_, dx, seq_dim_);
+      } else {
+        detail::all_reduce_in_place(*comm_, dx);  // copy_to_tp backward
+      }
+      be_.after_comm(*comm_);
       return dx;
     });
   }
@@ -88,12 +102,12 @@ class column_parallel_linear {
     const std::string what = "column_parallel_linear load_full";
     detail::tp_require(full_weight, dtype::f32, what, "weight");
     detail::tp_check_shape(full_weight, shape{out_, in_}, what, "weight");
-    weight_ = local_chunk(full_weight, 0, comm_->size(), comm_->rank());
+    weight_ = be_.upload(local_chunk(full_weight, 0, comm_->size(), comm_->rank()));
     if (full_bias != nullptr) {
       if (!has_bias()) detail::tp_invalid(what, "a bias was given to a layer without bias");
       detail::tp_require(*full_bias, dtype::f32, what, "bias");
       detail::tp_check_shape(*full_bias, shape{out_}, what, "bias");
-      bias_ = local_chunk(*full_bias, 0, comm_->size(), comm_->rank());
+      bias_ = be_.upload(local_chunk(*full_bias, 0, comm_->size(), comm_->rank()));
     }
   }
 
@@ -105,20 +119,26 @@ class column_parallel_linear {
   const tensor& grad_bias() const noexcept { return grad_bias_; }      // [out/n]
   bool has_bias() const noexcept { return bias_.defined(); }
   void zero_grad() {
-    std::memset(grad_weight_.data(), 0, grad_weight_.nbytes());
-    if (has_bias()) std::memset(grad_bias_.data(), 0, grad_bias_.nbytes());
+    be_.zero(grad_weight_);
+    if (has_bias()) be_.zero(grad_bias_);
   }
   // The whole [out, in] weight gradient on every rank (one all_gather).
   result<tensor> full_grad_weight() {
     return detail::capture("column_parallel_linear full_grad_weight", [&]() -> result<tensor> {
-      return detail::gather_rows_or_copy(*comm_, grad_weight_, 0, out_);
+      be_.before_comm(*comm_);
+      tensor g = detail::gather_rows_or_copy(*comm_, grad_weight_, 0, out_);
+      be_.after_comm(*comm_);
+      return g;
     });
   }
   // The whole [out] bias gradient on every rank (one all_gather).
   result<tensor> full_grad_bias() {
     return detail::capture("column_parallel_linear full_grad_bias", [&]() -> result<tensor> {
       if (!has_bias()) detail::tp_invalid("column_parallel_linear full_grad_bias", "the layer has no bias");
-      return detail::gather_rows_or_copy(*comm_, grad_bias_, 0, out_);
+      be_.before_comm(*comm_);
+      tensor g = detail::gather_rows_or_copy(*comm_, grad_bias_, 0, out_);
+      be_.after_comm(*comm_);
+      return g;
     });
   }
 
@@ -127,9 +147,11 @@ class column_parallel_linear {
   std::int64_t local_out_features() const noexcept { return local_out_; }
   bool sequence_parallel() const noexcept { return sp_; }
   std::size_t seq_dim() const noexcept { return seq_dim_; }
+  const B& backend() const noexcept { return be_; }
 
  private:
   C* comm_;
+  B be_;
   std::int64_t in_, out_, local_out_ = 0;
   bool gather_output_, sp_;
   std::size_t seq_dim_;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "jitembed/parallel/backend.hpp"
 #include "jitembed/parallel/communicator.hpp"
 #include "jitembed/parallel/detail/tp_common.hpp"
 #include "jitembed/parallel/functional.hpp"
@@ -26,13 +27,15 @@ namespace jitembed::parallel {
 // sequence shard, all-gathered), dx is [..., in/n] (or all-gathered to [..., in] when !input_is_parallel).
 // The bias gradient is computed from the whole (gathered) dy, so it is complete on every rank even with SP:
 // do not pass it to sync_replicated_grads.
-template <communicator C>
+// The math runs on B (backend.hpp): x, y, weight and bias on B's device in B's dtype, gradients f32 there.
+template <communicator C, math_backend B = cpu_backend>
 class row_parallel_linear {
  public:
   row_parallel_linear(C& comm, std::int64_t in_features, std::int64_t out_features, bool bias = true,
-                      bool input_is_parallel = false, bool sequence_parallel = false, std::size_t seq_dim = 0)
-      : comm_(&comm), in_(in_features), out_(out_features), input_is_parallel_(input_is_parallel),
-        sp_(sequence_parallel), seq_dim_(seq_dim) {
+                      bool input_is_parallel = false, bool sequence_parallel = false, std::size_t seq_dim = 0,
+                      B backend = B())
+      : comm_(&comm), be_(std::move(backend)), in_(in_features), out_(out_features),
+        input_is_parallel_(input_is_parallel), sp_(sequence_parallel), seq_dim_(seq_dim) {
     const std::string what = "row_parallel_linear";
     detail::tp_check_group(comm.valid(), what);
     detail::tp_check_divisible(in_features, "in_features", comm.size(), what);
@@ -41,39 +44,38 @@ class row_parallel_linear {
       detail::tp_invalid(what, "sequence_parallel needs input_is_parallel (as Megatron)");
     }
     local_in_ = in_ / comm.size();
-    weight_ = tensor::zeros(shape{out_, local_in_}, dtype::f32);
-    grad_weight_ = tensor::zeros(shape{out_, local_in_}, dtype::f32);
+    weight_ = be_.zeros(shape{out_, local_in_}, be_.dtype());
+    grad_weight_ = be_.zeros(shape{out_, local_in_}, dtype::f32);
     if (bias) {
-      bias_ = tensor::zeros(shape{out_}, dtype::f32);
-      grad_bias_ = tensor::zeros(shape{out_}, dtype::f32);
+      bias_ = be_.zeros(shape{out_}, be_.dtype());
+      grad_bias_ = be_.zeros(shape{out_}, dtype::f32);
     }
   }
 
   result<tensor> forward(const tensor_view& x) {
     return detail::capture("row_parallel_linear forward", [&]() -> result<tensor> {
       const std::string what = "row_parallel_linear forward";
-      detail::tp_require(x, dtype::f32, what, "x");
-      if (input_is_parallel_) {
-        detail::tp_check_last(x, local_in_, what, "x");
-        input_ = detail::copy_tensor(x);
-      } else {
-        detail::tp_check_last(x, in_, what, "x");
-        input_ = scatter_to_tp::forward(*comm_, x);
-      }
+      detail::tp_require_on(x, be_.device(), be_.dtype(), what, "x");
+      detail::tp_check_last(x, input_is_parallel_ ? local_in_ : in_, what, "x");
       if (sp_) {
         detail::tp_check_seq_dim(x, seq_dim_, what, "x");
         detail::tp_check_seq_divisible(x.size(seq_dim_), seq_dim_, comm_->size(), what);
       }
-      tensor partial = tensor::empty(detail::with_last_extent(input_.shape(), out_), dtype::f32);
-      nn::linear_forward(input_, weight_, nullptr, partial);
+      be_.before_comm(*comm_);
+      input_ = input_is_parallel_ ? detail::copy_on(*comm_, x) : scatter_to_tp::forward(*comm_, x);
+      be_.after_comm(*comm_);
+      tensor partial = be_.empty(detail::with_last_extent(input_.shape(), out_), be_.dtype());
+      be_.linear_forward(input_, weight_, nullptr, partial);
       tensor y;
+      be_.before_comm(*comm_);
       if (sp_) {
         y = reduce_scatter_to_sp::forward(*comm_, partial, seq_dim_);
       } else {
         detail::all_reduce_in_place(*comm_, partial);  // reduce_from_tp
         y = std::move(partial);
       }
-      if (has_bias()) detail::add_bias_rows(y, bias_);
+      be_.after_comm(*comm_);
+      if (has_bias()) be_.add_bias_rows(y, bias_);
       return y;
     });
   }
@@ -82,18 +84,26 @@ class row_parallel_linear {
     return detail::capture("row_parallel_linear backward", [&]() -> result<tensor> {
       const std::string what = "row_parallel_linear backward";
       if (!input_.defined()) detail::tp_invalid(what, "backward() without a forward()");
-      detail::tp_require(dy, dtype::f32, what, "dy");
+      detail::tp_require_on(dy, be_.device(), be_.dtype(), what, "dy");
       shape want = detail::with_last_extent(input_.shape(), out_);
       if (sp_) want[seq_dim_] /= comm_->size();
       detail::tp_check_shape(dy, want, what, "dy");
-      const tensor dy_full = sp_ ? reduce_scatter_to_sp::backward(*comm_, dy, seq_dim_) : tensor();
+      tensor dy_full;
+      if (sp_) {
+        be_.before_comm(*comm_);
+        dy_full = reduce_scatter_to_sp::backward(*comm_, dy, seq_dim_);
+        be_.after_comm(*comm_);
+      }
       const tensor_view& g = sp_ ? dy_full.view() : dy;
-      tensor dx = tensor::empty(input_.shape(), dtype::f32);
+      tensor dx = be_.empty(input_.shape(), be_.dtype());
       const tensor_view dxv = dx.view(), gw = grad_weight_.view(), gb = grad_bias_.view();
-      nn::linear_backward(input_, weight_, g, &dxv, &gw, has_bias() ? &gb : nullptr);
+      be_.linear_backward(input_, weight_, g, &dxv, &gw, has_bias() ? &gb : nullptr);
       input_ = tensor();
       if (input_is_parallel_) return dx;
-      return scatter_to_tp::backward(*comm_, dx);
+      be_.before_comm(*comm_);
+      tensor full = scatter_to_tp::backward(*comm_, dx);
+      be_.after_comm(*comm_);
+      return full;
     });
   }
 
@@ -102,12 +112,12 @@ class row_parallel_linear {
     const std::string what = "row_parallel_linear load_full";
     detail::tp_require(full_weight, dtype::f32, what, "weight");
     detail::tp_check_shape(full_weight, shape{out_, in_}, what, "weight");
-    weight_ = local_chunk(full_weight, 1, comm_->size(), comm_->rank());
+    weight_ = be_.upload(local_chunk(full_weight, 1, comm_->size(), comm_->rank()));
     if (full_bias != nullptr) {
       if (!has_bias()) detail::tp_invalid(what, "a bias was given to a layer without bias");
       detail::tp_require(*full_bias, dtype::f32, what, "bias");
       detail::tp_check_shape(*full_bias, shape{out_}, what, "bias");
-      bias_ = detail::copy_tensor(*full_bias);
+      bias_ = be_.upload(*full_bias);
     }
   }
 
@@ -119,20 +129,26 @@ class row_parallel_linear {
   const tensor& grad_bias() const noexcept { return grad_bias_; }      // [out], complete on every rank
   bool has_bias() const noexcept { return bias_.defined(); }
   void zero_grad() {
-    std::memset(grad_weight_.data(), 0, grad_weight_.nbytes());
-    if (has_bias()) std::memset(grad_bias_.data(), 0, grad_bias_.nbytes());
+    be_.zero(grad_weight_);
+    if (has_bias()) be_.zero(grad_bias_);
   }
   // The whole [out, in] weight gradient on every rank (one all_gather).
   result<tensor> full_grad_weight() {
     return detail::capture("row_parallel_linear full_grad_weight", [&]() -> result<tensor> {
-      return detail::gather_rows_or_copy(*comm_, grad_weight_, 1, in_);
+      be_.before_comm(*comm_);
+      tensor g = detail::gather_rows_or_copy(*comm_, grad_weight_, 1, in_);
+      be_.after_comm(*comm_);
+      return g;
     });
   }
   // The [out] bias gradient (already replicated: a copy, no communication).
-  result<tensor> full_grad_bias() const {
+  result<tensor> full_grad_bias() {
     return detail::capture("row_parallel_linear full_grad_bias", [&]() -> result<tensor> {
       if (!has_bias()) detail::tp_invalid("row_parallel_linear full_grad_bias", "the layer has no bias");
-      return detail::copy_tensor(grad_bias_);
+      be_.before_comm(*comm_);
+      tensor g = detail::copy_on(*comm_, grad_bias_);
+      be_.after_comm(*comm_);
+      return g;
     });
   }
 
@@ -141,9 +157,11 @@ class row_parallel_linear {
   std::int64_t local_in_features() const noexcept { return local_in_; }
   bool sequence_parallel() const noexcept { return sp_; }
   std::size_t seq_dim() const noexcept { return seq_dim_; }
+  const B& backend() const noexcept { return be_; }
 
  private:
   C* comm_;
+  B be_;
   std::int64_t in_, out_, local_in_ = 0;
   bool input_is_parallel_, sp_;
   std::size_t seq_dim_;

@@ -23,19 +23,20 @@ namespace jitembed::parallel {
 // Megatron's MLP: column_parallel_linear(hidden → ffn) → GELU (tanh) → row_parallel_linear(ffn → hidden,
 // input_is_parallel). Without SP: x and y replicated [..., hidden], one all_reduce forward (fc2) and one
 // backward (fc1). With SP: x and y sharded along seq_dim, one all_gather + one reduce_scatter each way.
-template <communicator C>
+// The math runs on B (backend.hpp), as in the two linear layers.
+template <communicator C, math_backend B = cpu_backend>
 class tensor_parallel_mlp {
  public:
   tensor_parallel_mlp(C& comm, std::int64_t hidden, std::int64_t ffn, bool bias = true, bool sequence_parallel = false,
-                      std::size_t seq_dim = 0)
-      : fc1_(comm, hidden, ffn, bias, false, sequence_parallel, seq_dim),
-        fc2_(comm, ffn, hidden, bias, true, sequence_parallel, seq_dim) {}
+                      std::size_t seq_dim = 0, B backend = B())
+      : fc1_(comm, hidden, ffn, bias, false, sequence_parallel, seq_dim, backend),
+        fc2_(comm, ffn, hidden, bias, true, sequence_parallel, seq_dim, backend), be_(std::move(backend)) {}
 
   result<tensor> forward(const tensor_view& x) {
     return detail::capture("tensor_parallel_mlp forward", [&]() -> result<tensor> {
       hidden_ = fc1_.forward(x).value();  // a failure is caught by capture: the same error
-      tensor act = tensor::empty(hidden_.shape(), dtype::f32);
-      nn::gelu_forward(hidden_, act);
+      tensor act = be_.empty(hidden_.shape(), be_.dtype());
+      be_.gelu_forward(hidden_, act);
       return fc2_.forward(act).value();
     });
   }
@@ -44,7 +45,7 @@ class tensor_parallel_mlp {
     return detail::capture("tensor_parallel_mlp backward", [&]() -> result<tensor> {
       if (!hidden_.defined()) detail::tp_invalid("tensor_parallel_mlp backward", "backward() without a forward()");
       tensor dact = fc2_.backward(dy).value();
-      nn::gelu_backward(hidden_, dact, dact);
+      be_.gelu_backward(hidden_, dact, dact);
       hidden_ = tensor();
       return fc1_.backward(dact).value();
     });
@@ -59,14 +60,15 @@ class tensor_parallel_mlp {
     fc1_.zero_grad();
     fc2_.zero_grad();
   }
-  column_parallel_linear<C>& fc1() noexcept { return fc1_; }
-  row_parallel_linear<C>& fc2() noexcept { return fc2_; }
-  const column_parallel_linear<C>& fc1() const noexcept { return fc1_; }
-  const row_parallel_linear<C>& fc2() const noexcept { return fc2_; }
+  column_parallel_linear<C, B>& fc1() noexcept { return fc1_; }
+  row_parallel_linear<C, B>& fc2() noexcept { return fc2_; }
+  const column_parallel_linear<C, B>& fc1() const noexcept { return fc1_; }
+  const row_parallel_linear<C, B>& fc2() const noexcept { return fc2_; }
 
  private:
-  column_parallel_linear<C> fc1_;
-  row_parallel_linear<C> fc2_;
+  column_parallel_linear<C, B> fc1_;
+  row_parallel_linear<C, B> fc2_;
+  B be_;
   tensor hidden_;  // fc1's output, pre-GELU
 };
 

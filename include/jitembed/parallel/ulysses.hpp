@@ -4,13 +4,15 @@
 // Layout: q, k, v, out are [B, S, H, D] (nn::attention_forward). Sequence-sharded tensors hold rank r's
 // chunk of S in torch.chunk layout ([B, S_r, H, D], all heads); head-sharded tensors hold the whole sequence
 // and heads [r·H/n, (r+1)·H/n) ([B, S, H/n, D]). H must be divisible by the degree; S need not be, but then
-// the global sequence length must be passed (every rank cannot infer it from its own chunk). CPU tensors.
+// the global sequence length must be passed (every rank cannot infer it from its own chunk). Tensors on the
+// CPU, or on the communicator's device (copy2d.hpp) with a device backend (backend.hpp) for the attention.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 
+#include "jitembed/parallel/backend.hpp"
 #include "jitembed/parallel/communicator.hpp"
 #include "jitembed/parallel/detail/capture.hpp"
 #include "jitembed/parallel/functional.hpp"
@@ -21,8 +23,13 @@ namespace jitembed::parallel {
 
 namespace detail {
 
-inline void check_bshd(const tensor_view& x, const char* what, const char* name) {
-  if (!x.dev().is_cpu()) throw error(errc::invalid_argument, std::string(what) + ": " + name + " must be a CPU tensor");
+// On `dev` (the CPU, or the device of the communicator / backend), contiguous, [B, S, H, D].
+inline void check_bshd(const tensor_view& x, const char* what, const char* name, jitembed::device dev = {}) {
+  if (x.dev() != dev) {
+    throw error(errc::invalid_argument, std::string(what) + ": " + name +
+                                            (dev.is_cpu() ? std::string(" must be a CPU tensor")
+                                                          : " must be on CUDA device " + std::to_string(dev.ordinal)));
+  }
   if (!x.is_contiguous()) throw error(errc::invalid_argument, std::string(what) + ": " + name + " must be contiguous");
   if (x.rank() != 4) {
     throw error(errc::invalid_argument,
@@ -44,7 +51,7 @@ inline void check_heads_divisible(std::int64_t heads, int degree, const char* wh
 template <communicator C>
 tensor seq_to_head(C& comm, const tensor_view& x, std::int64_t seq_len = -1) {
   constexpr const char* what = "seq_to_head";
-  detail::check_bshd(x, what, "x");
+  detail::check_bshd(x, what, "x", x.dev().is_cpu() ? jitembed::device::cpu() : comm.device());
   detail::check_heads_divisible(x.size(2), comm.size(), what);
   if (seq_len < 0) seq_len = x.size(1) * comm.size();
   if (comm.size() == 1) {
@@ -52,7 +59,7 @@ tensor seq_to_head(C& comm, const tensor_view& x, std::int64_t seq_len = -1) {
       throw error(errc::invalid_argument, std::string(what) + ": sequence length " + std::to_string(seq_len) +
                                               " on one rank holding " + std::to_string(x.size(1)));
     }
-    return detail::copy_tensor(x);
+    return detail::copy_on(comm, x);
   }
   return all_to_all_dim(comm, x, 2, 1, seq_len).value();
 }
@@ -62,22 +69,24 @@ tensor seq_to_head(C& comm, const tensor_view& x, std::int64_t seq_len = -1) {
 template <communicator C>
 tensor head_to_seq(C& comm, const tensor_view& x) {
   constexpr const char* what = "head_to_seq";
-  detail::check_bshd(x, what, "x");
-  if (comm.size() == 1) return detail::copy_tensor(x);
+  detail::check_bshd(x, what, "x", x.dev().is_cpu() ? jitembed::device::cpu() : comm.device());
+  if (comm.size() == 1) return detail::copy_on(comm, x);
   return all_to_all_dim(comm, x, 1, 2, x.size(2) * comm.size()).value();
 }
 
 // Self- or cross-attention over a sequence-sharded batch: forward does 4 all_to_alls (q, k, v to head-sharded,
 // the output back), backward 4 (dout to head-sharded, dq, dk, dv back). Each all_to_all moves the local
 // tensor's bytes (nccl-tests size: the send buffer). Saves the head-sharded q, k, v and probabilities.
-template <communicator C>
+// The local attention runs on B (backend.hpp): q, k, v on B's device in B's dtype.
+template <communicator C, math_backend B = cpu_backend>
 class ulysses_attention {
  public:
   struct grads {
     tensor dq, dk, dv;  // sequence-sharded like q, k, v
   };
 
-  ulysses_attention(C& comm, int heads, bool causal) : comm_(&comm), heads_(heads), causal_(causal) {
+  ulysses_attention(C& comm, int heads, bool causal, B backend = B())
+      : comm_(&comm), be_(std::move(backend)), heads_(heads), causal_(causal) {
     if (!comm.valid()) {
       throw error(errc::invalid_argument, "ulysses_attention: this rank is not in the communicator's group");
     }
@@ -91,9 +100,9 @@ class ulysses_attention {
                          std::int64_t kv_seq_len = -1) {
     return detail::capture("ulysses_attention forward", [&]() -> result<tensor> {
       constexpr const char* what = "ulysses_attention forward";
-      detail::check_bshd(q, what, "q");
-      detail::check_bshd(k, what, "k");
-      detail::check_bshd(v, what, "v");
+      detail::check_bshd(q, what, "q", be_.device());
+      detail::check_bshd(k, what, "k", be_.device());
+      detail::check_bshd(v, what, "v", be_.device());
       for (const tensor_view* t : {&q, &k, &v}) {
         if (t->size(2) != heads_) {
           throw error(errc::invalid_argument, std::string(what) + ": expected " + std::to_string(heads_) +
@@ -109,12 +118,17 @@ class ulysses_attention {
       q_local_ = q.shape();
       seq_len_ = seq_len;
       kv_seq_len_ = kv_seq_len;
+      be_.before_comm(*comm_);
       qh_ = seq_to_head(*comm_, q, seq_len);
       kh_ = seq_to_head(*comm_, k, kv_seq_len);
       vh_ = seq_to_head(*comm_, v, kv_seq_len);
-      tensor out = tensor::empty(qh_.shape(), dtype::f32);
-      saved_ = nn::attention_forward(qh_, kh_, vh_, causal_, out);
-      return head_to_seq(*comm_, out);
+      be_.after_comm(*comm_);
+      tensor out = be_.empty(qh_.shape(), qh_.dtype());
+      saved_ = be_.attention_forward(qh_, kh_, vh_, causal_, out);
+      be_.before_comm(*comm_);
+      tensor back = head_to_seq(*comm_, out);
+      be_.after_comm(*comm_);
+      return back;
     });
   }
 
@@ -123,19 +137,24 @@ class ulysses_attention {
     return detail::capture("ulysses_attention backward", [&]() -> result<grads> {
       constexpr const char* what = "ulysses_attention backward";
       if (!qh_.defined()) throw error(errc::invalid_argument, std::string(what) + ": backward() without a forward()");
-      detail::check_bshd(dout, what, "dout");
+      detail::check_bshd(dout, what, "dout", be_.device());
       if (dout.shape() != q_local_) {
         throw error(errc::invalid_argument, std::string(what) + ": dout must be " + q_local_.to_string() + ", got " +
                                                 dout.shape().to_string());
       }
+      be_.before_comm(*comm_);
       const tensor gh = seq_to_head(*comm_, dout, seq_len_);
-      tensor dq = tensor::empty(qh_.shape(), dtype::f32);
-      tensor dk = tensor::empty(kh_.shape(), dtype::f32);
-      tensor dv = tensor::empty(vh_.shape(), dtype::f32);
-      nn::attention_backward(qh_, kh_, vh_, saved_, gh, dq, dk, dv);
+      be_.after_comm(*comm_);
+      tensor dq = be_.empty(qh_.shape(), qh_.dtype());
+      tensor dk = be_.empty(kh_.shape(), kh_.dtype());
+      tensor dv = be_.empty(vh_.shape(), vh_.dtype());
+      be_.attention_backward(qh_, kh_, vh_, saved_, gh, dq, dk, dv);
       qh_ = kh_ = vh_ = tensor();
       saved_ = {};
-      return grads{head_to_seq(*comm_, dq), head_to_seq(*comm_, dk), head_to_seq(*comm_, dv)};
+      be_.before_comm(*comm_);
+      grads g{head_to_seq(*comm_, dq), head_to_seq(*comm_, dk), head_to_seq(*comm_, dv)};
+      be_.after_comm(*comm_);
+      return g;
     });
   }
 
@@ -145,12 +164,13 @@ class ulysses_attention {
 
  private:
   C* comm_;
+  B be_;
   int heads_;
   bool causal_;
   shape q_local_{};
   std::int64_t seq_len_ = 0, kv_seq_len_ = 0;
   tensor qh_, kh_, vh_;  // head-sharded [B, S, H/n, D]
-  nn::attention_saved saved_;
+  typename B::attention_saved saved_;
 };
 
 }  // namespace jitembed::parallel

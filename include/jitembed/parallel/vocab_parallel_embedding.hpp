@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "jitembed/parallel/backend.hpp"
 #include "jitembed/parallel/communicator.hpp"
 #include "jitembed/parallel/detail/tp_common.hpp"
 #include "jitembed/parallel/functional.hpp"
@@ -23,53 +24,57 @@ namespace jitembed::parallel {
 // outputs [..., hidden] are all-reduced (or, with sequence_parallel, reduce-scattered along seq_dim of the
 // ids / output). backward(dout) (with SP: this rank's sequence shard, all-gathered) scatter-adds into the
 // local shard's gradient only.
-template <communicator C>
+// The math runs on B (backend.hpp): ids i64 on B's device, the table in B's dtype, its gradient f32. On the
+// CPU every id is checked against [0, V); on a device the ids are not read back (no host wait): an id
+// outside [0, V) then gives a zero row on every rank.
+template <communicator C, math_backend B = cpu_backend>
 class vocab_parallel_embedding {
  public:
   vocab_parallel_embedding(C& comm, std::int64_t vocab, std::int64_t hidden, bool sequence_parallel = false,
-                           std::size_t seq_dim = 0)
-      : comm_(&comm), vocab_(vocab), hidden_(hidden), sp_(sequence_parallel), seq_dim_(seq_dim) {
+                           std::size_t seq_dim = 0, B backend = B())
+      : comm_(&comm), be_(std::move(backend)), vocab_(vocab), hidden_(hidden), sp_(sequence_parallel), seq_dim_(seq_dim) {
     const std::string what = "vocab_parallel_embedding";
     detail::tp_check_group(comm.valid(), what);
     detail::tp_check_divisible(vocab, "vocab", comm.size(), what);
     detail::tp_check_divisible(hidden, "hidden", 1, what);
     local_vocab_ = vocab_ / comm.size();
     start_ = local_vocab_ * comm.rank();
-    weight_ = tensor::zeros(shape{local_vocab_, hidden_}, dtype::f32);
-    grad_weight_ = tensor::zeros(shape{local_vocab_, hidden_}, dtype::f32);
+    weight_ = be_.zeros(shape{local_vocab_, hidden_}, be_.dtype());
+    grad_weight_ = be_.zeros(shape{local_vocab_, hidden_}, dtype::f32);
   }
 
   result<tensor> forward(const tensor_view& ids) {
     return detail::capture("vocab_parallel_embedding forward", [&]() -> result<tensor> {
       const std::string what = "vocab_parallel_embedding forward";
-      detail::tp_require(ids, dtype::i64, what, "ids");
+      detail::tp_require_on(ids, be_.device(), dtype::i64, what, "ids");
       if (sp_) {
         if (seq_dim_ >= ids.rank()) {
           detail::tp_invalid(what, "sequence dim " + std::to_string(seq_dim_) + " outside ids " + ids.shape().to_string());
         }
         detail::tp_check_seq_divisible(ids.size(seq_dim_), seq_dim_, comm_->size(), what);
       }
-      const std::int64_t* id = ids.data<const std::int64_t>();
-      const auto count = static_cast<std::int64_t>(ids.numel());
-      for (std::int64_t i = 0; i < count; ++i) {
-        if (id[i] < 0 || id[i] >= vocab_) {
-          detail::tp_invalid(what, "id " + std::to_string(id[i]) + " at index " + std::to_string(i) + " outside [0, " +
-                                       std::to_string(vocab_) + ")");
+      if (ids.dev().is_cpu()) {
+        const std::int64_t* id = ids.data<const std::int64_t>();
+        const auto count = static_cast<std::int64_t>(ids.numel());
+        for (std::int64_t i = 0; i < count; ++i) {
+          if (id[i] < 0 || id[i] >= vocab_) {
+            detail::tp_invalid(what, "id " + std::to_string(id[i]) + " at index " + std::to_string(i) +
+                                         " outside [0, " + std::to_string(vocab_) + ")");
+          }
         }
       }
       shape s = ids.shape();
       s.push_back(hidden_);
-      tensor out = tensor::zeros(s, dtype::f32);
-      const float* table = weight_.data<const float>();
-      float* o = out.data<float>();
-      for (std::int64_t i = 0; i < count; ++i) {
-        const std::int64_t local = id[i] - start_;
-        if (local < 0 || local >= local_vocab_) continue;  // another rank's row: zero here
-        std::memcpy(o + i * hidden_, table + local * hidden_, static_cast<std::size_t>(hidden_) * sizeof(float));
+      tensor out = be_.empty(s, be_.dtype());
+      be_.embedding_forward(ids, weight_, start_, out);  // another rank's row: zero here
+      be_.before_comm(*comm_);
+      ids_ = detail::copy_on(*comm_, ids);
+      if (sp_) {
+        out = reduce_scatter_to_sp::forward(*comm_, out, seq_dim_);
+      } else {
+        detail::all_reduce_in_place(*comm_, out);  // reduce_from_tp
       }
-      ids_ = detail::copy_tensor(ids);
-      if (sp_) return reduce_scatter_to_sp::forward(*comm_, out, seq_dim_);
-      detail::all_reduce_in_place(*comm_, out);  // reduce_from_tp
+      be_.after_comm(*comm_);
       return out;
     });
   }
@@ -78,23 +83,18 @@ class vocab_parallel_embedding {
     return detail::capture("vocab_parallel_embedding backward", [&]() -> result<void> {
       const std::string what = "vocab_parallel_embedding backward";
       if (!ids_.defined()) detail::tp_invalid(what, "backward() without a forward()");
-      detail::tp_require(dout, dtype::f32, what, "dout");
+      detail::tp_require_on(dout, be_.device(), be_.dtype(), what, "dout");
       shape want = ids_.shape();
       want.push_back(hidden_);
       if (sp_) want[seq_dim_] /= comm_->size();
       detail::tp_check_shape(dout, want, what, "dout");
-      const tensor full = sp_ ? reduce_scatter_to_sp::backward(*comm_, dout, seq_dim_) : tensor();
-      const float* g = sp_ ? full.data<const float>() : dout.data<const float>();
-      const std::int64_t* id = ids_.data<const std::int64_t>();
-      float* dt = grad_weight_.data<float>();
-      const auto count = static_cast<std::int64_t>(ids_.numel());
-      for (std::int64_t i = 0; i < count; ++i) {
-        const std::int64_t local = id[i] - start_;
-        if (local < 0 || local >= local_vocab_) continue;
-        float* row = dt + local * hidden_;
-        const float* src = g + i * hidden_;
-        for (std::int64_t j = 0; j < hidden_; ++j) row[j] += src[j];
+      tensor full;
+      if (sp_) {
+        be_.before_comm(*comm_);
+        full = reduce_scatter_to_sp::backward(*comm_, dout, seq_dim_);
+        be_.after_comm(*comm_);
       }
+      be_.embedding_backward(ids_, sp_ ? full.view() : dout, start_, grad_weight_);
       ids_ = tensor();
       return {};
     });
@@ -105,16 +105,19 @@ class vocab_parallel_embedding {
     const std::string what = "vocab_parallel_embedding load_full";
     detail::tp_require(full_weight, dtype::f32, what, "weight");
     detail::tp_check_shape(full_weight, shape{vocab_, hidden_}, what, "weight");
-    weight_ = local_chunk(full_weight, 0, comm_->size(), comm_->rank());
+    weight_ = be_.upload(local_chunk(full_weight, 0, comm_->size(), comm_->rank()));
   }
 
   const tensor& weight() const noexcept { return weight_; }            // [vocab/n, hidden]
   const tensor& grad_weight() const noexcept { return grad_weight_; }  // [vocab/n, hidden]
-  void zero_grad() { std::memset(grad_weight_.data(), 0, grad_weight_.nbytes()); }
+  void zero_grad() { be_.zero(grad_weight_); }
   // The whole [vocab, hidden] gradient on every rank (one all_gather).
   result<tensor> full_grad_weight() {
     return detail::capture("vocab_parallel_embedding full_grad_weight", [&]() -> result<tensor> {
-      return detail::gather_rows_or_copy(*comm_, grad_weight_, 0, vocab_);
+      be_.before_comm(*comm_);
+      tensor g = detail::gather_rows_or_copy(*comm_, grad_weight_, 0, vocab_);
+      be_.after_comm(*comm_);
+      return g;
     });
   }
 
@@ -127,6 +130,7 @@ class vocab_parallel_embedding {
 
  private:
   C* comm_;
+  B be_;
   std::int64_t vocab_, hidden_, local_vocab_ = 0, start_ = 0;
   bool sp_;
   std::size_t seq_dim_;

@@ -83,7 +83,7 @@ struct gemm_dims {
 };
 
 // The checks gemm() makes before touching the GPU: 2-D contiguous views on `cuda_device`, one dtype
-// (f32 or bf16) for A, B and C, op(A) [M,K] · op(B) [K,N] = C [M,N], every extent within cuBLAS's int.
+// (f32 or bf16) for A, B and C (or bf16 A, B with an f32 C), op(A) [M,K] · op(B) [K,N] = C [M,N], every extent within cuBLAS's int.
 inline result<gemm_dims> check_gemm(bool trans_a, bool trans_b, const tensor_view& a, const tensor_view& b,
                                     const tensor_view& c, int cuda_device) {
   const tensor_view* views[3] = {&a, &b, &c};
@@ -109,7 +109,8 @@ inline result<gemm_dims> check_gemm(bool trans_a, bool trans_b, const tensor_vie
   if (a.dtype() != dtype::f32 && a.dtype() != dtype::bf16) {
     return fail(errc::dtype_mismatch, "gemm: dtype " + std::string(to_string(a.dtype())) + " (f32 or bf16 only)");
   }
-  if (b.dtype() != a.dtype() || c.dtype() != a.dtype()) {
+  const bool f32_out = a.dtype() == dtype::bf16 && c.dtype() == dtype::f32;  // bf16 inputs, f32 accumulator
+  if (b.dtype() != a.dtype() || (c.dtype() != a.dtype() && !f32_out)) {
     return fail(errc::dtype_mismatch, "gemm: A is " + std::string(to_string(a.dtype())) + ", B is " +
                                           std::string(to_string(b.dtype())) + ", C is " + std::string(to_string(c.dtype())));
   }
@@ -134,7 +135,8 @@ inline result<gemm_dims> check_gemm(bool trans_a, bool trans_b, const tensor_vie
 
 // C[M,N] = alpha·op(A)·op(B) + beta·C on h's stream, row-major like nn::gemm. cuBLAS is column-major,
 // where a row-major X is Xᵀ: so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ with the operands swapped, each leading
-// dimension being its row-major column count. bf16 accumulates in fp32. Throws jitembed::error.
+// dimension being its row-major column count. bf16 accumulates in fp32; with bf16 A and B, C may be f32
+// (gradients accumulated in f32). Throws jitembed::error.
 inline void gemm(cublas_handle& h, bool trans_a, bool trans_b, float alpha, const tensor_view& a, const tensor_view& b,
                  float beta, const tensor_view& c) {
   const auto g = detail::check_gemm(trans_a, trans_b, a, b, c, h.device()).value();
@@ -149,8 +151,9 @@ inline void gemm(cublas_handle& h, bool trans_a, bool trans_b, float alpha, cons
     JITEMBED_CUBLAS_CHECK(cublasSgemm(h.get(), op_b, op_a, n, m, k, &alpha, b.data<const float>(), ldb,
                                       a.data<const float>(), lda, &beta, c.data<float>(), ldc));
   } else {
+    const cudaDataType_t c_type = c.dtype() == dtype::f32 ? CUDA_R_32F : CUDA_R_16BF;
     JITEMBED_CUBLAS_CHECK(cublasGemmEx(h.get(), op_b, op_a, n, m, k, &alpha, b.data(), CUDA_R_16BF, ldb, a.data(),
-                                       CUDA_R_16BF, lda, &beta, c.data(), CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
+                                       CUDA_R_16BF, lda, &beta, c.data(), c_type, ldc, CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT));
   }
 }

@@ -32,6 +32,17 @@ inline void tp_require(const tensor_view& x, dtype t, const std::string& what, c
   if (!x.is_contiguous()) tp_invalid(what, std::string(name) + " must be contiguous, got " + x.shape().to_string());
 }
 
+// tp_require for a layer's backend: on its device (the CPU message is tp_require's), of its dtype.
+inline void tp_require_on(const tensor_view& x, jitembed::device dev, dtype t, const std::string& what, const char* name) {
+  if (dev.is_cpu()) return tp_require(x, t, what, name);
+  if (x.dev() != dev) tp_invalid(what, std::string(name) + " must be on CUDA device " + std::to_string(dev.ordinal));
+  if (x.dtype() != t) {
+    tp_invalid(what, std::string(name) + " must be " + std::string(to_string(t)) + ", got " +
+                         std::string(to_string(x.dtype())));
+  }
+  if (!x.is_contiguous()) tp_invalid(what, std::string(name) + " must be contiguous, got " + x.shape().to_string());
+}
+
 inline void tp_check_group(bool valid, const std::string& what) {
   if (!valid) tp_invalid(what, "this rank is not in the communicator's group (empty communicator)");
 }
@@ -94,7 +105,7 @@ inline void add_bias_rows(const tensor_view& y, const tensor_view& b) {
 
 template <communicator C>
 tensor gather_rows_or_copy(C& comm, const tensor_view& local, std::size_t dim, std::int64_t global) {
-  if (comm.size() == 1) return copy_tensor(local);
+  if (comm.size() == 1) return copy_on(comm, local);
   return all_gather_dim(comm, local, dim, global).value();
 }
 

@@ -19,6 +19,9 @@
 #   test         the test command (scripts/test.sh): every CPU component (LibTorch for the torch tests),
 #                tools, tests, benchmarks, the test peers (redis-server, lmdb-utils, ffmpeg, Python peers
 #                in .venv, conan in .venv for ctest packaging/conan, the Triton peer in .venv-triton)
+#   python       the jitembed Python module (python/) built and installed into .venv with its test deps
+#                (nanobind, scikit-build-core, pytest, numpy, msgpack, msgpack-numpy, Pillow); skipped when its
+#                sources are unchanged since the last install; part of `test` (not of `demo`)
 #   all          test
 # The per-component Debian packages follow cmake/components.json (ctest packaging/graph checks them).
 set -euo pipefail
@@ -96,6 +99,7 @@ with_test_peers=0
 for s in "${sets[@]}"; do
   case "$s" in
     build) ;;
+    python) components+=(server client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1 ;;
     tools) components+=(server client lmdb redis); dev+=(tools) ;;
     demo) components+=(server client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
@@ -108,6 +112,9 @@ for s in "${sets[@]}"; do
       fi ;;
   esac
 done
+with_python=0
+case " ${sets[*]} " in *" python "* | *" test "* | *" all "*) with_python=1 ;; esac
+if [ "$with_python" = 1 ]; then packages_python="python3-venv"; else packages_python=""; fi
 # closure over the component graph
 closed=()
 todo=(core "${components[@]}")
@@ -121,6 +128,7 @@ packages=($build_debs)
 for c in "${closed[@]}"; do packages+=(${component_debs[$c]}); done
 for d in "${dev[@]}"; do packages+=(${development_debs[$d]}); done
 if [ "$with_test_peers" = 1 ]; then packages+=($test_peer_debs); fi
+packages+=($packages_python)
 mapfile -t packages < <(printf '%s\n' "${packages[@]}" | awk 'NF && !seen[$0]++')
 echo "install-deps: sets ${sets[*]}: components ${closed[*]}"
 if [ "${JITEMBED_INSTALL_DEPS_LIST:-0}" = "1" ]; then  # print the Debian packages and stop (for measurements)
@@ -145,6 +153,35 @@ else
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+# --- the jitembed Python module (python/) -------------------------------------------------------------------
+# pip install of ./python into .venv (no build isolation: the pinned nanobind / scikit-build-core below, and
+# the build tree python/build/ is reused, so a rebuild after a change recompiles only what changed). Skipped
+# when a hash over its sources (python/, include/, cmake/, CMakeLists.txt; ~20 ms) and the pins match the last
+# install and the module imports. A fresh build of the extension takes minutes on 2 cores.
+if [ "$with_python" = 1 ]; then
+  py_venv="$root/.venv"
+  py_pins="nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0 numpy msgpack msgpack-numpy Pillow"
+  py_stamp="$py_venv/.jitembed-python"
+  py_hash="$(cd "$root" && find python include cmake CMakeLists.txt -type f ! -path 'python/build/*' ! -name '*.pyc' -print0 |
+             LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+  if [ ! -x "$py_venv/bin/python" ]; then python3 -m venv "$py_venv"; fi
+  if [ -f "$py_stamp" ] && [ "$(cat "$py_stamp")" = "$py_hash $py_pins" ] &&
+     "$py_venv/bin/python" -c "import jitembed._jitembed, pytest, numpy, msgpack, msgpack_numpy, PIL" 2>/dev/null; then
+    echo "install-deps: .venv has the jitembed Python module (sources unchanged)"
+  else
+    rm -f "$py_stamp"
+    # shellcheck disable=SC2086
+    "$py_venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 30 --retries 2 $py_pins ||
+      { echo "install-deps: error: could not install the Python module's build and test dependencies" >&2; exit 1; }
+    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+      "$py_venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$root/python" ||
+      { echo "install-deps: error: could not build the jitembed Python module (pip install ./python)" >&2; exit 1; }
+    echo "$py_hash $py_pins" > "$py_stamp"
+    echo "install-deps: built and installed the jitembed Python module into .venv"
+  fi
+fi
+# --- end jitembed Python module --------------------------------------------------------------------------------
 
 if [ "$with_test_peers" != 1 ]; then
   exit 0

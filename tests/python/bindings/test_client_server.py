@@ -53,7 +53,7 @@ def image_records(jpeg_bytes, n):
 
 
 def assert_bitwise_equal(a, b):
-    assert a.model_name == b.model_name and a.model_version == b.model_version
+    assert a.model_name == b.model_name  # (versions differ in form: "1" from a server, the fingerprint locally)
     assert list(a.outputs) == list(b.outputs)
     for name in a.outputs:
         x, y = a[name], b[name]

@@ -1,44 +1,103 @@
 #!/usr/bin/env bash
-# The one prepared GPU check (run on a machine with a CUDA device): builds with CUDA, runs the
-# cuda-labelled tests and the GPU benchmarks, and writes JSON results to $OUT (default ./gpu-out).
-# Keep it short: minutes, not more.
+# The one prepared GPU check. GPU minutes are spent on running only:
+#   scripts/gpu-check.sh build   on the CPU machine (CUDA toolkit, no GPU needed): configures BUILD_DIR
+#                                (default build/gpu) for CUDA_ARCH (default 90: H100/H200), builds the cuda
+#                                tests and the GPU benchmarks, and packs them with the non-CUDA shared
+#                                libraries they need into build/gpu-carry/gpu-check.tar.gz (checked ≤ 64 MiB),
+#                                with examples/hybrid_parallel (run with --device cuda: 4 ranks on one GPU)
+#   scripts/gpu-check.sh run     on the GPU machine, from build/gpu-carry (device tool: carry
+#                                ["build/gpu-carry"]): runs the cuda tests and the GPU benchmarks, JSON to
+#                                $OUT (default ./gpu-out), each step under a timeout, all within 8 minutes
+#   scripts/gpu-check.sh         both, on one machine that has a GPU and the build dependencies
+# It exits non-zero when a build, a test (a CUDA test skipped on a GPU machine counts as failed) or a
+# benchmark fails.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-out="${OUT:-$root/gpu-out}"
-mkdir -p "$out"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.csv" 2>&1 || true
-
-bash scripts/install-deps.sh > "$out/install.log" 2>&1
+mode="${1:-all}"
 build_dir="${BUILD_DIR:-build/gpu}"
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DJITEMBED_WITH_CUDA=ON \
-  -DCMAKE_CUDA_COMPILER="${NVCC:-/usr/local/cuda/bin/nvcc}" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
-  -DJITEMBED_BUILD_TOOLS=OFF -DJITEMBED_BUILD_EXAMPLES=OFF > "$out/configure.log" 2>&1
-targets=(test_cuda)
-[ -f benchmarks/cuda/CMakeLists.txt ] && targets+=(bench_cuda)
-[ -f tests/nccl/CMakeLists.txt ] && targets+=(test_nccl)  # NCCL communicator + cuBLAS GEMM (ctest label cuda)
-[ -f benchmarks/parallel/bench_parallel.cpp ] && targets+=(bench_parallel)
-cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}" > "$out/build.log" 2>&1
+carry="$root/build/gpu-carry"
+bins=(tests/cuda/test_cuda tests/nccl/test_nccl tests/nccl/test_parallel_cuda benchmarks/cuda/bench_cuda
+      benchmarks/parallel/bench_parallel examples/hybrid_parallel)
 
-status=0
-ctest --test-dir "$build_dir" -L cuda --output-on-failure --no-tests=error --output-junit "$out/cuda-tests.xml" \
-  > "$out/cuda-tests.log" 2>&1 || status=$?
-# A skipped CUDA test on a GPU machine is a failure of this check.
-if grep -q "Skipped" "$out/cuda-tests.log"; then status=1; fi
-if [ -x "$build_dir/benchmarks/cuda/bench_cuda" ]; then
-  "$build_dir/benchmarks/cuda/bench_cuda" > "$out/bench_cuda.txt" 2>&1 || status=$?
-  grep '^{' "$out/bench_cuda.txt" > "$out/bench_cuda.jsonl" || true
-fi
-if [ -x "$build_dir/benchmarks/parallel/bench_parallel" ]; then
-  # NCCL algbw / busbw per collective and size (the world size it ran is in each row, "ranks"), then the
-  # Gloo collectives and the TP MLP / Ulysses steps on this machine's CPUs.
-  timeout 300 "$build_dir/benchmarks/parallel/bench_parallel" nccl gloo tp_mlp ulysses > "$out/bench_parallel.txt" 2>&1 || status=$?
-  grep '^{' "$out/bench_parallel.txt" > "$out/bench_parallel.jsonl" || true
-fi
-if [ -x "$build_dir/tests/nccl/test_nccl" ]; then  # which NCCL world size the tests ran (ranks as threads)
-  "$build_dir/tests/nccl/test_nccl" -tc='*all_reduce*' 2>&1 | grep "nccl world:" | tee "$out/nccl-world.txt" || true
-fi
-tail -n 5 "$out/cuda-tests.log"
-[ -f "$out/bench_cuda.txt" ] && cat "$out/bench_cuda.txt"
-[ -f "$out/bench_parallel.txt" ] && cat "$out/bench_parallel.txt"
-exit $status
+do_build() {
+  local log="$carry/build.log"
+  rm -rf "$carry" && mkdir -p "$carry/bin" "$carry/lib"
+  echo "configure + build $build_dir (sm_${CUDA_ARCH:-90}); log: $log"
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DJITEMBED_WITH_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER="${NVCC:-/usr/local/cuda/bin/nvcc}" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
+    -DJITEMBED_BUILD_TESTS=ON -DJITEMBED_BUILD_BENCHMARKS=ON -DJITEMBED_BUILD_TOOLS=OFF -DJITEMBED_BUILD_EXAMPLES=ON \
+    > "$log" 2>&1
+  cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" --target test_cuda test_nccl test_parallel_cuda bench_cuda bench_parallel hybrid_parallel \
+    >> "$log" 2>&1 || { tail -n 30 "$log"; return 1; }
+  for b in "${bins[@]}"; do cp "$build_dir/$b" "$carry/bin/"; done
+  # Shared libraries the GPU machine may lack: everything but glibc, the C++ runtime and CUDA's own
+  # (cudart, cuBLAS, NCCL come from that machine's toolkit / Python wheels).
+  for b in "$carry"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+      libcuda.so*|libcudart.so*|libcublas*.so*|libnccl.so*) ;;
+      *) cp -L "$lib" "$carry/lib/" ;;
+    esac
+  done
+  tar -C "$carry" -czf "$carry/gpu-check.tar.gz" bin lib
+  rm -rf "$carry/bin" "$carry/lib"
+  local size
+  size=$(stat -c %s "$carry/gpu-check.tar.gz")
+  echo "packed $carry/gpu-check.tar.gz: $((size / 1048576)) MiB"
+  [ "$size" -le $((60 * 1048576)) ] || { echo "over the 64 MiB carry limit (with the repo)"; return 1; }
+}
+
+# Runs "$@" under `timeout`, output to $out/<name>.txt; the JSON lines (benchmarks) to <name>.jsonl.
+step() {
+  local name="$1" secs="$2"
+  shift 2
+  local rc=0
+  echo "== $name (≤ ${secs} s)"
+  timeout "$secs" "$@" > "$out/$name.txt" 2>&1 || rc=$?
+  grep '^{' "$out/$name.txt" > "$out/$name.jsonl" 2>/dev/null || rm -f "$out/$name.jsonl"
+  tail -n 4 "$out/$name.txt"
+  if [ "$rc" -ne 0 ]; then echo "$name: exit $rc"; status=1; fi
+  if grep -q "no CUDA device" "$out/$name.txt"; then echo "$name: skipped on a GPU machine"; status=1; fi
+}
+
+do_run() {
+  out="${OUT:-$root/gpu-out}"
+  mkdir -p "$out"
+  status=0
+  local dir=/tmp/jitembed-gpu-check
+  rm -rf "$dir" && mkdir -p "$dir"
+  tar -C "$dir" -xzf "$carry/gpu-check.tar.gz"
+  # cudart / cuBLAS / NCCL: the toolkit's, then the Python wheels' (nvidia-*-cu13) of the GPU machine.
+  local libs="$dir/lib"
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && libs="$libs:$d"
+  done
+  local site
+  site="$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null || true)"
+  if [ -n "$site" ]; then
+    for d in "$site"/nvidia/*/lib; do [ -d "$d" ] && libs="$libs:$d"; done
+  fi
+  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.csv" 2>&1 || true
+  for b in "$dir"/bin/*; do
+    if ldd "$b" | grep -q "not found"; then echo "$(basename "$b"): missing libraries"; ldd "$b" | grep "not found"; status=1; fi
+  done
+  local bin="$dir/bin"
+  step cuda-tests 60 "$bin/test_cuda"
+  step nccl-tests 90 "$bin/test_nccl"
+  step parallel-cuda-tests 100 "$bin/test_parallel_cuda"
+  step bench_cuda 40 "$bin/bench_cuda"
+  step hybrid_parallel 30 "$bin/hybrid_parallel" --device cuda --llm-ranks 0,1,2,3
+  step bench_parallel 140 "$bin/bench_parallel" --device cuda gemm tp_mlp ulysses nccl
+  grep -h "nccl world:" "$out/nccl-tests.txt" > "$out/nccl-world.txt" 2>/dev/null || true
+  echo "gpu-check: $([ "$status" -eq 0 ] && echo OK || echo FAILED); results in $out"
+  return "$status"
+}
+
+case "$mode" in
+  build) do_build ;;
+  run) do_run ;;
+  all) do_build && do_run ;;
+  *) echo "usage: scripts/gpu-check.sh [build|run]" >&2; exit 2 ;;
+esac

@@ -6,8 +6,13 @@
 // reference (model.hpp), then the bytes each collective moved next to its formula. Exit code 0 when
 // every relative error is ≤ the tolerance and every byte count equals its formula.
 //
-//   hybrid_parallel [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--tolerance 1e-5]
+//   hybrid_parallel [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--tolerance 1e-5] [--device cpu|cuda]
 // (any rank sets of the 4: shared, overlapping or disjoint, e.g. --encoder-ranks 0,1 --llm-ranks 2,3)
+// --device cuda (CUDA builds): the Ulysses attention and the LM's tensor-parallel layers run on GPU 0 with
+// cuda_backend (f32), all 4 ranks on the one GPU, their collectives through host_staged_communicator over
+// the same Gloo groups; the glue between the layers (LayerNorm, residuals, the local attention, the loss)
+// stays the CPU reference math, so tensors cross to the GPU and back at each layer (a demonstration of the
+// device path, not a fast one). Default tolerance there 1e-4.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +27,10 @@
 #include "jitembed/parallel/tensor_parallel.hpp"
 #include "jitembed/parallel/ulysses.hpp"
 #include "model.hpp"
+#if defined(JITEMBED_HAS_NCCL)
+#include "jitembed/parallel/cuda/backend.hpp"
+#include "jitembed/parallel/cuda/host_staged.hpp"
+#endif
 
 namespace {
 
@@ -44,6 +53,38 @@ struct outcome {
 };
 
 tensor reshape(const tensor& t, const shape& s) { return hybrid::reshape(t, s); }
+
+// Where a rank's TP/SP layers run. cpu_mode: on the Gloo groups themselves with the nn math.
+struct cpu_mode {
+  using comm = comm_t;
+  using backend = cpu_backend;
+  comm& attach(comm_t& group, int) { return group; }
+  backend be() const { return {}; }
+  tensor up(const tensor& t) const { return t; }
+  tensor down(const tensor& t) const { return t; }
+  const comm_stats& stats(comm_t& group, int) const { return group.stats(); }
+};
+
+#if defined(JITEMBED_HAS_NCCL)
+// cuda_mode: GPU 0, one stream per rank; each group's layers get a host-staged communicator over a
+// sub-communicator of that group (same ranks, its own stats), staged on the rank's stream.
+struct cuda_mode {
+  using comm = host_staged_communicator<comm_t>;
+  using backend = cuda_backend;
+  jitembed::cuda::stream stream;
+  cuda_backend b = cuda_backend::create(stream, dtype::f32).value();
+  std::unique_ptr<comm> staged[2];
+  comm& attach(comm_t& group, int slot) {
+    staged[slot] = std::make_unique<comm>(group.split(0, group.rank()).value(), cuda_staging(stream, 0));
+    group.stats().reset();  // the split's all_gather is not part of the step
+    return *staged[slot];
+  }
+  backend be() const { return b; }
+  tensor up(const tensor& t) const { return b.upload_as(t, t.dtype()); }  // f32 activations, i64 ids
+  tensor down(const tensor& t) const { return b.download(t); }
+  const comm_stats& stats(comm_t&, int slot) const { return staged[slot]->stats(); }
+};
+#endif
 
 // Rows of the fused QKV weight ordered so that rank r's contiguous shard is [q_r; k_r; v_r] (its heads).
 tensor fuse_qkv(const tensors& p, int tp) {
@@ -69,16 +110,20 @@ void unfuse_qkv(const tensor& fused, int tp, tensors& out) {
 }
 
 // The vision encoder on its sequence-parallel group: this rank's patches, replicated weights, Ulysses
-// attention; backward accumulates the weight gradients of this rank's tokens into g.
+// attention (on `dev`, the mode's communicator of the group); backward accumulates the weight gradients of
+// this rank's tokens into g.
+template <class Mode>
 struct sp_encoder {
   const hybrid::config& c;
   const tensors& p;
   comm_t& comm;
+  Mode& mode;
+  typename Mode::comm* dev = nullptr;
   std::int64_t s_local = 0;
   shape s4;
   tensor x_in, x0, q, k, v, att, x1, h, gh, x2;
   hybrid::ln_out a1, a2;
-  std::unique_ptr<ulysses_attention<comm_t>> uly;
+  std::unique_ptr<ulysses_attention<typename Mode::comm, typename Mode::backend>> uly;
 
   tensor forward(const tensor& patches) {
     using hybrid::linear;
@@ -91,8 +136,11 @@ struct sp_encoder {
     q = linear(a1.y, p.at("enc.q.w"), nullptr);
     k = linear(a1.y, p.at("enc.k.w"), nullptr);
     v = linear(a1.y, p.at("enc.v.w"), nullptr);
-    uly = std::make_unique<ulysses_attention<comm_t>>(comm, static_cast<int>(c.enc_heads), /*causal=*/false);
-    att = reshape(uly->forward(reshape(q, s4), reshape(k, s4), reshape(v, s4), c.patches).value(), {c.batch, s_local, c.enc_hidden});
+    uly = std::make_unique<ulysses_attention<typename Mode::comm, typename Mode::backend>>(
+        *dev, static_cast<int>(c.enc_heads), /*causal=*/false, mode.be());
+    const tensor o = uly->forward(mode.up(reshape(q, s4)), mode.up(reshape(k, s4)), mode.up(reshape(v, s4)), c.patches)
+                         .value();
+    att = reshape(mode.down(o), {c.batch, s_local, c.enc_hidden});
     x1 = hybrid::add(x0, linear(att, p.at("enc.o.w"), &p.at("enc.o.b")));
     a2 = hybrid::layer_norm(x1, p, "enc.ln2", c.eps);
     h = linear(a2.y, p.at("enc.fc1.w"), &p.at("enc.fc1.b"));
@@ -108,11 +156,13 @@ struct sp_encoder {
     tensor da2 = linear_back(a2.y, p.at("enc.fc1.w"), hybrid::gelu_back(h, dgh), g, "enc.fc1", true);
     tensor dx1 = hybrid::add(dx2, hybrid::layer_norm_back(x1, p, a2, da2, g, "enc.ln2"));
     tensor datt = linear_back(att, p.at("enc.o.w"), dx1, g, "enc.o", true);
-    auto dqkv = uly->backward(reshape(datt, s4).view()).value();
+    auto dqkv = uly->backward(mode.up(reshape(datt, s4))).value();
     const shape s3{c.batch, s_local, c.enc_hidden};
-    tensor da1 = linear_back(a1.y, p.at("enc.q.w"), reshape(dqkv.dq, s3), g, "enc.q", false);
-    pm::add_inplace(da1.view(), linear_back(a1.y, p.at("enc.k.w"), reshape(dqkv.dk, s3), g, "enc.k", false).view());
-    pm::add_inplace(da1.view(), linear_back(a1.y, p.at("enc.v.w"), reshape(dqkv.dv, s3), g, "enc.v", false).view());
+    tensor da1 = linear_back(a1.y, p.at("enc.q.w"), reshape(mode.down(dqkv.dq), s3), g, "enc.q", false);
+    pm::add_inplace(da1.view(),
+                    linear_back(a1.y, p.at("enc.k.w"), reshape(mode.down(dqkv.dk), s3), g, "enc.k", false).view());
+    pm::add_inplace(da1.view(),
+                    linear_back(a1.y, p.at("enc.v.w"), reshape(mode.down(dqkv.dv), s3), g, "enc.v", false).view());
     tensor dx0 = hybrid::add(dx1, hybrid::layer_norm_back(x0, p, a1, da1, g, "enc.ln1"));
     (void)linear_back(x_in, p.at("enc.patch.w"), dx0, g, "enc.patch", true);
     // Replicated encoder weights saw only this rank's tokens: one fused all_reduce completes their gradients.
@@ -124,21 +174,26 @@ struct sp_encoder {
   }
 };
 
+template <class Mode>
 void rank_main(comm_t& world, const hybrid::config& c, const tensors& p, const hybrid::batch& in, const hybrid_plan& plan,
-               outcome& res) {
+               outcome& res, Mode& mode) {
+  using dcomm = typename Mode::comm;
+  using backend = typename Mode::backend;
   namespace pm = parallel::math;
   using hybrid::linear;
   using hybrid::linear_back;
   tensors g = hybrid::zero_grads(p);
   comm_t enc = plan.group(world, "vision_encoder").value();
   comm_t lm = plan.group(world, "language_model").value();
+  dcomm* enc_dev = enc.valid() ? &mode.attach(enc, 0) : nullptr;
+  dcomm* lm_dev = lm.valid() ? &mode.attach(lm, 1) : nullptr;
   world.stats().reset();
   const shape enc_global{c.batch, c.patches, c.enc_hidden};
   const layout src = plan.activation_layout("vision_encoder", 1);  // shard(sequence) over the SP ranks
   const layout dst = plan.activation_layout("language_model", 1);  // replicate over the TP ranks
 
   // ---- vision encoder, sequence parallel (on the ranks of its group) ----
-  sp_encoder encoder{c, p, enc};
+  sp_encoder<Mode> encoder{c, p, enc, mode, enc_dev};
   tensor x2;
   if (enc.valid()) x2 = encoder.forward(in.patches);
 
@@ -151,45 +206,49 @@ void rank_main(comm_t& world, const hybrid::config& c, const tensors& p, const h
     // ---- language model, tensor parallel ----
     const int tp = lm.size();
     const std::int64_t hl = c.lm_hidden, hl_t = hl / tp, heads_t = c.lm_heads / tp, t = c.tokens();
-    column_parallel_linear<comm_t> qkv(lm, hl, 3 * hl, /*bias=*/false);
+    dcomm& lmc = *lm_dev;
+    const backend be = mode.be();
+    const auto up = [&](const tensor& t) { return mode.up(t); };
+    const auto down = [&](const tensor& t) { return mode.down(t); };
+    column_parallel_linear<dcomm, backend> qkv(lmc, hl, 3 * hl, /*bias=*/false, false, false, 0, be);
     qkv.load_full(fuse_qkv(p, tp).view(), nullptr);
-    row_parallel_linear<comm_t> proj(lm, hl, hl, /*bias=*/true, /*input_is_parallel=*/true);
+    row_parallel_linear<dcomm, backend> proj(lmc, hl, hl, /*bias=*/true, /*input_is_parallel=*/true, false, 0, be);
     proj.load_full(p.at("lm.o.w").view(), p.at("lm.o.b").view());
-    tensor_parallel_mlp<comm_t> mlp(lm, hl, c.lm_ffn);
+    tensor_parallel_mlp<dcomm, backend> mlp(lmc, hl, c.lm_ffn, true, false, 0, be);
     const tensor_view b1v = p.at("lm.fc1.b").view(), b2v = p.at("lm.fc2.b").view();
     mlp.load_full(p.at("lm.fc1.w").view(), &b1v, p.at("lm.fc2.w").view(), &b2v);
-    vocab_parallel_embedding<comm_t> emb(lm, c.vocab, hl);
+    vocab_parallel_embedding<dcomm, backend> emb(lmc, c.vocab, hl, false, 0, be);
     emb.load_full(p.at("lm.embed").view());
-    column_parallel_linear<comm_t> head(lm, hl, c.vocab, /*bias=*/false, /*gather_output=*/true);
+    column_parallel_linear<dcomm, backend> head(lmc, hl, c.vocab, /*bias=*/false, /*gather_output=*/true, false, 0, be);
     head.load_full(p.at("lm.head.w").view(), nullptr);
 
     const auto [ids_in, targets] = hybrid::split_ids(c, in.ids);
     tensor img = linear(enc_full, p.at("lm.conn.w"), &p.at("lm.conn.b"));
-    tensor txt = emb.forward(ids_in.view()).value();
+    tensor txt = down(emb.forward(up(ids_in)).value());
     const tensor_view parts[] = {img.view(), txt.view()};
     tensor h0 = concat(parts, 1);
     auto b1 = hybrid::layer_norm(h0, p, "lm.ln1", c.eps);
-    tensor qkv_local = qkv.forward(b1.y.view()).value();  // [B, T, 3·hl/tp]: this rank's heads
+    tensor qkv_local = down(qkv.forward(up(b1.y)).value());  // [B, T, 3·hl/tp]: this rank's heads
     tensor lq = narrow(qkv_local.view(), 2, 0, hl_t), lk = narrow(qkv_local.view(), 2, hl_t, hl_t),
            lv = narrow(qkv_local.view(), 2, 2 * hl_t, hl_t);
     auto lat = hybrid::attention(lq, lk, lv, heads_t, /*causal=*/true);
-    tensor h1 = hybrid::add(h0, proj.forward(lat.out.view()).value());
+    tensor h1 = hybrid::add(h0, down(proj.forward(up(lat.out)).value()));
     auto b2 = hybrid::layer_norm(h1, p, "lm.ln2", c.eps);
-    tensor h2 = hybrid::add(h1, mlp.forward(b2.y.view()).value());
+    tensor h2 = hybrid::add(h1, down(mlp.forward(up(b2.y)).value()));
     auto bf = hybrid::layer_norm(h2, p, "lm.lnf", c.eps);
     tensor ft = narrow(bf.y.view(), 1, c.patches, c.text);
-    tensor logits = head.forward(ft.view()).value();
+    tensor logits = down(head.forward(up(ft)).value());
     tensor dlogits = tensor::empty(logits.shape(), dtype::f32);
     const tensor_view dl2 = reshape(dlogits, {c.batch * c.text, c.vocab}).view();
     const float loss = pm::cross_entropy_forward_backward(reshape(logits, {c.batch * c.text, c.vocab}).view(),
                                                           reshape(targets, {c.batch * c.text}).view(), &dl2);
     // backward
-    tensor dft = head.backward(dlogits.view()).value();
+    tensor dft = down(head.backward(up(dlogits)).value());
     tensor dbf = tensor::zeros(bf.y.shape(), dtype::f32);
     copy_into(dbf.view(), 1, c.patches, dft.view());
     tensor dh2 = hybrid::layer_norm_back(h2, p, bf, dbf, g, "lm.lnf");
-    tensor dh1 = hybrid::add(dh2, hybrid::layer_norm_back(h1, p, b2, mlp.backward(dh2.view()).value(), g, "lm.ln2"));
-    tensor dlat = proj.backward(dh1.view()).value();
+    tensor dh1 = hybrid::add(dh2, hybrid::layer_norm_back(h1, p, b2, down(mlp.backward(up(dh2)).value()), g, "lm.ln2"));
+    tensor dlat = down(proj.backward(up(dh1)).value());
     tensor dlq = tensor::empty(lq.shape(), dtype::f32), dlk = tensor::empty(lk.shape(), dtype::f32),
            dlv = tensor::empty(lv.shape(), dtype::f32);
     const shape l4{c.batch, t, heads_t, hl_t / heads_t};
@@ -197,23 +256,23 @@ void rank_main(comm_t& world, const hybrid::config& c, const tensors& p, const h
                            reshape(dlat, l4).view(), reshape(dlq, l4).view(), reshape(dlk, l4).view(),
                            reshape(dlv, l4).view());
     const tensor_view dparts[] = {dlq.view(), dlk.view(), dlv.view()};
-    tensor db1 = qkv.backward(concat(dparts, 2).view()).value();
+    tensor db1 = down(qkv.backward(up(concat(dparts, 2))).value());
     tensor dh0 = hybrid::add(dh1, hybrid::layer_norm_back(h0, p, b1, db1, g, "lm.ln1"));
-    emb.backward(narrow(dh0.view(), 1, c.patches, c.text).view()).value();
+    emb.backward(up(narrow(dh0.view(), 1, c.patches, c.text))).value();
     dx2_full = linear_back(enc_full, p.at("lm.conn.w"), narrow(dh0.view(), 1, 0, c.patches), g, "lm.conn", true);
 
     // Stats of the step, then the gathers for the comparison (not part of the step).
-    const comm_stats lm_step = lm.stats();
+    const comm_stats lm_step = mode.stats(lm, 1);
     tensors lm_grads;
-    unfuse_qkv(qkv.full_grad_weight().value(), tp, lm_grads);
-    lm_grads["lm.o.w"] = proj.full_grad_weight().value();
-    lm_grads["lm.o.b"] = proj.full_grad_bias().value();
-    lm_grads["lm.fc1.w"] = mlp.fc1().full_grad_weight().value();
-    lm_grads["lm.fc1.b"] = mlp.fc1().full_grad_bias().value();
-    lm_grads["lm.fc2.w"] = mlp.fc2().full_grad_weight().value();
-    lm_grads["lm.fc2.b"] = mlp.fc2().full_grad_bias().value();
-    lm_grads["lm.embed"] = emb.full_grad_weight().value();
-    lm_grads["lm.head.w"] = head.full_grad_weight().value();
+    unfuse_qkv(down(qkv.full_grad_weight().value()), tp, lm_grads);
+    lm_grads["lm.o.w"] = down(proj.full_grad_weight().value());
+    lm_grads["lm.o.b"] = down(proj.full_grad_bias().value());
+    lm_grads["lm.fc1.w"] = down(mlp.fc1().full_grad_weight().value());
+    lm_grads["lm.fc1.b"] = down(mlp.fc1().full_grad_bias().value());
+    lm_grads["lm.fc2.w"] = down(mlp.fc2().full_grad_weight().value());
+    lm_grads["lm.fc2.b"] = down(mlp.fc2().full_grad_bias().value());
+    lm_grads["lm.embed"] = down(emb.full_grad_weight().value());
+    lm_grads["lm.head.w"] = down(head.full_grad_weight().value());
     for (const char* n : {"lm.conn.w", "lm.conn.b", "lm.ln1.g", "lm.ln1.b", "lm.ln2.g", "lm.ln2.b", "lm.lnf.g", "lm.lnf.b"}) {
       lm_grads[n] = g.at(n);
     }
@@ -234,7 +293,12 @@ void rank_main(comm_t& world, const hybrid::config& c, const tensors& p, const h
   // ---- encoder backward ----
   if (enc.valid()) encoder.backward(dx2, g);
 
-  const comm_stats enc_step = enc.valid() ? enc.stats() : comm_stats{}, world_step = world.stats();
+  comm_stats enc_step = enc.valid() ? enc.stats() : comm_stats{};
+  const comm_stats world_step = world.stats();
+  if (enc.valid() && &mode.stats(enc, 0) != &enc.stats()) {  // the attention's all_to_alls ran on the device comm
+    const op_stats a2a = mode.stats(enc, 0)[coll::all_to_all];
+    for (std::uint64_t i = 0; i < a2a.calls; ++i) enc_step.record(coll::all_to_all, i == 0 ? a2a.bytes : 0);
+  }
   tensor enc_out = enc.valid() ? all_gather_dim(enc, x2.view(), 1, c.patches).value() : tensor();
   std::lock_guard lock(res.mu);
   if (enc.valid() && enc.rank() == 0) {
@@ -275,16 +339,31 @@ std::vector<int> parse_ranks(const std::string& s) {
 
 int main(int argc, char** argv) {
   std::vector<int> llm_ranks{0, 1}, encoder_ranks{0, 1, 2, 3};
-  double tolerance = 1e-5;
+  double tolerance = -1;
+  std::string device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--llm-ranks") llm_ranks = parse_ranks(argv[i + 1]);
     else if (a == "--encoder-ranks") encoder_ranks = parse_ranks(argv[i + 1]);
     else if (a == "--tolerance") tolerance = std::atof(argv[i + 1]);
+    else if (a == "--device" && (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "cuda")) device = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: hybrid_parallel [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--tolerance 1e-5]\n");
+      std::fprintf(stderr, "usage: hybrid_parallel [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--tolerance 1e-5] "
+                           "[--device cpu|cuda]\n");
       return 2;
     }
+  }
+  if (tolerance < 0) tolerance = device == "cuda" ? 1e-4 : 1e-5;
+  if (device == "cuda") {
+#if defined(JITEMBED_HAS_NCCL)
+    if (jitembed::cuda::device_count() == 0) {
+      std::printf("hybrid_parallel --device cuda: no CUDA device, skipped\n");
+      return 0;
+    }
+#else
+    std::fprintf(stderr, "hybrid_parallel: built without CUDA (JITEMBED_WITH_CUDA=OFF)\n");
+    return 2;
+#endif
   }
   const hybrid::config c;
   const tensors params = hybrid::make_params(c, 42);
@@ -303,7 +382,16 @@ int main(int argc, char** argv) {
     threads.emplace_back([&, r] {
       try {
         auto world = comm_t::create(st, r, kWorld).value();
-        rank_main(world, c, params, in, plan, res);
+        if (device == "cpu") {
+          cpu_mode mode;
+          rank_main(world, c, params, in, plan, res, mode);
+        } else {
+#if defined(JITEMBED_HAS_NCCL)
+          JITEMBED_CUDA_CHECK(cudaSetDevice(0));  // every rank on GPU 0
+          cuda_mode mode;
+          rank_main(world, c, params, in, plan, res, mode);
+#endif
+        }
       } catch (const std::exception& e) {
         std::lock_guard lock(err_mu);
         if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
@@ -321,8 +409,9 @@ int main(int argc, char** argv) {
     for (int r : v) s += (s.empty() ? "" : ",") + std::to_string(r);
     return s;
   };
-  std::printf("hybrid_parallel: vision encoder SP=%d (Ulysses) on ranks %s -> language model TP=%d on ranks %s\n",
-              res.enc_size, list(encoder_ranks).c_str(), res.lm_size, list(llm_ranks).c_str());
+  std::printf("hybrid_parallel: vision encoder SP=%d (Ulysses) on ranks %s -> language model TP=%d on ranks %s (%s)\n",
+              res.enc_size, list(encoder_ranks).c_str(), res.lm_size, list(llm_ranks).c_str(),
+              device == "cuda" ? "layers on GPU 0, host-staged Gloo" : "CPU");
   bool ok = true;
   std::printf("\n%-22s %14s %14s\n", "vs single rank", "max abs diff", "relative");
   auto report = [&](const std::string& name, double diff, double mag) {

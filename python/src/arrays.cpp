@@ -3,6 +3,12 @@
 
 #include <cstring>
 
+// numpy arrays are made with numpy's C API (a third of nanobind's generic DLPack route per array: the
+// hot path of RecordView.to_dict and Loader steps); only this file uses it.
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL jitembed_numpy_api
+#include <numpy/arrayobject.h>
+
 #include "common.hpp"
 #include "jitembed/core/dlpack.hpp"
 #include "jitembed/core/dtype.hpp"
@@ -58,7 +64,38 @@ nb::object make_array(const tensor& t, bool read_only) {
 
 }  // namespace
 
-nb::object to_numpy(const tensor& t, bool read_only) { return make_array<nb::numpy>(t, read_only); }
+int numpy_type(dtype t) {
+  switch (t) {
+    case dtype::u8: return NPY_UINT8;
+    case dtype::i8: return NPY_INT8;
+    case dtype::i16: return NPY_INT16;
+    case dtype::i32: return NPY_INT32;
+    case dtype::i64: return NPY_INT64;
+    case dtype::f16: return NPY_HALF;
+    case dtype::bf16: return NPY_UINT16;  // numpy has no bf16: the bits (to_dlpack_array keeps bf16)
+    case dtype::f32: return NPY_FLOAT32;
+    case dtype::f64: return NPY_FLOAT64;
+    case dtype::boolean: return NPY_BOOL;
+  }
+  raise(errc::dtype_mismatch, "no numpy type for dtype " + std::string(to_string(t)));
+}
+
+nb::object to_numpy(const tensor& t, bool read_only) {
+  if (!t.dev().is_cpu()) raise(errc::invalid_argument, "tensor is not on the CPU");
+  npy_intp dims[kMaxDims], strides[kMaxDims];
+  const auto item = static_cast<npy_intp>(element_size(t.dtype()));
+  for (std::size_t i = 0; i < t.rank(); ++i) {
+    dims[i] = static_cast<npy_intp>(t.shape()[i]);
+    strides[i] = static_cast<npy_intp>(t.strides()[i]) * item;
+  }
+  nb::capsule owner(new tensor(t), [](void* p) noexcept { delete static_cast<tensor*>(p); });
+  PyObject* a = PyArray_New(&PyArray_Type, static_cast<int>(t.rank()), dims, numpy_type(t.dtype()), strides, t.data(), 0,
+                            read_only ? 0 : NPY_ARRAY_WRITEABLE, nullptr);
+  if (!a) throw nb::python_error();
+  nb::object arr = nb::steal(a);
+  if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a), owner.release().ptr()) != 0) throw nb::python_error();
+  return arr;
+}
 
 struct no_framework {};
 nb::object to_dlpack_array(const tensor& t, bool read_only) {
@@ -72,8 +109,9 @@ nb::object to_dlpack_array(const tensor& t, bool read_only) {
     strides[i] = t.strides()[i];
   }
   const auto dt = nb_dtype(t.dtype(), false);
-  if (read_only) return nb::ndarray<nb::ro>(t.data(), t.rank(), shape, owner, strides, dt, nb::device::cpu::value).cast();
-  return nb::ndarray<>(t.data(), t.rank(), shape, owner, strides, dt, nb::device::cpu::value).cast();
+  if (read_only)
+    return nb::ndarray<nb::array_api, nb::ro>(t.data(), t.rank(), shape, owner, strides, dt, nb::device::cpu::value).cast();
+  return nb::ndarray<nb::array_api>(t.data(), t.rank(), shape, owner, strides, dt, nb::device::cpu::value).cast();
 }
 
 nb::object bytes_array(bytes_view b, std::shared_ptr<const void> owner) {
@@ -124,6 +162,7 @@ tensor to_tensor(const array_in& a) {
 nb::bytes to_bytes(bytes_view b) { return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size()); }
 
 void register_arrays(nb::module_& m) {
+  if (_import_array() < 0) throw nb::python_error();
   nb::class_<decode_limits>(m, "DecodeLimits",
                             "Upper bounds every decoder checks before it allocates (jitembed::decode_limits).")
       .def(nb::init<>())

@@ -280,15 +280,24 @@ void register_format(nb::module_& m) {
            },
            nb::arg("name"), nb::arg("data"), nb::arg("compression") = "raw", nb::arg("level") = 3, "Opaque bytes, raw or zstd.")
       .def("add_encoded",
-           [](py_builder& s, std::string_view name, std::string_view kind, std::string_view codec_name, nb::handle payload) {
+           [](py_builder& s, std::string_view name, std::string_view kind, std::string_view codec_name, nb::handle payload,
+              std::optional<std::string> dtype_name, std::optional<std::vector<std::int64_t>> dims, std::uint64_t decoded_size) {
              codec::codec_id c = codec::codec_id::raw;
              bool found = false;
              for (int i = 0; i <= 4; ++i)
                if (codec::to_string(static_cast<codec::codec_id>(i)) == codec_name) c = static_cast<codec::codec_id>(i), found = true;
              if (!found) raise(errc::unsupported_codec, "unknown codec '" + std::string(codec_name) + "'");
-             unwrap(s.b.add_encoded(name, kind_from(kind), c, s.keep(payload)));
+             const bytes_view p = s.keep(payload);
+             encoded_info info;
+             if (dtype_name) info.dtype = dtype_from_name(*dtype_name);
+             if (dims) info.shape = shape(std::span<const std::int64_t>(*dims));
+             info.decoded_size = decoded_size ? decoded_size : (c == codec::codec_id::raw ? p.size() : 0);
+             unwrap(s.b.add_encoded(name, kind_from(kind), c, p, info));
            },
-           nb::arg("name"), nb::arg("kind"), nb::arg("codec"), nb::arg("payload"), "A payload already encoded by `codec` (referenced).")
+           nb::arg("name"), nb::arg("kind"), nb::arg("codec"), nb::arg("payload"), nb::arg("dtype") = nb::none(),
+           nb::arg("shape") = nb::none(), nb::arg("decoded_size") = 0,
+           "A payload already encoded by `codec` (referenced), with the decoded dtype / shape / size where known "
+           "(decoded_size 0: the payload size for codec raw, unknown otherwise).")
       .def("add_image_array",
            [](py_builder& s, std::string_view name, const array_in& image, int quality) {
              codec::jpeg_codec c;

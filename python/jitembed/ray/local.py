@@ -37,8 +37,11 @@ def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Opti
     env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Ray replaces a loopback --node-ip-address by the machine's address unless "Ray clusters" are off
+    # (its local-only mode for macOS/Windows): then the node, the driver and every worker use 127.0.0.1.
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED", *(extra_env or {})):
+    for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", *(extra_env or {})):
         os.environ[k] = env[k]
     cmd = [ray_bin, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port), "--include-dashboard=false",
            "--num-cpus", str(num_cpus), "--num-gpus", "0", "--object-store-memory", str(object_store_mb * 1024 * 1024),

@@ -2,8 +2,11 @@
 // placements and redistribute, Megatron tensor-parallel layers, Ulysses attention, hybrid plans, CPU math.
 #pragma once
 
+#include "jitembed/parallel/backend.hpp"
 #include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/copy2d.hpp"
 #include "jitembed/parallel/functional.hpp"
+#include "jitembed/parallel/host_staged.hpp"
 #include "jitembed/parallel/hybrid.hpp"
 #include "jitembed/parallel/mappings.hpp"
 #include "jitembed/parallel/math.hpp"
@@ -19,5 +22,10 @@
 #endif
 #if defined(JITEMBED_HAS_NCCL)
 #include "jitembed/parallel/nccl.hpp"
+#include "jitembed/parallel/cuda/attention.hpp"
+#include "jitembed/parallel/cuda/backend.hpp"
+#include "jitembed/parallel/cuda/copy2d.hpp"
 #include "jitembed/parallel/cuda/gemm.hpp"
+#include "jitembed/parallel/cuda/host_staged.hpp"
+#include "jitembed/parallel/cuda/kernels.hpp"
 #endif

@@ -232,9 +232,10 @@ TEST_CASE_TEMPLATE_INVOKE(cuda_ops, f32_case, bf16_case);
 namespace {
 
 // Runs fn(comm, backend) for n ranks as threads on GPU 0: Gloo over loopback, staged through pinned memory on
-// the rank's stream, which is also its backend's (one stream per rank).
+// the rank's stream, which is also its backend's (one stream per rank) — or, with two_streams, staged on a
+// stream of its own, ordered against the backend's by the layers' events.
 template <class F>
-void run_staged(int n, dtype dt, F fn) {
+void run_staged(int n, dtype dt, F fn, bool two_streams = false) {
   auto st = std::make_shared<hash_store>();
   std::vector<std::thread> threads;
   std::mutex mu;
@@ -243,9 +244,9 @@ void run_staged(int n, dtype dt, F fn) {
     threads.emplace_back([&, r] {
       try {
         JITEMBED_CUDA_CHECK(cudaSetDevice(0));
-        jitembed::cuda::stream s;
+        jitembed::cuda::stream s, s_comm;
         auto g = gloo_communicator::create(st, r, n).value();
-        host_staged_communicator<gloo_communicator> comm(std::move(g), cuda_staging(s, 0));
+        host_staged_communicator<gloo_communicator> comm(std::move(g), cuda_staging(two_streams ? s_comm : s, 0));
         cuda_backend be = cuda_backend::create(s, dt).value();
         fn(comm, be);
         comm.synchronize().value();
@@ -296,8 +297,10 @@ TEST_CASE_TEMPLATE_DEFINE("TP layers on GPU tensors equal the single-rank CPU re
   const tensor w2 = in(randn(shape{hidden, ffn}, 25, 0.2f)), b2 = in(randn(shape{hidden}, 26, 0.1f));
   const mlp_ref ref = mlp_reference(x, w1, b1, w2, b2, dy);
   // bf16: the hidden activations are rounded between the layers, so allow the bf16 bound on every output.
-  for (bool sp : {false, true}) {
+  for (int variant = 0; variant < 3; ++variant) {  // no SP, SP, SP with the collectives on their own stream
+    const bool sp = variant > 0, two_streams = variant == 2;
     CAPTURE(sp);
+    CAPTURE(two_streams);
     run_staged(2, dt, [&](host_staged_communicator<gloo_communicator>& comm, cuda_backend& be) {
       tensor_parallel_mlp<host_staged_communicator<gloo_communicator>, cuda_backend> mlp(comm, hidden, ffn, true, sp, 1,
                                                                                           be);
@@ -314,7 +317,7 @@ TEST_CASE_TEMPLATE_DEFINE("TP layers on GPU tensors equal the single-rank CPU re
       CHECK(rel(be.download(mlp.fc1().full_grad_bias().value()), ref.db1) <= tol(dt));
       CHECK(rel(be.download(mlp.fc2().full_grad_weight().value()), ref.dw2) <= tol(dt));
       CHECK(rel(be.download(mlp.fc2().full_grad_bias().value()), ref.db2) <= tol(dt));
-    });
+    }, two_streams);
   }
   // Column-parallel with gather_output and row-parallel with a replicated input, on their own.
   run_staged(2, dt, [&](host_staged_communicator<gloo_communicator>& comm, cuda_backend& be) {

@@ -87,13 +87,12 @@ class column_parallel_linear {
       be_.linear_backward(input_, weight_, g, &dxv, &gw, has_bias() ? &gb : nullptr);
       input_ = tensor();
       be_.before_comm(*comm_);
-      if (sp_) {
-        dx = gather_from_sp::backward(*comm_, dx, seq_dim_);
-      } else {
-        detail::all_reduce_in_place(*comm_, dx);  // copy_to_tp backward
-      }
+      // dx stays alive past after_comm: it is freed on the compute stream, which must first wait for the
+      // collective that reads it.
+      tensor out = sp_ ? gather_from_sp::backward(*comm_, dx, seq_dim_) : dx;
+      if (!sp_) detail::all_reduce_in_place(*comm_, dx);  // copy_to_tp backward
       be_.after_comm(*comm_);
-      return dx;
+      return out;
     });
   }
 

@@ -69,13 +69,11 @@ class vocab_parallel_embedding {
       be_.embedding_forward(ids, weight_, start_, out);  // another rank's row: zero here
       be_.before_comm(*comm_);
       ids_ = detail::copy_on(*comm_, ids);
-      if (sp_) {
-        out = reduce_scatter_to_sp::forward(*comm_, out, seq_dim_);
-      } else {
-        detail::all_reduce_in_place(*comm_, out);  // reduce_from_tp
-      }
+      // out stays alive past after_comm (see column_parallel_linear::backward).
+      tensor y = sp_ ? reduce_scatter_to_sp::forward(*comm_, out, seq_dim_) : out;
+      if (!sp_) detail::all_reduce_in_place(*comm_, out);  // reduce_from_tp
       be_.after_comm(*comm_);
-      return out;
+      return y;
     });
   }
 

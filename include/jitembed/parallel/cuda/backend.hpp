@@ -177,9 +177,15 @@ class cuda_backend {
   }
 
   // The communicator's stream waits for the work enqueued on stream() so far (no host wait).
+  // It also names stream() as the consumer of the communicator's results, so their frees wait for it.
   template <class C>
   void before_comm(C& comm) const {
     const cudaStream_t s = detail::comm_stream(comm);
+    if constexpr (requires { comm.set_consumer_stream(s); }) {
+      comm.set_consumer_stream(stream_.get());
+    } else if constexpr (requires { comm.memory().set_consumer_stream(s); }) {
+      comm.memory().set_consumer_stream(stream_.get());
+    }
     if (s == stream_.get()) return;
     state_->fork.record(stream_);
     state_->fork.wait_on(s);

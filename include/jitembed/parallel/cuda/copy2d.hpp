@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <memory>
 
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/cuda/buffer.hpp"
@@ -37,6 +38,29 @@ inline void copy2d_async(const copy2d_desc& d, jitembed::cuda::stream_ref stream
     JITEMBED_CUDA_CHECK(
         cudaMemcpyAsync(dst + i * d.dpitch, src + i * d.spitch, d.width, cudaMemcpyDefault, stream.get()));
   }
+}
+
+// Uninitialised memory of CUDA device `ordinal` for a communicator's staging and results: allocated on
+// `stream` (the communicator's) and freed there (stream-ordered) — after the work that `consumer` (the
+// compute stream reading the results; null or `stream`: none) has enqueued by the time of the free, so a
+// result the compute stream still reads is not reused early. The caller's current device is `ordinal`.
+inline tensor empty_for(const shape& s, dtype t, int ordinal, cudaStream_t stream, cudaStream_t consumer) {
+  const auto n = static_cast<std::size_t>(checked_nbytes(s.span(), t).value());
+  void* p = nullptr;
+  if (n != 0) JITEMBED_CUDA_CHECK(cudaMallocAsync(&p, n, stream));
+  std::shared_ptr<void> owner(p, [stream, consumer](void* q) {
+    if (q == nullptr) return;
+    if (consumer != nullptr && consumer != stream) {  // the free waits for the consumer's work so far
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess) {
+        (void)cudaEventRecord(e, consumer);
+        (void)cudaStreamWaitEvent(stream, e, 0);
+        (void)cudaEventDestroy(e);  // released once the wait is done
+      }
+    }
+    (void)cudaFreeAsync(q, stream);
+  });
+  return tensor::wrap(std::move(owner), tensor_view(p, t, s, jitembed::device::cuda(ordinal)));
 }
 
 // v = 0 on `stream` (v contiguous).

@@ -27,7 +27,9 @@ class cuda_staging {
 
   jitembed::device device() const noexcept { return jitembed::device::cuda(ordinal_); }
   jitembed::cuda::stream_ref stream() const noexcept { return stream_; }
-  tensor empty_tensor(const shape& s, dtype t) const { return jitembed::cuda::empty_device(s, t, stream_, ordinal_); }
+  // Freed on stream() after the consumer stream's work at that time (see empty_for).
+  tensor empty_tensor(const shape& s, dtype t) const { return empty_for(s, t, ordinal_, stream_.get(), consumer_); }
+  void set_consumer_stream(cudaStream_t s) noexcept { consumer_ = s; }
   void copy2d(const copy2d_desc& d) const { copy2d_async(d, stream_); }
   void zero_fill(const tensor_view& v) const { zero_fill_async(v, stream_); }
   void synchronize() const { stream_.synchronize(); }
@@ -41,6 +43,7 @@ class cuda_staging {
  private:
   jitembed::cuda::stream_ref stream_;
   int ordinal_ = 0;
+  cudaStream_t consumer_ = nullptr;
 };
 
 template <communicator C>

@@ -183,7 +183,10 @@ class nccl_base {
 
   // parallel::device_memory (copy2d.hpp): staging tensors and copies of the dim collectives, ordered on
   // stream() with the collectives. The caller's current CUDA device is cuda_device().
-  tensor empty_tensor(const shape& s, dtype t) const { return jitembed::cuda::empty_device(s, t, stream_, device_); }
+  // The tensors it returns are freed on stream() after the consumer stream's work at that time (a
+  // compute stream reading them; cuda_backend::before_comm names it).
+  tensor empty_tensor(const shape& s, dtype t) const { return empty_for(s, t, device_, stream_, consumer_); }
+  void set_consumer_stream(cudaStream_t s) noexcept { consumer_ = s; }
   void copy2d(const copy2d_desc& d) const { copy2d_async(d, stream_); }
   void zero_fill(const tensor_view& v) const { zero_fill_async(v, stream_); }
 
@@ -490,6 +493,7 @@ class nccl_base {
     comm_ = std::exchange(o.comm_, nullptr);
     owner_ = std::move(o.owner_);
     stream_ = std::exchange(o.stream_, nullptr);
+    consumer_ = std::exchange(o.consumer_, nullptr);
     rank_ = std::exchange(o.rank_, -1);
     size_ = std::exchange(o.size_, 0);
     device_ = o.device_;
@@ -590,6 +594,7 @@ class nccl_base {
   ncclComm_t comm_ = nullptr;                 // a borrowed handle (no owner)
   std::shared_ptr<nccl_owned_comm> owner_;    // or the owner of the handle
   cudaStream_t stream_ = nullptr;
+  cudaStream_t consumer_ = nullptr;  // the compute stream reading the collectives' results (empty_tensor)
   int rank_ = -1;
   int size_ = 0;
   int device_ = 0;

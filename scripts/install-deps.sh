@@ -19,6 +19,8 @@
 #   test         the test command (scripts/test.sh): every CPU component (LibTorch for the torch tests),
 #                tools, tests, benchmarks, the test peers (redis-server, lmdb-utils, ffmpeg, Python peers
 #                in .venv, conan in .venv for ctest packaging/conan, the Triton peer in .venv-triton)
+#   ray          jitembed.ray (tests/python/ray, benchmarks/python/bench_ray.py): ray[serve]==2.60.0 and pytest
+#                in .venv (with the jitembed package of the python set); part of `test`
 #   python       the jitembed Python module (python/) built and installed into .venv with its test deps
 #                (nanobind, scikit-build-core, pytest, numpy, msgpack, msgpack-numpy, Pillow); skipped when its
 #                sources are unchanged since the last install; part of `test` (not of `demo`)
@@ -96,11 +98,13 @@ if [ ${#sets[@]} -eq 0 ]; then sets=(all); fi
 components=()
 dev=()
 with_test_peers=0
+with_ray=0
 for s in "${sets[@]}"; do
   case "$s" in
     build) ;;
     python) components+=(server client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links
-    all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1 ;;
+    all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
+    ray) components+=(server client); dev+=(tools tests); with_ray=1 ;;
     tools) components+=(server client lmdb redis); dev+=(tools) ;;
     demo) components+=(server client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
     *)
@@ -129,6 +133,7 @@ for c in "${closed[@]}"; do packages+=(${component_debs[$c]}); done
 for d in "${dev[@]}"; do packages+=(${development_debs[$d]}); done
 if [ "$with_test_peers" = 1 ]; then packages+=($test_peer_debs); fi
 packages+=($packages_python)
+if [ "$with_ray" = 1 ]; then packages+=(python3-venv); fi
 mapfile -t packages < <(printf '%s\n' "${packages[@]}" | awk 'NF && !seen[$0]++')
 echo "install-deps: sets ${sets[*]}: components ${closed[*]}"
 if [ "${JITEMBED_INSTALL_DEPS_LIST:-0}" = "1" ]; then  # print the Debian packages and stop (for measurements)
@@ -152,6 +157,21 @@ else
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Ray Serve for jitembed.ray, pinned (the version its tests run against), in .venv. The ray tests must run
+# in CI: a failed install is an error.
+if [ "$with_ray" = 1 ]; then
+  ray_venv="$root/.venv"
+  if [ ! -x "$ray_venv/bin/python" ]; then python3 -m venv "$ray_venv"; fi
+  if [ "$("$ray_venv/bin/python" -c 'import ray, ray.serve, pytest; print(ray.__version__)' 2>/dev/null)" = "2.60.0" ]; then
+    echo "install-deps: .venv has ray[serve] 2.60.0"
+  elif "$ray_venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 30 --retries 2 "ray[serve]==2.60.0" pytest==9.2.0; then
+    echo "install-deps: installed ray[serve] 2.60.0 into .venv"
+  else
+    echo "install-deps: error: could not install ray[serve]==2.60.0 into .venv" >&2
+    exit 1
+  fi
 fi
 
 # --- the jitembed Python module (python/) -------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Trainers reach the replicas directly (``/<app>/endpoints``), so Ray's request counting sees no load and its
 default policy would never scale. Each replica reports its server's admitted rows (queued + running,
 ``record_autoscaling_stats``); this policy sizes the deployment so each replica holds about
-``target_rows_per_replica`` of them, with Serve's ``upscale_delay_s`` / ``downscale_delay_s`` as hysteresis.
+``target_rows_per_replica`` of them. Serve applies the bounds and ``upscale_delay_s`` / ``downscale_delay_s``
+(hysteresis) to its answer.
 
 Serve pickles this module by value into its controller: it imports the standard library only.
 """
@@ -32,28 +33,14 @@ class QueueDepthPolicy:
         return max(1, math.ceil(total_rows / self.target))
 
     def __call__(self, ctx: Any) -> Tuple[int, Dict[str, Any]]:
-        state = dict(ctx.policy_state or {})
+        # Serve wraps a custom policy: it applies min/max replicas, the scaling factors and
+        # upscale_delay_s / downscale_delay_s (hysteresis) to the number returned here.
         per_replica = (ctx.aggregated_metrics or {}).get(self.metric, {}) or {}
         total = float(sum(per_replica.values()))
-        current = ctx.target_num_replicas
-        lo, hi = ctx.capacity_adjusted_min_replicas, ctx.capacity_adjusted_max_replicas
-        want = min(max(self.desired(total, current), lo), hi)
-        now = ctx.current_time
-        cfg = ctx.config
-        state["total_rows"] = total
-        if want == current or now is None:
-            state.pop("since", None)
-            state.pop("direction", None)
-            return current, state
-        direction = "up" if want > current else "down"
-        if state.get("direction") != direction:
-            state["direction"], state["since"] = direction, now
-        delay = cfg.upscale_delay_s if direction == "up" else cfg.downscale_delay_s
-        if now - state["since"] >= delay:
-            state.pop("since", None)
-            state.pop("direction", None)
-            return want, state
-        return current, state
+        state = {"total_rows": total}
+        if not per_replica:  # no report yet (replicas starting): keep the current target
+            return ctx.target_num_replicas, state
+        return self.desired(total, ctx.target_num_replicas), state
 
 
 def autoscaling_config(min_replicas: int = 1, max_replicas: int = 4, target_rows_per_replica: float = 16.0,

@@ -242,12 +242,17 @@ EmbeddingDeployment = serve.deployment(
 def build_app(models: Sequence[str], *, num_replicas: Optional[int] = None, autoscaling: Optional[Dict[str, Any]] = None,
               num_gpus: float = 0.0, num_cpus: float = 0.25, user_config: Optional[Dict[str, Any]] = None,
               max_ongoing_requests: int = 64, health_check_period_s: float = 2.0, health_check_timeout_s: float = 10.0,
-              **replica_kwargs: Any) -> serve.Application:
+              code_version: str = "1", **replica_kwargs: Any) -> serve.Application:
     """The application to ``serve.run(app, name=APP, route_prefix=f"/{APP}")``.
 
     num_replicas or autoscaling (``autoscaling.autoscaling_config(...)`` keys: min/max replicas,
     target_rows_per_replica, delays) — with neither, 1 replica. num_gpus may be fractional (0.25: four
     replicas per GPU). replica_kwargs go to EmbeddingServer (server_options, heartbeat_s, leave_grace_s, ...).
+
+    code_version: the deployment's version. ``serve.run`` of an application whose deployment has no version
+    gives it a random one, which makes every redeploy a rolling restart; with a fixed version a redeploy that
+    changes only ``user_config`` reconfigures the running replicas in place (the hot swap) and one that
+    changes only ``num_replicas`` scales. Change it to roll the replicas (new code, new models list).
     """
     opts: Dict[str, Any] = {
         "ray_actor_options": {"num_cpus": num_cpus, "num_gpus": num_gpus},
@@ -261,4 +266,8 @@ def build_app(models: Sequence[str], *, num_replicas: Optional[int] = None, auto
         opts["num_replicas"] = num_replicas or 1
     if user_config is not None:
         opts["user_config"] = user_config
+    # Serve 2.60 reserves `version` in options() to itself (_internal); it is what makes in-place updates
+    # possible from serve.run (the declarative config path sets it the same way).
+    opts["version"] = f"jitembed-{code_version}"
+    opts["_internal"] = True
     return EmbeddingDeployment.options(**opts).bind(list(models), **replica_kwargs)

@@ -40,9 +40,15 @@ def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Opti
     # Ray replaces a loopback --node-ip-address by the machine's address unless "Ray clusters" are off
     # (its local-only mode for macOS/Windows): then the node, the driver and every worker use 127.0.0.1.
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    # In that mode Ray 2.60 turns token authentication on; loopback only, a throwaway cluster: off.
+    env["RAY_AUTH_MODE"] = "disabled"
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", *(extra_env or {})):
+    for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", *(extra_env or {})):
         os.environ[k] = env[k]
+    # This driver imported Ray before: its constant was read at import time.
+    import ray._private.ray_constants as ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
     cmd = [ray_bin, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port), "--include-dashboard=false",
            "--num-cpus", str(num_cpus), "--num-gpus", "0", "--object-store-memory", str(object_store_mb * 1024 * 1024),
            "--temp-dir", temp_dir, "--disable-usage-stats"]
@@ -55,9 +61,10 @@ def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Opti
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         yield {"gcs": f"127.0.0.1:{gcs_port}", "http": f"127.0.0.1:{port}", "temp_dir": temp_dir}
     finally:
-        with contextlib.suppress(Exception):
-            serve.shutdown()
-        with contextlib.suppress(Exception):
-            ray.shutdown()
+        if ray.is_initialized():  # (serve.shutdown() would start a Ray instance of its own otherwise)
+            with contextlib.suppress(Exception):
+                serve.shutdown()
+            with contextlib.suppress(Exception):
+                ray.shutdown()
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
         shutil.rmtree(temp_dir, ignore_errors=True)

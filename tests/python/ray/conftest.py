@@ -1,0 +1,131 @@
+"""Fixtures of the Ray Serve tests: a local Ray cluster on loopback (started and stopped here, bounded in time),
+Serve's proxy on 127.0.0.1, the C++ client program and jitembed-server for reference results.
+
+Environment (set by the ctest registration, tests/python/ray/CMakeLists.txt):
+  JITEMBED_SERVER_BIN      jitembed-server (reference results; the subprocess stand-in when the binding is absent)
+  JITEMBED_RAY_CLIENT_BIN  ray_embed_client (the C++ JIT client as a program)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+
+def eventually(pred: Callable[[], object], timeout_s: float, what: str, step_s: float = 0.1):
+    """Polls pred() until it returns something truthy (returned) or the deadline passes (fails the test)."""
+    end = time.monotonic() + timeout_s
+    last_exc: Optional[BaseException] = None
+    while time.monotonic() < end:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - a poll may hit a replica that is still starting
+            last_exc = e
+        time.sleep(step_s)
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+
+
+def http_get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def http_post(url: str, body: bytes, headers: Dict[str, str], timeout: float = 10.0):
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def endpoint_lines(text: str) -> List[str]:
+    return sorted(l.split("#", 1)[0].strip() for l in text.splitlines() if l.split("#", 1)[0].strip())
+
+
+@pytest.fixture(scope="session")
+def bins() -> Dict[str, str]:
+    out = {}
+    for key, env in (("server", "JITEMBED_SERVER_BIN"), ("client", "JITEMBED_RAY_CLIENT_BIN")):
+        path = os.environ.get(env)
+        if not path or not os.access(path, os.X_OK):
+            pytest.fail(f"{env} is not set to a built program (run through ctest, label ray)")
+        out[key] = path
+    return out
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(bins):
+    """A Ray cluster on 127.0.0.1 (jitembed.ray.local: dashboard off, 4 logical CPUs, 150 MB object store) and
+    Serve's proxy on a free loopback port; `ray stop --force` at the end."""
+    from jitembed.ray.local import local_cluster
+
+    with local_cluster(num_cpus=4, object_store_mb=150, extra_env={"JITEMBED_SERVER_BIN": bins["server"]}) as c:
+        yield c
+
+
+class ClientRun:
+    """ray_embed_client running in the background; result() waits for its summary."""
+
+    def __init__(self, bins, args: List[str], out: Optional[Path]):
+        self.out = out
+        self.proc = subprocess.Popen([bins["client"], *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(self, timeout_s: float = 120):
+        try:
+            stdout, stderr = self.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            stdout, stderr = self.proc.communicate()
+            pytest.fail(f"ray_embed_client did not finish in {timeout_s} s: {stderr[-2000:]}")
+        lines = [l for l in stdout.splitlines() if l.startswith("{")]
+        assert lines, f"ray_embed_client printed no summary (rc {self.proc.returncode}): {stderr[-2000:]}"
+        summary = json.loads(lines[-1])
+        samples = [json.loads(l) for l in self.out.read_text().splitlines()] if self.out and self.out.exists() else []
+        return summary, samples
+
+
+@pytest.fixture
+def run_client(bins, tmp_path):
+    runs: List[ClientRun] = []
+
+    def start(args: List[str], samples: bool = True) -> ClientRun:
+        out = tmp_path / f"client{len(runs)}.jsonl" if samples else None
+        r = ClientRun(bins, args + (["--out", str(out)] if out else []), out)
+        runs.append(r)
+        return r
+
+    yield start
+    for r in runs:
+        if r.proc.poll() is None:
+            r.proc.kill()
+            r.proc.wait()
+
+
+@pytest.fixture
+def reference_server(bins):
+    """jitembed-server processes started with given model specs (reference results); stopped at the end."""
+    procs = []
+
+    def start(models: List[str]) -> str:
+        args = [bins["server"], "--host", "127.0.0.1", "--port", "0", "--device", "cpu", "--io-threads", "1", "--preprocess-threads", "1"]
+        for m in models:
+            args += ["--model", m]
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        procs.append(p)
+        line = p.stdout.readline()
+        assert "listening on" in line, line
+        return line.strip().rsplit(" ", 1)[-1]  # http://127.0.0.1:PORT
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(timeout=30)

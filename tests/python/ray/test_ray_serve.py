@@ -1,0 +1,171 @@
+"""jitembed.ray on a local Ray cluster (loopback): discovery through the registry and /<app>/endpoints, the
+C++ client embedding through the replicas with results equal to jitembed-server's, the KServe compatibility
+path through Ray's proxy, a replica killed with requests in flight (every sample delivered once), the queue-depth
+autoscaler (1 -> 2 under load, picked up by the client), drain on scale-down (no retry needed) and a model
+update through user_config under load (0 failures, the old version unloaded)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import ray
+from ray import serve
+
+import jitembed.ray as jray
+from conftest import endpoint_lines, eventually, http_get, http_post
+
+TEXT = "text-embed:text_dim=16,text_max_length=16,max_batch_size=8,max_queue_delay_us=500"
+SMALL = {"server_options": {"io_threads": 1, "preprocess_threads": 1}, "num_cpus": 0.25, "health_check_period_s": 1.0,
+         "heartbeat_s": 0.25, "leave_grace_s": 0.8}
+
+
+def deploy(app: str, models, **kw):
+    opts = dict(SMALL)
+    opts.update(kw)
+    serve.run(jray.build_app(models, **opts), name=app, route_prefix=f"/{app}", blocking=False)
+
+
+def endpoints(cluster, app: str):
+    return endpoint_lines(http_get(f"http://{cluster['http']}/{app}/endpoints"))
+
+
+def wait_endpoints(cluster, app: str, n: int, timeout_s: float = 90):
+    return eventually(lambda: (lambda e: e if len(e) == n else None)(endpoints(cluster, app)), timeout_s, f"{n} endpoints of {app}")
+
+
+def replica_actor_names(app: str):
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                  if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{app}#"))
+
+
+def inflight_rows(endpoint_url: str) -> int:
+    text = http_get(endpoint_url + "/metrics")
+    return sum(int(float(l.rsplit(" ", 1)[1])) for l in text.splitlines() if l.startswith("jitembed_inflight_rows{"))
+
+
+def loaded_versions(endpoint_url: str):
+    status, _, body = http_post(endpoint_url + "/v2/repository/index", b"", {})
+    assert status == 200
+    return sorted((m["name"], m["version"]) for m in json.loads(body))
+
+
+def remove(app: str):
+    serve.delete(app)
+    jray.kill_registry(app)
+
+
+def check_exactly_once(samples, n, reference=None):
+    assert [s["i"] for s in samples] == list(range(n)), "every sample delivered exactly once"
+    assert all(s["ok"] for s in samples)
+    if reference is not None:
+        assert [s["digest"] for s in samples] == [r["digest"] for r in reference]
+
+
+def test_discovery_results_equal_jitembed_server_and_compat_path(ray_cluster, run_client, reference_server):
+    app = "embed"
+    deploy(app, [TEXT], num_replicas=2)
+    eps = wait_endpoints(ray_cluster, app, 2)
+    assert all(e.startswith("http://127.0.0.1:") for e in eps)
+    url = f"http://{ray_cluster['http']}/{app}/endpoints"
+    summary, got = run_client(["--endpoints-url", url, "--samples", "96", "--rows-per-request", "3", "--concurrency", "8"]).result()
+    assert summary["failed"] == 0
+    assert sorted(summary["endpoints"]) == eps, "the client balanced over both discovered replicas"
+    ref_url = reference_server([TEXT])
+    _, ref = run_client(["--endpoints", ref_url, "--samples", "96", "--rows-per-request", "3", "--concurrency", "8"]).result()
+    check_exactly_once(got, 96, ref)
+
+    # The compatibility path: KServe v2 through Ray's proxy, the raw body handed to the embedded server.
+    headers, body = jray.kserve_bytes_request("text", [b"sample-0", b"sample-1"])
+    via_ray = http_post(f"http://{ray_cluster['http']}/{app}/v2/models/text-embed/infer", body, headers)
+    direct = http_post(f"{eps[0]}/v2/models/text-embed/infer", body, headers)
+    assert via_ray[0] == 200 and direct[0] == 200
+    assert via_ray[2] == direct[2]
+    # Errors keep their status and errc; the model config reports the version policy.
+    status, _, err = http_post(f"http://{ray_cluster['http']}/{app}/v2/models/nope/infer", body, headers)
+    assert status == 404 and json.loads(err)["errc"] == "not_found"
+    cfg = json.loads(http_get(f"http://{ray_cluster['http']}/{app}/v2/models/text-embed/config"))
+    assert cfg["version_policy"] == {"latest": {"num_versions": 1}}
+    remove(app)
+
+
+def test_replica_killed_with_requests_in_flight_every_sample_once(ray_cluster, run_client, reference_server):
+    app = "kill"
+    spec = TEXT + ",sleep_us=20000"
+    deploy(app, [spec], num_replicas=2)
+    eps = wait_endpoints(ray_cluster, app, 2)
+    url = f"http://{ray_cluster['http']}/{app}/endpoints"
+    n = 480
+    run = run_client(["--endpoints-url", url, "--samples", str(n), "--rows-per-request", "2", "--concurrency", "8", "--timeout-ms", "60000"])
+    # Kill a replica process (no graceful drain) while its server holds admitted rows.
+    victim = eventually(lambda: next((e for e in eps if inflight_rows(e) > 0), None), 30, "rows in flight on a replica")
+    names = replica_actor_names(app)
+    assert len(names) == 2
+    # Which replica actor serves `victim`: the registry maps replica ids (the actor name's tail) to endpoints.
+    by_replica = ray.get(jray.get_registry(app, create=False).entries.remote())
+    killed = next(n_ for n_ in names if by_replica.get(n_.rsplit("#", 1)[-1]) == victim.removeprefix("http://"))
+    ray.kill(ray.get_actor(killed, namespace="serve"), no_restart=True)
+    summary, got = run.result(timeout_s=120)
+    assert summary["failed"] == 0
+    assert summary["retries"] > 0, "requests in flight on the killed replica were retried"
+    ref_url = reference_server([TEXT])
+    _, ref = run_client(["--endpoints", ref_url, "--samples", str(n), "--rows-per-request", "2", "--concurrency", "8"]).result()
+    check_exactly_once(got, n, ref)
+    # The dead replica expired from the registry and Ray's restart registered a new one.
+    eventually(lambda: (lambda e: len(e) == 2 and victim not in e)(endpoints(ray_cluster, app)), 90,
+               "the killed replica expired and its replacement registered")
+    remove(app)
+
+
+def test_autoscaler_scales_1_to_2_on_queue_depth_and_client_follows(ray_cluster, run_client):
+    app = "auto"
+    spec = TEXT.replace("max_batch_size=8", "max_batch_size=4") + ",sleep_us=40000"
+    deploy(app, [spec], autoscaling=jray.autoscaling_config(min_replicas=1, max_replicas=2, target_rows_per_replica=8,
+                                                              upscale_delay_s=0.5, downscale_delay_s=600,
+                                                              metrics_interval_s=0.2, look_back_period_s=1.0))
+    first = wait_endpoints(ray_cluster, app, 1)
+    url = f"http://{ray_cluster['http']}/{app}/endpoints"
+    n = 1200  # ~15 s on one replica (4 rows / 40 ms), so the scale-up happens under load
+    run = run_client(["--endpoints-url", url, "--samples", str(n), "--rows-per-request", "4", "--concurrency", "12"])
+    both = wait_endpoints(ray_cluster, app, 2, timeout_s=60)
+    assert first[0] in both
+    summary, got = run.result(timeout_s=120)
+    assert summary["failed"] == 0
+    assert sorted(summary["endpoints"]) == both, "the client sent work to the new replica"
+    assert min(summary["endpoints"].values()) > 0
+    check_exactly_once(got, n)
+    remove(app)
+
+
+def test_scale_down_drains_without_retries_and_user_config_update_under_load(ray_cluster, run_client):
+    app = "update"
+    v1 = {"models": [{"name": "text-embed", "version": "1"}]}
+    spec_v2 = TEXT + ",sleep_us=3000"
+    v2 = {"models": [{"name": "text-embed", "version": "2", "spec": spec_v2}]}
+    spec = TEXT + ",sleep_us=3000"
+    deploy(app, [spec], num_replicas=2, user_config=v1)
+    eps = wait_endpoints(ray_cluster, app, 2)
+    url = f"http://{ray_cluster['http']}/{app}/endpoints"
+
+    # Scale-down 2 -> 1 under load: the leaving replica drains; no request needs a retry.
+    run = run_client(["--endpoints-url", url, "--samples", "1500", "--rows-per-request", "2", "--concurrency", "6"])
+    eventually(lambda: all(inflight_rows(e) > 0 for e in eps), 30, "load on both replicas")
+    deploy(app, [spec], num_replicas=1, user_config=v1)
+    left = wait_endpoints(ray_cluster, app, 1, timeout_s=60)
+    summary, got = run.result(timeout_s=120)
+    assert summary["failed"] == 0
+    assert summary["retries"] == 0, "the scale-down drained: no sample needed a retry"
+    check_exactly_once(got, 1500)
+
+    # In-place update through user_config under load: version 2 hot-swapped in, version 1 unloaded.
+    run = run_client(["--endpoints-url", url, "--samples", "1500", "--rows-per-request", "2", "--concurrency", "6"])
+    eventually(lambda: inflight_rows(left[0]) > 0, 30, "load on the replica")
+    deploy(app, [spec], num_replicas=1, user_config=v2)
+    eventually(lambda: loaded_versions(left[0]) == [("text-embed", "2")], 60, "version 2 loaded and version 1 unloaded")
+    summary, got = run.result(timeout_s=120)
+    assert summary["failed"] == 0
+    check_exactly_once(got, 1500)
+    versions = [s["version"] for s in got]
+    assert versions[0] == "1" and versions[-1] == "2"
+    assert endpoints(ray_cluster, app) == left, "an in-place update keeps the replica (no restart)"
+    remove(app)

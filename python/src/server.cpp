@@ -120,6 +120,81 @@ net::http::response call(server::service& svc, net::http::request req) {
   return f.get();
 }
 
+// Server.stats(): service::status() (typed per-version load) where the service has it, else the gauges of its
+// Prometheus text (queued_rows then counts running rows too); plus Triton's statistics JSON (GET
+// /v2/models/stats) for rows, batches and times.
+template <class S>
+nb::dict stats_of(py_server& s) {
+  S& svc = s.service();
+  std::string stats_body, metrics;
+  nb::dict out;
+  auto entry = [&](const std::string& name, const std::string& version) -> nb::dict {
+    const std::string key = name + ":" + version;
+    nb::str k(key.c_str());
+    if (!out.contains(k)) {
+      nb::dict d;
+      d["name"] = name;
+      d["version"] = version;
+      out[k] = d;
+    }
+    return nb::borrow<nb::dict>(out[k]);
+  };
+  if constexpr (requires { svc.status(); }) {
+    decltype(svc.status()) st;
+    {
+      nb::gil_scoped_release nogil;
+      st = svc.status();
+    }
+    for (const auto& m : st) {
+      nb::dict d = entry(m.name, m.version);
+      d["queued_rows"] = m.queued_rows;
+      d["running_rows"] = m.running_rows;
+      d["inflight_rows"] = m.admitted_rows;
+      d["max_inflight_rows"] = m.max_inflight_rows;
+      d["requests_success"] = m.success;
+      d["requests_failed"] = m.failure;
+      d["rejected_admission"] = m.rejected_admission;
+    }
+  } else {
+    {
+      nb::gil_scoped_release nogil;
+      metrics = svc.metrics();
+    }
+    for (const auto& [id, g] : gauges(metrics)) {
+      nb::dict d = entry(id.first, id.second);
+      const auto gauge = [&](const char* k) -> std::uint64_t {
+        auto v = g.find(k);
+        return v == g.end() ? 0 : static_cast<std::uint64_t>(v->second);
+      };
+      d["queued_rows"] = gauge("jitembed_pending_requests");
+      d["inflight_rows"] = gauge("jitembed_inflight_rows");
+      d["rejected_admission"] = gauge("jitembed_admission_rejected_total");
+    }
+  }
+  {
+    nb::gil_scoped_release nogil;
+    net::http::request req;
+    req.method = "GET";
+    req.target = "/v2/models/stats";
+    stats_body = call(svc, std::move(req)).body;
+  }
+  const auto j = nlohmann::json::parse(stats_body, nullptr, false);
+  if (j.is_discarded() || !j.contains("model_stats")) return out;
+  for (const auto& ms : j["model_stats"]) {
+    nb::dict d = entry(ms.value("name", ""), ms.value("version", ""));
+    const auto& is = ms["inference_stats"];
+    if (!d.contains("requests_success")) {
+      d["requests_success"] = is["success"].value("count", std::uint64_t{0});
+      d["requests_failed"] = is["fail"].value("count", std::uint64_t{0});
+    }
+    d["rows"] = ms.value("inference_count", std::uint64_t{0});
+    d["batches"] = ms.value("execution_count", std::uint64_t{0});
+    d["queue_ns"] = is["queue"].value("ns", std::uint64_t{0});
+    d["compute_ns"] = is["compute_infer"].value("ns", std::uint64_t{0});
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_server(nb::module_& m) {
@@ -197,52 +272,10 @@ void register_server(nb::module_& m) {
       .def("ready", [](py_server& s) { return s.svc && s.service().ready(); })
       .def("begin_drain", [](py_server& s) { s.service().begin_drain(); },
            "From now on readiness and new infer requests answer 503; requests already admitted finish.")
-      .def(
-          "stats",
-          [](py_server& s) {
-            auto& svc = s.service();
-            std::string stats_body, metrics;
-            {
-              nb::gil_scoped_release nogil;
-              net::http::request req;
-              req.method = "GET";
-              req.target = "/v2/models/stats";
-              stats_body = call(svc, std::move(req)).body;
-              metrics = svc.metrics();
-            }
-            const auto g = gauges(metrics);
-            const auto j = nlohmann::json::parse(stats_body, nullptr, false);
-            nb::dict out;
-            if (j.is_discarded() || !j.contains("model_stats")) return out;
-            for (const auto& ms : j["model_stats"]) {
-              const std::string name = ms.value("name", ""), version = ms.value("version", "");
-              nb::dict d;
-              d["version"] = version;
-              const auto& is = ms["inference_stats"];
-              d["requests_success"] = is["success"].value("count", std::uint64_t{0});
-              d["requests_failed"] = is["fail"].value("count", std::uint64_t{0});
-              d["rows"] = ms.value("inference_count", std::uint64_t{0});
-              d["batches"] = ms.value("execution_count", std::uint64_t{0});
-              d["queue_ns"] = is["queue"].value("ns", std::uint64_t{0});
-              d["compute_ns"] = is["compute_infer"].value("ns", std::uint64_t{0});
-              auto it = g.find({name, version});
-              const auto gauge = [&](const char* k) -> std::uint64_t {
-                if (it == g.end()) return 0;
-                auto v = it->second.find(k);
-                return v == it->second.end() ? 0 : static_cast<std::uint64_t>(v->second);
-              };
-              d["queued_rows"] = gauge("jitembed_pending_requests");
-              d["inflight_rows"] = gauge("jitembed_inflight_rows");
-              d["rejected_queue_full"] = gauge("jitembed_queue_rejected_total");
-              d["rejected_admission"] = gauge("jitembed_admission_rejected_total");
-              const std::string key = name + ":" + version;
-              out[nb::str(key.c_str())] = d;
-            }
-            return out;
-          },
-          "Per loaded version ('NAME:VERSION'): queued_rows (queued or running in the batcher), inflight_rows "
-          "(admitted, decode to response), requests_success / requests_failed, rows, batches, queue_ns, compute_ns, "
-          "rejected_queue_full, rejected_admission.")
+      .def("stats", &stats_of<server::service>,
+           "Per loaded version ('NAME:VERSION'): queued_rows (waiting for a batch), running_rows (in a batch), "
+           "inflight_rows (admitted: decode to response, including the above), max_inflight_rows, requests_success, "
+           "requests_failed, rejected_admission, and from the Triton statistics rows, batches, queue_ns, compute_ns.")
       .def(
           "handle",
           [](py_server& s, std::string method, std::string target, std::optional<nb::dict> headers, nb::handle body) {

@@ -5,6 +5,7 @@ import concurrent.futures
 import gc
 import json
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -141,6 +142,27 @@ def test_load_unload_stats_drain_stop():
     srv.stop()  # idempotent
     assert srv.stopped
     c.close()
+
+
+def test_stats_show_queue_and_admitted_rows():
+    # one row per batch, each batch 200 ms: of three requests one runs and two wait in the queue
+    spec = "text-embed:text_dim=8,text_max_length=8,sleep_us=200000,max_batch_size=1"
+    with jitembed.Server(models=[spec], preprocess_threads=1) as srv, \
+            jitembed.Client(endpoints=[f"http://{srv.url}"], hedge=False) as c:
+        futures = [c.embed_async("text-embed", caption_records(1)) for _ in range(3)]
+        deadline, peak = time.monotonic() + 20, {}
+        while time.monotonic() < deadline:  # poll until all three are admitted (no sleep: state, not time)
+            st = srv.stats()["text-embed:1"]
+            if st["inflight_rows"] == 3:
+                peak = st
+                break
+        assert peak, "the three requests were never admitted at once"
+        assert peak["queued_rows"] >= 1
+        for f in futures:
+            f.result(timeout=30)
+        st = srv.stats()["text-embed:1"]
+        assert st["inflight_rows"] == 0 and st["queued_rows"] == 0
+        assert st["requests_success"] == 3 and st["rows"] == 3 and st["batches"] == 3
 
 
 def test_timeout_error():

@@ -85,3 +85,21 @@ def test_remote_loader_with_cache_and_failures(dataset_path):
         loader.close()
         with pytest.raises(jitembed.CancelledError):
             next(loader)
+
+
+def test_resume_delivers_exactly_the_rest(dataset_path):
+    spec = [("caption", "text-embed", "text", "pooled")]
+    with jitembed.Client(local_models=[TEXT], local_threads=1) as client:
+        first = jitembed.Loader(dataset_path, client, spec, batch_size=5, seed=11, workers=1)
+        seen = []
+        for _ in range(2):
+            seen += next(first)["ids"]
+        state = first.state()
+        first.close()
+        assert isinstance(state, bytes) and len(seen) == 10
+        rest = jitembed.Loader(dataset_path, client, spec, batch_size=5, seed=11, workers=1, resume=state)
+        ids, failed, _ = run_epoch(rest)
+        assert failed == [] and sorted(seen + ids) == all_ids()
+        rest.close()
+        with pytest.raises(jitembed.Error):  # a state that does not fit this data set / options
+            jitembed.Loader(dataset_path, client, spec, batch_size=4, seed=11, resume=state)

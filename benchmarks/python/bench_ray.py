@@ -28,7 +28,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "python"))
 
 from ray import serve  # noqa: E402
 from starlette.requests import Request  # noqa: E402

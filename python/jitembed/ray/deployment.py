@@ -40,20 +40,16 @@ _PROBE_JPEG = base64.b64decode(
 
 
 def make_server(models: Sequence[str], **options: Any):
-    """The embedded server: ``jitembed.Server`` (in this process); the subprocess stand-in only when the
-    binding is not built or ``JITEMBED_RAY_SERVER=subprocess``."""
-    if os.environ.get("JITEMBED_RAY_SERVER") != "subprocess":
-        try:
-            import jitembed
+    """The embedded server: ``jitembed.Server``, in this process (Ray's GPU assignment applies to it and it
+    dies with the replica). ``JITEMBED_RAY_SERVER=subprocess`` runs the jitembed-server program as a child
+    process instead (a development stand-in for trees without the compiled module)."""
+    if os.environ.get("JITEMBED_RAY_SERVER") == "subprocess":
+        from ._standin import SubprocessServer
 
-            if hasattr(jitembed, "Server"):
-                return jitembed.Server(models=list(models), **options)
-        except ImportError:
-            pass
-        logger.warning("jitembed.Server is not available: running jitembed-server as a child process")
-    from ._standin import SubprocessServer
+        return SubprocessServer(models, **options)
+    import jitembed
 
-    return SubprocessServer(models, **options)
+    return jitembed.Server(models=list(models), **options)
 
 
 def _model_name(spec: str) -> str:
@@ -127,8 +123,9 @@ class EmbeddingServer:
                 except Exception:
                     pass
 
-    def endpoint(self) -> str:
-        return self._endpoint
+    def server_info(self) -> Dict[str, Any]:
+        """Where this replica's server runs: {"endpoint", "pid" (this replica's process), "in_process"}."""
+        return {"endpoint": self._endpoint, "pid": os.getpid(), "in_process": not hasattr(self._srv, "_proc")}
 
     # -- HTTP through Ray's proxy -------------------------------------------------------------------------
     async def __call__(self, request: Request) -> Response:

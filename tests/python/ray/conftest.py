@@ -47,6 +47,32 @@ def http_post(url: str, body: bytes, headers: Dict[str, str], timeout: float = 1
         return e.code, dict(e.headers), e.read()
 
 
+def listening_pids(port: int) -> List[int]:
+    """Processes holding a listening TCP socket on `port` (from /proc: no external tool)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(parts[9])
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                pids.append(int(pid))
+                break
+    return pids
+
+
 def endpoint_lines(text: str) -> List[str]:
     return sorted(l.split("#", 1)[0].strip() for l in text.splitlines() if l.split("#", 1)[0].strip())
 

@@ -13,7 +13,7 @@ import ray
 from ray import serve
 
 import jitembed.ray as jray
-from conftest import endpoint_lines, eventually, http_get, http_post
+from conftest import endpoint_lines, eventually, http_get, http_post, listening_pids
 
 TEXT = "text-embed:text_dim=16,text_max_length=16,max_batch_size=8,max_queue_delay_us=500"
 SMALL = {"server_options": {"io_threads": 1, "preprocess_threads": 1}, "num_cpus": 0.25, "health_check_period_s": 1.0,
@@ -67,6 +67,15 @@ def test_discovery_results_equal_jitembed_server_and_compat_path(ray_cluster, ru
     deploy(app, [TEXT], num_replicas=2)
     eps = wait_endpoints(ray_cluster, app, 2)
     assert all(e.startswith("http://127.0.0.1:") for e in eps)
+    # Each replica's server runs in the replica's own process (the binding), on the address it registered.
+    handle = serve.get_app_handle(app)
+    infos = {}
+    eventually(lambda: infos.update({i["endpoint"]: i for i in [handle.server_info.remote().result(timeout_s=10) for _ in range(8)]})
+               or len(infos) == 2, 30, "both replicas answering server_info")
+    assert sorted("http://" + e for e in infos) == eps
+    for e, info in infos.items():
+        assert info["in_process"]
+        assert listening_pids(int(e.rsplit(":", 1)[1])) == [info["pid"]]
     url = f"http://{ray_cluster['http']}/{app}/endpoints"
     summary, got = run_client(["--endpoints-url", url, "--samples", "96", "--rows-per-request", "3", "--concurrency", "8"]).result()
     assert summary["failed"] == 0

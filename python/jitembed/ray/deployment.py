@@ -70,6 +70,31 @@ def kserve_bytes_request(input_name: str, rows: Sequence[bytes], timeout_us: Opt
     return {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(h))}, h + raw
 
 
+def probe(srv: Any, model: str, row: Optional[bytes] = None, deadline_ms: int = 2000) -> None:
+    """The health probe: one row through the model's inference path with a deadline (the KServe `timeout`
+    parameter: the server answers 504 when the row could not start in time; a row that started but ran past
+    the deadline fails the probe too). The row: `row`, else a text
+    row or a 16x16 JPEG by the model's input; a model with neither (video) is checked by readiness.
+    Raises RuntimeError naming the model and the answer."""
+    status, _, body = srv.handle("GET", f"/v2/models/{model}", {}, b"")
+    if status != 200:
+        raise RuntimeError(f"health: model '{model}' metadata answered {status}: {body[:200]!r}")
+    name = json.loads(body)["inputs"][0]["name"]
+    if row is None:
+        row = {"text": b"jitembed health probe", "image": _PROBE_JPEG}.get(name)
+    if row is None:
+        status, _, body = srv.handle("GET", f"/v2/models/{model}/ready", {}, b"")
+    else:
+        headers, req = kserve_bytes_request(name, [row], timeout_us=int(deadline_ms) * 1000)
+        t0 = time.monotonic()
+        status, _, body = srv.handle("POST", f"/v2/models/{model}/infer", headers, req)
+        took = time.monotonic() - t0
+        if status == 200 and took > deadline_ms / 1000.0:  # a row already running is not cut at the deadline
+            raise RuntimeError(f"health: probe inference of '{model}' took {took:.2f} s (deadline {deadline_ms} ms)")
+    if status != 200:
+        raise RuntimeError(f"health: probe of '{model}' answered {status}: {body[:200]!r}")
+
+
 class EmbeddingServer:
     """One replica: an embedding server, its registry entry and heartbeat, health probe, load metric, drain.
 
@@ -145,31 +170,12 @@ class EmbeddingServer:
         return Response(content=out_body, status_code=status, headers=keep)
 
     # -- health -------------------------------------------------------------------------------------------
-    def _probe_input(self) -> Tuple[str, Optional[bytes]]:
-        status, _, body = self._srv.handle("GET", f"/v2/models/{self._health_model}", {}, b"")
-        if status != 200:
-            raise RuntimeError(f"health: model '{self._health_model}' metadata answered {status}: {body[:200]!r}")
-        name = json.loads(body)["inputs"][0]["name"]
-        if self._health_row is not None:
-            return name, self._health_row
-        return name, {"text": b"jitembed health probe", "image": _PROBE_JPEG}.get(name)
-
     def check_health(self) -> None:
         """Raises unless a one-row inference answers 200 within the deadline (readiness alone only says the
         server is not shutting down)."""
         if self._leaving.is_set():
             return  # shutting down: Serve is stopping this replica anyway
-        name, row = self._probe_input()
-        if row is None:  # no probe row for this modality (video): readiness of the model
-            status, _, body = self._srv.handle("GET", f"/v2/models/{self._health_model}/ready", {}, b"")
-        else:
-            headers, req = kserve_bytes_request(name, [row], timeout_us=self._health_deadline_ms * 1000)
-            t0 = time.monotonic()
-            status, _, body = self._srv.handle("POST", f"/v2/models/{self._health_model}/infer", headers, req)
-            if time.monotonic() - t0 > self._health_deadline_ms / 1000.0 + 1.0:
-                raise RuntimeError(f"health: probe inference took {time.monotonic() - t0:.1f} s")
-        if status != 200:
-            raise RuntimeError(f"health: probe of '{self._health_model}' answered {status}: {body[:200]!r}")
+        probe(self._srv, self._health_model, self._health_row, self._health_deadline_ms)
 
     # -- autoscaling --------------------------------------------------------------------------------------
     def record_autoscaling_stats(self) -> Dict[str, float]:

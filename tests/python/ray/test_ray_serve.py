@@ -76,6 +76,7 @@ def test_discovery_results_equal_jitembed_server_and_compat_path(ray_cluster, ru
     for e, info in infos.items():
         assert info["in_process"]
         assert listening_pids(int(e.rsplit(":", 1)[1])) == [info["pid"]]
+    handle.check_health.remote().result(timeout_s=10)  # the probe inference, through a replica
     url = f"http://{ray_cluster['http']}/{app}/endpoints"
     summary, got = run_client(["--endpoints-url", url, "--samples", "96", "--rows-per-request", "3", "--concurrency", "8"]).result()
     assert summary["failed"] == 0

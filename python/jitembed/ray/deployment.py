@@ -52,6 +52,26 @@ def make_server(models: Sequence[str], **options: Any):
     return jitembed.Server(models=list(models), **options)
 
 
+def _keep_serve_grpc_on_loopback() -> None:
+    """On a loopback-only node, Serve 2.60's per-replica inter-deployment gRPC server still binds "[::]:0"
+    (ray/serve/_private/replica.py, after the user constructor): bind it to 127.0.0.1 instead. Only called
+    when this node's address is 127.0.0.1, where every peer reaches the replica on loopback anyway."""
+    try:
+        import ray.serve._private.replica as replica_module
+
+        original = replica_module.add_port_to_grpc_server
+        if getattr(original, "_jitembed_loopback", False):
+            return
+
+        def loopback(server, address):
+            return original(server, "127.0.0.1:0" if address == "[::]:0" else address)
+
+        loopback._jitembed_loopback = True
+        replica_module.add_port_to_grpc_server = loopback
+    except Exception as e:  # another Ray version: leave it as it is
+        logger.warning("jitembed: could not keep Serve's replica gRPC server on loopback: %s", e)
+
+
 def _model_name(spec: str) -> str:
     return spec.split(":", 1)[0]
 
@@ -116,6 +136,8 @@ class EmbeddingServer:
         self._app = registry_app or ctx.app_name or "jitembed"
         self._replica_id = str(getattr(ctx.replica_id, "unique_id", ctx.replica_id))
         self._node_ip = ray.util.get_node_ip_address()
+        if self._node_ip == "127.0.0.1":
+            _keep_serve_grpc_on_loopback()
         opts = dict(server_options or {})
         opts.update(host=self._node_ip, port=0)
         self._srv = make_server(models, **opts)

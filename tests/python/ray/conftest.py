@@ -47,6 +47,38 @@ def http_post(url: str, body: bytes, headers: Dict[str, str], timeout: float = 1
         return e.code, dict(e.headers), e.read()
 
 
+def wildcard_listeners() -> List[str]:
+    """Listening TCP sockets on a wildcard or non-loopback address held by Ray's processes (ray::*, raylet,
+    gcs_server, the dashboard agent, the Ray client server) or by jitembed servers, as "comm addr:port"."""
+    owners = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = open(f"/proc/{pid}/comm").read().strip()
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        if not (comm.startswith("ray::") or comm in ("raylet", "gcs_server") or "ray/" in cmdline or "jitembed" in comm):
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                owners[link[8:-1]] = comm
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                addr, port = parts[1].rsplit(":", 1)
+                loopback = addr in ("0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000")
+                if parts[3] == "0A" and parts[9] in owners and not loopback:
+                    out.append(f"{owners[parts[9]]} {addr}:{int(port, 16)}")
+    return out
+
+
 def listening_pids(port: int) -> List[int]:
     """Processes holding a listening TCP socket on `port` (from /proc: no external tool)."""
     inodes = set()

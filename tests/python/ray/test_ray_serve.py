@@ -13,7 +13,7 @@ import ray
 from ray import serve
 
 import jitembed.ray as jray
-from conftest import endpoint_lines, eventually, http_get, http_post, listening_pids
+from conftest import endpoint_lines, eventually, http_get, http_post, listening_pids, wildcard_listeners
 
 TEXT = "text-embed:text_dim=16,text_max_length=16,max_batch_size=8,max_queue_delay_us=500"
 SMALL = {"server_options": {"io_threads": 1, "preprocess_threads": 1}, "num_cpus": 0.25, "health_check_period_s": 1.0,
@@ -77,6 +77,8 @@ def test_discovery_results_equal_jitembed_server_and_compat_path(ray_cluster, ru
         assert info["in_process"]
         assert listening_pids(int(e.rsplit(":", 1)[1])) == [info["pid"]]
     handle.check_health.remote().result(timeout_s=10)  # the probe inference, through a replica
+    # Loopback only: no Ray or jitembed socket listens on a wildcard or another address.
+    assert wildcard_listeners() == []
     url = f"http://{ray_cluster['http']}/{app}/endpoints"
     summary, got = run_client(["--endpoints-url", url, "--samples", "96", "--rows-per-request", "3", "--concurrency", "8"]).result()
     assert summary["failed"] == 0

@@ -19,8 +19,8 @@
 #   test         the test command (scripts/test.sh): every CPU component (LibTorch for the torch tests),
 #                tools, tests, benchmarks, the test peers (redis-server, lmdb-utils, ffmpeg, Python peers
 #                in .venv, conan in .venv for ctest packaging/conan, the Triton peer in .venv-triton)
-#   ray          jitembed.ray (tests/python/ray, benchmarks/python/bench_ray.py): ray[serve]==2.60.0 and pytest
-#                in .venv (with the jitembed package of the python set); part of `test`
+#   ray          jitembed.ray (tests/python/ray, benchmarks/python/bench_ray.py): the python set plus
+#                ray[serve]==2.60.0 in .venv; part of `test`
 #   python       the jitembed Python module (python/) built and installed into .venv with its test deps
 #                (nanobind, scikit-build-core, pytest, numpy, msgpack, msgpack-numpy, Pillow); skipped when its
 #                sources are unchanged since the last install; part of `test` (not of `demo`)
@@ -104,7 +104,7 @@ for s in "${sets[@]}"; do
     build) ;;
     python) components+=(server client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
-    ray) components+=(server client); dev+=(tools tests); with_ray=1 ;;
+    ray) components+=(server client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
     tools) components+=(server client lmdb redis); dev+=(tools) ;;
     demo) components+=(server client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
     *)
@@ -117,7 +117,7 @@ for s in "${sets[@]}"; do
   esac
 done
 with_python=0
-case " ${sets[*]} " in *" python "* | *" test "* | *" all "*) with_python=1 ;; esac
+case " ${sets[*]} " in *" python "* | *" test "* | *" all "* | *" ray "*) with_python=1 ;; esac
 if [ "$with_python" = 1 ]; then packages_python="python3-venv"; else packages_python=""; fi
 # closure over the component graph
 closed=()

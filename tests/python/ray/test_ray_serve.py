@@ -17,7 +17,7 @@ from conftest import endpoint_lines, eventually, http_get, http_post, listening_
 
 TEXT = "text-embed:text_dim=16,text_max_length=16,max_batch_size=8,max_queue_delay_us=500"
 SMALL = {"server_options": {"io_threads": 1, "preprocess_threads": 1}, "num_cpus": 0.25, "health_check_period_s": 1.0,
-         "heartbeat_s": 0.25, "leave_grace_s": 0.8}
+         "heartbeat_s": 0.25, "leave_grace_s": 1.5}
 
 
 def deploy(app: str, models, **kw):

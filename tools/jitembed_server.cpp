@@ -23,53 +23,6 @@ namespace {
 
 using namespace jitembed;
 
-// "NAME[:k=v,...]": batcher keys (version, instances, max_batch_size, max_queue_delay_us, idle_dispatch,
-// queue_size, max_inflight_rows, timeout_us) set the model_config; every other key is a model parameter
-// (work, sleep_us, ...; integers stay integers).
-result<server::model_config> parse_model_flag(const std::string& spec, const server::model_config& defaults) {
-  server::model_config m = defaults;
-  const auto colon = spec.find(':');
-  m.name = spec.substr(0, colon);
-  if (m.name.empty()) return fail(errc::invalid_argument, "--model '" + spec + "': empty model name");
-  if (colon == std::string::npos) return m;
-  std::string rest = spec.substr(colon + 1);
-  nlohmann::json cfg = nlohmann::json::object();
-  cfg["name"] = m.name;
-  std::size_t pos = 0;
-  while (pos <= rest.size()) {
-    const auto comma = rest.find(',', pos);
-    const std::string kv = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    pos = comma == std::string::npos ? rest.size() + 1 : comma + 1;
-    if (kv.empty()) continue;
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) return fail(errc::invalid_argument, "--model '" + spec + "': '" + kv + "' is not key=value");
-    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    nlohmann::json value = v;
-    if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 19) value = std::stoll(v);
-    if (v == "true" || v == "false") value = v == "true";
-    if (k == "version") m.version = v;
-    else if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us" ||
-             k == "max_inflight_rows" || k == "idle_dispatch")
-      cfg[k] = value;
-    else m.params[k] = value;
-  }
-  cfg["version"] = m.version;
-  auto parsed = server::model_config_from_json(cfg, "--model " + m.name);
-  if (!parsed) return parsed.error();
-  // Keep the defaults for batcher keys the flag did not name.
-  for (auto it = cfg.begin(); it != cfg.end(); ++it) {
-    const auto& k = it.key();
-    if (k == "instances") m.instances = parsed->instances;
-    if (k == "max_batch_size") m.max_batch_size = parsed->max_batch_size;
-    if (k == "max_queue_delay_us") m.max_queue_delay_us = parsed->max_queue_delay_us;
-    if (k == "queue_size") m.queue_size = parsed->queue_size;
-    if (k == "max_inflight_rows") m.max_inflight_rows = parsed->max_inflight_rows;
-    if (k == "idle_dispatch") m.idle_dispatch = parsed->idle_dispatch;
-    if (k == "timeout_us") m.timeout_us = parsed->timeout_us;
-  }
-  return m;
-}
-
 int fail_exit(const std::string& what) {
   std::cerr << "error: " << what << "\n";
   return 2;
@@ -131,7 +84,7 @@ int main(int argc, char** argv) {
   if (!model_flags.empty()) {
     cfg.models.clear();
     for (const auto& f : model_flags) {
-      auto m = parse_model_flag(f, defaults);
+      auto m = server::parse_model_spec(f, defaults);
       if (!m) return fail_exit(m.error().message);
       cfg.models.push_back(std::move(*m));
     }
@@ -167,8 +120,9 @@ int main(int argc, char** argv) {
     }
     return models::make_reference_model(name, *o);
   };
-  server::service svc(cfg, factory);
-  if (auto r = svc.load_configured(); !r) return fail_exit(std::string(to_string(r.code())) + ": " + r.error().message);
+  auto svc_made = server::service::create(cfg, factory);
+  if (!svc_made) return fail_exit(std::string(to_string(svc_made.code())) + ": " + svc_made.error().message);
+  auto& svc = *svc_made;
 
   net::http::server_options ho;
   ho.host = cfg.host;
@@ -176,9 +130,9 @@ int main(int argc, char** argv) {
   ho.io_threads = static_cast<int>(cfg.io_threads);
   ho.max_header_bytes = cfg.protocol.max_header_bytes;
   ho.max_body_bytes = cfg.protocol.max_body_bytes;
-  net::http::server http(ho, svc.as_handler());
-  auto port_bound = http.start();
-  if (!port_bound) return fail_exit(std::string(to_string(port_bound.code())) + ": " + port_bound.error().message);
+  auto http_made = net::http::server::create(ho, svc.as_handler());
+  if (!http_made) return fail_exit(std::string(to_string(http_made.code())) + ": " + http_made.error().message);
+  auto& http = *http_made;
   std::printf("jitembed-server listening on %s\n", http.url().c_str());
   for (const auto& [name, version] : svc.loaded()) std::printf("  model %s version %s\n", name.c_str(), version.c_str());
   std::fflush(stdout);

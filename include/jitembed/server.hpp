@@ -3,4 +3,6 @@
 
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/model_instance.hpp"
+#include "jitembed/server/model_spec.hpp"
+#include "jitembed/server/model_status.hpp"
 #include "jitembed/server/service.hpp"

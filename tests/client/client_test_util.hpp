@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -60,10 +61,10 @@ class fake_server {
   explicit fake_server(script_fn script) : script_(std::move(script)) {
     http::server_options o;
     o.io_threads = 1;
-    srv_ = std::make_unique<http::server>(o, [this](http::request&& req, http::responder respond) {
-      handle(std::move(req), std::move(respond));
-    });
-    port_ = srv_->start().value();
+    srv_.emplace(http::server::create(o, [this](http::request&& req, http::responder respond) {
+                   handle(std::move(req), std::move(respond));
+                 }).value());
+    port_ = srv_->port();
     delayer_ = std::thread([this] { run_delayed(); });
   }
   ~fake_server() { stop(); }
@@ -188,7 +189,7 @@ class fake_server {
   }
 
   script_fn script_;
-  std::unique_ptr<http::server> srv_;
+  std::optional<http::server> srv_;
   std::uint16_t port_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;

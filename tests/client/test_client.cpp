@@ -410,13 +410,15 @@ TEST_CASE("endpoints changed mid-run: file and URL, a removed endpoint drains") 
   SUBCASE("url") {
     std::mutex mu;
     std::string list = a.url() + "\n";
-    http::server lister(http::server_options{}, [&](http::request&&, http::responder respond) {
+    auto lister_made = http::server::create(http::server_options{}, [&](http::request&&, http::responder respond) {
       http::response r;
       std::lock_guard lk(mu);
       r.body = list;
       respond(std::move(r));
     });
-    const auto port = lister.start().value();
+    REQUIRE(lister_made);
+    auto& lister = *lister_made;
+    const std::uint16_t port = lister.port();
     auto o = options_for({});
     o.endpoints.list.clear();
     o.endpoints.url = "http://127.0.0.1:" + std::to_string(port) + "/endpoints";
@@ -443,8 +445,10 @@ TEST_CASE("local mode equals remote mode on the real service (text-embed), rows 
   sc.models = {mc};
   server::service svc(sc);
   REQUIRE(svc.load_configured());
-  http::server srv(http::server_options{}, svc.as_handler());
-  const auto port = srv.start().value();
+  auto srv_made = http::server::create(http::server_options{}, svc.as_handler());
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
 
   cl::client_options lo;
   lo.local_models = {model};

@@ -44,10 +44,11 @@ http::server_options short_options() {
 
 TEST_CASE("413 from Content-Length before the body is read") {
   std::atomic<int> calls{0};
-  http::server srv(short_options(), counting_echo{&calls});
-  auto port = srv.start();
-  REQUIRE(port);
-  raw_socket s(*port);
+  auto srv_made = http::server::create(short_options(), counting_echo{&calls});
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  raw_socket s(port);
   REQUIRE(s.connected());
   // Header only: the 413 must come without the client ever sending the body.
   REQUIRE(s.send("POST /infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n"));
@@ -61,13 +62,13 @@ TEST_CASE("413 from Content-Length before the body is read") {
   CHECK(calls == 0);
 
   // Chunked body over the limit: 413 as well.
-  raw_socket s2(*port);
+  raw_socket s2(port);
   REQUIRE(s2.send("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n" + std::string(2000, 'a') +
                   "\r\n0\r\n\r\n"));
   CHECK(starts_with(s2.read_until_close(2000ms), "HTTP/1.1 413 "));
 
   // At the limit: served.
-  http::client c("127.0.0.1", *port);
+  http::client c("127.0.0.1", port);
   auto ok = c.post("/", std::string(1000, 'q'));
   REQUIRE(ok);
   CHECK(ok->status == 200);
@@ -79,10 +80,11 @@ TEST_CASE("413 from Content-Length before the body is read") {
 
 TEST_CASE("431 for a header over max_header_bytes") {
   std::atomic<int> calls{0};
-  http::server srv(short_options(), counting_echo{&calls});
-  auto port = srv.start();
-  REQUIRE(port);
-  raw_socket s(*port);
+  auto srv_made = http::server::create(short_options(), counting_echo{&calls});
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  raw_socket s(port);
   REQUIRE(s.send("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(8000, 'h') + "\r\n\r\n"));
   const auto out = s.read_until_close(2000ms);
   CHECK(starts_with(out, "HTTP/1.1 431 "));
@@ -93,15 +95,16 @@ TEST_CASE("431 for a header over max_header_bytes") {
 
 TEST_CASE("malformed requests get 400 and never crash the server") {
   std::atomic<int> calls{0};
-  http::server srv(short_options(), counting_echo{&calls});
-  auto port = srv.start();
-  REQUIRE(port);
+  auto srv_made = http::server::create(short_options(), counting_echo{&calls});
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
   for (const char* bad : {"GARBAGE\r\n\r\n", "GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
                           "GET / HTTP/9.9\r\n\r\n", "GET / HTTP/1.1\r\nBad Header\r\n\r\n",
                           "POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nab",
                           "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}) {
     CAPTURE(bad);
-    raw_socket s(*port);
+    raw_socket s(port);
     REQUIRE(s.send(bad));
     const auto out = s.read_until_close(2000ms);
     CHECK(starts_with(out, "HTTP/1.1 400 "));
@@ -114,12 +117,12 @@ TEST_CASE("malformed requests get 400 and never crash the server") {
     std::string junk(1 + rng() % 600, '\0');
     for (auto& ch : junk) ch = static_cast<char>(rng());
     if (i % 2) junk = "POST /x HTTP/1.1\r\n" + junk;
-    raw_socket s(*port);
+    raw_socket s(port);
     s.send(junk);
     (void)s.read_until_close(i % 4 == 0 ? 600ms : 50ms);
   }
   CHECK(calls == 0);
-  http::client c("127.0.0.1", *port);
+  http::client c("127.0.0.1", port);
   auto r = c.get("/still-alive");
   REQUIRE(r);
   CHECK(r->body == "GET /still-alive|");
@@ -131,15 +134,16 @@ TEST_CASE("slowloris is closed after header_timeout while others are served") {
   opts.io_threads = 1;  // a stalled client must not hold the only thread
   opts.header_timeout = 300ms;
   opts.body_timeout = 300ms;
-  http::server srv(opts, counting_echo{&calls});
-  auto port = srv.start();
-  REQUIRE(port);
-  raw_socket slow(*port);
+  auto srv_made = http::server::create(opts, counting_echo{&calls});
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  raw_socket slow(port);
   REQUIRE(slow.send("GET /slow HTTP/1.1\r\nHost: x\r\nX-Half"));
-  raw_socket silent(*port);  // connects, sends nothing
+  raw_socket silent(port);  // connects, sends nothing
   REQUIRE(silent.connected());
 
-  http::client c("127.0.0.1", *port);
+  http::client c("127.0.0.1", port);
   for (int i = 0; i < 20; ++i) {
     auto r = c.get("/fast");
     REQUIRE(r);
@@ -158,7 +162,7 @@ TEST_CASE("slowloris is closed after header_timeout while others are served") {
   CHECK(calls == 20);
 
   // A body that stalls halfway: 408 after body_timeout.
-  raw_socket half(*port);
+  raw_socket half(port);
   REQUIRE(half.send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"));
   CHECK(starts_with(half.read_until_close(3000ms), "HTTP/1.1 408 "));
   CHECK(half.closed());
@@ -169,10 +173,11 @@ TEST_CASE("idle keep-alive connections are closed after idle_timeout") {
   std::atomic<int> calls{0};
   auto opts = short_options();
   opts.idle_timeout = 200ms;
-  http::server srv(opts, counting_echo{&calls});
-  auto port = srv.start();
-  REQUIRE(port);
-  raw_socket s(*port);
+  auto srv_made = http::server::create(opts, counting_echo{&calls});
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  raw_socket s(port);
   REQUIRE(s.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"));
   const auto first = s.read_responses(1, 2000ms);
   CHECK(starts_with(first, "HTTP/1.1 200 "));
@@ -183,7 +188,7 @@ TEST_CASE("idle keep-alive connections are closed after idle_timeout") {
   CHECK(srv.stats().timeouts == 0);
 
   // The client notices the server closed its pooled connection and reconnects once.
-  http::client c("127.0.0.1", *port);
+  http::client c("127.0.0.1", port);
   REQUIRE(c.get("/1"));
   // The server closes the pooled connection after idle_timeout (it closes the socket, then unregisters it).
   REQUIRE(jitembed::test::eventually([&] { return srv.stats().connections_active == 0; }));
@@ -197,11 +202,12 @@ TEST_CASE("idle keep-alive connections are closed after idle_timeout") {
 
 TEST_CASE("Expect: 100-continue / pipelining / HTTP/1.0") {
   std::atomic<int> calls{0};
-  http::server srv(short_options(), counting_echo{&calls});
-  auto port = srv.start();
-  REQUIRE(port);
+  auto srv_made = http::server::create(short_options(), counting_echo{&calls});
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
   {
-    raw_socket s(*port);
+    raw_socket s(port);
     REQUIRE(s.send("POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"));
     const auto interim = s.read_responses(1, 2000ms);
     CHECK(interim == "HTTP/1.1 100 Continue\r\n\r\n");
@@ -211,7 +217,7 @@ TEST_CASE("Expect: 100-continue / pipelining / HTTP/1.0") {
     CHECK(out.find("POST /e|hello") != std::string::npos);
   }
   {
-    raw_socket s(*port);  // three requests in one write: answered in order, one at a time
+    raw_socket s(port);  // three requests in one write: answered in order, one at a time
     REQUIRE(s.send("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nPOST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
                    "GET /3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
     const auto out = s.read_until_close(2000ms);
@@ -225,7 +231,7 @@ TEST_CASE("Expect: 100-continue / pipelining / HTTP/1.0") {
     CHECK(s.closed());
   }
   {
-    raw_socket s(*port);
+    raw_socket s(port);
     REQUIRE(s.send("GET /old HTTP/1.0\r\n\r\n"));
     const auto out = s.read_until_close(2000ms);
     CHECK(starts_with(out, "HTTP/1.1 200 "));
@@ -239,15 +245,16 @@ TEST_CASE("max_connections refuses extra connections") {
   auto opts = short_options();
   opts.max_connections = 2;
   opts.header_timeout = 3000ms;
-  http::server srv(opts, counting_echo{&calls});
-  auto port = srv.start();
-  REQUIRE(port);
-  raw_socket a(*port), b(*port);
+  auto srv_made = http::server::create(opts, counting_echo{&calls});
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  raw_socket a(port), b(port);
   REQUIRE(a.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"));
   REQUIRE(b.send("GET /b HTTP/1.1\r\nHost: x\r\n\r\n"));
   CHECK(starts_with(a.read_responses(1, 2000ms), "HTTP/1.1 200 "));
   CHECK(starts_with(b.read_responses(1, 2000ms), "HTTP/1.1 200 "));
-  raw_socket extra(*port);
+  raw_socket extra(port);
   extra.send("GET /c HTTP/1.1\r\nHost: x\r\n\r\n");
   CHECK(extra.read_until_close(2000ms).empty());
   CHECK(extra.closed());
@@ -261,7 +268,7 @@ TEST_CASE("graceful stop drains an in-flight request and refuses new connections
   std::atomic<bool> slow_in_handler{false}, slow_answered{false};
   auto opts = short_options();
   opts.idle_timeout = 60000ms;
-  http::server srv(opts, [&](http::request&& req, http::responder respond) {
+  auto srv_made = http::server::create(opts, [&](http::request&& req, http::responder respond) {
     std::lock_guard lk(mu);
     if (req.target == "/slow") slow_in_handler = true;
     workers.emplace_back([&slow_answered, target = req.target, respond = std::move(respond)] {
@@ -272,14 +279,15 @@ TEST_CASE("graceful stop drains an in-flight request and refuses new connections
       respond(std::move(r));
     });
   });
-  auto port = srv.start();
-  REQUIRE(port);
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
 
-  raw_socket idle(*port);  // an idle keep-alive connection must not hold up stop()
+  raw_socket idle(port);  // an idle keep-alive connection must not hold up stop()
   REQUIRE(idle.send("GET /i HTTP/1.1\r\nHost: x\r\n\r\n"));
   CHECK(starts_with(idle.read_responses(1, 2000ms), "HTTP/1.1 200 "));
 
-  http::client c("127.0.0.1", *port);
+  http::client c("127.0.0.1", port);
   jitembed::result<http::response> slow = jitembed::fail(errc::internal, "not run");
   std::thread caller([&] { slow = c.get("/slow"); });
   REQUIRE(jitembed::test::eventually([&] { return slow_in_handler.load(); }));  // in the handler now
@@ -296,7 +304,7 @@ TEST_CASE("graceful stop drains an in-flight request and refuses new connections
   CHECK(idle.read_until_close(1000ms).empty());
   CHECK(idle.closed());
 
-  http::client c2("127.0.0.1", *port, http::client_options{.connect_timeout = 500ms});
+  http::client c2("127.0.0.1", port, http::client_options{.connect_timeout = 500ms});
   auto refused = c2.get("/new");
   CHECK(!refused);
   CHECK(refused.code() == errc::io_error);
@@ -307,13 +315,14 @@ TEST_CASE("stop with a zero drain closes in-flight requests / late responders ar
   http::responder parked;
   std::mutex mu;
   {
-    http::server srv(short_options(), [&](http::request&&, http::responder respond) {
+    auto srv_made = http::server::create(short_options(), [&](http::request&&, http::responder respond) {
       std::lock_guard lk(mu);
       parked = std::move(respond);
     });
-    auto port = srv.start();
-    REQUIRE(port);
-    raw_socket s(*port);
+    REQUIRE(srv_made);
+    auto& srv = *srv_made;
+    const std::uint16_t port = srv.port();
+      raw_socket s(port);
     REQUIRE(s.send("GET /never HTTP/1.1\r\nHost: x\r\n\r\n"));
     REQUIRE(jitembed::test::eventually([&] {
       std::lock_guard lk(mu);
@@ -332,13 +341,14 @@ TEST_CASE("stop with a zero drain closes in-flight requests / late responders ar
 TEST_CASE("client: timeout against a server that never answers") {
   std::mutex mu;
   std::vector<http::responder> parked;
-  http::server srv(short_options(), [&](http::request&&, http::responder respond) {
+  auto srv_made = http::server::create(short_options(), [&](http::request&&, http::responder respond) {
     std::lock_guard lk(mu);
     parked.push_back(std::move(respond));
   });
-  auto port = srv.start();
-  REQUIRE(port);
-  http::client c("127.0.0.1", *port, http::client_options{.io_timeout = 200ms});
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  http::client c("127.0.0.1", port, http::client_options{.io_timeout = 200ms});
   const auto t0 = std::chrono::steady_clock::now();
   auto r = c.get("/never");
   const auto dt = std::chrono::steady_clock::now() - t0;
@@ -353,14 +363,15 @@ TEST_CASE("client: timeout against a server that never answers") {
 }
 
 TEST_CASE("client: errors for bad arguments / refused connections and oversized responses") {
-  http::server srv(http::server_options{}, [](http::request&&, http::responder respond) {
+  auto srv_made = http::server::create(http::server_options{}, [](http::request&&, http::responder respond) {
     http::response r;
     r.body = std::string(5000, 'r');
     respond(std::move(r));
   });
-  auto port = srv.start();
-  REQUIRE(port);
-  http::client c("127.0.0.1", *port, http::client_options{.max_response_bytes = 1000});
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  http::client c("127.0.0.1", port, http::client_options{.max_response_bytes = 1000});
   CHECK(c.request("G T", "/").code() == errc::invalid_argument);
   CHECK(c.request("GET", "/a b").code() == errc::invalid_argument);
   CHECK(c.request("GET", "/", {{"X", "a\r\nB: c"}}).code() == errc::invalid_argument);
@@ -369,7 +380,7 @@ TEST_CASE("client: errors for bad arguments / refused connections and oversized 
   CHECK(big.code() == errc::limit_exceeded);
   CHECK(big.error().message.find("max_response_bytes 1000") != std::string::npos);
 
-  http::client ok("127.0.0.1", *port);
+  http::client ok("127.0.0.1", port);
   auto r = ok.get("/");
   REQUIRE(r);
   CHECK(r->body.size() == 5000);
@@ -378,8 +389,6 @@ TEST_CASE("client: errors for bad arguments / refused connections and oversized 
   auto refused = ok.get("/");  // pooled connection closed, reconnect refused
   CHECK(refused.code() == errc::io_error);
 
-  http::server bad_bind(http::server_options{.host = "not-an-address.invalid"}, [](http::request&&, http::responder) {});
-  CHECK(bad_bind.start().code() == errc::io_error);
-  http::server bad_threads(http::server_options{.io_threads = 0}, [](http::request&&, http::responder) {});
-  CHECK(bad_threads.start().code() == errc::invalid_argument);
+  CHECK(http::server::create(http::server_options{.host = "not-an-address.invalid"}, [](http::request&&, http::responder) {}).code() == errc::io_error);
+  CHECK(http::server::create(http::server_options{.io_threads = 0}, [](http::request&&, http::responder) {}).code() == errc::invalid_argument);
 }

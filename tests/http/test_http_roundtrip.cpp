@@ -102,14 +102,15 @@ class delayed_worker {
 }  // namespace
 
 TEST_CASE("GET and POST round trips / headers / HEAD") {
-  http::server srv(fast_options(), echo);
-  auto port = srv.start();
-  REQUIRE(port);
-  CHECK(*port != 0);
-  CHECK(srv.port() == *port);
-  CHECK(srv.url() == "http://127.0.0.1:" + std::to_string(*port));
+  auto srv_made = http::server::create(fast_options(), echo);
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  CHECK(port != 0);
+  CHECK(srv.port() == port);
+  CHECK(srv.url() == "http://127.0.0.1:" + std::to_string(port));
 
-  http::client c("127.0.0.1", *port);
+  http::client c("127.0.0.1", port);
   auto g = c.get("/v2/health/live?x=1", {{"X-Echo", "hello"}});
   REQUIRE(g);
   CHECK(g->status == 200);
@@ -139,10 +140,11 @@ TEST_CASE("GET and POST round trips / headers / HEAD") {
 }
 
 TEST_CASE("large bodies and scatter/gather pieces both ways") {
-  http::server srv(fast_options(), echo);
-  auto port = srv.start();
-  REQUIRE(port);
-  http::client c("127.0.0.1", *port);
+  auto srv_made = http::server::create(fast_options(), echo);
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  http::client c("127.0.0.1", port);
 
   std::string big(8u << 20, '\0');
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
@@ -165,10 +167,11 @@ TEST_CASE("large bodies and scatter/gather pieces both ways") {
 }
 
 TEST_CASE("keep-alive reuses one connection for many requests") {
-  http::server srv(fast_options(), echo);
-  auto port = srv.start();
-  REQUIRE(port);
-  http::client c("127.0.0.1", *port);
+  auto srv_made = http::server::create(fast_options(), echo);
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  http::client c("127.0.0.1", port);
   for (int i = 0; i < 300; ++i) {
     auto r = c.get("/k/" + std::to_string(i));
     REQUIRE(r);
@@ -183,10 +186,11 @@ TEST_CASE("keep-alive reuses one connection for many requests") {
 }
 
 TEST_CASE("8 threads x 200 requests through one pooled client") {
-  http::server srv(fast_options(), echo);
-  auto port = srv.start();
-  REQUIRE(port);
-  http::client c("127.0.0.1", *port);
+  auto srv_made = http::server::create(fast_options(), echo);
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  http::client c("127.0.0.1", port);
   std::atomic<int> ok{0}, bad{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
@@ -211,12 +215,13 @@ TEST_CASE("8 threads x 200 requests through one pooled client") {
 
 TEST_CASE("respond() from another thread after a delay") {
   delayed_worker worker(60ms);
-  http::server srv(fast_options(), [&](http::request&& req, http::responder respond) {
+  auto srv_made = http::server::create(fast_options(), [&](http::request&& req, http::responder respond) {
     worker.push(std::move(req), std::move(respond));
   });
-  auto port = srv.start();
-  REQUIRE(port);
-  http::client c("127.0.0.1", *port);
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  http::client c("127.0.0.1", port);
   const auto t0 = std::chrono::steady_clock::now();
   auto r = c.get("/slow");
   const auto dt = std::chrono::steady_clock::now() - t0;
@@ -237,7 +242,7 @@ TEST_CASE("respond() from another thread after a delay") {
 }
 
 TEST_CASE("a handler that throws or drops the responder yields 500 / the server keeps serving") {
-  http::server srv(fast_options(), [](http::request&& req, http::responder respond) {
+  auto srv_made = http::server::create(fast_options(), [](http::request&& req, http::responder respond) {
     if (req.target == "/throw") throw std::runtime_error("boom");
     if (req.target == "/drop") return;  // responder destroyed unanswered
     http::response r;
@@ -245,9 +250,10 @@ TEST_CASE("a handler that throws or drops the responder yields 500 / the server 
     respond(std::move(r));
     respond(http::response{});  // a second call is ignored
   });
-  auto port = srv.start();
-  REQUIRE(port);
-  http::client c("127.0.0.1", *port);
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  http::client c("127.0.0.1", port);
   auto t = c.get("/throw");
   REQUIRE(t);
   CHECK(t->status == 500);
@@ -266,16 +272,17 @@ TEST_CASE("a handler that throws or drops the responder yields 500 / the server 
 }
 
 TEST_CASE("response header sanitizing and status codes") {
-  http::server srv(fast_options(), [](http::request&&, http::responder respond) {
+  auto srv_made = http::server::create(fast_options(), [](http::request&&, http::responder respond) {
     http::response r;
     r.status = 404;
     r.headers = {{"Content-Length", "999"}, {"X-Bad", "a\r\nInjected: 1"}, {"Bad Name", "x"}, {"X-Ok", "yes"}};
     r.body = "{\"error\":\"nope\"}";
     respond(std::move(r));
   });
-  auto port = srv.start();
-  REQUIRE(port);
-  http::client c("127.0.0.1", *port);
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  http::client c("127.0.0.1", port);
   auto r = c.get("/m");
   REQUIRE(r);
   CHECK(r->status == 404);

@@ -64,8 +64,10 @@ TEST_CASE("remote: an in-process jitembed service, embeddings equal the referenc
   sc.models = {model_cfg("image-latent", {{"image_bucket", 16}}), model_cfg("text-embed", {{"text_max_length", 16}, {"text_dim", 8}})};
   server::service svc(sc);
   REQUIRE(svc.load_configured());
-  net::http::server srv(net::http::server_options{}, svc.as_handler());
-  const auto port = srv.start().value();
+  auto srv_made = net::http::server::create(net::http::server_options{}, svc.as_handler());
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
   client::client_options co;
   co.endpoints.list = {"http://127.0.0.1:" + std::to_string(port)};
   co.request_timeout = 10s;

@@ -120,7 +120,7 @@ TEST_CASE("README: parallel") {
   };
   std::vector<rank_result> res(2);
 
-  auto store = std::make_shared<hash_store>();       // ranks as threads; file_store(dir) for processes
+  auto store = std::make_shared<hash_store>();       // ranks as threads; file_store::open(dir) for processes
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -128,7 +128,7 @@ TEST_CASE("README: parallel") {
         const tensor dy = local_chunk(dy_full, 1, 2, r);  // this rank's columns of the output gradient
         // on each rank r of 2 (a thread each):
         auto comm = gloo_communicator::create(store, r, 2).value();   // TCP on 127.0.0.1
-        column_parallel_linear<gloo_communicator> fc(comm, /*in=*/64, /*out=*/256);
+        auto fc = column_parallel_linear<gloo_communicator>::create(comm, /*in=*/64, /*out=*/256).value();
         fc.load_full(w, b);                      // keeps rows [128r, 128r + 128) of w [256, 64] and b [256]
         tensor y = fc.forward(x).value();        // x [16, 64] replicated → y [16, 128], no communication
         tensor dx = fc.backward(dy).value();     // dy [16, 128] → dx [16, 64]: one all_reduce
@@ -180,8 +180,10 @@ TEST_CASE("README: client") {
   sc.models = {mc};
   server::service svc(sc);
   REQUIRE(svc.load_configured());
-  net::http::server http(net::http::server_options{}, svc.as_handler());
-  const auto port = http.start().value();
+  auto http_made = net::http::server::create(net::http::server_options{}, svc.as_handler());
+  REQUIRE(http_made);
+  auto& http = *http_made;
+  const std::uint16_t port = http.port();
 
   client::client_options o;
   o.endpoints.list = {"http://127.0.0.1:" + std::to_string(port)};

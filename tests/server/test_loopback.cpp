@@ -22,10 +22,11 @@ TEST_CASE("server over HTTP: infer, metadata, auth and metrics on loopback equal
   c.models = {m};
   server::service svc(c);
   REQUIRE(svc.load_configured());
-  http::server srv(http::server_options{}, svc.as_handler());
-  auto port = srv.start();
-  REQUIRE(port);
-  http::client cl("127.0.0.1", *port);
+  auto srv_made = http::server::create(http::server_options{}, svc.as_handler());
+  REQUIRE(srv_made);
+  auto& srv = *srv_made;
+  const std::uint16_t port = srv.port();
+  http::client cl("127.0.0.1", port);
   const http::header_list auth = {{"Authorization", "Bearer tok"}};
 
   CHECK(cl.get("/v2/health/live").value().status == 200);
@@ -61,7 +62,7 @@ TEST_CASE("server over HTTP: infer, metadata, auth and metrics on loopback equal
   std::atomic<int> ok{0};
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([&] {
-      http::client c2("127.0.0.1", *port);
+      http::client c2("127.0.0.1", port);
       for (int i = 0; i < 5; ++i) {
         auto r = c2.post("/v2/models/image-latent/infer", req.body, headers);
         if (r && r->status == 200) ++ok;

@@ -35,78 +35,49 @@ struct server_stats {
 // One listening socket served by `io_threads` threads; one strand per connection, one request at a time
 // per connection (pipelined requests wait in the buffer). The handler runs on an I/O thread and must not
 // block; its responder may be called from any thread.
+//
+// A movable value (docs/api.md): the sockets, threads and counters live behind one pointer that moves with
+// it; a moved-from server may only be destroyed or assigned to.
 class server {
  public:
-  server(server_options opts, handler h)
-      : state_(std::make_unique<detail::server_state>(std::move(opts), std::move(h))) {}
+  // Validates the options, binds, listens and starts the I/O threads. Errors: invalid_argument (io_threads
+  // outside [1, 1024], max_connections 0, no handler), io_error (cannot resolve, bind or listen).
+  static result<server> create(server_options opts, handler h) {
+    server s(std::move(opts), std::move(h));
+    JITEMBED_TRY(s.start());
+    return s;
+  }
+
+  server(server&&) noexcept = default;
+  server& operator=(server&& other) noexcept {
+    if (this != &other) {
+      stop(std::chrono::milliseconds(0));
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
   server(const server&) = delete;
   server& operator=(const server&) = delete;
   ~server() { stop(std::chrono::milliseconds(0)); }
 
-  // Binds, listens and starts the I/O threads; returns the bound port.
-  result<std::uint16_t> start() {
-    namespace asio = boost::asio;
-    using tcp = asio::ip::tcp;
-    auto& st = *state_;
-    if (started_) return fail(errc::invalid_argument, "http server: start() called twice");
-    if (st.opts.io_threads < 1 || st.opts.io_threads > 1024)
-      return fail(errc::invalid_argument, "http server: io_threads " + std::to_string(st.opts.io_threads) +
-                                              " outside [1, 1024]");
-    if (st.opts.max_connections == 0) return fail(errc::invalid_argument, "http server: max_connections is 0");
-    if (!st.on_request) return fail(errc::invalid_argument, "http server: no handler");
-
-    boost::system::error_code ec;
-    tcp::endpoint ep;
-    const auto addr = asio::ip::make_address(st.opts.host, ec);
-    if (!ec) {
-      ep = tcp::endpoint(addr, st.opts.port);
-    } else {
-      tcp::resolver resolver(st.ioc);
-      auto results = resolver.resolve(st.opts.host, std::to_string(st.opts.port), ec);
-      if (ec || results.empty())
-        return fail(errc::io_error, "http server: cannot resolve host '" + st.opts.host + "': " + ec.message());
-      ep = results.begin()->endpoint();
-    }
-    const std::string where = st.opts.host + ":" + std::to_string(st.opts.port);
-    st.acceptor.open(ep.protocol(), ec);
-    if (ec) return fail(errc::io_error, "http server: cannot open socket for " + where + ": " + ec.message());
-    st.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-    st.acceptor.bind(ep, ec);
-    if (ec) {
-      st.acceptor.close(ec);
-      return fail(errc::io_error, "http server: cannot bind " + where + ": " + ec.message());
-    }
-    st.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      st.acceptor.close(ec);
-      return fail(errc::io_error, "http server: cannot listen on " + where + ": " + ec.message());
-    }
-    port_ = st.acceptor.local_endpoint(ec).port();
-    bound_ = ep.address();
-    started_ = true;
-    st.work.emplace(st.ioc.get_executor());
-    accept();
-    st.threads.reserve(static_cast<std::size_t>(st.opts.io_threads));
-    for (int i = 0; i < st.opts.io_threads; ++i) st.threads.emplace_back([&st] { st.ioc.run(); });
-    return port_;
-  }
-
-  std::uint16_t port() const noexcept { return port_; }
+  std::uint16_t port() const noexcept { return state_->port; }
 
   // "http://host:port" (IPv6 hosts in brackets).
   std::string url() const {
-    const std::string host = bound_.is_v6() ? "[" + bound_.to_string() + "]" : bound_.to_string();
-    return "http://" + host + ":" + std::to_string(port_);
+    const auto& b = state_->bound;
+    const std::string host = b.is_v6() ? "[" + b.to_string() + "]" : b.to_string();
+    return "http://" + host + ":" + std::to_string(state_->port);
   }
 
   // Stops accepting (new connections are refused), closes idle keep-alive connections, lets in-flight
   // requests finish (their responses are still written, with Connection: close) for up to `drain`, then
   // closes whatever is left and joins the I/O threads. A responder called afterwards does nothing.
   void stop(std::chrono::milliseconds drain = std::chrono::seconds(10)) {
-    std::lock_guard stop_lock(stop_mu_);
-    if (!started_ || stopped_) return;
-    stopped_ = true;
+    if (!state_) return;  // moved from
     auto& st = *state_;
+    std::lock_guard stop_lock(st.stop_mu);
+    if (!st.started || st.stopped) return;
+    st.stopped = true;
     std::vector<std::shared_ptr<detail::server_connection>> live;
     {
       std::lock_guard lk(st.mu);
@@ -157,22 +128,71 @@ class server {
   }
 
  private:
-  void accept() {
+  server(server_options opts, handler h)
+      : state_(std::make_unique<detail::server_state>(std::move(opts), std::move(h))) {}
+
+  // Binds, listens and starts the I/O threads (once, from create()).
+  result<void> start() {
+    namespace asio = boost::asio;
+    using tcp = asio::ip::tcp;
     auto& st = *state_;
-    st.acceptor.async_accept(boost::asio::make_strand(st.ioc), [this](boost::system::error_code ec,
-                                                                      boost::asio::ip::tcp::socket socket) {
-      on_accept(ec, std::move(socket));
+    if (st.opts.io_threads < 1 || st.opts.io_threads > 1024)
+      return fail(errc::invalid_argument, "http server: io_threads " + std::to_string(st.opts.io_threads) +
+                                              " outside [1, 1024]");
+    if (st.opts.max_connections == 0) return fail(errc::invalid_argument, "http server: max_connections is 0");
+    if (!st.on_request) return fail(errc::invalid_argument, "http server: no handler");
+
+    boost::system::error_code ec;
+    tcp::endpoint ep;
+    const auto addr = asio::ip::make_address(st.opts.host, ec);
+    if (!ec) {
+      ep = tcp::endpoint(addr, st.opts.port);
+    } else {
+      tcp::resolver resolver(st.ioc);
+      auto results = resolver.resolve(st.opts.host, std::to_string(st.opts.port), ec);
+      if (ec || results.empty())
+        return fail(errc::io_error, "http server: cannot resolve host '" + st.opts.host + "': " + ec.message());
+      ep = results.begin()->endpoint();
+    }
+    const std::string where = st.opts.host + ":" + std::to_string(st.opts.port);
+    st.acceptor.open(ep.protocol(), ec);
+    if (ec) return fail(errc::io_error, "http server: cannot open socket for " + where + ": " + ec.message());
+    st.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    st.acceptor.bind(ep, ec);
+    if (ec) {
+      st.acceptor.close(ec);
+      return fail(errc::io_error, "http server: cannot bind " + where + ": " + ec.message());
+    }
+    st.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      st.acceptor.close(ec);
+      return fail(errc::io_error, "http server: cannot listen on " + where + ": " + ec.message());
+    }
+    st.port = st.acceptor.local_endpoint(ec).port();
+    st.bound = ep.address();
+    st.started = true;
+    st.work.emplace(st.ioc.get_executor());
+    accept(st);
+    st.threads.reserve(static_cast<std::size_t>(st.opts.io_threads));
+    for (int i = 0; i < st.opts.io_threads; ++i) st.threads.emplace_back([&st] { st.ioc.run(); });
+    return {};
+  }
+
+  // The accept loop refers to the state, never to the (movable) server.
+  static void accept(detail::server_state& st) {
+    st.acceptor.async_accept(boost::asio::make_strand(st.ioc), [&st](boost::system::error_code ec,
+                                                                     boost::asio::ip::tcp::socket socket) {
+      on_accept(st, ec, std::move(socket));
     });
   }
 
-  void on_accept(boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
-    auto& st = *state_;
+  static void on_accept(detail::server_state& st, boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
     if (ec) {
       if (ec == boost::asio::error::operation_aborted || !st.acceptor.is_open()) return;
       // Out of descriptors or similar: back off briefly instead of spinning.
       st.accept_retry.expires_after(std::chrono::milliseconds(20));
-      st.accept_retry.async_wait([this](boost::system::error_code wec) {
-        if (!wec && state_->acceptor.is_open()) accept();
+      st.accept_retry.async_wait([&st](boost::system::error_code wec) {
+        if (!wec && st.acceptor.is_open()) accept(st);
       });
       return;
     }
@@ -197,15 +217,10 @@ class server {
       boost::system::error_code ignored;
       socket.close(ignored);
     }
-    if (!st.stopping.load(std::memory_order_acquire)) accept();
+    if (!st.stopping.load(std::memory_order_acquire)) accept(st);
   }
 
   std::unique_ptr<detail::server_state> state_;
-  std::mutex stop_mu_;
-  bool started_ = false;
-  bool stopped_ = false;
-  std::uint16_t port_ = 0;
-  boost::asio::ip::address bound_;
 };
 
 }  // namespace jitembed::net::http

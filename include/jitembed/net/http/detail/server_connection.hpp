@@ -76,6 +76,12 @@ struct server_state {
   asio::steady_timer accept_retry{acceptor.get_executor()};
   std::vector<std::thread> threads;
 
+  // start() / stop() bookkeeping (kept here so that http::server stays movable)
+  std::mutex stop_mu;
+  bool started = false, stopped = false;
+  std::uint16_t port = 0;
+  asio::ip::address bound;
+
   server_state(server_options o, handler h) : opts(std::move(o)), on_request(std::move(h)) {}
 
   void unregister(std::uint64_t id) {

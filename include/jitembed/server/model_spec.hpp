@@ -1,0 +1,69 @@
+// The one-line model spec of `jitembed-server --model` and the Python `jitembed.Server(models=[...])`:
+// "NAME[:k=v,...]" → server::model_config.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "jitembed/core/error.hpp"
+#include "jitembed/server/config.hpp"
+
+namespace jitembed::server {
+
+// "NAME[:k=v,...]" over `defaults`: `version` and `version_policy` (latest[N], latest:N, all,
+// specific:V[+V...]) set the version fields; the batcher keys (instances, max_batch_size, max_queue_delay_us,
+// idle_dispatch, queue_size, max_inflight_rows, timeout_us) are checked like the JSON configuration's;
+// every other key is a model parameter (work, sleep_us, ...; digits become integers, true/false booleans).
+// Batcher keys the spec does not name keep their value in `defaults`. Errors: invalid_argument naming the
+// spec and the key.
+inline result<model_config> parse_model_spec(std::string_view spec, const model_config& defaults = {}) {
+  model_config m = defaults;
+  const auto colon = spec.find(':');
+  m.name = std::string(spec.substr(0, colon));
+  const std::string where = "--model '" + std::string(spec) + "'";
+  if (m.name.empty()) return fail(errc::invalid_argument, where + ": empty model name");
+  if (colon == std::string_view::npos) return m;
+  nlohmann::json cfg = nlohmann::json::object();
+  cfg["name"] = m.name;
+  std::string_view rest = spec.substr(colon + 1);
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    const std::string_view kv = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    if (kv.empty()) continue;
+    const auto eq = kv.find('=');
+    if (eq == std::string_view::npos || eq == 0) return fail(errc::invalid_argument, where + ": '" + std::string(kv) + "' is not key=value");
+    const std::string k(kv.substr(0, eq)), v(kv.substr(eq + 1));
+    nlohmann::json value = v;
+    if (!v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos) value = std::stoll(v);
+    if (v == "true" || v == "false") value = v == "true";
+    if (k == "version") {
+      if (v.empty()) return fail(errc::invalid_argument, where + ": empty version");
+      m.version = v;
+    } else if (k == "version_policy") {
+      auto p = parse_version_policy(v);
+      if (!p) return fail(errc::invalid_argument, where + ": " + p.error().message);
+      m.policy = std::move(*p);
+    } else if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us" ||
+               k == "max_inflight_rows" || k == "idle_dispatch") {
+      cfg[k] = value;
+    } else {
+      m.params[k] = value;
+    }
+  }
+  auto parsed = model_config_from_json(cfg, where);
+  if (!parsed) return parsed.error();
+  // Keep the defaults for the batcher keys the spec did not name.
+  if (cfg.contains("instances")) m.instances = parsed->instances;
+  if (cfg.contains("max_batch_size")) m.max_batch_size = parsed->max_batch_size;
+  if (cfg.contains("max_queue_delay_us")) m.max_queue_delay_us = parsed->max_queue_delay_us;
+  if (cfg.contains("queue_size")) m.queue_size = parsed->queue_size;
+  if (cfg.contains("max_inflight_rows")) m.max_inflight_rows = parsed->max_inflight_rows;
+  if (cfg.contains("idle_dispatch")) m.idle_dispatch = parsed->idle_dispatch;
+  if (cfg.contains("timeout_us")) m.timeout_us = parsed->timeout_us;
+  return m;
+}
+
+}  // namespace jitembed::server

@@ -1,0 +1,100 @@
+// service as a movable value (docs/api.md): service::create loads the configured models in one step; a
+// handler taken before a move keeps serving after it; status() reports each version's load.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <utility>
+
+#include "../batching/eventually.hpp"
+#include "server_test_util.hpp"
+
+using namespace server_test;
+using jitembed::server::model_config;
+using jitembed::server::server_config;
+using jitembed::server::service;
+using jitembed::test::eventually;
+
+namespace {
+
+server_config text_config(std::int64_t sleep_us = 0) {
+  server_config c;
+  c.preprocess_threads = 1;
+  model_config m;
+  m.name = "text-embed";
+  m.params = nlohmann::json{{"text_dim", 8}, {"text_max_length", 8}};
+  if (sleep_us) m.params["sleep_us"] = sleep_us;
+  c.models.push_back(m);
+  return c;
+}
+
+reply call_handler(const jitembed::net::http::handler& h, std::string method, std::string target, std::string body = {},
+                   http::header_list headers = {}) {
+  std::promise<reply> p;
+  auto fut = p.get_future();
+  http::request req;
+  req.method = std::move(method);
+  req.target = std::move(target);
+  req.body = std::move(body);
+  req.headers = std::move(headers);
+  h(std::move(req), [&p](http::response r) { p.set_value(flatten(std::move(r))); });
+  REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  return fut.get();
+}
+
+}  // namespace
+
+TEST_CASE("service::create loads and warms the configured models, or fails with the first model's error") {
+  auto s = service::create(text_config());
+  REQUIRE(s);
+  CHECK(s->loaded() == std::vector<std::pair<std::string, std::string>>{{"text-embed", "1"}});
+  CHECK(call(*s, "GET", "/v2/models/text-embed/ready").status == 200);
+
+  auto bad = text_config();
+  bad.models.push_back(model_config{.name = "no-such-model"});
+  auto f = service::create(bad);
+  REQUIRE_FALSE(f);
+  CHECK(f.code() == jitembed::errc::not_found);
+
+  auto bad_params = text_config();
+  bad_params.models[0].params["text_dim"] = "wide";
+  CHECK(service::create(bad_params).code() == jitembed::errc::invalid_argument);
+}
+
+TEST_CASE("a handler taken before a move serves after it; the moved-into service owns the models") {
+  auto made = service::create(text_config());
+  REQUIRE(made);
+  const auto handler = made->as_handler();
+  service s = std::move(*made);
+  const auto req = bytes_request("text", {"after the move"});
+  const auto r = call_handler(handler, "POST", "/v2/models/text-embed/infer", req.body, req.headers);
+  CHECK(r.status == 200);
+  CHECK(s.loaded().size() == 1);
+  service t(server_config{});
+  t = std::move(s);  // the empty service t held is shut down, t now serves text-embed
+  CHECK(call_handler(handler, "POST", "/v2/models/text-embed/infer", req.body, req.headers).status == 200);
+  CHECK(t.ready());
+}
+
+TEST_CASE("status() reports admitted and running rows of a busy model, then its counters") {
+  auto s = service::create(text_config(200'000)).value();  // each batch takes 200 ms
+  const auto st0 = s.status();
+  REQUIRE(st0.size() == 1);
+  CHECK(st0[0].name == "text-embed");
+  CHECK(st0[0].version == "1");
+  CHECK(st0[0].admitted_rows == 0);
+  CHECK(st0[0].max_inflight_rows == jitembed::server::default_inflight_rows(1024));
+  const auto req = bytes_request("text", {"a", "b", "c"});
+  auto pending = send(s, "POST", "/v2/models/text-embed/infer", req.body, req.headers);
+  REQUIRE(eventually([&] {
+    const auto st = s.status();
+    return st.size() == 1 && st[0].admitted_rows == 3 && st[0].running_rows + st[0].queued_rows == 3;
+  }));
+  REQUIRE(pending.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  CHECK(pending.get().status == 200);
+  const auto st1 = s.status();
+  REQUIRE(st1.size() == 1);
+  CHECK(st1[0].admitted_rows == 0);
+  CHECK(st1[0].queued_rows == 0);
+  CHECK(st1[0].success == 1);
+  CHECK(st1[0].failure == 0);
+}

@@ -11,9 +11,9 @@ See docs/ray.md (multi-node guide) and examples/ray_serve/.
 
 from ._registry import EndpointRegistry, get_registry, kill_registry, registry_name
 from .autoscaling import LOAD_METRIC, QueueDepthPolicy, autoscaling_config
-from .deployment import EmbeddingDeployment, EmbeddingServer, build_app, kserve_bytes_request, make_server
+from .deployment import EmbeddingDeployment, EmbeddingServer, build_app, kserve_bytes_request, make_server, probe
 
 __all__ = [
     "EmbeddingDeployment", "EmbeddingServer", "EndpointRegistry", "LOAD_METRIC", "QueueDepthPolicy", "autoscaling_config",
-    "build_app", "get_registry", "kill_registry", "kserve_bytes_request", "make_server", "registry_name",
+    "build_app", "get_registry", "kill_registry", "kserve_bytes_request", "make_server", "probe", "registry_name",
 ]

@@ -87,7 +87,8 @@ inline void run_tp_mlp_steps(reporter& rep) {
   for (int n : {2, 4}) {
     std::uint64_t bytes = 0;
     const double tp = detail::ranks_step_seconds(n, reps, [&](parallel::gloo_communicator& c) {
-      auto mlp = std::make_shared<parallel::tensor_parallel_mlp<parallel::gloo_communicator>>(c, hidden, ffn);
+      auto mlp = std::make_shared<parallel::tensor_parallel_mlp<parallel::gloo_communicator>>(
+          parallel::tensor_parallel_mlp<parallel::gloo_communicator>::create(c, hidden, ffn).value());
       const tensor_view b1v = b1.view(), b2v = b2.view();
       mlp->load_full(w1, &b1v, w2, &b2v);
       return [&, mlp] {
@@ -132,7 +133,8 @@ inline void run_ulysses_steps(reporter& rep) {
       auto lk = std::make_shared<tensor>(parallel::local_chunk(k, 1, n, r));
       auto lv = std::make_shared<tensor>(parallel::local_chunk(v, 1, n, r));
       auto ld = std::make_shared<tensor>(parallel::local_chunk(dout, 1, n, r));
-      auto attn = std::make_shared<parallel::ulysses_attention<parallel::gloo_communicator>>(c, static_cast<int>(heads), true);
+      auto attn = std::make_shared<parallel::ulysses_attention<parallel::gloo_communicator>>(
+          parallel::ulysses_attention<parallel::gloo_communicator>::create(c, static_cast<int>(heads), true).value());
       return [&, lq, lk, lv, ld, attn] {
         c.stats().reset();
         tensor o = attn->forward(*lq, *lk, *lv).value();

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -123,7 +124,7 @@ struct sp_encoder {
   shape s4;
   tensor x_in, x0, q, k, v, att, x1, h, gh, x2;
   hybrid::ln_out a1, a2;
-  std::unique_ptr<ulysses_attention<typename Mode::comm, typename Mode::backend>> uly;
+  std::optional<ulysses_attention<typename Mode::comm, typename Mode::backend>> uly;
 
   tensor forward(const tensor& patches) {
     using hybrid::linear;
@@ -136,8 +137,9 @@ struct sp_encoder {
     q = linear(a1.y, p.at("enc.q.w"), nullptr);
     k = linear(a1.y, p.at("enc.k.w"), nullptr);
     v = linear(a1.y, p.at("enc.v.w"), nullptr);
-    uly = std::make_unique<ulysses_attention<typename Mode::comm, typename Mode::backend>>(
-        *dev, static_cast<int>(c.enc_heads), /*causal=*/false, mode.be());
+    uly = ulysses_attention<typename Mode::comm, typename Mode::backend>::create(
+              *dev, static_cast<int>(c.enc_heads), /*causal=*/false, mode.be())
+              .value();
     const tensor o = uly->forward(mode.up(reshape(q, s4)), mode.up(reshape(k, s4)), mode.up(reshape(v, s4)), c.patches)
                          .value();
     att = reshape(mode.down(o), {c.batch, s_local, c.enc_hidden});
@@ -210,16 +212,21 @@ void rank_main(comm_t& world, const hybrid::config& c, const tensors& p, const h
     const backend be = mode.be();
     const auto up = [&](const tensor& t) { return mode.up(t); };
     const auto down = [&](const tensor& t) { return mode.down(t); };
-    column_parallel_linear<dcomm, backend> qkv(lmc, hl, 3 * hl, /*bias=*/false, false, false, 0, be);
+    auto qkv =
+        column_parallel_linear<dcomm, backend>::create(lmc, hl, 3 * hl, /*bias=*/false, false, false, 0, be).value();
     qkv.load_full(fuse_qkv(p, tp).view(), nullptr);
-    row_parallel_linear<dcomm, backend> proj(lmc, hl, hl, /*bias=*/true, /*input_is_parallel=*/true, false, 0, be);
+    auto proj = row_parallel_linear<dcomm, backend>::create(lmc, hl, hl, /*bias=*/true, /*input_is_parallel=*/true,
+                                                            false, 0, be)
+                    .value();
     proj.load_full(p.at("lm.o.w").view(), p.at("lm.o.b").view());
-    tensor_parallel_mlp<dcomm, backend> mlp(lmc, hl, c.lm_ffn, true, false, 0, be);
+    auto mlp = tensor_parallel_mlp<dcomm, backend>::create(lmc, hl, c.lm_ffn, true, false, 0, be).value();
     const tensor_view b1v = p.at("lm.fc1.b").view(), b2v = p.at("lm.fc2.b").view();
     mlp.load_full(p.at("lm.fc1.w").view(), &b1v, p.at("lm.fc2.w").view(), &b2v);
-    vocab_parallel_embedding<dcomm, backend> emb(lmc, c.vocab, hl, false, 0, be);
+    auto emb = vocab_parallel_embedding<dcomm, backend>::create(lmc, c.vocab, hl, false, 0, be).value();
     emb.load_full(p.at("lm.embed").view());
-    column_parallel_linear<dcomm, backend> head(lmc, hl, c.vocab, /*bias=*/false, /*gather_output=*/true, false, 0, be);
+    auto head = column_parallel_linear<dcomm, backend>::create(lmc, hl, c.vocab, /*bias=*/false,
+                                                               /*gather_output=*/true, false, 0, be)
+                    .value();
     head.load_full(p.at("lm.head.w").view(), nullptr);
 
     const auto [ids_in, targets] = hybrid::split_ids(c, in.ids);
@@ -368,9 +375,15 @@ int main(int argc, char** argv) {
   const hybrid::config c;
   const tensors params = hybrid::make_params(c, 42);
   const hybrid::batch in = hybrid::make_batch(c, 7);
-  const hybrid_plan plan({{"vision_encoder", strategy::sequence_parallel, static_cast<int>(encoder_ranks.size()), encoder_ranks},
-                          {"language_model", strategy::tensor_parallel, static_cast<int>(llm_ranks.size()), llm_ranks}},
-                         kWorld);
+  auto planned = hybrid_plan::create(
+      {{"vision_encoder", strategy::sequence_parallel, static_cast<int>(encoder_ranks.size()), encoder_ranks},
+       {"language_model", strategy::tensor_parallel, static_cast<int>(llm_ranks.size()), llm_ranks}},
+      kWorld);
+  if (!planned) {
+    std::fprintf(stderr, "hybrid_parallel: %s\n", planned.error().message.c_str());
+    return 2;
+  }
+  const hybrid_plan plan = std::move(planned).value();
   const auto ref = hybrid::run_reference(c, params, in);
 
   outcome res;

@@ -46,7 +46,9 @@ inline tensor normal_tensor(rng& r, const shape& s, float scale) {
 template <parallel::communicator C>
 class denoiser {
  public:
-  denoiser(C& comm, const denoiser_config& c) : c_(c), comm_(&comm), mlp_(comm, c.hidden, c.ffn) {
+  // Throws jitembed::error (invalid_argument) when ffn is not divisible by the tensor-parallel degree.
+  denoiser(C& comm, const denoiser_config& c)
+      : c_(c), comm_(&comm), mlp_(parallel::tensor_parallel_mlp<C>::create(comm, c.hidden, c.ffn).value()) {
     // Full weights drawn identically on every rank; the TP layers keep their shards.
     rng r(mix(c.seed, 0x6d6f64656c));
     w_in_ = normal_tensor(r, shape{c.hidden, c.input_dim()}, 1.0f / std::sqrt(static_cast<float>(c.input_dim())));

@@ -315,7 +315,7 @@ TEST_CASE("gloo ranks as processes rendezvous through a file_store") {
   std::filesystem::remove_all(dir);
   constexpr int kRanks = 3;
   const auto statuses = fork_ranks(kRanks, [&](int r) {
-    auto st = std::make_shared<file_store>(dir);
+    auto st = std::make_shared<file_store>(file_store::open(dir).value());
     gloo_options opt;
     opt.timeout = std::chrono::seconds(20);
     auto c = gloo_communicator::create(st, r, kRanks, opt).value();
@@ -336,7 +336,7 @@ TEST_CASE("gloo: a rank process killed mid-job makes the others fail with an err
   constexpr int kRanks = 3;
   const auto t0 = std::chrono::steady_clock::now();
   const auto statuses = fork_ranks(kRanks, [&](int r) {
-    auto st = std::make_shared<file_store>(dir);
+    auto st = std::make_shared<file_store>(file_store::open(dir).value());
     gloo_options opt;
     opt.timeout = std::chrono::seconds(10);
     auto c = gloo_communicator::create(st, r, kRanks, opt).value();

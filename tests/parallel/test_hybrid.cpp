@@ -190,9 +190,11 @@ TEST_CASE("boundary: same dim with different degrees / seq shorter than the degr
 }
 
 TEST_CASE("boundary through a hybrid plan: encoder SP=4 feeding LLM TP=2 with layouts from the plan") {
-  const hybrid_plan plan(
-      {{"encoder", strategy::sequence_parallel, 4, {0, 1, 2, 3}}, {"llm", strategy::tensor_parallel, 2, {3, 1}}},
-      kWorld);
+  const hybrid_plan plan =
+      hybrid_plan::create(
+          {{"encoder", strategy::sequence_parallel, 4, {0, 1, 2, 3}}, {"llm", strategy::tensor_parallel, 2, {3, 1}}},
+          kWorld)
+          .value();
   const layout enc = plan.activation_layout("encoder", 1);
   const layout llm = plan.activation_layout("llm", 1);
   CHECK(enc.p == placement::shard(1));
@@ -238,8 +240,8 @@ TEST_CASE("boundary errors: bad layouts and local tensors") {
   });
 }
 
-TEST_CASE("hybrid_plan validation names the module") {
-  auto make = [](std::vector<module_plan> m, int world = kWorld) { return hybrid_plan(std::move(m), world); };
+TEST_CASE("hybrid_plan::create: validation names the module, in the result") {
+  auto make = [](std::vector<module_plan> m, int world = kWorld) { return hybrid_plan::create(std::move(m), world); };
   const std::vector<std::pair<std::vector<module_plan>, std::string>> bad{
       {{{"vit", strategy::sequence_parallel, 0, {}}}, "hybrid_plan: module 'vit': degree 0 < 1"},
       {{{"vit", strategy::sequence_parallel, 2, {0, 1, 2}}}, "hybrid_plan: module 'vit': degree 2 but 3 ranks"},
@@ -252,17 +254,19 @@ TEST_CASE("hybrid_plan validation names the module") {
   };
   for (const auto& [modules, msg] : bad) {
     CAPTURE(msg);
-    try {
-      (void)make(modules);
-      FAIL("accepted");
-    } catch (const error& e) {
-      CHECK(e.code() == errc::invalid_argument);
-      CHECK(e.message() == msg);
-    }
+    result<hybrid_plan> r = result<hybrid_plan>(fail(errc::internal, "not run"));
+    CHECK_NOTHROW(r = make(modules));  // the errors the constructor used to throw come back in the result
+    REQUIRE_FALSE(r);
+    CHECK(r.code() == errc::invalid_argument);
+    CHECK(r.error().message == msg);
   }
-  CHECK(code_of([&] { (void)make({}, 0); }) == errc::invalid_argument);
+  CHECK(make({}, 0).code() == errc::invalid_argument);
+  CHECK(make({}, 0).error().message == "hybrid_plan: world size 0");
+  CHECK(make({{"x", static_cast<strategy>(7), 1, {0}}}).error().message == "hybrid_plan: module 'x': unknown strategy");
+  CHECK(make({}, 1).has_value());  // an empty plan is valid
   const hybrid_plan ok =
-      make({{"vit", strategy::sequence_parallel, 4, {0, 1, 2, 3}}, {"lm", strategy::tensor_parallel, 2, {2, 0}}});
+      make({{"vit", strategy::sequence_parallel, 4, {0, 1, 2, 3}}, {"lm", strategy::tensor_parallel, 2, {2, 0}}})
+          .value();
   CHECK(ok["lm"].degree == 2);
   CHECK(ok.contains("vit"));
   CHECK_FALSE(ok.contains("audio"));
@@ -274,10 +278,11 @@ TEST_CASE("hybrid_plan validation names the module") {
 }
 
 TEST_CASE("hybrid_plan::group: module communicators ordered like the plan's ranks") {
-  const hybrid_plan plan({{"encoder", strategy::sequence_parallel, 4, {0, 1, 2, 3}},
-                          {"llm", strategy::tensor_parallel, 2, {3, 1}},
-                          {"head", strategy::replicate, 1, {2}}},
-                         kWorld);
+  const hybrid_plan plan = hybrid_plan::create({{"encoder", strategy::sequence_parallel, 4, {0, 1, 2, 3}},
+                                                {"llm", strategy::tensor_parallel, 2, {3, 1}},
+                                                {"head", strategy::replicate, 1, {2}}},
+                                               kWorld)
+                               .value();
   run_ranks(kWorld, [&](gloo_communicator& c) {
     const int r = c.rank();
     for (const auto& m : plan.modules()) {
@@ -297,7 +302,7 @@ TEST_CASE("hybrid_plan::group: module communicators ordered like the plan's rank
     }
     CHECK(plan.group(c, "audio").code() == errc::not_found);
   });
-  const hybrid_plan small({{"a", strategy::replicate, 1, {0}}}, 2);
+  const hybrid_plan small = hybrid_plan::create({{"a", strategy::replicate, 1, {0}}}, 2).value();
   run_ranks(kWorld, [&](gloo_communicator& c) {
     CHECK(small.group(c, "a").code() == errc::invalid_argument);
     c.barrier().value();

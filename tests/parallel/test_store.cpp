@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -39,7 +40,7 @@ TEST_CASE("hash_store and file_store: set/get/check/timeout") {
   const auto dir = std::filesystem::temp_directory_path() / ("jitembed_store_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   {
-    file_store f(dir);
+    auto f = file_store::open(dir).value();
     exercise(f);
     // Keys with '/' stay inside the folder.
     std::size_t files = 0;
@@ -51,4 +52,30 @@ TEST_CASE("hash_store and file_store: set/get/check/timeout") {
   p.set("k", std::string_view("v")).value();
   CHECK(base->check("group1/k").value());
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("file_store::open reports a folder it cannot create in the result") {
+  const auto base = std::filesystem::temp_directory_path() / ("jitembed_store_bad_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  const auto plain = base / "plain_file";
+  std::ofstream(plain) << "x";
+  // A folder below a regular file cannot be created: io_error (the constructor used to throw it).
+  auto under_file = file_store::open(plain / "rdzv");
+  REQUIRE_FALSE(under_file);
+  CHECK(under_file.code() == errc::io_error);
+  CHECK(under_file.error().message.find("file_store: cannot create") != std::string::npos);
+  // The path names a regular file: not a folder.
+  auto is_file = file_store::open(plain);
+  REQUIRE_FALSE(is_file);
+  CHECK(is_file.code() == errc::io_error);
+  CHECK(file_store::open("").code() == errc::invalid_argument);
+  CHECK(file_store::open(base / "ok", std::chrono::milliseconds(-1)).code() == errc::invalid_argument);
+  // A store is a movable value; a moved one keeps its folder.
+  auto ok = file_store::open(base / "ok").value();
+  file_store moved = std::move(ok);
+  CHECK(moved.dir() == base / "ok");
+  moved.set("k", std::string_view("v")).value();
+  CHECK(moved.check("k").value());
+  std::filesystem::remove_all(base);
 }

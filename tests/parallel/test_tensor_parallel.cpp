@@ -66,7 +66,7 @@ TEST_CASE("column_parallel_linear equals the single-rank linear (plain and gathe
         const tensor dy = randn(shape{2, 3, out}, 4);
         const auto ref = reference_linear(x, w, &b, dy);
 
-        column_parallel_linear<gloo_communicator> layer(c, in, out, true, gather, false);
+        auto layer = column_parallel_linear<gloo_communicator>::create(c, in, out, true, gather, false).value();
         layer.load_full(w, b);
         CHECK(layer.weight().shape() == shape{out / c.size(), in});
         const tensor y = layer.forward(x).value();
@@ -113,7 +113,7 @@ TEST_CASE("column_parallel_linear with sequence parallelism: all-gather forward,
       const tensor dy = randn(shape{s, 2, out}, 8);
       const auto ref = reference_linear(x, w, &b, dy);
 
-      column_parallel_linear<gloo_communicator> layer(c, in, out, true, false, true);
+      auto layer = column_parallel_linear<gloo_communicator>::create(c, in, out, true, false, true).value();
       layer.load_full(w, b);
       const tensor y = layer.forward(chunk(x, 0, c)).value();
       CHECK(y.shape() == shape{s, 2, out / c.size()});
@@ -151,7 +151,8 @@ TEST_CASE("row_parallel_linear equals the single-rank linear (parallel / replica
         const tensor dy = randn(shape{s, 2, out}, 12);
         const auto ref = reference_linear(x, w, &b, dy);
 
-        row_parallel_linear<gloo_communicator> layer(c, in, out, true, v.input_is_parallel, v.sp);
+        auto layer =
+            row_parallel_linear<gloo_communicator>::create(c, in, out, true, v.input_is_parallel, v.sp).value();
         layer.load_full(w, b);
         CHECK(layer.weight().shape() == shape{out, in / c.size()});
         const tensor y = layer.forward(v.input_is_parallel ? chunk(x, 2, c) : x).value();
@@ -208,7 +209,7 @@ TEST_CASE("vocab_parallel_embedding equals the single-rank embedding, with and w
         tensor ref_grad = tensor::zeros(shape{vocab, hidden}, dtype::f32);
         nn::embedding_backward(ids, dout, ref_grad);
 
-        vocab_parallel_embedding<gloo_communicator> emb(c, vocab, hidden, sp);
+        auto emb = vocab_parallel_embedding<gloo_communicator>::create(c, vocab, hidden, sp).value();
         emb.load_full(table);
         CHECK(emb.vocab_start() == c.rank() * vocab / c.size());
         const tensor y = emb.forward(ids).value();
@@ -281,7 +282,7 @@ TEST_CASE("tensor_parallel_mlp equals the single-rank MLP, with and without SP (
         const tensor w2 = randn(shape{hidden, ffn}, 19), b2 = randn(shape{hidden}, 20);
         const auto ref = reference_mlp(x, w1, b1, w2, b2, dy);
 
-        tensor_parallel_mlp<gloo_communicator> mlp(c, hidden, ffn, true, v.sp, v.seq_dim);
+        auto mlp = tensor_parallel_mlp<gloo_communicator>::create(c, hidden, ffn, true, v.sp, v.seq_dim).value();
         mlp.load_full(w1, &b1.view(), w2, &b2.view());
         const tensor y = mlp.forward(v.sp ? chunk(x, v.seq_dim, c) : x).value();
         CHECK(rel_error(y, v.sp ? chunk(ref.y, v.seq_dim, c) : ref.y) <= kTol);
@@ -332,7 +333,7 @@ TEST_CASE("LayerNorm in an SP region before a column-parallel linear: synced gam
       const tensor x_local = chunk(x, 0, c);
       tensor ln_local = tensor::empty(x_local.shape(), dtype::f32);
       const auto saved_local = nn::layer_norm_forward(x_local, gamma, beta, eps, ln_local);
-      column_parallel_linear<gloo_communicator> fc(c, h, out, true, false, true);
+      auto fc = column_parallel_linear<gloo_communicator>::create(c, h, out, true, false, true).value();
       fc.load_full(w, b);
       const tensor y = fc.forward(ln_local).value();
       CHECK(rel_error(y, chunk(lin.y, 2, c)) <= kTol);
@@ -355,40 +356,46 @@ TEST_CASE("LayerNorm in an SP region before a column-parallel linear: synced gam
   }
 }
 
-TEST_CASE("tensor-parallel layers reject invalid configurations with invalid_argument") {
+TEST_CASE("tensor-parallel layers: create() reports invalid configurations as invalid_argument in the result") {
   using comm_t = gloo_communicator;
   run_ranks(4, [](comm_t& c) {
-    auto e = error_of([&] { column_parallel_linear<comm_t>(c, 8, 10, true, false, false); });
+    auto e = result_error(column_parallel_linear<comm_t>::create(c, 8, 10, true, false, false));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "out_features 10 not divisible by tensor-parallel degree 4"));
-    e = error_of([&] { row_parallel_linear<comm_t>(c, 6, 8, true, true, false); });
+    e = result_error(row_parallel_linear<comm_t>::create(c, 6, 8, true, true, false));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "in_features 6 not divisible by tensor-parallel degree 4"));
-    e = error_of([&] { vocab_parallel_embedding<comm_t>(c, 30, 8); });
+    e = result_error(vocab_parallel_embedding<comm_t>::create(c, 30, 8));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "vocab 30 not divisible by tensor-parallel degree 4"));
-    CHECK(error_of([&] { tensor_parallel_mlp<comm_t>(c, 8, 18); }).code() == errc::invalid_argument);
-    CHECK(error_of([&] { column_parallel_linear<comm_t>(c, 8, 8, true, true, true); }).code() == errc::invalid_argument);
-    CHECK(error_of([&] { row_parallel_linear<comm_t>(c, 8, 8, true, false, true); }).code() == errc::invalid_argument);
+    e = result_error(tensor_parallel_mlp<comm_t>::create(c, 8, 18));  // fc1: ffn 18 over 4 ranks
+    CHECK(e.code() == errc::invalid_argument);
+    CHECK(mentions(e, "column_parallel_linear"));
+    CHECK(tensor_parallel_mlp<comm_t>::create(c, 0, 8).code() == errc::invalid_argument);
+    CHECK(tensor_parallel_mlp<comm_t>::create(c, 6, 8).has_value());
+    CHECK(column_parallel_linear<comm_t>::create(c, 8, 8, true, true, true).code() == errc::invalid_argument);
+    CHECK(row_parallel_linear<comm_t>::create(c, 8, 8, true, false, true).code() == errc::invalid_argument);
+    CHECK(column_parallel_linear<comm_t>::create(c, 0, 8).code() == errc::invalid_argument);
+    CHECK(vocab_parallel_embedding<comm_t>::create(c, 16, 0).code() == errc::invalid_argument);
 
     // Sequence not divisible by the degree with SP (full sequence 6 over 4 ranks).
-    row_parallel_linear<comm_t> row(c, 8, 8, true, true, true);
+    auto row = row_parallel_linear<comm_t>::create(c, 8, 8, true, true, true).value();
     e = result_error(row.forward(randn(shape{6, 2, 2}, 1)));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "sequence length 6 (dim 0) not divisible by sequence-parallel degree 4"));
-    vocab_parallel_embedding<comm_t> emb(c, 16, 4, true);
+    auto emb = vocab_parallel_embedding<comm_t>::create(c, 16, 4, true).value();
     e = result_error(emb.forward(tensor::zeros(shape{6, 2}, dtype::i64)));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "sequence length 6"));
 
     // Shapes, ids, order of calls.
-    column_parallel_linear<comm_t> col(c, 8, 8);
+    auto col = column_parallel_linear<comm_t>::create(c, 8, 8).value();
     e = result_error(col.forward(randn(shape{3, 7}, 1)));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "x last dim must be 8, got [3,7]"));
     CHECK(result_error(col.backward(randn(shape{3, 2}, 1))).code() == errc::invalid_argument);
     CHECK(error_of([&] { col.load_full(randn(shape{8, 9}, 1), nullptr); }).code() == errc::invalid_argument);
-    vocab_parallel_embedding<comm_t> emb2(c, 16, 4);
+    auto emb2 = vocab_parallel_embedding<comm_t>::create(c, 16, 4).value();
     tensor bad_ids = tensor::zeros(shape{4}, dtype::i64);
     bad_ids.data<std::int64_t>()[2] = 16;
     e = result_error(emb2.forward(bad_ids));
@@ -405,14 +412,15 @@ TEST_CASE("tensor-parallel layers reject a rank outside the group") {
     auto sub = c.split(c.rank() == 1 ? kNoColor : 0, 0).value();
     if (c.rank() == 1) {
       CHECK_FALSE(sub.valid());
-      const auto e = error_of([&] { column_parallel_linear<gloo_communicator>(sub, 8, 8); });
+      const auto e = result_error(column_parallel_linear<gloo_communicator>::create(sub, 8, 8));
       CHECK(e.code() == errc::invalid_argument);
       CHECK(mentions(e, "not in the communicator's group"));
       CHECK(result_error(sync_replicated_grads(sub, std::span<const tensor_view>{})).code() ==
             errc::invalid_argument);
     } else {
       CHECK(sub.size() == 1);
-      column_parallel_linear<gloo_communicator> one(sub, 4, 4);  // a group of one: no communication
+      // A group of one: no communication.
+      auto one = column_parallel_linear<gloo_communicator>::create(sub, 4, 4).value();
       const tensor w = randn(shape{4, 4}, 3);
       one.load_full(w, nullptr);
       const tensor x = randn(shape{2, 4}, 4);

@@ -77,7 +77,7 @@ TEST_CASE("ulysses_attention equals single-rank attention (causal and not), 4 al
         const tensor dout = randn(shape{B, S, H, D}, 4);
         const auto ref = reference_attention(q, k, v, causal, dout);
 
-        ulysses_attention<gloo_communicator> attn(c, static_cast<int>(H), causal);
+        auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H), causal).value();
         CHECK(attn.local_heads() == H / n);
         const tensor ql = seq_chunk(q, c);
         const tensor out = attn.forward(ql, seq_chunk(k, c), seq_chunk(v, c)).value();
@@ -114,7 +114,7 @@ TEST_CASE("ulysses_attention with uneven sequence chunks and cross-attention") {
       for (bool causal : {false, true}) {
         CAPTURE(causal);
         const auto ref = reference_attention(q, k, v, causal, dout);
-        ulysses_attention<gloo_communicator> attn(c, static_cast<int>(H), causal);
+        auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H), causal).value();
         c.stats().reset();
         const tensor out = attn.forward(seq_chunk(q, c), seq_chunk(k, c), seq_chunk(v, c), Sq, Sk).value();
         CHECK(rel_error(out, seq_chunk(ref.out, c)) <= kTol);
@@ -135,7 +135,7 @@ TEST_CASE("ulysses rejects head counts not divisible by the degree and bad shape
     CAPTURE(n);
     run_ranks(n, [n](gloo_communicator& c) {
       const int heads = n == 2 ? 3 : 6;
-      auto e = error_of([&] { ulysses_attention<gloo_communicator>(c, heads, false); });
+      auto e = result_error(ulysses_attention<gloo_communicator>::create(c, heads, false));
       CHECK(e.code() == errc::invalid_argument);
       CHECK(std::string(e.what()).find(std::to_string(heads) + " heads not divisible by sequence-parallel degree " +
                                        std::to_string(n)) != std::string::npos);
@@ -143,7 +143,7 @@ TEST_CASE("ulysses rejects head counts not divisible by the degree and bad shape
       CHECK(e.code() == errc::invalid_argument);
       CHECK(std::string(e.what()).find("seq_to_head") != std::string::npos);
 
-      ulysses_attention<gloo_communicator> attn(c, 4, true);
+      auto attn = ulysses_attention<gloo_communicator>::create(c, 4, true).value();
       const tensor ok = randn(shape{1, 2, 4, 4}, 1);
       e = result_error(attn.forward(randn(shape{1, 2, 8, 4}, 1), ok, ok));  // 8 heads, expected 4
       CHECK(e.code() == errc::invalid_argument);

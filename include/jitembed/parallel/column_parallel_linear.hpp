@@ -30,23 +30,24 @@ namespace jitembed::parallel {
 template <communicator C, math_backend B = cpu_backend>
 class column_parallel_linear {
  public:
-  column_parallel_linear(C& comm, std::int64_t in_features, std::int64_t out_features, bool bias = true,
-                         bool gather_output = false, bool sequence_parallel = false, std::size_t seq_dim = 0,
-                         B backend = B())
-      : comm_(&comm), be_(std::move(backend)), in_(in_features), out_(out_features), gather_output_(gather_output),
-        sp_(sequence_parallel), seq_dim_(seq_dim) {
-    const std::string what = "column_parallel_linear";
-    detail::tp_check_group(comm.valid(), what);
-    detail::tp_check_divisible(in_features, "in_features", 1, what);
-    detail::tp_check_divisible(out_features, "out_features", comm.size(), what);
-    if (gather_output && sequence_parallel) detail::tp_invalid(what, "gather_output is not supported with sequence_parallel");
-    local_out_ = out_ / comm.size();
-    weight_ = be_.zeros(shape{local_out_, in_}, be_.dtype());
-    grad_weight_ = be_.zeros(shape{local_out_, in_}, dtype::f32);
-    if (bias) {
-      bias_ = be_.zeros(shape{local_out_}, be_.dtype());
-      grad_bias_ = be_.zeros(shape{local_out_}, dtype::f32);
-    }
+  // invalid_argument: this rank outside comm's group, out_features not divisible by the group size,
+  // gather_output with sequence_parallel; resource_exhausted when the weights cannot be allocated.
+  // The layer keeps a pointer to comm, which must outlive it.
+  static result<column_parallel_linear> create(C& comm, std::int64_t in_features, std::int64_t out_features,
+                                               bool bias = true, bool gather_output = false,
+                                               bool sequence_parallel = false, std::size_t seq_dim = 0,
+                                               B backend = B()) {
+    return detail::capture("column_parallel_linear", [&]() -> column_parallel_linear {
+      const std::string what = "column_parallel_linear";
+      detail::tp_check_group(comm.valid(), what);
+      detail::tp_check_divisible(in_features, "in_features", 1, what);
+      detail::tp_check_divisible(out_features, "out_features", comm.size(), what);
+      if (gather_output && sequence_parallel) {
+        detail::tp_invalid(what, "gather_output is not supported with sequence_parallel");
+      }
+      return column_parallel_linear(comm, in_features, out_features, bias, gather_output, sequence_parallel, seq_dim,
+                                    std::move(backend));
+    });
   }
 
   result<tensor> forward(const tensor_view& x) {
@@ -149,6 +150,20 @@ class column_parallel_linear {
   const B& backend() const noexcept { return be_; }
 
  private:
+  // Arguments checked by create().
+  column_parallel_linear(C& comm, std::int64_t in_features, std::int64_t out_features, bool bias, bool gather_output,
+                         bool sequence_parallel, std::size_t seq_dim, B backend)
+      : comm_(&comm), be_(std::move(backend)), in_(in_features), out_(out_features), gather_output_(gather_output),
+        sp_(sequence_parallel), seq_dim_(seq_dim) {
+    local_out_ = out_ / comm.size();
+    weight_ = be_.zeros(shape{local_out_, in_}, be_.dtype());
+    grad_weight_ = be_.zeros(shape{local_out_, in_}, dtype::f32);
+    if (bias) {
+      bias_ = be_.zeros(shape{local_out_}, be_.dtype());
+      grad_bias_ = be_.zeros(shape{local_out_}, dtype::f32);
+    }
+  }
+
   C* comm_;
   B be_;
   std::int64_t in_, out_, local_out_ = 0;

@@ -57,36 +57,40 @@ inline layout activation_layout(const module_plan& m, int seq_dim) {
 // A set of module plans over a world of `world_size` ranks.
 class hybrid_plan {
  public:
-  hybrid_plan(std::vector<module_plan> modules, int world_size) : modules_(std::move(modules)), world_(world_size) {
-    if (world_size <= 0) throw error(errc::invalid_argument, "hybrid_plan: world size " + std::to_string(world_size));
-    for (std::size_t i = 0; i < modules_.size(); ++i) {
-      const auto& m = modules_[i];
+  // Validates the plans (invalid_argument naming the module): a name, unique names, a known strategy,
+  // degree >= 1, as many ranks as the degree, ranks in [0, world_size) and listed once.
+  static result<hybrid_plan> create(std::vector<module_plan> modules, int world_size) {
+    if (world_size <= 0) return fail(errc::invalid_argument, "hybrid_plan: world size " + std::to_string(world_size));
+    for (std::size_t i = 0; i < modules.size(); ++i) {
+      const auto& m = modules[i];
       const std::string who = "hybrid_plan: module '" + m.name + "'";
-      if (m.name.empty())
-        throw error(errc::invalid_argument, "hybrid_plan: module " + std::to_string(i) + " has no name");
+      if (m.name.empty()) {
+        return fail(errc::invalid_argument, "hybrid_plan: module " + std::to_string(i) + " has no name");
+      }
       for (std::size_t j = 0; j < i; ++j) {
-        if (modules_[j].name == m.name) throw error(errc::invalid_argument, who + " is listed twice");
+        if (modules[j].name == m.name) return fail(errc::invalid_argument, who + " is listed twice");
       }
       if (m.s != strategy::replicate && m.s != strategy::sequence_parallel && m.s != strategy::tensor_parallel) {
-        throw error(errc::invalid_argument, who + ": unknown strategy");
+        return fail(errc::invalid_argument, who + ": unknown strategy");
       }
-      if (m.degree < 1) throw error(errc::invalid_argument, who + ": degree " + std::to_string(m.degree) + " < 1");
+      if (m.degree < 1) return fail(errc::invalid_argument, who + ": degree " + std::to_string(m.degree) + " < 1");
       if (m.ranks.size() != static_cast<std::size_t>(m.degree)) {
-        throw error(errc::invalid_argument,
+        return fail(errc::invalid_argument,
                     who + ": degree " + std::to_string(m.degree) + " but " + std::to_string(m.ranks.size()) + " ranks");
       }
       for (std::size_t a = 0; a < m.ranks.size(); ++a) {
         if (m.ranks[a] < 0 || m.ranks[a] >= world_size) {
-          throw error(errc::invalid_argument, who + ": rank " + std::to_string(m.ranks[a]) + " outside [0, " +
+          return fail(errc::invalid_argument, who + ": rank " + std::to_string(m.ranks[a]) + " outside [0, " +
                                                   std::to_string(world_size) + ")");
         }
         for (std::size_t b = 0; b < a; ++b) {
           if (m.ranks[a] == m.ranks[b]) {
-            throw error(errc::invalid_argument, who + ": rank " + std::to_string(m.ranks[a]) + " listed twice");
+            return fail(errc::invalid_argument, who + ": rank " + std::to_string(m.ranks[a]) + " listed twice");
           }
         }
       }
     }
+    return hybrid_plan(std::move(modules), world_size);
   }
 
   int world_size() const noexcept { return world_; }
@@ -127,6 +131,8 @@ class hybrid_plan {
   }
 
  private:
+  hybrid_plan(std::vector<module_plan> modules, int world_size) : modules_(std::move(modules)), world_(world_size) {}
+
   const module_plan* find(std::string_view name) const noexcept {
     for (const auto& m : modules_) {
       if (m.name == name) return &m;

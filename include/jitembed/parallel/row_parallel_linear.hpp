@@ -31,25 +31,23 @@ namespace jitembed::parallel {
 template <communicator C, math_backend B = cpu_backend>
 class row_parallel_linear {
  public:
-  row_parallel_linear(C& comm, std::int64_t in_features, std::int64_t out_features, bool bias = true,
-                      bool input_is_parallel = false, bool sequence_parallel = false, std::size_t seq_dim = 0,
-                      B backend = B())
-      : comm_(&comm), be_(std::move(backend)), in_(in_features), out_(out_features),
-        input_is_parallel_(input_is_parallel), sp_(sequence_parallel), seq_dim_(seq_dim) {
-    const std::string what = "row_parallel_linear";
-    detail::tp_check_group(comm.valid(), what);
-    detail::tp_check_divisible(in_features, "in_features", comm.size(), what);
-    detail::tp_check_divisible(out_features, "out_features", 1, what);
-    if (sequence_parallel && !input_is_parallel) {
-      detail::tp_invalid(what, "sequence_parallel needs input_is_parallel (as Megatron)");
-    }
-    local_in_ = in_ / comm.size();
-    weight_ = be_.zeros(shape{out_, local_in_}, be_.dtype());
-    grad_weight_ = be_.zeros(shape{out_, local_in_}, dtype::f32);
-    if (bias) {
-      bias_ = be_.zeros(shape{out_}, be_.dtype());
-      grad_bias_ = be_.zeros(shape{out_}, dtype::f32);
-    }
+  // invalid_argument: this rank outside comm's group, in_features not divisible by the group size,
+  // sequence_parallel without input_is_parallel; resource_exhausted when the weights cannot be allocated.
+  // The layer keeps a pointer to comm, which must outlive it.
+  static result<row_parallel_linear> create(C& comm, std::int64_t in_features, std::int64_t out_features,
+                                            bool bias = true, bool input_is_parallel = false,
+                                            bool sequence_parallel = false, std::size_t seq_dim = 0, B backend = B()) {
+    return detail::capture("row_parallel_linear", [&]() -> row_parallel_linear {
+      const std::string what = "row_parallel_linear";
+      detail::tp_check_group(comm.valid(), what);
+      detail::tp_check_divisible(in_features, "in_features", comm.size(), what);
+      detail::tp_check_divisible(out_features, "out_features", 1, what);
+      if (sequence_parallel && !input_is_parallel) {
+        detail::tp_invalid(what, "sequence_parallel needs input_is_parallel (as Megatron)");
+      }
+      return row_parallel_linear(comm, in_features, out_features, bias, input_is_parallel, sequence_parallel, seq_dim,
+                                 std::move(backend));
+    });
   }
 
   result<tensor> forward(const tensor_view& x) {
@@ -160,6 +158,20 @@ class row_parallel_linear {
   const B& backend() const noexcept { return be_; }
 
  private:
+  // Arguments checked by create().
+  row_parallel_linear(C& comm, std::int64_t in_features, std::int64_t out_features, bool bias, bool input_is_parallel,
+                      bool sequence_parallel, std::size_t seq_dim, B backend)
+      : comm_(&comm), be_(std::move(backend)), in_(in_features), out_(out_features),
+        input_is_parallel_(input_is_parallel), sp_(sequence_parallel), seq_dim_(seq_dim) {
+    local_in_ = in_ / comm.size();
+    weight_ = be_.zeros(shape{out_, local_in_}, be_.dtype());
+    grad_weight_ = be_.zeros(shape{out_, local_in_}, dtype::f32);
+    if (bias) {
+      bias_ = be_.zeros(shape{out_}, be_.dtype());
+      grad_bias_ = be_.zeros(shape{out_}, dtype::f32);
+    }
+  }
+
   C* comm_;
   B be_;
   std::int64_t in_, out_, local_in_ = 0;

@@ -75,11 +75,20 @@ class hash_store final : public store {
 class file_store final : public store {
  public:
   using store::set;
-  explicit file_store(std::filesystem::path dir, std::chrono::milliseconds poll = std::chrono::milliseconds(2))
-      : dir_(std::move(dir)), poll_(poll) {
+  // Creates `dir` (and its parents) if missing; io_error when it cannot. get() polls every `poll`.
+  static result<file_store> open(std::filesystem::path dir,
+                                 std::chrono::milliseconds poll = std::chrono::milliseconds(2)) {
+    if (dir.empty()) return fail(errc::invalid_argument, "file_store: empty folder path");
+    if (poll.count() < 0) {
+      return fail(errc::invalid_argument, "file_store: poll interval " + std::to_string(poll.count()) + " ms");
+    }
     std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    if (ec) throw error(errc::io_error, "file_store: cannot create " + dir_.string() + ": " + ec.message());
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return fail(errc::io_error, "file_store: cannot create " + dir.string() + ": " + ec.message());
+    if (!std::filesystem::is_directory(dir, ec)) {
+      return fail(errc::io_error, "file_store: " + dir.string() + " is not a folder");
+    }
+    return file_store(std::move(dir), poll);
   }
 
   result<void> set(std::string_view key, std::span<const std::byte> value) override {
@@ -140,6 +149,8 @@ class file_store final : public store {
     }
     return dir_ / name;
   }
+
+  file_store(std::filesystem::path dir, std::chrono::milliseconds poll) : dir_(std::move(dir)), poll_(poll) {}
 
   std::filesystem::path dir_;
   std::chrono::milliseconds poll_;

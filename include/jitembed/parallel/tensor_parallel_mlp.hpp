@@ -27,10 +27,16 @@ namespace jitembed::parallel {
 template <communicator C, math_backend B = cpu_backend>
 class tensor_parallel_mlp {
  public:
-  tensor_parallel_mlp(C& comm, std::int64_t hidden, std::int64_t ffn, bool bias = true, bool sequence_parallel = false,
-                      std::size_t seq_dim = 0, B backend = B())
-      : fc1_(comm, hidden, ffn, bias, false, sequence_parallel, seq_dim, backend),
-        fc2_(comm, ffn, hidden, bias, true, sequence_parallel, seq_dim, backend), be_(std::move(backend)) {}
+  // The errors of column_parallel_linear::create (fc1: ffn divisible by the group size) and
+  // row_parallel_linear::create (fc2). The layer keeps a pointer to comm, which must outlive it.
+  static result<tensor_parallel_mlp> create(C& comm, std::int64_t hidden, std::int64_t ffn, bool bias = true,
+                                            bool sequence_parallel = false, std::size_t seq_dim = 0, B backend = B()) {
+    auto fc1 = column_parallel_linear<C, B>::create(comm, hidden, ffn, bias, false, sequence_parallel, seq_dim, backend);
+    if (!fc1) return std::move(fc1).error();
+    auto fc2 = row_parallel_linear<C, B>::create(comm, ffn, hidden, bias, true, sequence_parallel, seq_dim, backend);
+    if (!fc2) return std::move(fc2).error();
+    return tensor_parallel_mlp(std::move(fc1).value(), std::move(fc2).value(), std::move(backend));
+  }
 
   result<tensor> forward(const tensor_view& x) {
     return detail::capture("tensor_parallel_mlp forward", [&]() -> result<tensor> {
@@ -66,6 +72,9 @@ class tensor_parallel_mlp {
   const row_parallel_linear<C, B>& fc2() const noexcept { return fc2_; }
 
  private:
+  tensor_parallel_mlp(column_parallel_linear<C, B> fc1, row_parallel_linear<C, B> fc2, B backend)
+      : fc1_(std::move(fc1)), fc2_(std::move(fc2)), be_(std::move(backend)) {}
+
   column_parallel_linear<C, B> fc1_;
   row_parallel_linear<C, B> fc2_;
   B be_;

@@ -85,12 +85,16 @@ class ulysses_attention {
     tensor dq, dk, dv;  // sequence-sharded like q, k, v
   };
 
-  ulysses_attention(C& comm, int heads, bool causal, B backend = B())
-      : comm_(&comm), be_(std::move(backend)), heads_(heads), causal_(causal) {
-    if (!comm.valid()) {
-      throw error(errc::invalid_argument, "ulysses_attention: this rank is not in the communicator's group");
-    }
-    detail::check_heads_divisible(heads, comm.size(), "ulysses_attention");
+  // invalid_argument: this rank outside comm's group, heads not a positive multiple of the group size.
+  // The layer keeps a pointer to comm, which must outlive it.
+  static result<ulysses_attention> create(C& comm, int heads, bool causal, B backend = B()) {
+    return detail::capture("ulysses_attention", [&]() -> ulysses_attention {
+      if (!comm.valid()) {
+        throw error(errc::invalid_argument, "ulysses_attention: this rank is not in the communicator's group");
+      }
+      detail::check_heads_divisible(heads, comm.size(), "ulysses_attention");
+      return ulysses_attention(comm, heads, causal, std::move(backend));
+    });
   }
 
   // q [B, Sq_r, H, D], k and v [B, Sk_r, H, D]: this rank's sequence chunks (torch.chunk layout). seq_len and
@@ -163,6 +167,10 @@ class ulysses_attention {
   bool causal() const noexcept { return causal_; }
 
  private:
+  // Arguments checked by create().
+  ulysses_attention(C& comm, int heads, bool causal, B backend)
+      : comm_(&comm), be_(std::move(backend)), heads_(heads), causal_(causal) {}
+
   C* comm_;
   B be_;
   int heads_;

@@ -30,17 +30,18 @@ namespace jitembed::parallel {
 template <communicator C, math_backend B = cpu_backend>
 class vocab_parallel_embedding {
  public:
-  vocab_parallel_embedding(C& comm, std::int64_t vocab, std::int64_t hidden, bool sequence_parallel = false,
-                           std::size_t seq_dim = 0, B backend = B())
-      : comm_(&comm), be_(std::move(backend)), vocab_(vocab), hidden_(hidden), sp_(sequence_parallel), seq_dim_(seq_dim) {
-    const std::string what = "vocab_parallel_embedding";
-    detail::tp_check_group(comm.valid(), what);
-    detail::tp_check_divisible(vocab, "vocab", comm.size(), what);
-    detail::tp_check_divisible(hidden, "hidden", 1, what);
-    local_vocab_ = vocab_ / comm.size();
-    start_ = local_vocab_ * comm.rank();
-    weight_ = be_.zeros(shape{local_vocab_, hidden_}, be_.dtype());
-    grad_weight_ = be_.zeros(shape{local_vocab_, hidden_}, dtype::f32);
+  // invalid_argument: this rank outside comm's group, vocab not divisible by the group size, hidden < 1;
+  // resource_exhausted when the table cannot be allocated. The layer keeps a pointer to comm.
+  static result<vocab_parallel_embedding> create(C& comm, std::int64_t vocab, std::int64_t hidden,
+                                                 bool sequence_parallel = false, std::size_t seq_dim = 0,
+                                                 B backend = B()) {
+    return detail::capture("vocab_parallel_embedding", [&]() -> vocab_parallel_embedding {
+      const std::string what = "vocab_parallel_embedding";
+      detail::tp_check_group(comm.valid(), what);
+      detail::tp_check_divisible(vocab, "vocab", comm.size(), what);
+      detail::tp_check_divisible(hidden, "hidden", 1, what);
+      return vocab_parallel_embedding(comm, vocab, hidden, sequence_parallel, seq_dim, std::move(backend));
+    });
   }
 
   result<tensor> forward(const tensor_view& ids) {
@@ -127,6 +128,16 @@ class vocab_parallel_embedding {
   std::size_t seq_dim() const noexcept { return seq_dim_; }
 
  private:
+  // Arguments checked by create().
+  vocab_parallel_embedding(C& comm, std::int64_t vocab, std::int64_t hidden, bool sequence_parallel,
+                           std::size_t seq_dim, B backend)
+      : comm_(&comm), be_(std::move(backend)), vocab_(vocab), hidden_(hidden), sp_(sequence_parallel), seq_dim_(seq_dim) {
+    local_vocab_ = vocab_ / comm.size();
+    start_ = local_vocab_ * comm.rank();
+    weight_ = be_.zeros(shape{local_vocab_, hidden_}, be_.dtype());
+    grad_weight_ = be_.zeros(shape{local_vocab_, hidden_}, dtype::f32);
+  }
+
   C* comm_;
   B be_;
   std::int64_t vocab_, hidden_, local_vocab_ = 0, start_ = 0;

@@ -141,7 +141,7 @@ struct temp_file {
 TEST_CASE("torch_model: nn module (Conv2d + Linear) through the adapter equals running it directly") {
   torch::manual_seed(1);
   tiny_encoder net;
-  auto m = torch_model::from_module(net, encoder_options());
+  auto m = torch_model::create(net, encoder_options());
   REQUIRE(m);
   CHECK(m->name() == "tiny-encoder");
   CHECK(m->inputs().size() == 1);
@@ -191,7 +191,7 @@ TEST_CASE("torch_model: nn module (Conv2d + Linear) through the adapter equals r
 TEST_CASE("torch_model: the model concept, any_model, metadata and version fingerprint") {
   torch::manual_seed(2);
   tiny_encoder net;
-  auto m = torch_model::from_module(net, encoder_options());
+  auto m = torch_model::create(net, encoder_options());
   REQUIRE(m);
   any_model any(*m);
   CHECK(any.name() == "tiny-encoder");
@@ -203,20 +203,20 @@ TEST_CASE("torch_model: the model concept, any_model, metadata and version finge
   CHECK(v.find("outputs=pooled:f32[4],embed:f32[6];") != std::string::npos);
 
   // The same weights give the same version; one changed weight changes it.
-  auto again = torch_model::from_module(net, encoder_options());
+  auto again = torch_model::create(net, encoder_options());
   REQUIRE(again);
   CHECK(again->version() == m->version());
   {
     torch::NoGradGuard ng;
     net->fc->bias[0].add_(1.0f);
   }
-  auto changed = torch_model::from_module(net, encoder_options());
+  auto changed = torch_model::create(net, encoder_options());
   REQUIRE(changed);
   CHECK(changed->parameter_hash() != m->parameter_hash());
   CHECK(changed->version() != m->version());
   auto o = encoder_options();
   o.version = "test@2";
-  auto renamed = torch_model::from_module(net, o);
+  auto renamed = torch_model::create(net, o);
   REQUIRE(renamed);
   CHECK(renamed->parameter_hash() == changed->parameter_hash());
   CHECK(renamed->version() != changed->version());
@@ -235,7 +235,7 @@ TEST_CASE("torch_model: TorchScript module defined in C++, saved and loaded, rou
   temp_file file("proj.pt");
   src.save(file.path.string());
 
-  auto m = torch_model::load(file.path, script_options());
+  auto m = torch_model::open(file.path, script_options());
   REQUIRE(m);
   CHECK(m->input_modality() == modality::text);
   const std::vector<tensor> items{features(0.f), features(1.f), features(-2.f)};
@@ -258,10 +258,10 @@ TEST_CASE("torch_model: TorchScript module defined in C++, saved and loaded, rou
   }
 
   // The in-memory module and the loaded one have the same parameter fingerprint; other weights differ.
-  auto mem = torch_model::from_script(src, script_options());
+  auto mem = torch_model::create(src, script_options());
   REQUIRE(mem);
   CHECK(mem->version() == m->version());
-  auto other = torch_model::from_script(script_module(2.0f), script_options());
+  auto other = torch_model::create(script_module(2.0f), script_options());
   REQUIRE(other);
   CHECK(other->version() != m->version());
 
@@ -275,7 +275,7 @@ TEST_CASE("torch_model: TorchScript module defined in C++, saved and loaded, rou
   SUBCASE("outputs cast to the declared dtype") {
     auto o = script_options();
     o.outputs[0].type = dtype::bf16;
-    auto bm = torch_model::from_script(src, o);
+    auto bm = torch_model::create(src, o);
     REQUIRE(bm);
     auto r = bm->run(items);
     REQUIRE(r);
@@ -293,7 +293,7 @@ TEST_CASE("torch_model: TorchScript module defined in C++, saved and loaded, rou
 TEST_CASE("torch_model: concurrent run() calls give the results of sequential ones") {
   torch::manual_seed(6);
   tiny_encoder net;
-  auto m = torch_model::from_module(net, encoder_options());
+  auto m = torch_model::create(net, encoder_options());
   REQUIRE(m);
   std::vector<std::vector<tensor>> batches;
   std::vector<std::vector<named_tensors>> want;
@@ -336,7 +336,7 @@ TEST_CASE("torch_model: AnyModule and a user preprocess function") {
     return t;
   };
   o.preprocess_key = "bytes-as-floats;";
-  auto m = torch_model::from_any(lin, o);
+  auto m = torch_model::create(lin, o);
   REQUIRE(m);
   CHECK(m->preprocess_key() == "bytes-as-floats;");
   const std::byte raw[4] = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}};
@@ -352,7 +352,7 @@ TEST_CASE("torch_model: AnyModule and a user preprocess function") {
   CHECK(bad.code() == errc::invalid_argument);
 
   o.preprocess_key.clear();
-  auto nokey = torch_model::from_any(lin, o);
+  auto nokey = torch_model::create(lin, o);
   REQUIRE_FALSE(nokey);
   CHECK(nokey.code() == errc::invalid_argument);
 }
@@ -363,7 +363,7 @@ TEST_CASE("torch_model: reference image preprocessing matches image-latent's") {
   auto o = encoder_options();
   o.input = {"image", dtype::u8, {16, 16, 3}};
   o.outputs = {{"pooled", dtype::f32, {4}}, {"embed", dtype::f32, {6}}};
-  auto m = torch_model::from_module(net, o);
+  auto m = torch_model::create(net, o);
   REQUIRE(m);
   image_latent_options io;
   io.bucket = 16;
@@ -394,7 +394,7 @@ TEST_CASE("torch_model: reference image preprocessing matches image-latent's") {
 TEST_CASE("torch_model: bad batches and bad options are error results, never exceptions") {
   torch::manual_seed(5);
   tiny_encoder net;
-  auto m = torch_model::from_module(net, encoder_options());
+  auto m = torch_model::create(net, encoder_options());
   REQUIRE(m);
 
   SUBCASE("wrong dtype") {
@@ -426,7 +426,7 @@ TEST_CASE("torch_model: bad batches and bad options are error results, never exc
     auto o = script_options();
     o.input = {"features", dtype::f32, {-1, 4}};
     o.outputs = {{"proj", dtype::f32, {-1, 3}}, {"energy", dtype::f32, {-1}}};
-    auto v = torch_model::from_script(s, o);
+    auto v = torch_model::create(s, o);
     REQUIRE(v);
     // [N, L, 4] @ [4, 3] -> [N, L, 3]; the energy sums dim 1 (L) -> [N, 3].
     const std::vector<tensor> same{tensor::zeros({2, 4}, dtype::f32), tensor::zeros({2, 4}, dtype::f32)};
@@ -442,14 +442,14 @@ TEST_CASE("torch_model: bad batches and bad options are error results, never exc
   SUBCASE("declared outputs that disagree with forward") {
     auto o = encoder_options();
     o.outputs[1].shape = {7};
-    auto w = torch_model::from_module(net, o);
+    auto w = torch_model::create(net, o);
     REQUIRE(w);
     auto r = w->run(std::vector<tensor>{random_image(8, 8, 1)});
     REQUIRE_FALSE(r);
     CHECK(r.code() == errc::internal);
     CHECK(r.error().message == "tiny-encoder: output 'embed' has item shape [6], declared [7]");
     o.outputs.pop_back();
-    auto one = torch_model::from_module(net, o);
+    auto one = torch_model::create(net, o);
     REQUIRE(one);
     auto r1 = one->run(std::vector<tensor>{random_image(8, 8, 1)});
     REQUIRE_FALSE(r1);
@@ -459,31 +459,31 @@ TEST_CASE("torch_model: bad batches and bad options are error results, never exc
   SUBCASE("bad options") {
     auto o = encoder_options();
     o.outputs.clear();
-    CHECK(torch_model::from_module(net, o).code() == errc::invalid_argument);
+    CHECK(torch_model::create(net, o).code() == errc::invalid_argument);
     o = encoder_options();
     o.name.clear();
-    CHECK(torch_model::from_module(net, o).code() == errc::invalid_argument);
+    CHECK(torch_model::create(net, o).code() == errc::invalid_argument);
     o = encoder_options();
     o.max_batch_size = 0;
-    CHECK(torch_model::from_module(net, o).code() == errc::invalid_argument);
+    CHECK(torch_model::create(net, o).code() == errc::invalid_argument);
     o = encoder_options();
     o.outputs[1].name = "pooled";
-    CHECK(torch_model::from_module(net, o).code() == errc::invalid_argument);
+    CHECK(torch_model::create(net, o).code() == errc::invalid_argument);
     o = encoder_options();
     o.input = {"image", dtype::f32, {8, 8, 3}};  // reference image preprocessing makes u8
-    CHECK(torch_model::from_module(net, o).code() == errc::invalid_argument);
-    CHECK(torch_model::from_module(tiny_encoder(nullptr), encoder_options()).code() == errc::invalid_argument);
+    CHECK(torch_model::create(net, o).code() == errc::invalid_argument);
+    CHECK(torch_model::create(tiny_encoder(nullptr), encoder_options()).code() == errc::invalid_argument);
     if (!torch::cuda::is_available()) {
       o = encoder_options();
       o.dev = device::cuda(0);
-      auto c = torch_model::from_module(net, o);
+      auto c = torch_model::create(net, o);
       REQUIRE_FALSE(c);
       CHECK(c.code() == errc::invalid_argument);
       CHECK(c.error().message.rfind("torch_model 'tiny-encoder': cannot prepare the module: ", 0) == 0);
     }
   }
   SUBCASE("TorchScript files that are missing or not TorchScript") {
-    auto missing = torch_model::load("/nonexistent/jitembed/model.pt", script_options());
+    auto missing = torch_model::open("/nonexistent/jitembed/model.pt", script_options());
     REQUIRE_FALSE(missing);
     CHECK(missing.code() == errc::not_found);
     temp_file junk("junk.pt");
@@ -491,7 +491,7 @@ TEST_CASE("torch_model: bad batches and bad options are error results, never exc
       std::ofstream f(junk.path, std::ios::binary);
       f << "this is not a zip archive";
     }
-    auto bad = torch_model::load(junk.path, script_options());
+    auto bad = torch_model::open(junk.path, script_options());
     REQUIRE_FALSE(bad);
     CHECK(bad.code() == errc::decode_failed);
   }

@@ -143,39 +143,49 @@ struct torch_any_backend final : torch_backend {
 // Only load TorchScript files you trust: a TorchScript archive is code.
 class torch_model {
  public:
+  // Every create / open checks the options (invalid_argument: empty name, max_batch_size 0, bad tensor_meta,
+  // no or duplicate outputs, preprocess without preprocess_key, an image input the reference preprocessing
+  // cannot make) and prepares the module on o.dev (invalid_argument when LibTorch refuses).
+
   // A TorchScript module (e.g. torch::jit::load's result, or one defined in C++ with define()).
-  static result<torch_model> from_script(torch::jit::Module m, torch_model_options o) {
-    return create(std::make_shared<detail::torch_script_backend>(std::move(m)), std::move(o));
+  static result<torch_model> create(torch::jit::Module m, torch_model_options o) {
+    return create(std::shared_ptr<detail::torch_backend>(std::make_shared<detail::torch_script_backend>(std::move(m))),
+                  std::move(o));
   }
-  // torch::jit::load(file): errc::not_found when the file does not exist, errc::decode_failed when LibTorch
-  // rejects it.
-  static result<torch_model> load(const std::filesystem::path& file, torch_model_options o) {
+  // A C++ torch::nn module whose forward takes one Tensor and returns a Tensor, a std::tuple of Tensors,
+  // a std::vector<Tensor> or a std::unordered_map<std::string, Tensor>. A null module is invalid_argument.
+  template <class M>
+    requires std::derived_from<M, torch::nn::Module> && requires(M& m, torch::Tensor x) { m.forward(x); }
+  static result<torch_model> create(std::shared_ptr<M> m, torch_model_options o) {
+    if (!m) return fail(errc::invalid_argument, "torch_model '" + o.name + "': null module");
+    return create(std::shared_ptr<detail::torch_backend>(std::make_shared<detail::torch_nn_backend<M>>(std::move(m))),
+                  std::move(o));
+  }
+  // A module holder (torch::nn::Linear, a TORCH_MODULE type); an empty holder is invalid_argument.
+  template <class Impl>
+  static result<torch_model> create(const torch::nn::ModuleHolder<Impl>& m, torch_model_options o) {
+    if (m.is_empty()) return fail(errc::invalid_argument, "torch_model '" + o.name + "': empty module holder");
+    return create(m.ptr(), std::move(o));
+  }
+  // A torch::nn::AnyModule whose forward takes one Tensor and returns a Tensor; an empty one is invalid_argument.
+  static result<torch_model> create(torch::nn::AnyModule m, torch_model_options o) {
+    if (m.is_empty()) return fail(errc::invalid_argument, "torch_model '" + o.name + "': empty AnyModule");
+    return create(std::shared_ptr<detail::torch_backend>(std::make_shared<detail::torch_any_backend>(std::move(m))),
+                  std::move(o));
+  }
+  // A TorchScript file (torch::jit::load): errc::not_found when the file does not exist, errc::decode_failed
+  // when LibTorch rejects it.
+  static result<torch_model> open(const std::filesystem::path& file, torch_model_options o) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(file, ec))
       return fail(errc::not_found, "torch_model '" + o.name + "': no TorchScript file " + file.string());
+    torch::jit::Module m;
     try {
-      return from_script(torch::jit::load(file.string(), c10::Device(c10::DeviceType::CPU)), std::move(o));
+      m = torch::jit::load(file.string(), c10::Device(c10::DeviceType::CPU));
     } catch (const std::exception& e) {
       return fail(errc::decode_failed, "torch_model '" + o.name + "': cannot load " + file.string() + ": " + detail::torch_what(e));
     }
-  }
-  // A C++ torch::nn module whose forward takes one Tensor and returns a Tensor, a std::tuple of Tensors,
-  // a std::vector<Tensor> or a std::unordered_map<std::string, Tensor>.
-  template <class M>
-    requires std::derived_from<M, torch::nn::Module> && requires(M& m, torch::Tensor x) { m.forward(x); }
-  static result<torch_model> from_module(std::shared_ptr<M> m, torch_model_options o) {
-    if (!m) return fail(errc::invalid_argument, "torch_model '" + o.name + "': null module");
-    return create(std::make_shared<detail::torch_nn_backend<M>>(std::move(m)), std::move(o));
-  }
-  template <class Impl>
-  static result<torch_model> from_module(const torch::nn::ModuleHolder<Impl>& m, torch_model_options o) {
-    if (m.is_empty()) return fail(errc::invalid_argument, "torch_model '" + o.name + "': empty module holder");
-    return from_module(m.ptr(), std::move(o));
-  }
-  // A torch::nn::AnyModule whose forward takes one Tensor and returns a Tensor.
-  static result<torch_model> from_any(torch::nn::AnyModule m, torch_model_options o) {
-    if (m.is_empty()) return fail(errc::invalid_argument, "torch_model '" + o.name + "': empty AnyModule");
-    return create(std::make_shared<detail::torch_any_backend>(std::move(m)), std::move(o));
+    return create(std::move(m), std::move(o));
   }
 
   std::string_view name() const noexcept { return s_->opts.name; }
@@ -259,6 +269,7 @@ class torch_model {
     return {};
   }
 
+  // The public create()s end here, with their module wrapped in a backend.
   static result<torch_model> create(std::shared_ptr<detail::torch_backend> backend, torch_model_options o) {
     const std::string who = "torch_model '" + o.name + "'";
     if (o.name.empty()) return fail(errc::invalid_argument, "torch_model: empty name");

@@ -99,6 +99,15 @@ nb::object py_field::value(bool verify, const decode_limits& lim) const {
 }
 
 nb::dict record_to_dict(const record_view& rec, bool verify, const decode_limits& lim) {
+  if (verify) {  // hash every payload first, without the GIL (a field verified once stays verified)
+    result<void> ok;
+    {
+      nb::gil_scoped_release nogil;
+      for (const auto& f : rec)
+        if (ok = f.verify(); !ok) break;
+    }
+    unwrap(std::move(ok));
+  }
   nb::dict d;
   for (std::size_t i = 0; i < rec.size(); ++i) {
     py_field f{rec, i};

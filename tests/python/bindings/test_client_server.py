@@ -151,13 +151,12 @@ def test_stats_show_queue_and_admitted_rows():
             jitembed.Client(endpoints=[f"http://{srv.url}"], hedge=False) as c:
         futures = [c.embed_async("text-embed", caption_records(1)) for _ in range(3)]
         deadline, peak = time.monotonic() + 20, {}
-        while time.monotonic() < deadline:  # poll until all three are admitted (no sleep: state, not time)
+        while time.monotonic() < deadline:  # poll the state (no sleep): all three admitted, some queued
             st = srv.stats()["text-embed:1"]
-            if st["inflight_rows"] == 3:
+            if st["inflight_rows"] == 3 and st["queued_rows"] >= 1:
                 peak = st
                 break
-        assert peak, "the three requests were never admitted at once"
-        assert peak["queued_rows"] >= 1
+        assert peak, "the three requests were never admitted with some of them queued"
         for f in futures:
             f.result(timeout=30)
         st = srv.stats()["text-embed:1"]

@@ -38,7 +38,7 @@ int main() {
   // 1. Round trip: one request at a time (submit, wait), batch size 1, no delay.
   {
     constexpr int kN = 20000;
-    dynamic_batcher<int, int> b(make_options(1, 0us), noop_runner);
+    auto b = dynamic_batcher<int, int>::create(make_options(1, 0us), noop_runner).value();
     long sink = 0;
     auto [tb, tp] = bench::side_by_side(
         5,
@@ -56,7 +56,7 @@ int main() {
   // 2. Throughput: submit a burst with futures, then wait for all; batches of up to 64.
   for (std::size_t max_batch : {std::size_t{1}, std::size_t{64}}) {
     constexpr int kN = 100000;
-    dynamic_batcher<int, int> b(make_options(max_batch, 50us), noop_runner);
+    auto b = dynamic_batcher<int, int>::create(make_options(max_batch, 50us), noop_runner).value();
     std::vector<std::future<result<int>>> bf;
     std::vector<std::future<int>> pf;
     bf.reserve(kN);
@@ -82,7 +82,7 @@ int main() {
   // 3. Throughput with callbacks (no promise/future per request) and with per-caller ordering.
   for (bool ordered : {false, true}) {
     constexpr int kN = 100000;
-    dynamic_batcher<int, int> b(make_options(64, 50us), noop_runner);
+    auto b = dynamic_batcher<int, int>::create(make_options(64, 50us), noop_runner).value();
     auto run_batcher = [&] {
       std::atomic<int> left{kN};
       std::promise<void> done;

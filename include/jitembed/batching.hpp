@@ -6,4 +6,5 @@
 #include "jitembed/batching/errors.hpp"
 #include "jitembed/batching/options.hpp"
 #include "jitembed/batching/resolution_buckets.hpp"
+#include "jitembed/batching/runner.hpp"
 #include "jitembed/batching/stats.hpp"

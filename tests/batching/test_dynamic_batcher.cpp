@@ -118,20 +118,51 @@ TEST_CASE("batcher options are validated with specific messages") {
   o.default_timeout = -5us;
   CHECK(bad(o).error().message == "batcher_options: default_timeout -5 us is negative");
 
+  // create() reports what validate() finds, in the result (the constructor used to throw it).
+  auto noop = [](std::span<int>, std::span<result<int>>) {};
   o = opts(0, 1ms);
-  try {
-    dynamic_batcher<int, int> b(o, [](std::span<int>, std::span<result<int>>) {});
-    FAIL("constructor must throw");
-  } catch (const jitembed::error& e) {
-    CHECK(e.code() == errc::invalid_argument);
-  }
+  result<dynamic_batcher<int, int>> made = fail(errc::internal, "not run");
+  CHECK_NOTHROW(made = dynamic_batcher<int, int>::create(o, noop));
+  REQUIRE_FALSE(made);
+  CHECK(made.code() == errc::invalid_argument);
+  CHECK(made.error().message == "batcher_options: max_batch_size 0 must be >= 1");
+  o = opts(4, 1ms);
+  o.runner_threads = 0;
+  CHECK(dynamic_batcher<int, int>::create(o, noop).code() == errc::invalid_argument);
+  o = opts(4, 1ms);
+  o.preferred_batch_sizes = {2, 5};
+  CHECK(dynamic_batcher<int, int>::create(o, noop).error().message ==
+        "batcher_options: preferred_batch_sizes[1] = 5 not in [1, max_batch_size 4]");
+}
+
+TEST_CASE("a batcher is a movable value: requests in flight survive the move") {
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  batcher_options o = opts(4, 0us);
+  o.preferred_batch_sizes = {3, 1, 3};
+  auto made = dynamic_batcher<int, int>::create(o, [&, gate](std::span<int> in, std::span<result<int>> out) {
+    gate.wait();
+    for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i] * 2;
+  });
+  REQUIRE(made);
+  CHECK(made->options().preferred_batch_sizes == std::vector<std::size_t>{1, 3});  // sorted, unique
+  auto first = made->submit(1);  // taken by the runner, which waits on the gate
+  dynamic_batcher<int, int> moved = std::move(made).value();
+  auto second = moved.submit(2);
+  dynamic_batcher<int, int> assigned = std::move(moved);
+  release.set_value();
+  CHECK(first.get().value() == 2);
+  CHECK(second.get().value() == 4);
+  assigned.shutdown();  // joins the runner: the counters are final
+  CHECK(assigned.stats().completed_ok == 2);
+  CHECK(assigned.submit(3).get().code() == errc::unavailable);
 }
 
 TEST_CASE("batches never exceed max_batch_size, leftovers wait for the delay") {
   recorder rec;
   std::vector<std::future<result<int>>> futs;
   {
-    dynamic_batcher<int, int> b(opts(4, 10s), doubling(rec));
+    auto b = dynamic_batcher<int, int>::create(opts(4, 10s), doubling(rec)).value();
     for (int i = 0; i < 10; ++i) futs.push_back(b.submit(i));
     REQUIRE(rec.wait_for_batches(2));
     // The last 2 must keep waiting for the 10 s delay: no third batch shows up (a wait on the recorder's
@@ -158,7 +189,7 @@ TEST_CASE("batches never exceed max_batch_size, leftovers wait for the delay") {
 
 TEST_CASE("max_queue_delay is honoured for a lone request") {
   recorder rec;
-  dynamic_batcher<int, int> b(opts(8, 150ms), doubling(rec));
+  auto b = dynamic_batcher<int, int>::create(opts(8, 150ms), doubling(rec)).value();
   const auto t0 = clk::now();
   auto f = b.submit(21);
   CHECK(f.get().value() == 42);
@@ -173,7 +204,7 @@ TEST_CASE("max_queue_delay is honoured for a lone request") {
 
 TEST_CASE("zero delay dispatches at once") {
   recorder rec;
-  dynamic_batcher<int, int> b(opts(8, 0us), doubling(rec));
+  auto b = dynamic_batcher<int, int>::create(opts(8, 0us), doubling(rec)).value();
   const auto t0 = clk::now();
   CHECK(b.submit(1).get().value() == 2);
   CHECK(clk::now() - t0 < 1s);
@@ -187,14 +218,14 @@ TEST_CASE("preferred batch sizes dispatch without waiting for the delay") {
   o.preferred_batch_sizes = {4, 2};  // unsorted on purpose
   std::vector<std::future<result<int>>> futs;
   {
-    dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+    auto b = dynamic_batcher<int, int>::create(o, [&](std::span<int> in, std::span<result<int>> out) {
       if (first.exchange(false)) {  // hold the only runner so the queue builds up
         started.open();
         g.wait();
       }
       rec.add(in);
       for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
-    });
+    }).value();
     futs.push_back(b.submit(0));
     futs.push_back(b.submit(1));  // preferred size 2 reached: runs at once, blocks on the gate
     started.wait();               // {0, 1} is in the runner before the rest is submitted
@@ -220,7 +251,7 @@ TEST_CASE("a full queue rejects immediately and never blocks") {
   batcher_options o = opts(100, 10s);
   o.max_queue_size = 4;
   std::vector<std::future<result<int>>> futs;
-  dynamic_batcher<int, int> b(o, doubling(rec));
+  auto b = dynamic_batcher<int, int>::create(o, doubling(rec)).value();
   for (int i = 0; i < 4; ++i) futs.push_back(b.submit(i));
   const auto t0 = clk::now();
   auto rejected = b.submit(99);
@@ -251,7 +282,7 @@ TEST_CASE("a request whose timeout expires in the queue fails and is never run")
   recorder rec;
   batcher_options o = opts(100, 10s);
   o.default_timeout = 80ms;
-  dynamic_batcher<int, int> b(o, doubling(rec));
+  auto b = dynamic_batcher<int, int>::create(o, doubling(rec)).value();
   const auto t0 = clk::now();
   auto timed = b.submit(1);                                      // default timeout 80 ms
   auto explicit_timeout = b.submit(2, {.timeout = 40ms});        // its own timeout
@@ -281,7 +312,7 @@ TEST_CASE("bad priority or negative timeout is rejected as invalid_argument") {
   recorder rec;
   batcher_options o = opts(4, 0us);
   o.priority_levels = 2;
-  dynamic_batcher<int, int> b(o, doubling(rec));
+  auto b = dynamic_batcher<int, int>::create(o, doubling(rec)).value();
   auto r = b.submit(1, {.priority = 2}).get();
   CHECK(r.code() == errc::invalid_argument);
   CHECK(r.error().message == "priority 2 out of range [0, 2)");
@@ -303,14 +334,14 @@ TEST_CASE("higher priority runs first, FIFO within a priority, batches fill from
   SUBCASE("three requests per batch") { o.max_batch_size = 3; }
   gate started;
   {
-    dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+    auto b = dynamic_batcher<int, int>::create(o, [&](std::span<int> in, std::span<result<int>> out) {
       if (first.exchange(false)) {
         started.open();
         g.wait();
       }
       rec.add(in);
       for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
-    });
+    }).value();
     auto blocker = b.submit(-1);  // occupies the runner
     started.wait();
     // value = 100 * priority + submit index
@@ -340,7 +371,8 @@ TEST_CASE("buckets are never mixed in a batch") {
   constexpr int kThreads = 4, kPer = 300, kBuckets = 5;
   std::vector<std::atomic<int>> runs(kThreads * kPer);
   {
-    dynamic_batcher<req, int, int> b(o, [&](const batch_context<int>& ctx, std::span<req> in, std::span<result<int>> out) {
+    auto b = dynamic_batcher<req, int, int>::create(o, [&](const batch_context<int>& ctx, std::span<req> in,
+                                                           std::span<result<int>> out) {
       for (std::size_t i = 0; i < in.size(); ++i) {
         if (in[i].bucket != in[0].bucket) ++mixed;
         if (in[i].bucket != ctx.bucket) ++wrong_key;
@@ -348,7 +380,7 @@ TEST_CASE("buckets are never mixed in a batch") {
         out[i] = in[i].id;
       }
       CHECK(ctx.instance < 2);
-    });
+    }).value();
     std::vector<std::thread> ts;
     for (int t = 0; t < kThreads; ++t)
       ts.emplace_back([&, t] {
@@ -376,7 +408,7 @@ TEST_CASE("completions of one caller are delivered in submit order across runner
   std::vector<std::atomic<int>> inside(kCallers);
   std::atomic<int> overlapped{0};
   {
-    dynamic_batcher<int, int, int> b(o, [](std::span<int> in, std::span<result<int>> out) {
+    auto b = dynamic_batcher<int, int, int>::create(o, [](std::span<int> in, std::span<result<int>> out) {
       // Random compute time so batches finish out of order across the 4 runners.
       thread_local std::mt19937 rng(std::hash<std::thread::id>{}(std::this_thread::get_id()));
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 800));
@@ -384,7 +416,7 @@ TEST_CASE("completions of one caller are delivered in submit order across runner
         if (in[i] % 7 == 3) out[i] = fail(errc::decode_failed, "odd one");  // errors are ordered too
         else out[i] = in[i];
       }
-    });
+    }).value();
     std::vector<std::thread> ts;
     for (int c = 0; c < kCallers; ++c)
       ts.emplace_back([&, c] {
@@ -416,10 +448,10 @@ TEST_CASE("a later request of a caller is held until the earlier one completes")
   batcher_options o = opts(1, 0us);
   o.runner_threads = 2;
   gate g;
-  dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+  auto b = dynamic_batcher<int, int>::create(o, [&](std::span<int> in, std::span<result<int>> out) {
     if (in[0] == 0) g.wait();  // the first request is slow
     out[0] = in[0];
-  });
+  }).value();
   auto f0 = b.submit(0, {.caller_id = 7});
   auto f1 = b.submit(1, {.caller_id = 7});
   auto other = b.submit(2, {.caller_id = 8});
@@ -435,7 +467,7 @@ TEST_CASE("a later request of a caller is held until the earlier one completes")
 TEST_CASE("shutdown drains everything accepted, then rejects") {
   recorder rec;
   std::vector<std::future<result<int>>> futs;
-  dynamic_batcher<int, int> b(opts(100, 10s), doubling(rec));
+  auto b = dynamic_batcher<int, int>::create(opts(100, 10s), doubling(rec)).value();
   for (int i = 0; i < 10; ++i) futs.push_back(b.submit(i));
   CHECK(rec.count() == 0);
   const auto t0 = clk::now();
@@ -457,14 +489,14 @@ TEST_CASE("shutdown without drain cancels queued requests, finishes running ones
   recorder rec;
   std::atomic<bool> first{true};
   std::vector<std::future<result<int>>> futs;
-  dynamic_batcher<int, int> b(opts(1, 0us), [&](std::span<int> in, std::span<result<int>> out) {
+  auto b = dynamic_batcher<int, int>::create(opts(1, 0us), [&](std::span<int> in, std::span<result<int>> out) {
     if (first.exchange(false)) {
       started.open();
       g.wait();
     }
     rec.add(in);
     out[0] = in[0];
-  });
+  }).value();
   futs.push_back(b.submit(0));
   started.wait();
   for (int i = 1; i < 5; ++i) futs.push_back(b.submit(i, {.caller_id = 3}));
@@ -488,11 +520,11 @@ TEST_CASE("shutdown without drain cancels queued requests, finishes running ones
 
 TEST_CASE("a throwing runner fails its batch with errc::internal, other batches are unaffected") {
   batcher_options o = opts(2, 10s);  // bucket 1 fills a batch of 2; bucket 2 runs at shutdown (drain)
-  dynamic_batcher<int, int, int> b(o, [](std::span<int> in, std::span<result<int>> out) {
+  auto b = dynamic_batcher<int, int, int>::create(o, [](std::span<int> in, std::span<result<int>> out) {
     for (int v : in)
       if (v < 0) throw std::runtime_error("boom on " + std::to_string(v));
     for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
-  });
+  }).value();
   auto a = b.submit(-1, {.bucket = 1});
   auto c = b.submit(5, {.bucket = 1});
   auto d = b.submit(6, {.bucket = 2});
@@ -509,12 +541,13 @@ TEST_CASE("a throwing runner fails its batch with errc::internal, other batches 
 }
 
 TEST_CASE("a result the runner leaves unset is an internal error, runner errors pass through") {
-  dynamic_batcher<int, std::string> b(opts(3, 0us), [](std::span<int> in, std::span<result<std::string>> out) {
+  auto b = dynamic_batcher<int, std::string>::create(opts(3, 0us), [](std::span<int> in,
+                                                                      std::span<result<std::string>> out) {
     for (std::size_t i = 0; i < in.size(); ++i) {
       if (in[i] == 1) out[i] = std::string("one");
       if (in[i] == 2) out[i] = fail(errc::decode_failed, "bad jpeg at offset 12");
     }
-  });
+  }).value();
   auto f1 = b.submit(1), f2 = b.submit(2), f3 = b.submit(3);
   CHECK(f1.get().value() == "one");
   auto r2 = f2.get();
@@ -526,7 +559,9 @@ TEST_CASE("a result the runner leaves unset is an internal error, runner errors 
 }
 
 TEST_CASE("a throwing callback is counted and does not stop the batcher") {
-  dynamic_batcher<int, int> b(opts(1, 0us), [](std::span<int> in, std::span<result<int>> out) { out[0] = in[0]; });
+  auto b = dynamic_batcher<int, int>::create(opts(1, 0us), [](std::span<int> in, std::span<result<int>> out) {
+             out[0] = in[0];
+           }).value();
   std::promise<void> done;
   b.submit(1, {}, [](result<int>) { throw std::runtime_error("callback bug"); });
   b.submit(2, {}, [&](result<int> r) {
@@ -539,10 +574,10 @@ TEST_CASE("a throwing callback is counted and does not stop the batcher") {
 }
 
 TEST_CASE("move-only requests and responses") {
-  dynamic_batcher<std::unique_ptr<int>, std::unique_ptr<int>> b(
+  auto b = dynamic_batcher<std::unique_ptr<int>, std::unique_ptr<int>>::create(
       opts(4, 0us), [](std::span<std::unique_ptr<int>> in, std::span<result<std::unique_ptr<int>>> out) {
         for (std::size_t i = 0; i < in.size(); ++i) out[i] = std::move(in[i]);
-      });
+      }).value();
   auto r = b.submit(std::make_unique<int>(9)).get();
   CHECK(**r == 9);
 }
@@ -551,11 +586,11 @@ TEST_CASE("statistics: histogram, summaries and counters add up") {
   recorder rec;
   batcher_options o = opts(4, 10s);
   std::vector<std::future<result<int>>> futs;
-  dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+  auto b = dynamic_batcher<int, int>::create(o, [&](std::span<int> in, std::span<result<int>> out) {
     std::this_thread::sleep_for(2ms);
     rec.add(in);
     for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
-  });
+  }).value();
   for (int i = 0; i < 9; ++i) futs.push_back(b.submit(i));
   REQUIRE(rec.wait_for_batches(2));
   auto s = b.stats();
@@ -590,13 +625,13 @@ TEST_CASE("stress: 8 submitters x 2000 requests complete exactly once") {
   std::vector<std::atomic<int>> ran(kTotal), delivered(kTotal);
   std::atomic<std::size_t> too_big{0};
   {
-    dynamic_batcher<int, int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+    auto b = dynamic_batcher<int, int, int>::create(o, [&](std::span<int> in, std::span<result<int>> out) {
       if (in.size() > 16) ++too_big;
       for (std::size_t i = 0; i < in.size(); ++i) {
         ran[static_cast<std::size_t>(in[i])]++;
         out[i] = in[i] * 3;
       }
-    });
+    }).value();
     std::vector<std::thread> ts;
     for (int t = 0; t < kThreads; ++t)
       ts.emplace_back([&, t] {
@@ -639,7 +674,9 @@ TEST_CASE("stress: 8 submitters x 2000 requests complete exactly once") {
 }
 
 TEST_CASE("a callback may submit again (no lock is held while delivering)") {
-  dynamic_batcher<int, int> b(opts(1, 0us), [](std::span<int> in, std::span<result<int>> out) { out[0] = in[0]; });
+  auto b = dynamic_batcher<int, int>::create(opts(1, 0us), [](std::span<int> in, std::span<result<int>> out) {
+             out[0] = in[0];
+           }).value();
   std::promise<int> last;
   std::function<void(result<int>)> chain = [&](result<int> r) {
     if (*r < 20) b.submit(*r + 1, {.caller_id = 5}, chain);
@@ -662,11 +699,11 @@ TEST_CASE("idle dispatch (the default): a lone request runs at once, requests th
   CHECK(o.idle_dispatch);
   std::vector<std::future<result<int>>> futs;
   {
-    dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+    auto b = dynamic_batcher<int, int>::create(o, [&](std::span<int> in, std::span<result<int>> out) {
       rec.add(in);
       if (first.exchange(false)) g.wait();  // hold the only runner so the queue builds up
       for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
-    });
+    }).value();
     const auto t0 = clk::now();
     futs.push_back(b.submit(0));  // nothing running: dispatched at once, not after 10 s
     REQUIRE(rec.wait_for_batches(1));
@@ -694,11 +731,11 @@ TEST_CASE("idle dispatch with two runners: while one batch runs, the free runner
   o.max_queue_delay = 10s;
   o.max_queue_size = 0;
   o.runner_threads = 2;
-  dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+  auto b = dynamic_batcher<int, int>::create(o, [&](std::span<int> in, std::span<result<int>> out) {
     rec.add(in);
     if (first.exchange(false)) g.wait();
     for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
-  });
+  }).value();
   const auto t0 = clk::now();
   auto f0 = b.submit(0);
   REQUIRE(rec.wait_for_batches(1));
@@ -720,11 +757,11 @@ TEST_CASE("a deadline fails a queued request with errc::timeout even while the r
   gate g;
   std::atomic<bool> first{true};
   batcher_options o = opts(1, 0us);
-  dynamic_batcher<int, int> b(o, [&](std::span<int> in, std::span<result<int>> out) {
+  auto b = dynamic_batcher<int, int>::create(o, [&](std::span<int> in, std::span<result<int>> out) {
     rec.add(in);
     if (first.exchange(false)) g.wait();
     out[0] = in[0];
-  });
+  }).value();
   auto past = b.submit(9, {.deadline = clk::now() - 1ms});
   REQUIRE(ready(past));
   auto rp = past.get();
@@ -759,10 +796,10 @@ TEST_CASE("a deadline fails a queued request with errc::timeout even while the r
 }
 
 TEST_CASE("a runner that throws std::bad_alloc fails its batch with errc::resource_exhausted") {
-  dynamic_batcher<int, int> b(opts(1, 0us), [](std::span<int> in, std::span<result<int>> out) {
+  auto b = dynamic_batcher<int, int>::create(opts(1, 0us), [](std::span<int> in, std::span<result<int>> out) {
     if (in[0] < 0) throw std::bad_alloc();
     out[0] = in[0];
-  });
+  }).value();
   auto r = b.submit(-1).get();
   CHECK(r.code() == errc::resource_exhausted);
   CHECK(r.error().message.starts_with("runner ran out of memory: "));

@@ -1,5 +1,5 @@
 // Configuration of the dynamic batcher (batcher_options) and of one request (submit_options), with
-// validate(): the checks the batcher's constructor applies.
+// validate(): the checks dynamic_batcher::create applies.
 #pragma once
 
 #include <chrono>
@@ -45,7 +45,7 @@ struct submit_options {
   std::uint64_t caller_id = 0;  // nonzero: completions of this caller are delivered in submit order
 };
 
-// The constructor of dynamic_batcher throws jitembed::error with this error when it fails.
+// dynamic_batcher::create returns this error (invalid_argument) when it fails.
 inline result<void> validate(const batcher_options& o) {
   if (o.max_batch_size < 1) return fail(errc::invalid_argument, "batcher_options: max_batch_size 0 must be >= 1");
   if (o.max_queue_delay.count() < 0)

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -147,7 +148,7 @@ class model_instance {
     batch_options_ = o;
     max_inflight_rows_ = config_.max_inflight_rows ? config_.max_inflight_rows : default_inflight_rows(config_.queue_size);
     const models::any_model* model = &model_;
-    batcher_ = std::make_unique<row_batcher>(
+    batcher_.emplace(row_batcher::create(
         o, [model](std::span<row_item> in, std::span<result<models::named_tensors>> out) {
           std::vector<tensor> batch;
           batch.reserve(in.size());
@@ -162,7 +163,7 @@ class model_instance {
             return;
           }
           for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::move((*res)[i]);
-        });
+        }).value());
   }
   model_instance(const model_instance&) = delete;
   model_instance& operator=(const model_instance&) = delete;
@@ -215,7 +216,7 @@ class model_instance {
   std::size_t max_inflight_rows_ = 0;
   std::atomic<std::size_t> admitted_{0};
   model_counters counters_;
-  std::unique_ptr<row_batcher> batcher_;  // last: destroyed (drained) first
+  std::optional<row_batcher> batcher_;  // last: destroyed (drained) first
 };
 
 }  // namespace jitembed::server

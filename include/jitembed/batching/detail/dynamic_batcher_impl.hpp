@@ -1,20 +1,20 @@
-// dynamic_batcher's scheduling internals: admission (enqueue), expiry, delivery in caller order, running a
-// batch, and the runner and reaper threads' loops.
-// Included at the end of jitembed/batching/dynamic_batcher.hpp
-// (users include that header).
+// batcher_core's scheduling internals (behind dynamic_batcher): admission (enqueue), expiry, delivery in
+// caller order, running a batch, and the runner and reaper threads' loops.
+// Included at the end of jitembed/batching/detail/batcher_core.hpp
+// (users include jitembed/batching/dynamic_batcher.hpp).
 #pragma once
 
-#include "jitembed/batching/dynamic_batcher.hpp"
+#include "jitembed/batching/detail/batcher_core.hpp"
 
 #define JITEMBED_DYNAMIC_BATCHER_TEMPLATE                                                                 \
   template <class Request, class Response, class BucketKey>                                              \
     requires std::movable<Request> && std::movable<Response> && std::equality_comparable<BucketKey> && \
              std::copyable<BucketKey>
 
-namespace jitembed::batching {
+namespace jitembed::batching::detail {
 
 JITEMBED_DYNAMIC_BATCHER_TEMPLATE
-void dynamic_batcher<Request, Response, BucketKey>::enqueue(Request&& request, options_type&& opts, detail::completion<Response>&& done) {
+void batcher_core<Request, Response, BucketKey>::enqueue(Request&& request, options_type&& opts, detail::completion<Response>&& done) {
   const auto timeout = opts.timeout.value_or(options_.default_timeout);
   std::unique_lock lock(mu_);
   ++submitted_;
@@ -94,7 +94,7 @@ void dynamic_batcher<Request, Response, BucketKey>::enqueue(Request&& request, o
 }
 
 JITEMBED_DYNAMIC_BATCHER_TEMPLATE
-void dynamic_batcher<Request, Response, BucketKey>::take_expired(clock::time_point now, std::vector<entry>& out) {
+void batcher_core<Request, Response, BucketKey>::take_expired(clock::time_point now, std::vector<entry>& out) {
   for (auto& b : buckets_) {
     for (auto& q : b.by_priority) {
       std::size_t w = 0;
@@ -116,7 +116,7 @@ void dynamic_batcher<Request, Response, BucketKey>::take_expired(clock::time_poi
 }
 
 JITEMBED_DYNAMIC_BATCHER_TEMPLATE
-void dynamic_batcher<Request, Response, BucketKey>::finish(entry&& e, result<Response>&& r) {
+void batcher_core<Request, Response, BucketKey>::finish(entry&& e, result<Response>&& r) {
   if (e.caller == 0) {
     if (!e.done.deliver(std::move(r))) callback_exceptions_.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -127,7 +127,7 @@ void dynamic_batcher<Request, Response, BucketKey>::finish(entry&& e, result<Res
 }
 
 JITEMBED_DYNAMIC_BATCHER_TEMPLATE
-auto dynamic_batcher<Request, Response, BucketKey>::run_batch(std::size_t instance, const BucketKey& key, std::vector<entry>& batch) -> batch_outcome {
+auto batcher_core<Request, Response, BucketKey>::run_batch(std::size_t instance, const BucketKey& key, std::vector<entry>& batch) -> batch_outcome {
   const std::size_t n = batch.size();
   std::vector<Request> requests;
   requests.reserve(n);
@@ -169,7 +169,7 @@ auto dynamic_batcher<Request, Response, BucketKey>::run_batch(std::size_t instan
 }
 
 JITEMBED_DYNAMIC_BATCHER_TEMPLATE
-void dynamic_batcher<Request, Response, BucketKey>::expire_due(clock::time_point now, std::unique_lock<std::mutex>& lock, std::vector<entry>& work) {
+void batcher_core<Request, Response, BucketKey>::expire_due(clock::time_point now, std::unique_lock<std::mutex>& lock, std::vector<entry>& work) {
   take_expired(now, work);
   timed_out_ += work.size();
   lock.unlock();
@@ -184,7 +184,7 @@ void dynamic_batcher<Request, Response, BucketKey>::expire_due(clock::time_point
 }
 
 JITEMBED_DYNAMIC_BATCHER_TEMPLATE
-void dynamic_batcher<Request, Response, BucketKey>::reaper_loop() {
+void batcher_core<Request, Response, BucketKey>::reaper_loop() {
   std::vector<entry> work;
   std::unique_lock lock(mu_);
   while (!stopping_) {
@@ -199,7 +199,7 @@ void dynamic_batcher<Request, Response, BucketKey>::reaper_loop() {
 }
 
 JITEMBED_DYNAMIC_BATCHER_TEMPLATE
-void dynamic_batcher<Request, Response, BucketKey>::worker_loop(std::size_t instance) {
+void batcher_core<Request, Response, BucketKey>::worker_loop(std::size_t instance) {
   std::vector<entry> work;
   std::unique_lock lock(mu_);
   for (;;) {
@@ -240,6 +240,6 @@ void dynamic_batcher<Request, Response, BucketKey>::worker_loop(std::size_t inst
   }
 }
 
-}  // namespace jitembed::batching
+}  // namespace jitembed::batching::detail
 
 #undef JITEMBED_DYNAMIC_BATCHER_TEMPLATE

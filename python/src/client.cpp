@@ -265,7 +265,7 @@ void register_client(nb::module_& m) {
         return "<jitembed.EmbedResult " + r.model_name + " v" + r.model_version + " from " + r.endpoint + ">";
       });
 
-  nb::class_<py_client>(m, "Client",
+  nb::class_<py_client>(m, "Client", nb::is_weak_referenceable(),
                         "The JIT client (jitembed::client::jit_client): embeddings from KServe v2 servers (jitembed-server, "
                         "Triton, jitembed.Server) with balancing, retries and hedging, or from in-process reference models.")
       .def(
@@ -362,10 +362,14 @@ void register_client(nb::module_& m) {
               id = c.embed(std::move(req), std::move(done));
             }
             // Future.cancel() cancels the request (it completes with errc::cancelled, which the callback ignores).
-            nb::object client_ref = nb::borrow(self_h);
+            // A weak reference: a future (kept by the caller, or by a callback that never ran at exit) does not
+            // keep the client alive.
+            nb::weakref client_ref(self_h);
             future.attr("add_done_callback")(nb::cpp_function([client_ref, id](nb::handle f) {
               if (!nb::cast<bool>(f.attr("cancelled")())) return;
-              auto& pc = nb::cast<py_client&>(client_ref);
+              nb::object client = client_ref();
+              if (client.is_none()) return;
+              auto& pc = nb::cast<py_client&>(client);
               if (pc.c) pc.c->cancel(id);
             }));
             return future;

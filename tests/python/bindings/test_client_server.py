@@ -170,6 +170,13 @@ def test_timeout_error():
             with pytest.raises(jitembed.TimeoutError) as info:
                 c.embed("text-embed", caption_records(1), timeout_ms=50)
             assert isinstance(info.value, TimeoutError) and info.value.errc == "timeout"
+            # Future.cancel() of a pending request cancels it in the client
+            f = c.embed_async("text-embed", caption_records(1))
+            assert f.cancel() and f.cancelled()
+            deadline = time.monotonic() + 10
+            while c.stats()["cancelled"] < 1 and time.monotonic() < deadline:
+                pass
+            assert c.stats()["cancelled"] == 1
 
 
 def test_busy_port_and_gc_stop():

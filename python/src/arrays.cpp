@@ -17,7 +17,7 @@
 namespace jitembed::python {
 
 py_buffer::~py_buffer() {
-  if (!held || !Py_IsInitialized() || _Py_IsFinalizing()) return;  // at exit: the interpreter frees everything
+  if (!held || !Py_IsInitialized() || python_finalizing()) return;  // at exit: the interpreter frees everything
   nb::gil_scoped_acquire gil;
   PyBuffer_Release(&view);
 }
@@ -152,7 +152,7 @@ tensor to_tensor(const array_in& a) {
   const tensor_view v = to_view(a);
   auto* keep = new array_in(a);
   std::shared_ptr<const void> owner(keep, [](const void* p) {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+    if (!Py_IsInitialized() || python_finalizing()) return;
     nb::gil_scoped_acquire gil;
     delete static_cast<const array_in*>(p);
   });

@@ -37,7 +37,7 @@ struct py_client {
   }
   ~py_client() {
     if (!c) return;
-    if (Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
+    if (Py_IsInitialized() && !python_finalizing() && PyGILState_Check()) {
       nb::gil_scoped_release nogil;
       c.reset();
     } else {
@@ -154,7 +154,7 @@ struct py_loader {
   }
   ~py_loader() {
     if (!l) return;
-    if (Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
+    if (Py_IsInitialized() && !python_finalizing() && PyGILState_Check()) {
       nb::gil_scoped_release nogil;
       l.reset();
     } else {
@@ -343,7 +343,7 @@ void register_client(nb::module_& m) {
             PyObject* fut = future.ptr();
             Py_INCREF(fut);  // released by the callback (which runs exactly once)
             auto done = [fut](result<embed_result> r) {
-              if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // the interpreter is going away: nothing waits
+              if (!Py_IsInitialized() || python_finalizing()) return;  // the interpreter is going away: nothing waits
               nb::gil_scoped_acquire gil;
               nb::object f = nb::steal(fut);
               try {

@@ -20,6 +20,15 @@ namespace jitembed::python {
 
 namespace nb = nanobind;
 
+// Whether the interpreter is shutting down (then the GIL must not be taken from other threads).
+inline bool python_finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 // Throws the result's error as jitembed::error (the translator in errors.cpp maps it to the errc's class).
 template <class T>
 T unwrap(result<T>&& r) {

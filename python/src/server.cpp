@@ -74,7 +74,7 @@ struct py_server {
   }
   ~py_server() {
     if (stopped) return;
-    if (Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check()) {
+    if (Py_IsInitialized() && !python_finalizing() && PyGILState_Check()) {
       nb::gil_scoped_release nogil;
       stop_now(std::chrono::seconds(10));
     } else {

@@ -48,7 +48,8 @@ void bench_image_latent(bench::reporter& r, cuda::stream_ref s) {
   tensor d_in = cuda::empty_device({n, b, b, 3}, dtype::u8, s);
   tensor d_out = cuda::empty_device({n, 4, b / 8, b / 8}, dtype::f32, s);
   JITEMBED_CUDA_CHECK(cudaMemsetAsync(d_in.data(), 99, d_in.nbytes(), s.get()));
-  cuda::event a(cudaEventDefault), e(cudaEventDefault);
+  auto a = cuda::event::create(cudaEventDefault).value();
+  auto e = cuda::event::create(cudaEventDefault).value();
   models::image_latent_cuda(d_in, d_out, s);
   float kernel_ms = 1e30f;
   for (int i = 0; i < 20; ++i) {
@@ -73,7 +74,7 @@ int main() {
     std::printf("no CUDA device: nothing to measure\n");
     return 0;
   }
-  cuda::stream s;
+  auto s = cuda::stream::create().value();
   const std::int64_t n = 64, h = 512, w = 512;
   tensor in = cuda::empty_device({n, h, w, 3}, dtype::u8, s);
   tensor out = cuda::empty_device({n, 3, h, w}, dtype::bf16, s);
@@ -82,7 +83,8 @@ int main() {
   JITEMBED_CUDA_CHECK(cudaMemsetAsync(in.data(), 7, in.nbytes(), s.get()));
   const float mean[3] = {0.5f, 0.5f, 0.5f}, stdev[3] = {0.5f, 0.5f, 0.5f};
   const auto p = cuda::normalize_params::from_mean_std(mean, stdev, 3);
-  cuda::event a(cudaEventDefault), b(cudaEventDefault);
+  auto a = cuda::event::create(cudaEventDefault).value();
+  auto b = cuda::event::create(cudaEventDefault).value();
   auto time_ms = [&](auto&& fn) {
     fn();
     s.synchronize();

@@ -30,7 +30,8 @@ namespace gpu_detail {
 inline double event_ms(jitembed::cuda::stream_ref s, int iters, const std::function<void()>& fn) {
   fn();
   s.synchronize();
-  jitembed::cuda::event a(cudaEventDefault), b(cudaEventDefault);
+  auto a = jitembed::cuda::event::create(cudaEventDefault).value();
+  auto b = jitembed::cuda::event::create(cudaEventDefault).value();
   double best = 1e300;
   for (int rep = 0; rep < 3; ++rep) {
     a.record(s);
@@ -66,7 +67,7 @@ inline void bare_gemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, c
 inline void run_gpu_gemms(reporter& rep) {
   using namespace parallel;
   JITEMBED_CUDA_CHECK(cudaSetDevice(0));
-  jitembed::cuda::stream s;
+  auto s = jitembed::cuda::stream::create().value();
   const cuda_backend be = cuda_backend::create(s, dtype::bf16).value();
   const std::int64_t t = 8192, h = 4096, f = 16384;  // tokens, hidden, ffn: fc1 of a TP-MLP at TP = 1
   const tensor x = gpu_detail::device_randn(be, {t, h}, 1, dtype::bf16);
@@ -121,7 +122,7 @@ inline void run_gpu_steps(reporter& rep) {
       try {
         JITEMBED_CUDA_CHECK(cudaSetDevice(devs[static_cast<std::size_t>(r)]));
         auto comm = nccl_communicator::create(st, r, n, devs[static_cast<std::size_t>(r)]).value();
-        jitembed::cuda::stream s;
+        auto s = jitembed::cuda::stream::create().value();
         comm.set_stream(s.get());
         const cuda_backend be = cuda_backend::create(s, dtype::bf16).value();
         auto mlp =

@@ -85,7 +85,8 @@ inline void run_nccl_collectives(reporter& rep, std::span<const std::size_t> siz
           tensor recv = jitembed::cuda::empty_device(shape{static_cast<std::int64_t>(max_count)}, dtype::f32, s, dev);
           JITEMBED_CUDA_CHECK(cudaMemsetAsync(send.data(), 0, send.nbytes(), s.get()));
           JITEMBED_CUDA_CHECK(cudaMemsetAsync(recv.data(), 0, recv.nbytes(), s.get()));
-          jitembed::cuda::event start(cudaEventDefault), stop(cudaEventDefault);
+          auto start = jitembed::cuda::event::create(cudaEventDefault).value();
+          auto stop = jitembed::cuda::event::create(cudaEventDefault).value();
           for (std::size_t si = 0; si < sizes_n; ++si) {
             const std::uint64_t bytes = counts[si] * 4;
             const int iters = static_cast<int>(std::clamp<std::uint64_t>((std::uint64_t{1} << 30) / bytes, 5, 50));

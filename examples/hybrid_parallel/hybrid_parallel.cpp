@@ -72,7 +72,7 @@ struct cpu_mode {
 struct cuda_mode {
   using comm = host_staged_communicator<comm_t>;
   using backend = cuda_backend;
-  jitembed::cuda::stream stream;
+  jitembed::cuda::stream stream = jitembed::cuda::stream::create().value();
   cuda_backend b = cuda_backend::create(stream, dtype::f32).value();
   std::unique_ptr<comm> staged[2];
   comm& attach(comm_t& group, int slot) {

@@ -6,7 +6,7 @@
 namespace jitembed::cuda::test {
 
 tensor normalize_on_device(const tensor& in, dtype out_dtype, const float* mean, const float* stdev) {
-  stream s;
+  auto s = stream::create().value();
   tensor d_in = empty_device(in.shape(), dtype::u8, s);
   const shape out_shape{in.size(0), in.size(3), in.size(1), in.size(2)};
   tensor d_out = empty_device(out_shape, out_dtype, s);

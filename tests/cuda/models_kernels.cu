@@ -82,7 +82,7 @@ error_info call_video_latent_cuda(const tensor_view& frames, const tensor_view& 
 }
 
 tensor image_latent_on_device(const tensor& rgb, dtype out) {
-  cuda::stream s;
+  auto s = cuda::stream::create().value();
   const shape out_shape{rgb.size(0), 4, rgb.size(1) / 8, rgb.size(2) / 8};
   tensor host = tensor::empty(out_shape, out);
   {

@@ -2,7 +2,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+#include <utility>
 
 #include "jitembed/cuda.hpp"
 #include "kernels.hpp"
@@ -19,15 +21,45 @@ bool have_device() {
 
 TEST_CASE("device_count never throws without a driver") { CHECK(cuda::device_count() >= 0); }
 
+// The factories return the CUDA error their constructors used to throw (same errc, cuda::to_errc).
+TEST_CASE("stream, event and buffer factories report CUDA failures in the result") {
+  auto is_cuda_error = [](const auto& r) {
+    return !r.has_value() && r.code() != errc::ok && r.error().message.rfind("cuda: ", 0) == 0;
+  };
+  // Zero bytes: an empty buffer, no CUDA call (so also without a device).
+  auto empty_pinned = cuda::pinned_buffer::create(0);
+  REQUIRE(empty_pinned);
+  CHECK(empty_pinned->data() == nullptr);
+  CHECK(cuda::device_buffer::create(0, cuda::stream_ref())->size() == 0);
+  if (cuda::device_count() == 0) {
+    // No device or no driver: every factory fails with the CUDA error, none throws.
+    CHECK(is_cuda_error(cuda::stream::create()));
+    CHECK(cuda::stream::create().code() == errc::internal);
+    CHECK(is_cuda_error(cuda::event::create()));
+    CHECK(is_cuda_error(cuda::device_buffer::create(64, cuda::stream_ref())));
+    CHECK(is_cuda_error(cuda::pinned_buffer::create(64)));
+    return;
+  }
+  // Flags CUDA rejects are the caller's input: the error comes back in the result.
+  CHECK(is_cuda_error(cuda::stream::create(0xFFFFu)));
+  CHECK(is_cuda_error(cuda::event::create(0xFFFFu)));
+  CHECK(is_cuda_error(cuda::pinned_buffer::create(64, 0xFFFFu)));
+  auto s = cuda::stream::create().value();
+  CHECK(is_cuda_error(cuda::device_buffer::create(std::size_t{1} << 60, s)));  // more than any device has
+  auto moved = std::move(s);
+  CHECK(moved.get() != nullptr);
+  moved.synchronize();
+}
+
 TEST_CASE("stream, event and device tensor round trip") {
   if (!have_device()) return;
-  cuda::stream s;
+  auto s = cuda::stream::create().value();
   tensor host = tensor::empty({1000}, dtype::i32);
   for (int i = 0; i < 1000; ++i) host.data<int>()[i] = i * 3;
   tensor dev = cuda::empty_device(host.shape(), dtype::i32, s);
   CHECK(dev.dev() == device::cuda(0));
   cuda::copy_async(dev, host, s);
-  cuda::event done;
+  auto done = cuda::event::create().value();
   done.record(s);
   tensor back = tensor::zeros({1000}, dtype::i32);
   cuda::copy_async(back, dev, s);

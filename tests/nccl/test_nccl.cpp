@@ -526,7 +526,7 @@ TEST_CASE("barrier, set_stream, ref views and the byte formulas") {
     expect(c.stats()[coll::barrier].calls == 1 && c.stats()[coll::all_reduce].calls == 0, "barrier counts as barrier");
 
     const cudaStream_t own = c.stream();
-    cuda::stream mine;
+    auto mine = cuda::stream::create().value();
     c.set_stream(mine.get());
     expect(c.stream() == mine.get(), "set_stream");
     std::vector<float> x(1024, 1.0f);
@@ -640,7 +640,7 @@ tensor to_gpu(const std::vector<T>& h, std::int64_t rows, std::int64_t cols, cud
 TEST_CASE("cublas gemm f32 and bf16 match the CPU reference in every transpose combination") {
   if (!have_device()) return;
   JITEMBED_CUDA_CHECK(cudaSetDevice(0));
-  cuda::stream s;
+  auto s = cuda::stream::create().value();
   cublas_handle h(s);
   const int m = 37, n = 53, k = 129;
   for (bool ta : {false, true}) {

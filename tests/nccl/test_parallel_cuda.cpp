@@ -65,7 +65,7 @@ double rel(const tensor& got, const tensor& ref) {
 double tol(dtype t) { return t == dtype::f32 ? 1e-5 : 1e-2; }
 
 struct gpu {
-  jitembed::cuda::stream stream;
+  jitembed::cuda::stream stream = jitembed::cuda::stream::create().value();
   cuda_backend be;
   explicit gpu(dtype t) : be(cuda_backend::create(stream, t).value()) {}
 };
@@ -244,7 +244,8 @@ void run_staged(int n, dtype dt, F fn, bool two_streams = false) {
     threads.emplace_back([&, r] {
       try {
         JITEMBED_CUDA_CHECK(cudaSetDevice(0));
-        jitembed::cuda::stream s, s_comm;
+        auto s = jitembed::cuda::stream::create().value();
+        auto s_comm = jitembed::cuda::stream::create().value();
         auto g = gloo_communicator::create(st, r, n).value();
         host_staged_communicator<gloo_communicator> comm(std::move(g), cuda_staging(two_streams ? s_comm : s, 0));
         cuda_backend be = cuda_backend::create(s, dt).value();
@@ -395,7 +396,7 @@ TEST_CASE("a TP-MLP forward + backward step captures into one CUDA graph at NCCL
   JITEMBED_CUDA_CHECK(cudaSetDevice(0));
   auto st = std::make_shared<hash_store>();
   auto comm = nccl_communicator::create(st, 0, 1, 0).value();
-  jitembed::cuda::stream s;
+  auto s = jitembed::cuda::stream::create().value();
   comm.set_stream(s.get());  // one stream: the capture follows every collective and copy
   cuda_backend be = cuda_backend::create(s, dtype::bf16).value();
   const std::int64_t hidden = 64, ffn = 256;

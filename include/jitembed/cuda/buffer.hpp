@@ -15,9 +15,13 @@ namespace jitembed::cuda {
 // Device memory, stream-ordered (cudaMallocAsync / cudaFreeAsync on the stream it was made on).
 class device_buffer {
  public:
-  device_buffer() = default;
-  device_buffer(std::size_t bytes, stream_ref s) : size_(bytes), stream_(s) {
-    if (bytes) JITEMBED_CUDA_CHECK(cudaMallocAsync(&p_, bytes, s.get()));
+  device_buffer() = default;  // empty: no memory
+  // `bytes` of device memory on `s` (0: empty). limit_exceeded when the device is out of memory, the CUDA
+  // error otherwise.
+  static result<device_buffer> create(std::size_t bytes, stream_ref s) {
+    void* p = nullptr;
+    if (bytes) JITEMBED_CUDA_TRY(cudaMallocAsync(&p, bytes, s.get()));
+    return device_buffer(p, bytes, s);
   }
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
@@ -35,6 +39,7 @@ class device_buffer {
   std::size_t size() const noexcept { return size_; }
 
  private:
+  device_buffer(void* p, std::size_t bytes, stream_ref s) noexcept : p_(p), size_(bytes), stream_(s) {}
   void swap(device_buffer& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(size_, o.size_);
@@ -45,10 +50,11 @@ class device_buffer {
   stream_ref stream_{};
 };
 
-// A CUDA tensor of new device memory; the storage is freed (stream-ordered) with the last tensor.
+// A CUDA tensor of new device memory; the storage is freed (stream-ordered) with the last tensor. Throws
+// jitembed::error when the memory cannot be allocated.
 inline tensor empty_device(const shape& s, dtype t, stream_ref st, int ordinal = 0) {
   const auto n = checked_nbytes(s.span(), t).value();
-  auto buf = std::make_shared<device_buffer>(static_cast<std::size_t>(n), st);
+  auto buf = std::make_shared<device_buffer>(device_buffer::create(static_cast<std::size_t>(n), st).value());
   void* p = buf->data();
   return tensor::wrap(std::move(buf), tensor_view(p, t, s, device::cuda(ordinal)));
 }
@@ -56,9 +62,12 @@ inline tensor empty_device(const shape& s, dtype t, stream_ref st, int ordinal =
 // Page-locked host memory (cudaHostAlloc): the staging area for async H2D copies.
 class pinned_buffer {
  public:
-  pinned_buffer() = default;
-  explicit pinned_buffer(std::size_t bytes, unsigned flags = cudaHostAllocDefault) : size_(bytes) {
-    if (bytes) JITEMBED_CUDA_CHECK(cudaHostAlloc(&p_, bytes, flags));
+  pinned_buffer() = default;  // empty: no memory
+  // `bytes` of page-locked host memory (0: empty); the CUDA error when cudaHostAlloc fails.
+  static result<pinned_buffer> create(std::size_t bytes, unsigned flags = cudaHostAllocDefault) {
+    void* p = nullptr;
+    if (bytes) JITEMBED_CUDA_TRY(cudaHostAlloc(&p, bytes, flags));
+    return pinned_buffer(p, bytes);
   }
   pinned_buffer(const pinned_buffer&) = delete;
   pinned_buffer& operator=(const pinned_buffer&) = delete;
@@ -78,6 +87,7 @@ class pinned_buffer {
   std::size_t size() const noexcept { return size_; }
 
  private:
+  pinned_buffer(void* p, std::size_t bytes) noexcept : p_(p), size_(bytes) {}
   void* p_ = nullptr;
   std::size_t size_ = 0;
 };

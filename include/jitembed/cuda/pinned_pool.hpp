@@ -37,7 +37,7 @@ class pinned_pool_state : public std::enable_shared_from_this<pinned_pool_state>
         ++hits_;
       }
     }
-    if (!buf) buf = std::make_unique<pinned_buffer>(cls);
+    if (!buf) buf = std::make_unique<pinned_buffer>(pinned_buffer::create(cls).value());
     void* p = buf->data();
     std::weak_ptr<pinned_pool_state> weak = weak_from_this();
     std::shared_ptr<pinned_buffer> owner(buf.release(), [weak](pinned_buffer* b) {

@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "jitembed/core/error.hpp"
 #include "jitembed/cuda/check.hpp"
 
 namespace jitembed::cuda {
@@ -29,10 +30,16 @@ class stream_ref {
   cudaStream_t s_ = nullptr;
 };
 
+// An owned stream (cudaStreamCreateWithPriority). Movable; a moved-from stream may only be destroyed or
+// assigned to.
 class stream {
  public:
-  explicit stream(unsigned flags = cudaStreamNonBlocking, int priority = 0) {
-    JITEMBED_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, flags, priority));
+  // The CUDA error (internal; limit_exceeded for out-of-memory) when the stream cannot be created: no
+  // device, bad flags or priority.
+  static result<stream> create(unsigned flags = cudaStreamNonBlocking, int priority = 0) {
+    cudaStream_t s = nullptr;
+    JITEMBED_CUDA_TRY(cudaStreamCreateWithPriority(&s, flags, priority));
+    return stream(s);
   }
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
@@ -52,6 +59,7 @@ class stream {
   void synchronize() const { ref().synchronize(); }
 
  private:
+  explicit stream(cudaStream_t s) noexcept : s_(s) {}
   void reset() noexcept {
     if (s_) cudaStreamDestroy(s_);
     s_ = nullptr;
@@ -72,9 +80,15 @@ class event_ref {
   cudaEvent_t e_;
 };
 
+// An owned event (cudaEventCreateWithFlags). Movable; a moved-from event may only be destroyed or assigned to.
 class event {
  public:
-  explicit event(unsigned flags = cudaEventDisableTiming) { JITEMBED_CUDA_CHECK(cudaEventCreateWithFlags(&e_, flags)); }
+  // flags = cudaEventDefault for elapsed_ms. The CUDA error when the event cannot be created.
+  static result<event> create(unsigned flags = cudaEventDisableTiming) {
+    cudaEvent_t e = nullptr;
+    JITEMBED_CUDA_TRY(cudaEventCreateWithFlags(&e, flags));
+    return event(e);
+  }
   event(const event&) = delete;
   event& operator=(const event&) = delete;
   event(event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
@@ -102,6 +116,7 @@ class event {
   }
 
  private:
+  explicit event(cudaEvent_t e) noexcept : e_(e) {}
   cudaEvent_t e_ = nullptr;
 };
 

@@ -124,7 +124,7 @@ class nccl_communicator : public detail::nccl_base {
 
     try {
       detail::device_scope scope(cuda_device);
-      jitembed::cuda::stream s;
+      auto s = jitembed::cuda::stream::create().value();
       ncclConfig_t cfg = detail::nonblocking_config();
       ncclComm_t comm = nullptr;
       const ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &cfg);
@@ -171,7 +171,7 @@ class nccl_communicator : public detail::nccl_base {
     auto owner = std::make_shared<detail::nccl_owned_comm>(s->comm, timeout());
     try {
       detail::device_scope scope(cuda_device());
-      owner->stream.emplace();
+      owner->stream.emplace(jitembed::cuda::stream::create().value());
     } catch (const error& e) {
       return fail(e.code(), "nccl: split: " + e.message());
     }

@@ -43,7 +43,7 @@ class cuda_image_latent : public detail::cuda_model_base<image_latent> {
       detail::device_guard guard(ordinal_);
       tensor staged_in = pool_.acquire({n, b, b, 3}, dtype::u8);
       tensor staged_out = pool_.acquire({n, 4, b / 8, b / 8}, out_type);
-      cuda::stream s;
+      auto s = cuda::stream::create().value();
       detail::sync_on_exit wait(s);
       tensor d_in = cuda::empty_device(staged_in.shape(), dtype::u8, s, ordinal_);
       tensor d_out = cuda::empty_device(staged_out.shape(), out_type, s, ordinal_);

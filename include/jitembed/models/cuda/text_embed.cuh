@@ -83,7 +83,7 @@ class cuda_text_embed : public detail::cuda_model_base<text_embed> {
         for (std::int64_t p = 0; p < item.size(0); ++p) dst[p] = static_cast<std::uint8_t>(item.data<std::int32_t>()[p]);
         staged_len.data<std::int32_t>()[i] = static_cast<std::int32_t>(item.size(0));
       }
-      cuda::stream s;
+      auto s = cuda::stream::create().value();
       detail::sync_on_exit wait(s);
       tensor d_tok = cuda::empty_device({n, l}, dtype::u8, s, ordinal_);
       tensor d_len = cuda::empty_device({n}, dtype::i32, s, ordinal_);

@@ -40,7 +40,7 @@ class cuda_video_latent : public detail::cuda_model_base<video_latent> {
       detail::device_guard guard(ordinal_);
       tensor staged_in = pool_.acquire({n, t, b, b, 3}, dtype::u8);
       tensor staged_out = pool_.acquire({n, 4, t / video_latent::kTemporalPool, b / 8, b / 8}, out_type);
-      cuda::stream s;
+      auto s = cuda::stream::create().value();
       detail::sync_on_exit wait(s);
       tensor d_in = cuda::empty_device(staged_in.shape(), dtype::u8, s, ordinal_);
       tensor d_scratch = cuda::empty_device({n, t, 4, b / 8, b / 8}, dtype::f32, s, ordinal_);

@@ -50,7 +50,8 @@ cudaStream_t comm_stream(C& comm) {
 struct cuda_backend_state {
   cublas_handle blas;
   jitembed::cuda::event fork, join;  // compute → communication, communication → compute
-  explicit cuda_backend_state(jitembed::cuda::stream_ref s) : blas(s) {}
+  cuda_backend_state(jitembed::cuda::stream_ref s, jitembed::cuda::event f, jitembed::cuda::event j)
+      : blas(s), fork(std::move(f)), join(std::move(j)) {}
 };
 
 }  // namespace detail
@@ -68,7 +69,13 @@ class cuda_backend {
     return detail::capture("cuda_backend create", [&]() -> result<cuda_backend> {
       int dev = 0;
       JITEMBED_CUDA_CHECK(cudaGetDevice(&dev));
-      return cuda_backend(std::make_shared<detail::cuda_backend_state>(stream), stream, dt, dev);
+      auto fork = jitembed::cuda::event::create();
+      if (!fork) return fork.error();
+      auto join = jitembed::cuda::event::create();
+      if (!join) return join.error();
+      return cuda_backend(
+          std::make_shared<detail::cuda_backend_state>(stream, std::move(fork).value(), std::move(join).value()), stream,
+          dt, dev);
     });
   }
 

@@ -35,7 +35,7 @@ class cuda_staging {
   void synchronize() const { stream_.synchronize(); }
   // Pinned host memory (the copies are truly asynchronous only from and to page-locked memory).
   tensor host_buffer(std::size_t bytes) const {
-    auto buf = std::make_shared<jitembed::cuda::pinned_buffer>(bytes);
+    auto buf = std::make_shared<jitembed::cuda::pinned_buffer>(jitembed::cuda::pinned_buffer::create(bytes).value());
     void* p = buf->data();
     return tensor::wrap(std::move(buf), tensor_view(p, dtype::u8, shape{static_cast<std::int64_t>(bytes)}));
   }

@@ -16,7 +16,7 @@
 #include "format_types.hpp"
 #include "jitembed/client.hpp"
 #include "jitembed/server/model_instance.hpp"
-#include "model_spec_compat.hpp"
+#include "jitembed/server/model_spec.hpp"
 
 namespace jitembed::python {
 
@@ -49,7 +49,7 @@ struct py_client {
 // A local model from a "NAME[:k=v,...]" spec: a reference model (params work, text_dim, ...), slowed down
 // as sleep_us / sleep_us_per_row ask.
 models::any_model local_model(std::string_view spec) {
-  const server::model_config cfg = unwrap(parse_model_spec(spec));
+  const server::model_config cfg = unwrap(server::parse_model_spec(spec));
   auto m = unwrap(server::make_reference(cfg.name, cfg.params));
   return unwrap(server::with_latency_params(std::move(m), cfg.params));
 }

@@ -16,7 +16,7 @@
 #include "common.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
-#include "model_spec_compat.hpp"
+#include "jitembed/server/model_spec.hpp"
 
 namespace jitembed::python {
 
@@ -214,7 +214,7 @@ void register_server(nb::module_& m) {
             cfg.preprocess_threads = preprocess_threads;
             cfg.max_rows_per_request = max_rows_per_request;
             cfg.auth_token = std::move(auth_token);
-            for (const auto& spec : models) cfg.models.push_back(unwrap(parse_model_spec(spec)));
+            for (const auto& spec : models) cfg.models.push_back(unwrap(server::parse_model_spec(spec)));
             if (cfg.models.empty())
               for (auto name : models::kReferenceModelNames) {
                 server::model_config mc;
@@ -251,7 +251,7 @@ void register_server(nb::module_& m) {
       .def(
           "load",
           [](py_server& s, const std::string& name, std::optional<std::string> version, std::optional<std::string> spec) {
-            server::model_config cfg = unwrap(parse_model_spec(spec ? *spec : name));
+            server::model_config cfg = unwrap(server::parse_model_spec(spec ? *spec : name));
             if (cfg.name != name) raise(errc::invalid_argument, "server.load: spec '" + *spec + "' names model '" + cfg.name + "', not '" + name + "'");
             if (version) cfg.version = *version;
             auto& svc = s.service();

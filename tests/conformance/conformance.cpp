@@ -884,7 +884,7 @@ result<json> read_vector(const std::string& type, const byte_buffer& data, const
     return json{{"records", recs}};
   }
   if (type == "shard") {
-    auto s = format::shard_reader::from_bytes(data, lim);
+    auto s = format::shard_reader::parse(data, lim);
     if (!s) return s.error();
     json recs = json::array();
     for (std::size_t i = 0; i < s->size(); ++i) {

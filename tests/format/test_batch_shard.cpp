@@ -148,7 +148,7 @@ TEST_CASE("shard: write, random access through the mapping, keys, keep_alive") {
       auto r = shard_reader::open((dir.path / "t.jems").string());
       CHECK_MESSAGE(r.code() == errc::truncated, "size " << n << ": " << (r ? "" : r.error().message));
     }
-    auto r = shard_reader::from_bytes(bytes_view(whole.data(), whole.size() - 64));
+    auto r = shard_reader::parse(bytes_view(whole.data(), whole.size() - 64));
     CHECK(r.code() == errc::truncated);
     CHECK(r.error().message.find("not closed") != std::string::npos);
   }
@@ -157,31 +157,31 @@ TEST_CASE("shard: write, random access through the mapping, keys, keep_alive") {
     const std::size_t t = bad.size() - 64;
     wr<std::uint64_t>(bad, t + detail::kTIndexOffset, rd<std::uint64_t>(bad, t + detail::kTIndexOffset) + 64);
     wr<std::uint64_t>(bad, t + detail::kTChecksum, xxh3_64(bytes_view(bad.data() + t, 56)));
-    CHECK(shard_reader::from_bytes(bad).code() == errc::corrupt_data);
+    CHECK(shard_reader::parse(bad).code() == errc::corrupt_data);
     bad = whole;
     wr<std::uint64_t>(bad, t + detail::kTCount, 1u << 30);
     wr<std::uint64_t>(bad, t + detail::kTChecksum, xxh3_64(bytes_view(bad.data() + t, 56)));
-    CHECK(shard_reader::from_bytes(bad).code() == errc::corrupt_data);
+    CHECK(shard_reader::parse(bad).code() == errc::corrupt_data);
     bad = whole;
     wr<std::uint64_t>(bad, t + detail::kTCount, 3);  // not even the trailer checksum fixed
-    CHECK(shard_reader::from_bytes(bad).code() == errc::checksum_mismatch);
+    CHECK(shard_reader::parse(bad).code() == errc::checksum_mismatch);
   }
   SUBCASE("corrupt index and records") {
     auto bad = whole;
     const std::size_t t = bad.size() - 64;
     const auto idx = rd<std::uint64_t>(bad, t + detail::kTIndexOffset);
     bad[idx + 3] ^= std::byte{1};
-    CHECK(shard_reader::from_bytes(bad).code() == errc::checksum_mismatch);
+    CHECK(shard_reader::parse(bad).code() == errc::checksum_mismatch);
     bad = whole;
     bad[200] ^= std::byte{1};  // inside record 0's header / table
-    auto r = shard_reader::from_bytes(bad).value();
+    auto r = shard_reader::parse(bad).value();
     CHECK(r.record(0).code() == errc::checksum_mismatch);
     CHECK(r.record(1).has_value());
   }
   SUBCASE("limits") {
     decode_limits lim;
     lim.max_record_bytes = 1024;
-    CHECK(shard_reader::from_bytes(whole, lim).code() == errc::limit_exceeded);
+    CHECK(shard_reader::parse(whole, lim).code() == errc::limit_exceeded);
   }
 }
 

@@ -32,7 +32,7 @@ record_builder rebuild(const record_view& r) {
 // parse / open, then for every record: parse, verify, decode the raw / zstd / text fields (the procedure
 // of docs/format.md#conformance-vectors). Returns the first error, ok if none.
 errc read_shard_fully(bytes_view shard) {
-  auto s = shard_reader::from_bytes(shard);
+  auto s = shard_reader::parse(shard);
   if (!s) return s.code();
   for (std::size_t i = 0; i < s->size(); ++i) {
     auto r = s->record(i);
@@ -72,7 +72,7 @@ TEST_CASE("conformance: batch_builder and shard_writer re-encode the valid batch
   temp_dir dir;
   const auto path = (dir.path / "three.jems").string();
   const byte_buffer shard = read_vector("shard/three.jems");
-  auto sr = shard_reader::from_bytes(shard).value();
+  auto sr = shard_reader::parse(shard).value();
   {
     auto w = shard_writer::create(path).value();
     for (std::size_t i = 0; i < sr.size(); ++i) REQUIRE(w.append(rebuild(sr.record(i).value()), sr.key(i)));

@@ -73,7 +73,7 @@ TEST_CASE("webdataset: samples grouped by key, members typed by extension") {
   for (const char* format : {"ustar", "gnu", "pax"}) {
     CAPTURE(format);
     const auto tar = make_tar(d.path, format, files);
-    auto r = webdataset_reader::from_bytes(tar).value();
+    auto r = webdataset_reader::parse(tar).value();
     REQUIRE(r.size() == 3);
     const auto& s0 = r[0];
     CHECK(s0.key == "shard/000000");
@@ -129,7 +129,7 @@ TEST_CASE("webdataset: GNU long names and pax paths") {
   for (const char* format : {"gnu", "pax"}) {
     CAPTURE(format);
     const auto tar = make_tar(d.path, format, {name, dir + "/" + std::string(90, 'k') + ".jpg"});
-    auto r = webdataset_reader::from_bytes(tar).value();
+    auto r = webdataset_reader::parse(tar).value();
     REQUIRE(r.size() == 1);
     CHECK(r[0].key == dir + "/" + std::string(90, 'k'));
     CHECK(r[0].members[0].path == name);
@@ -154,39 +154,39 @@ TEST_CASE("webdataset: strict errors") {
   put(d.path / "a/1.txt", std::string(700, 't'));
   put(d.path / "a/1.jpg", "jjj");
   const auto tar = make_tar(d.path, "ustar", {"a/1.txt", "a/1.jpg"});
-  REQUIRE(webdataset_reader::from_bytes(tar));
+  REQUIRE(webdataset_reader::parse(tar));
 
   SUBCASE("truncated everywhere") {
     // Every 512-byte boundary inside the members, plus mid-header and mid-data cuts.
     for (std::size_t n : {std::size_t{0}, std::size_t{100}, std::size_t{512}, std::size_t{1000}, std::size_t{1024},
                           std::size_t{1536}, std::size_t{2048}, std::size_t{2100}})
-      CHECK_MESSAGE(webdataset_reader::from_bytes(bytes_view(tar.data(), n)).code() == errc::truncated, "cut at " << n);
+      CHECK_MESSAGE(webdataset_reader::parse(bytes_view(tar.data(), n)).code() == errc::truncated, "cut at " << n);
   }
   SUBCASE("header checksum") {
     auto bad = tar;
     bad[5] = std::byte{'Z'};
-    CHECK(webdataset_reader::from_bytes(bad).code() == errc::checksum_mismatch);
+    CHECK(webdataset_reader::parse(bad).code() == errc::checksum_mismatch);
   }
   SUBCASE("non-octal size") {
     auto bad = tar;
     bad[124] = std::byte{'9'};
     fix_tar_checksum(bad);
-    CHECK(webdataset_reader::from_bytes(bad).code() == errc::corrupt_data);
+    CHECK(webdataset_reader::parse(bad).code() == errc::corrupt_data);
   }
   SUBCASE("lying size") {
     auto bad = tar;
     std::memcpy(bad.data() + 124, "77777777777", 11);
     fix_tar_checksum(bad);  // so the size check is what fires
-    auto r = webdataset_reader::from_bytes(bad);
+    auto r = webdataset_reader::parse(bad);
     CHECK(r.code() == errc::truncated);
     CHECK(r.error().message.find("offset 0") != std::string::npos);
   }
   SUBCASE("not a tar") {
-    CHECK(webdataset_reader::from_bytes(random_bytes(2048, 1)).code() == errc::unsupported_format);
+    CHECK(webdataset_reader::parse(random_bytes(2048, 1)).code() == errc::unsupported_format);
     auto bad = tar;
     bad[156] = std::byte{'S'};  // sparse files are not supported
     fix_tar_checksum(bad);
-    CHECK(webdataset_reader::from_bytes(bad).code() == errc::unsupported_format);
+    CHECK(webdataset_reader::parse(bad).code() == errc::unsupported_format);
   }
   SUBCASE("duplicate extension in a sample") {
     temp_dir d2;
@@ -196,24 +196,24 @@ TEST_CASE("webdataset: strict errors") {
     // Append the same member again by concatenating the member blocks (before the end-of-archive blocks).
     byte_buffer dup(t2.begin(), t2.begin() + 1024);
     dup.insert(dup.end(), t2.begin(), t2.end());
-    CHECK(webdataset_reader::from_bytes(dup).code() == errc::corrupt_data);
+    CHECK(webdataset_reader::parse(dup).code() == errc::corrupt_data);
   }
   SUBCASE("limits") {
     decode_limits lim;
     lim.max_record_bytes = 100;
-    CHECK(webdataset_reader::from_bytes(tar, lim).code() == errc::limit_exceeded);
+    CHECK(webdataset_reader::parse(tar, lim).code() == errc::limit_exceeded);
     lim = {};
     lim.max_fields = 1;
-    CHECK(webdataset_reader::from_bytes(tar, lim).code() == errc::limit_exceeded);
+    CHECK(webdataset_reader::parse(tar, lim).code() == errc::limit_exceeded);
   }
   SUBCASE("malformed npy") {
     temp_dir d3;
     put(d3.path / "s/1.npy", npy_bytes("<f4", "(2, 3)", std::string(20, 'x')));  // 20 bytes, needs 24
     put(d3.path / "s/2.npy", npy_bytes(">f4", "(1,)", std::string(4, 'x')));     // big-endian: kept as bytes
     auto t3 = make_tar(d3.path, "ustar", {"s/1.npy"});
-    CHECK(webdataset_reader::from_bytes(t3).code() == errc::corrupt_data);
+    CHECK(webdataset_reader::parse(t3).code() == errc::corrupt_data);
     auto t4 = make_tar(d3.path, "ustar", {"s/2.npy"});
-    auto r = webdataset_reader::from_bytes(t4).value();
+    auto r = webdataset_reader::parse(t4).value();
     CHECK(r[0].members[0].kind == field_kind::bytes);
   }
 }

@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   lim.max_record_bytes = 1 << 20;
   lim.max_fields = 64;
   lim.max_decoded_bytes = 1 << 22;
-  auto s = format::shard_reader::from_bytes(in, lim);
+  auto s = format::shard_reader::parse(in, lim);
   if (!s) return 0;
   for (std::size_t i = 0; i < s->size() && i < 256; ++i) {
     (void)s->key(i);

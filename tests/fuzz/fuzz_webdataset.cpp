@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   lim.max_record_bytes = 1 << 20;
   lim.max_fields = 64;
   lim.max_name_bytes = 64;
-  auto r = format::webdataset_reader::from_bytes(in, lim);
+  auto r = format::webdataset_reader::parse(in, lim);
   if (!r) return 0;
   for (const auto& s : *r) {
     auto b = s.to_record();

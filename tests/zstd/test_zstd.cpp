@@ -77,7 +77,7 @@ byte_buffer compress_with(const zstd_codec& c, bytes_view in) {
   return out;
 }
 
-zstd_codec make_codec(int level, std::size_t shuffle, std::shared_ptr<const zstd_dictionary> dict = nullptr) {
+zstd_codec make_codec(int level, std::size_t shuffle, zstd_dictionary dict = {}) {
   zstd_options o;
   o.level = level;
   o.shuffle = shuffle;
@@ -421,10 +421,10 @@ TEST_CASE("dictionary: train, load, round trip, smaller output, mismatch, thread
                       std::to_string(rng() % 1000 / 100.0) + ",\"source\":\"laion-subset-" + std::to_string(rng() % 16) + "\"}");
   std::vector<bytes_view> views;
   for (auto& s : samples) views.push_back(as_bytes_view(s));
-  auto dict = zstd_dictionary::train(views, 4096);
+  auto dict = zstd_dictionary::create(views, 4096);
   REQUIRE_MESSAGE(dict.has_value(), (dict.code() == errc::ok ? std::string() : dict.error().message));
-  CHECK((*dict)->id() != 0);
-  CHECK((*dict)->bytes().size() <= 4096);
+  CHECK(dict->id() != 0);
+  CHECK(dict->bytes().size() <= 4096);
 
   const std::string fresh = "{\"caption\":\"a high resolution photo of a dog next to a boat\",\"width\":512,"
                             "\"height\":768,\"aesthetic\":6.100000,\"source\":\"laion-subset-3\"}";
@@ -432,7 +432,7 @@ TEST_CASE("dictionary: train, load, round trip, smaller output, mismatch, thread
   const auto without = compress_with(make_codec(3, 0), as_bytes_view(fresh));
   MESSAGE("sample " << fresh.size() << " B: with dict " << with.size() << " B, without " << without.size() << " B");
   CHECK(with.size() * 2 < without.size());
-  CHECK(ZSTD_getDictID_fromFrame(with.data(), with.size()) == (*dict)->id());
+  CHECK(ZSTD_getDictID_fromFrame(with.data(), with.size()) == dict->id());
 
   auto back = make_codec(3, 0, *dict).decompress(with, decode_limits{});
   REQUIRE(back.has_value());
@@ -441,24 +441,24 @@ TEST_CASE("dictionary: train, load, round trip, smaller output, mismatch, thread
   std::string ref(fresh.size(), '\0');
   ZSTD_DCtx* d = ZSTD_createDCtx();
   const std::size_t rn = ZSTD_decompress_usingDict(d, ref.data(), ref.size(), with.data(), with.size(),
-                                                   (*dict)->bytes().data(), (*dict)->bytes().size());
+                                                   dict->bytes().data(), dict->bytes().size());
   ZSTD_freeDCtx(d);
   CHECK(rn == fresh.size());
   CHECK(ref == fresh);
 
-  auto reloaded = zstd_dictionary::load((*dict)->bytes());
+  auto reloaded = zstd_dictionary::parse(dict->bytes());
   REQUIRE(reloaded.has_value());
-  CHECK((*reloaded)->id() == (*dict)->id());
+  CHECK(reloaded->id() == dict->id());
   CHECK(as_string_view(make_codec(3, 0, *reloaded).decompress(with, decode_limits{})->bytes()) == fresh);
 
   auto nodict = zstd_codec().decompress(with, decode_limits{});
   CHECK(nodict.code() == errc::decode_failed);
   CHECK(nodict.error().message.find("Dictionary mismatch") != std::string::npos);
 
-  CHECK(zstd_dictionary::load(bytes_view{}).code() == errc::invalid_argument);
-  CHECK(zstd_dictionary::train({}, 4096).code() == errc::invalid_argument);
+  CHECK(zstd_dictionary::parse(bytes_view{}).code() == errc::invalid_argument);
+  CHECK(zstd_dictionary::create({}, 4096).code() == errc::invalid_argument);
   std::vector<bytes_view> few(2, as_bytes_view(fresh));
-  CHECK(zstd_dictionary::train(few, 4096).code() == errc::encode_failed);
+  CHECK(zstd_dictionary::create(few, 4096).code() == errc::encode_failed);
 
   // Shared by several threads at several levels (CDict cache under its mutex, one context per thread).
   std::atomic<int> bad{0};

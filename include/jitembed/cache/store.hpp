@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/byte_order.hpp"
 #include "jitembed/core/hash.hpp"
 
 namespace jitembed::cache {
@@ -27,10 +28,8 @@ struct cache_key {
   // 16 bytes, little-endian low word first: the on-disk / on-wire key.
   std::array<std::byte, 16> bytes() const noexcept {
     std::array<std::byte, 16> b{};
-    for (int i = 0; i < 8; ++i) {
-      b[i] = static_cast<std::byte>(hash.low >> (8 * i));
-      b[8 + i] = static_cast<std::byte>(hash.high >> (8 * i));
-    }
+    store_le(b.data(), hash.low);
+    store_le(b.data() + 8, hash.high);
     return b;
   }
 };

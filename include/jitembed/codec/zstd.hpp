@@ -37,16 +37,49 @@ struct cdict_deleter {
 };
 }  // namespace detail
 
-// A zstd dictionary: immutable, shared between threads (hold it by shared_ptr). It owns the digested
-// decompression dictionary and caches one digested compression dictionary per level, built on first use.
-class zstd_dictionary {
-  struct private_tag {};
-
+namespace detail {
+// What a zstd_dictionary handle refers to: the bytes, the digested decompression dictionary and one digested
+// compression dictionary per level, built on first use.
+class zstd_dictionary_state {
  public:
+  zstd_dictionary_state(byte_buffer bytes, std::unique_ptr<ZSTD_DDict, ddict_deleter> dd, unsigned id)
+      : bytes_(std::move(bytes)), ddict_(std::move(dd)), id_(id) {}
+
+  bytes_view bytes() const noexcept { return bytes_; }
+  unsigned id() const noexcept { return id_; }
+  const ZSTD_DDict* ddict() const noexcept { return ddict_.get(); }
+
+  result<const ZSTD_CDict*> cdict(int level) const {
+    std::lock_guard lock(mu_);
+    auto it = cdicts_.find(level);
+    if (it != cdicts_.end()) return static_cast<const ZSTD_CDict*>(it->second.get());
+    std::unique_ptr<ZSTD_CDict, cdict_deleter> cd(ZSTD_createCDict(bytes_.data(), bytes_.size(), level));
+    if (!cd) return fail(errc::encode_failed, "zstd dictionary: cannot build compression dictionary at level " + std::to_string(level));
+    const ZSTD_CDict* p = cd.get();
+    cdicts_.emplace(level, std::move(cd));
+    return p;
+  }
+
+ private:
+  byte_buffer bytes_;
+  std::unique_ptr<ZSTD_DDict, ddict_deleter> ddict_;
+  unsigned id_ = 0;
+  mutable std::mutex mu_;
+  mutable std::map<int, std::unique_ptr<ZSTD_CDict, cdict_deleter>> cdicts_;
+};
+}  // namespace detail
+
+// A zstd dictionary: an immutable, cheap-to-copy handle (docs/api.md rule 2.4); copies refer to the same
+// dictionary, which is freed with the last copy, and may be used from any thread. A default-constructed
+// handle is empty: no dictionary.
+class zstd_dictionary {
+ public:
+  zstd_dictionary() = default;
+
   // Trains a dictionary of at most capacity_bytes from samples (ZDICT_trainFromBuffer). zstd needs enough
   // samples (dozens at least, ~100x the capacity in total works best); too few fail with encode_failed.
-  static result<std::shared_ptr<const zstd_dictionary>> train(std::span<const bytes_view> samples,
-                                                             std::size_t capacity_bytes) {
+  // Errors: invalid_argument (no samples, capacity < 256), encode_failed (training failed).
+  static result<zstd_dictionary> create(std::span<const bytes_view> samples, std::size_t capacity_bytes) {
     if (samples.empty()) return fail(errc::invalid_argument, "zstd dictionary: no samples");
     if (capacity_bytes < 256)
       return fail(errc::invalid_argument, "zstd dictionary: capacity " + std::to_string(capacity_bytes) + " < 256 bytes");
@@ -69,54 +102,41 @@ class zstd_dictionary {
                                            " (" + std::to_string(samples.size()) + " samples, " +
                                            std::to_string(total) + " bytes)");
     dict.resize(n);
-    return load(dict);
+    return parse(dict);
   }
 
-  // Loads a dictionary (a trained zstd dictionary, or raw content used as a prefix, which has id 0).
-  static result<std::shared_ptr<const zstd_dictionary>> load(bytes_view dict_bytes) {
+  // A dictionary from its bytes (a trained zstd dictionary, or raw content used as a prefix, which has
+  // id 0); the bytes are copied. Errors: invalid_argument (empty), decode_failed (zstd refuses them).
+  static result<zstd_dictionary> parse(bytes_view dict_bytes) {
     if (dict_bytes.empty()) return fail(errc::invalid_argument, "zstd dictionary: empty");
     std::unique_ptr<ZSTD_DDict, detail::ddict_deleter> dd(ZSTD_createDDict(dict_bytes.data(), dict_bytes.size()));
     if (!dd) return fail(errc::decode_failed, "zstd dictionary: invalid dictionary (" + std::to_string(dict_bytes.size()) + " bytes)");
     byte_buffer copy(dict_bytes.begin(), dict_bytes.end());
     const unsigned id = ZSTD_getDictID_fromDDict(dd.get());
-    return std::shared_ptr<const zstd_dictionary>(
-        std::make_shared<zstd_dictionary>(private_tag{}, std::move(copy), std::move(dd), id));
+    zstd_dictionary d;
+    d.state_ = std::make_shared<const detail::zstd_dictionary_state>(std::move(copy), std::move(dd), id);
+    return d;
   }
 
-  zstd_dictionary(private_tag, byte_buffer bytes, std::unique_ptr<ZSTD_DDict, detail::ddict_deleter> dd, unsigned id)
-      : bytes_(std::move(bytes)), ddict_(std::move(dd)), id_(id) {}
-  zstd_dictionary(const zstd_dictionary&) = delete;
-  zstd_dictionary& operator=(const zstd_dictionary&) = delete;
-
-  bytes_view bytes() const noexcept { return bytes_; }
-  unsigned id() const noexcept { return id_; }  // the zstd dictionary id (0 for raw content)
-
-  const ZSTD_DDict* ddict() const noexcept { return ddict_.get(); }
-
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+  // The accessors below need a non-empty handle.
+  bytes_view bytes() const noexcept { return state_->bytes(); }
+  unsigned id() const noexcept { return state_->id(); }  // the zstd dictionary id (0 for raw content)
+  const ZSTD_DDict* ddict() const noexcept { return state_->ddict(); }
   // The digested compression dictionary for `level`, built once per level (thread-safe).
-  result<const ZSTD_CDict*> cdict(int level) const {
-    std::lock_guard lock(mu_);
-    auto it = cdicts_.find(level);
-    if (it != cdicts_.end()) return static_cast<const ZSTD_CDict*>(it->second.get());
-    std::unique_ptr<ZSTD_CDict, detail::cdict_deleter> cd(ZSTD_createCDict(bytes_.data(), bytes_.size(), level));
-    if (!cd) return fail(errc::encode_failed, "zstd dictionary: cannot build compression dictionary at level " + std::to_string(level));
-    const ZSTD_CDict* p = cd.get();
-    cdicts_.emplace(level, std::move(cd));
-    return p;
-  }
+  result<const ZSTD_CDict*> cdict(int level) const { return state_->cdict(level); }
+
+  // Copies of one dictionary compare equal.
+  friend bool operator==(const zstd_dictionary& a, const zstd_dictionary& b) noexcept { return a.state_ == b.state_; }
 
  private:
-  byte_buffer bytes_;
-  std::unique_ptr<ZSTD_DDict, detail::ddict_deleter> ddict_;
-  unsigned id_ = 0;
-  mutable std::mutex mu_;
-  mutable std::map<int, std::unique_ptr<ZSTD_CDict, detail::cdict_deleter>> cdicts_;
+  std::shared_ptr<const detail::zstd_dictionary_state> state_;
 };
 
 struct zstd_options {
   int level = 3;                                      // zstd level (negative = fast modes, up to ZSTD_maxCLevel())
   std::size_t shuffle = 0;                            // 0 = none, else element size 2, 4 or 8 (1 = none)
-  std::shared_ptr<const zstd_dictionary> dictionary;  // optional; the decoder must use the same one
+  zstd_dictionary dictionary;                         // empty: none; the decoder must use the same one
   bool checksum = false;                              // zstd's own 32-bit content checksum in the frame
 };
 
@@ -226,7 +246,7 @@ class zstd_codec {
     JITEMBED_TRY(detail::check_zstd(ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, options.checksum ? 1 : 0),
                                     "checksum flag", errc::invalid_argument));
     if (options.dictionary) {
-      auto cd = options.dictionary->cdict(options.level);
+      auto cd = options.dictionary.cdict(options.level);
       if (!cd) return cd.error();
       JITEMBED_TRY(detail::check_zstd(ZSTD_CCtx_refCDict(cctx, *cd), "dictionary", errc::encode_failed));
     }
@@ -386,7 +406,7 @@ class zstd_codec {
     JITEMBED_TRY(detail::check_zstd(ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, static_cast<int>(wlog)),
                                     "window log limit", errc::invalid_argument));
     if (options.dictionary)
-      JITEMBED_TRY(detail::check_zstd(ZSTD_DCtx_refDDict(d, options.dictionary->ddict()), "dictionary", errc::decode_failed));
+      JITEMBED_TRY(detail::check_zstd(ZSTD_DCtx_refDDict(d, options.dictionary.ddict()), "dictionary", errc::decode_failed));
     return d;
   }
 

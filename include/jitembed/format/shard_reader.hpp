@@ -30,14 +30,14 @@ class shard_reader {
     auto m = detail::mapped_file::open(path);
     if (!m) return m.error();
     const bytes_view bytes = (*m)->bytes();
-    auto r = from_bytes(bytes, limits, std::shared_ptr<const void>(*m));
+    auto r = parse(bytes, limits, std::shared_ptr<const void>(*m));
     if (!r) return fail(r.code(), r.error().message + " (file '" + path + "')");
     return r;
   }
 
   // Reads a shard held in memory; keep_alive (if any) is shared with what the reader hands out.
-  static result<shard_reader> from_bytes(bytes_view shard, const decode_limits& limits = {},
-                                         std::shared_ptr<const void> keep_alive = {}) {
+  static result<shard_reader> parse(bytes_view shard, const decode_limits& limits = {},
+                                     std::shared_ptr<const void> keep_alive = {}) {
     using detail::load_le;
     const std::byte* b = shard.data();
     const std::size_t size = shard.size();

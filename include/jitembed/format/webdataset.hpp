@@ -96,7 +96,7 @@ class webdataset_reader {
   static result<webdataset_reader> open(const std::string& path, const decode_limits& limits = {}) {
     auto m = detail::mapped_file::open(path);
     if (!m) return m.error();
-    auto r = from_bytes((*m)->bytes(), limits, std::shared_ptr<const void>(*m));
+    auto r = parse((*m)->bytes(), limits, std::shared_ptr<const void>(*m));
     if (!r) return fail(r.code(), r.error().message + " (file '" + path + "')");
     return r;
   }
@@ -105,8 +105,8 @@ class webdataset_reader {
   // members with the same key form one sample; files without a '.' in their name (or starting with
   // one), and "__*__" metadata files at the top level, are skipped; a repeated extension within a sample
   // is an error (errc::corrupt_data).
-  static result<webdataset_reader> from_bytes(bytes_view tar, const decode_limits& limits = {},
-                                              std::shared_ptr<const void> keep_alive = {}) {
+  static result<webdataset_reader> parse(bytes_view tar, const decode_limits& limits = {},
+                                          std::shared_ptr<const void> keep_alive = {}) {
     auto members = detail::parse_tar(tar, limits);
     if (!members) return members.error();
     webdataset_reader r;

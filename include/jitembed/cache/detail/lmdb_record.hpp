@@ -9,6 +9,7 @@
 #include <string>
 
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/byte_order.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
 
@@ -27,18 +28,9 @@ inline constexpr std::uint64_t kLmdbMaxValueBytes = 0xFFFFFFFFull - kLmdbHeaderB
 
 using lmdb_key_bytes = std::array<std::byte, kLmdbKeyBytes>;
 
-inline std::uint64_t load_le(const std::byte* p, int n) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-inline void store_le(std::byte* p, std::uint64_t v, int n) noexcept {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-
 // The key as cache_key::to_hex() prints it (high word first).
 inline std::string lmdb_key_hex(const lmdb_key_bytes& key) {
-  return hash128{load_le(key.data(), 8), load_le(key.data() + 8, 8)}.to_hex();
+  return hash128{load_le<std::uint64_t>(key.data()), load_le<std::uint64_t>(key.data() + 8)}.to_hex();
 }
 
 inline std::uint64_t lmdb_value_checksum(const lmdb_key_bytes& key, bytes_view value) noexcept {
@@ -48,11 +40,11 @@ inline std::uint64_t lmdb_value_checksum(const lmdb_key_bytes& key, bytes_view v
 // Writes header + value into dst (kLmdbHeaderBytes + value.size() bytes).
 inline void write_lmdb_record(std::byte* dst, const lmdb_key_bytes& key, bytes_view value) noexcept {
   std::memset(dst, 0, kLmdbHeaderBytes);
-  store_le(dst, kLmdbRecordMagic, 4);
-  store_le(dst + 4, kLmdbRecordVersion, 2);
-  store_le(dst + 6, kLmdbHeaderBytes, 2);
-  store_le(dst + 8, value.size(), 8);
-  store_le(dst + 16, lmdb_value_checksum(key, value), 8);
+  store_le<std::uint32_t>(dst, kLmdbRecordMagic);
+  store_le<std::uint16_t>(dst + 4, kLmdbRecordVersion);
+  store_le<std::uint16_t>(dst + 6, kLmdbHeaderBytes);
+  store_le<std::uint64_t>(dst + 8, value.size());
+  store_le<std::uint64_t>(dst + 16, lmdb_value_checksum(key, value));
   if (!value.empty()) std::memcpy(dst + kLmdbHeaderBytes, value.data(), value.size());
 }
 
@@ -64,12 +56,12 @@ inline result<bytes_view> verify_lmdb_record(bytes_view record, const lmdb_key_b
     return fail(errc::truncated, "lmdb: record of " + std::to_string(record.size()) + " bytes < header " +
                                      std::to_string(kLmdbHeaderBytes) + where());
   const std::byte* h = record.data();
-  if (load_le(h, 4) != kLmdbRecordMagic) return fail(errc::bad_magic, "lmdb: record magic at offset 0 is wrong" + where());
-  if (load_le(h + 4, 2) != kLmdbRecordVersion)
-    return fail(errc::unsupported_version, "lmdb: record version " + std::to_string(load_le(h + 4, 2)) + " at offset 4" + where());
-  if (load_le(h + 6, 2) != kLmdbHeaderBytes)
-    return fail(errc::corrupt_data, "lmdb: record header size " + std::to_string(load_le(h + 6, 2)) + " at offset 6" + where());
-  const std::uint64_t len = load_le(h + 8, 8);
+  if (load_le<std::uint32_t>(h) != kLmdbRecordMagic) return fail(errc::bad_magic, "lmdb: record magic at offset 0 is wrong" + where());
+  if (load_le<std::uint16_t>(h + 4) != kLmdbRecordVersion)
+    return fail(errc::unsupported_version, "lmdb: record version " + std::to_string(load_le<std::uint16_t>(h + 4)) + " at offset 4" + where());
+  if (load_le<std::uint16_t>(h + 6) != kLmdbHeaderBytes)
+    return fail(errc::corrupt_data, "lmdb: record header size " + std::to_string(load_le<std::uint16_t>(h + 6)) + " at offset 6" + where());
+  const std::uint64_t len = load_le<std::uint64_t>(h + 8);
   if (len != record.size() - kLmdbHeaderBytes)
     return fail(errc::corrupt_data, "lmdb: record value length " + std::to_string(len) + " at offset 8 != stored " +
                                         std::to_string(record.size() - kLmdbHeaderBytes) + where());
@@ -77,7 +69,7 @@ inline result<bytes_view> verify_lmdb_record(bytes_view record, const lmdb_key_b
     if (h[i] != std::byte{0}) return fail(errc::corrupt_data, "lmdb: record reserved byte at offset " + std::to_string(i) + " is not zero" + where());
   const bytes_view value = record.subspan(kLmdbHeaderBytes);
   if (check_sum) {
-    const std::uint64_t want = load_le(h + 16, 8);
+    const std::uint64_t want = load_le<std::uint64_t>(h + 16);
     const std::uint64_t got = lmdb_value_checksum(key, value);
     if (got != want)
       return fail(errc::checksum_mismatch, "lmdb: value checksum " + std::to_string(got) + " != stored " + std::to_string(want) + where());

@@ -340,18 +340,18 @@ class lmdb_store {
     if (rc != MDB_SUCCESS) return rc;
     if (data.mv_size == 24) {  // anything else: counters restart from zero (they are approximate anyway)
       const auto* p = static_cast<const std::byte*>(data.mv_data);
-      info.bytes = load_le(p, 8);
-      info.entries = load_le(p + 8, 8);
-      info.tick = load_le(p + 16, 8);
+      info.bytes = load_le<std::uint64_t>(p);
+      info.entries = load_le<std::uint64_t>(p + 8);
+      info.tick = load_le<std::uint64_t>(p + 16);
     }
     return MDB_SUCCESS;
   }
 
   int store_info(MDB_txn* txn, const info_state& info) const {
     std::byte buf[24];
-    store_le(buf, info.bytes, 8);
-    store_le(buf + 8, info.entries, 8);
-    store_le(buf + 16, info.tick, 8);
+    store_le<std::uint64_t>(buf, info.bytes);
+    store_le<std::uint64_t>(buf + 8, info.entries);
+    store_le<std::uint64_t>(buf + 16, info.tick);
     MDB_val key{sizeof kInfoKey - 1, const_cast<char*>(kInfoKey)}, data{sizeof buf, buf};
     return mdb_put(txn, env_->values_dbi(), &key, &data, 0);
   }
@@ -366,8 +366,8 @@ class lmdb_store {
   // meta: key -> (tick, cost); lru: (tick, key) -> empty. Replaces an older lru entry of the key.
   int put_meta(MDB_txn* txn, const lmdb_key_bytes& kb, std::uint64_t tick, std::uint64_t cost) {
     std::byte m[16];
-    store_le(m, tick, 8);
-    store_le(m + 8, cost, 8);
+    store_le<std::uint64_t>(m, tick);
+    store_le<std::uint64_t>(m + 8, cost);
     MDB_val key{kb.size(), const_cast<std::byte*>(kb.data())}, data{sizeof m, m};
     int rc = mdb_put(txn, env_->meta_dbi(), &key, &data, 0);
     if (rc != MDB_SUCCESS) return rc;
@@ -387,7 +387,7 @@ class lmdb_store {
       if (rc != MDB_SUCCESS) return rc;
       if (data.mv_size != 16) continue;
       const auto* p = static_cast<const std::byte*>(data.mv_data);
-      const std::uint64_t old_tick = load_le(p, 8), cost = load_le(p + 8, 8);
+      const std::uint64_t old_tick = load_le<std::uint64_t>(p), cost = load_le<std::uint64_t>(p + 8);
       auto old = lru_key(old_tick, kb);
       MDB_val okey{old.size(), old.data()};
       rc = mdb_del(txn, env_->lru_dbi(), &okey, nullptr);
@@ -407,8 +407,8 @@ class lmdb_store {
       had_meta = true;
       if (data.mv_size == 16) {
         const auto* p = static_cast<const std::byte*>(data.mv_data);
-        cost = load_le(p + 8, 8);
-        auto lk = lru_key(load_le(p, 8), kb);
+        cost = load_le<std::uint64_t>(p + 8);
+        auto lk = lru_key(load_le<std::uint64_t>(p), kb);
         MDB_val lkey{lk.size(), lk.data()};
         rc = mdb_del(txn, env_->lru_dbi(), &lkey, nullptr);
         if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return rc;

@@ -26,6 +26,7 @@
 #include "jitembed/cache/detail/redis_reply.hpp"
 #include "jitembed/cache/store.hpp"
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/byte_order.hpp"
 #include "jitembed/core/error.hpp"
 
 namespace jitembed::cache::detail {
@@ -36,23 +37,6 @@ namespace jitembed::cache::detail {
 inline constexpr std::size_t kRedisHeaderSize = 16;
 inline constexpr std::array<char, 4> kRedisMagic = {'J', 'E', 'R', 'V'};
 inline constexpr std::uint32_t kRedisValueVersion = 1;
-
-inline void store_le32(std::byte* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-inline void store_le64(std::byte* p, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-inline std::uint32_t load_le32(const std::byte* p) noexcept {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-inline std::uint64_t load_le64(const std::byte* p) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 // Streaming XXH3-64 state (one per connection, so the hot path allocates nothing).
 class value_hasher {
@@ -79,8 +63,8 @@ class value_hasher {
 inline std::array<std::byte, kRedisHeaderSize> make_value_header(value_hasher& h, const cache_key& k, bytes_view value) {
   std::array<std::byte, kRedisHeaderSize> hdr{};
   std::memcpy(hdr.data(), kRedisMagic.data(), 4);
-  store_le32(hdr.data() + 4, kRedisValueVersion);
-  store_le64(hdr.data() + 8, h(k, value));
+  store_le<std::uint32_t>(hdr.data() + 4, kRedisValueVersion);
+  store_le<std::uint64_t>(hdr.data() + 8, h(k, value));
   return hdr;
 }
 
@@ -90,13 +74,13 @@ inline result<bytes_view> check_value(value_hasher& h, const cache_key& k, bytes
     return fail(errc::truncated, "redis value: " + std::to_string(stored.size()) + " bytes < header " +
                                      std::to_string(kRedisHeaderSize));
   if (std::memcmp(stored.data(), kRedisMagic.data(), 4) != 0) return fail(errc::bad_magic, "redis value: bad magic at offset 0");
-  if (const auto ver = load_le32(stored.data() + 4); ver != kRedisValueVersion)
+  if (const auto ver = load_le<std::uint32_t>(stored.data() + 4); ver != kRedisValueVersion)
     return fail(errc::unsupported_version, "redis value: version " + std::to_string(ver) + " at offset 4");
   const bytes_view value = stored.subspan(kRedisHeaderSize);
   if (value.size() > max_value_bytes)
     return fail(errc::limit_exceeded, "redis value: " + std::to_string(value.size()) + " bytes > max_value_bytes " +
                                           std::to_string(max_value_bytes));
-  if (load_le64(stored.data() + 8) != h(k, value))
+  if (load_le<std::uint64_t>(stored.data() + 8) != h(k, value))
     return fail(errc::checksum_mismatch, "redis value: checksum (XXH3-64 at offset 8) does not match key+value");
   return value;
 }

@@ -141,12 +141,13 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   jitembed_component(server
     GLOBS server.hpp server/*.hpp server/detail/*.hpp
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format)
-  if(JITEMBED_WITH_HTTP)
-    # The JIT client (async KServe v2 over Beast, balancing, retries, local mode) and the prefetching loader.
-    jitembed_component(client
-      GLOBS client.hpp client/*.hpp client/detail/*.hpp
-      LINK jitembed::http jitembed::kserve jitembed::models jitembed::cache jitembed::format Threads::Threads)
-  endif()
+endif()
+if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_HTTP)
+  # The JIT client (async KServe v2 over Beast, balancing, retries, local mode) and the prefetching loader:
+  # the base models component only (local mode runs whatever any_model it is given), no image/video codecs.
+  jitembed_component(client
+    GLOBS client.hpp client/*.hpp client/detail/*.hpp
+    LINK jitembed::http jitembed::kserve jitembed::models jitembed::cache jitembed::format Threads::Threads)
 endif()
 
 if(JITEMBED_WITH_CUDA)
@@ -156,7 +157,7 @@ if(JITEMBED_WITH_CUDA)
   # .cuh headers need nvcc: installed with the component, compiled by the .cu tests, not verified by g++.
   file(GLOB _cuh CONFIGURE_DEPENDS "${_inc}/jitembed/cuda/*.cuh")
   if(TARGET jitembed_models_video)
-    file(GLOB _models_cuh CONFIGURE_DEPENDS "${_inc}/jitembed/models/cuda/*.cuh")  # CUDA reference models
+    file(GLOB _models_cuh CONFIGURE_DEPENDS "${_inc}/jitembed/models/cuda/*.cuh" "${_inc}/jitembed/models/cuda/detail/*.cuh")  # CUDA reference models
     list(APPEND _cuh ${_models_cuh})
   endif()
   target_sources(jitembed_cuda INTERFACE FILE_SET cuda_kernels TYPE HEADERS BASE_DIRS "${_inc}" FILES ${_cuh})

@@ -60,32 +60,10 @@ const char* colorspace_name(jpeg_colorspace c) {
 
 nb::bytes buffer_to_bytes(const byte_buffer& b) { return to_bytes(bytes_view(b)); }
 
-// The dictionary handle zstd_options takes: a copyable zstd_dictionary handle (docs/api.md rule 2.4), or
-// shared_ptr<const zstd_dictionary> in trees from before that migration; both spellings are supported.
-using dictionary_handle = decltype(zstd_options{}.dictionary);
-
-template <class H>
-const zstd_dictionary& deref(const H& h) {
-  if constexpr (requires { h->id(); }) return *h;
-  else return h;
-}
-
 struct py_zstd_dictionary {
-  dictionary_handle d;
-  const zstd_dictionary& get() const { return deref(d); }
+  zstd_dictionary d;  // a copyable handle (docs/api.md rule 2.4)
+  const zstd_dictionary& get() const { return d; }
 };
-
-template <class D = zstd_dictionary>
-result<dictionary_handle> train_dictionary(std::span<const bytes_view> samples, std::size_t capacity) {
-  if constexpr (requires { D::create(samples, capacity); }) return D::create(samples, capacity);
-  else return D::train(samples, capacity);
-}
-
-template <class D = zstd_dictionary>
-result<dictionary_handle> load_dictionary(bytes_view bytes) {
-  if constexpr (requires { D::parse(bytes); }) return D::parse(bytes);
-  else return D::load(bytes);
-}
 
 }  // namespace
 
@@ -221,14 +199,14 @@ void register_codecs(nb::module_& m) {
                     views.reserve(samples.size());
                     for (const auto& s : samples) views.push_back(bytes_view(static_cast<const std::byte*>(s.data()), s.size()));
                     nb::gil_scoped_release nogil;
-                    return py_zstd_dictionary{unwrap(train_dictionary(views, capacity))};
+                    return py_zstd_dictionary{unwrap(zstd_dictionary::create(views, capacity))};
                   },
                   nb::arg("samples"), nb::arg("capacity") = 16384,
                   "Trains a dictionary of at most `capacity` bytes (needs dozens of samples at least).")
       .def_static("load",
                   [](nb::handle data) {
                     auto buf = get_buffer(data);
-                    return py_zstd_dictionary{unwrap(load_dictionary(buf->bytes()))};
+                    return py_zstd_dictionary{unwrap(zstd_dictionary::parse(buf->bytes()))};
                   },
                   nb::arg("data"), "Loads a trained dictionary (or raw content used as a prefix).")
       .def_prop_ro("id", [](const py_zstd_dictionary& d) { return d.get().id(); })

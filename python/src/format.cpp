@@ -44,16 +44,6 @@ nb::object tensor_out(const tensor& t, const std::shared_ptr<const void>& record
   return to_numpy(t, shared);
 }
 
-// An in-memory shard / tar: parse() per docs/api.md, from_bytes() in trees from before that migration.
-template <class R>
-result<R> parse_bytes(bytes_view b, const decode_limits& limits, std::shared_ptr<const void> keep) {
-  if constexpr (requires { R::parse(b, limits, keep); }) {
-    return R::parse(b, limits, std::move(keep));
-  } else {
-    return R::from_bytes(b, limits, std::move(keep));
-  }
-}
-
 }  // namespace
 
 // ---- Field -----------------------------------------------------------------------------------------------
@@ -455,7 +445,7 @@ void register_format(nb::module_& m) {
       .def_static("parse",
                   [](nb::handle data, const std::optional<decode_limits>& limits) {
                     auto buf = get_buffer(data);
-                    return py_shard_reader{unwrap(parse_bytes<shard_reader>(buf->bytes(), limits_or_default(limits), std::shared_ptr<const void>(buf)))};
+                    return py_shard_reader{unwrap(shard_reader::parse(buf->bytes(), limits_or_default(limits), std::shared_ptr<const void>(buf)))};
                   },
                   nb::arg("data"), nb::arg("limits") = nb::none(), "A shard held in memory (bytes-like; kept alive).")
       .def("__len__", [](const py_shard_reader& s) { return s.r.size(); })
@@ -506,7 +496,7 @@ void register_format(nb::module_& m) {
       .def_static("parse",
                   [](nb::handle data, const std::optional<decode_limits>& limits) {
                     auto buf = get_buffer(data);
-                    return py_wds{unwrap(parse_bytes<webdataset_reader>(buf->bytes(), limits_or_default(limits), std::shared_ptr<const void>(buf)))};
+                    return py_wds{unwrap(webdataset_reader::parse(buf->bytes(), limits_or_default(limits), std::shared_ptr<const void>(buf)))};
                   },
                   nb::arg("data"), nb::arg("limits") = nb::none())
       .def("__len__", [](const py_wds& s) { return s.r.size(); })

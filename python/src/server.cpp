@@ -8,9 +8,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <future>
-#include <map>
 #include <memory>
-#include <sstream>
 #include <thread>
 
 #include "common.hpp"
@@ -23,30 +21,6 @@ namespace jitembed::python {
 namespace {
 
 using http_server = net::http::server;
-
-// The service and the HTTP server are built with whichever construction the headers offer: the static
-// create() factories of docs/api.md, or the older constructor + load_configured() / start().
-template <class S>
-std::unique_ptr<S> make_service(server::server_config cfg) {
-  if constexpr (requires { S::create(cfg, server::model_factory(server::make_reference)); }) {
-    return std::make_unique<S>(unwrap(S::create(std::move(cfg), server::model_factory(server::make_reference))));
-  } else {
-    auto s = std::make_unique<S>(std::move(cfg), server::model_factory(server::make_reference));
-    unwrap(s->load_configured());
-    return s;
-  }
-}
-
-template <class H>
-std::unique_ptr<H> make_http(const net::http::server_options& o, net::http::handler h) {
-  if constexpr (requires { H::create(o, h); }) {
-    return std::make_unique<H>(unwrap(H::create(o, std::move(h))));
-  } else {
-    auto s = std::make_unique<H>(o, std::move(h));
-    unwrap(s->start());
-    return s;
-  }
-}
 
 struct py_server {
   std::unique_ptr<server::service> svc;
@@ -83,36 +57,6 @@ struct py_server {
   }
 };
 
-// The per-model gauges of the service's Prometheus text (jitembed_pending_requests{model="m",version="v"} 3):
-// the service exposes queue depth and admitted rows only there.
-std::map<std::pair<std::string, std::string>, std::map<std::string, double>> gauges(const std::string& metrics) {
-  std::map<std::pair<std::string, std::string>, std::map<std::string, double>> out;
-  std::istringstream in(metrics);
-  std::string line;
-  const auto label = [](std::string_view labels, std::string_view key) -> std::string {
-    const std::string k = std::string(key) + "=\"";
-    const auto p = labels.find(k);
-    if (p == std::string_view::npos) return {};
-    const auto e = labels.find('"', p + k.size());
-    return std::string(labels.substr(p + k.size(), e - p - k.size()));
-  };
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const auto brace = line.find('{'), close = line.find('}');
-    if (brace == std::string::npos || close == std::string::npos) continue;
-    const std::string metric = line.substr(0, brace);
-    if (metric != "jitembed_pending_requests" && metric != "jitembed_inflight_rows" && metric != "jitembed_queue_rejected_total" &&
-        metric != "jitembed_admission_rejected_total")
-      continue;
-    const std::string_view labels(line.data() + brace + 1, close - brace - 1);
-    try {
-      out[{label(labels, "model"), label(labels, "version")}][metric] = std::stod(line.substr(close + 1));
-    } catch (const std::exception&) {
-    }
-  }
-  return out;
-}
-
 net::http::response call(server::service& svc, net::http::request req) {
   auto p = std::make_shared<std::promise<net::http::response>>();
   auto f = p->get_future();
@@ -120,12 +64,10 @@ net::http::response call(server::service& svc, net::http::request req) {
   return f.get();
 }
 
-// Server.stats(): service::status() (typed per-version load) where the service has it, else the gauges of its
-// Prometheus text (queued_rows then counts running rows too); plus Triton's statistics JSON (GET
+// Server.stats(): service::status() (the per-version load) plus Triton's statistics JSON (GET
 // /v2/models/stats) for rows, batches and times.
-template <class S>
 nb::dict stats_of(py_server& s) {
-  S& svc = s.service();
+  server::service& svc = s.service();
   std::string stats_body, metrics;
   nb::dict out;
   auto entry = [&](const std::string& name, const std::string& version) -> nb::dict {
@@ -139,37 +81,20 @@ nb::dict stats_of(py_server& s) {
     }
     return nb::borrow<nb::dict>(out[k]);
   };
-  if constexpr (requires { svc.status(); }) {
-    decltype(svc.status()) st;
-    {
-      nb::gil_scoped_release nogil;
-      st = svc.status();
-    }
-    for (const auto& m : st) {
-      nb::dict d = entry(m.name, m.version);
-      d["queued_rows"] = m.queued_rows;
-      d["running_rows"] = m.running_rows;
-      d["inflight_rows"] = m.admitted_rows;
-      d["max_inflight_rows"] = m.max_inflight_rows;
-      d["requests_success"] = m.success;
-      d["requests_failed"] = m.failure;
-      d["rejected_admission"] = m.rejected_admission;
-    }
-  } else {
-    {
-      nb::gil_scoped_release nogil;
-      metrics = svc.metrics();
-    }
-    for (const auto& [id, g] : gauges(metrics)) {
-      nb::dict d = entry(id.first, id.second);
-      const auto gauge = [&](const char* k) -> std::uint64_t {
-        auto v = g.find(k);
-        return v == g.end() ? 0 : static_cast<std::uint64_t>(v->second);
-      };
-      d["queued_rows"] = gauge("jitembed_pending_requests");
-      d["inflight_rows"] = gauge("jitembed_inflight_rows");
-      d["rejected_admission"] = gauge("jitembed_admission_rejected_total");
-    }
+  std::vector<server::model_status> st;
+  {
+    nb::gil_scoped_release nogil;
+    st = svc.status();
+  }
+  for (const auto& m : st) {
+    nb::dict d = entry(m.name, m.version);
+    d["queued_rows"] = m.queued_rows;
+    d["running_rows"] = m.running_rows;
+    d["inflight_rows"] = m.admitted_rows;
+    d["max_inflight_rows"] = m.max_inflight_rows;
+    d["requests_success"] = m.success;
+    d["requests_failed"] = m.failure;
+    d["rejected_admission"] = m.rejected_admission;
   }
   {
     nb::gil_scoped_release nogil;
@@ -231,8 +156,8 @@ void register_server(nb::module_& m) {
             std::unique_ptr<http_server> http;
             {
               nb::gil_scoped_release nogil;
-              svc = make_service<server::service>(cfg);
-              http = make_http<http_server>(ho, svc->as_handler());
+              svc = std::make_unique<server::service>(unwrap(server::service::create(std::move(cfg))));
+              http = std::make_unique<http_server>(unwrap(http_server::create(ho, svc->as_handler())));
             }
             new (self) py_server{};
             self->host = host;
@@ -272,7 +197,7 @@ void register_server(nb::module_& m) {
       .def("ready", [](py_server& s) { return s.svc && s.service().ready(); })
       .def("begin_drain", [](py_server& s) { s.service().begin_drain(); },
            "From now on readiness and new infer requests answer 503; requests already admitted finish.")
-      .def("stats", &stats_of<server::service>,
+      .def("stats", &stats_of,
            "Per loaded version ('NAME:VERSION'): queued_rows (waiting for a batch), running_rows (in a batch), "
            "inflight_rows (admitted: decode to response, including the above), max_inflight_rows, requests_success, "
            "requests_failed, rejected_admission, and from the Triton statistics rows, batches, queue_ns, compute_ns.")

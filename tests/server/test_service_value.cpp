@@ -98,3 +98,14 @@ TEST_CASE("status() reports admitted and running rows of a busy model, then its 
   CHECK(st1[0].success == 1);
   CHECK(st1[0].failure == 0);
 }
+
+TEST_CASE("create loads the versions of a model oldest first: latest 1 keeps the newest whatever the listed order") {
+  auto c = text_config();
+  c.models[0].version = "2";
+  auto v1 = c.models[0];
+  v1.version = "1";
+  c.models.push_back(v1);  // listed after v2
+  auto s = service::create(c);
+  REQUIRE(s);
+  CHECK(s->loaded() == std::vector<std::pair<std::string, std::string>>{{"text-embed", "2"}});
+}

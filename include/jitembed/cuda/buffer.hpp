@@ -16,8 +16,8 @@ namespace jitembed::cuda {
 class device_buffer {
  public:
   device_buffer() = default;  // empty: no memory
-  // `bytes` of device memory on `s` (0: empty). limit_exceeded when the device is out of memory, the CUDA
-  // error otherwise.
+  // `bytes` of device memory on `s` (0: empty). resource_exhausted (retryable) when the device is out of
+  // memory, the CUDA error otherwise.
   static result<device_buffer> create(std::size_t bytes, stream_ref s) {
     void* p = nullptr;
     if (bytes) JITEMBED_CUDA_TRY(cudaMallocAsync(&p, bytes, s.get()));

@@ -19,7 +19,7 @@ namespace jitembed::cuda {
 
 // errc for a CUDA failure: out-of-memory is a limit, the rest are internal errors of the device path.
 inline errc to_errc(cudaError_t e) noexcept {
-  return e == cudaErrorMemoryAllocation ? errc::limit_exceeded : errc::internal;
+  return e == cudaErrorMemoryAllocation ? errc::resource_exhausted : errc::internal;
 }
 
 // The error_info of a failed call (e != cudaSuccess); clears the sticky error so the next call does not

@@ -34,7 +34,7 @@ class stream_ref {
 // assigned to.
 class stream {
  public:
-  // The CUDA error (internal; limit_exceeded for out-of-memory) when the stream cannot be created: no
+  // The CUDA error (internal; resource_exhausted for out-of-memory) when the stream cannot be created: no
   // device, bad flags or priority.
   static result<stream> create(unsigned flags = cudaStreamNonBlocking, int priority = 0) {
     cudaStream_t s = nullptr;

@@ -44,7 +44,8 @@ class service {
   service& operator=(const service&) = delete;
   ~service() = default;  // shutdown(): drains every admitted request, then unloads
 
-  // Loads every model of the configuration; stops at the first failure.
+  // Loads every model of the configuration (versions of one model oldest first, so that a version policy
+  // keeps the newest); stops at the first failure.
   result<void> load_configured() { return core_->load_configured(); }
 
   // Loads (or reloads in place) one model version made by the factory from cfg.params; params sleep_us /

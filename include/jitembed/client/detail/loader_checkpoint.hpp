@@ -4,10 +4,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/byte_order.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
 
@@ -26,7 +28,9 @@ struct loader_checkpoint {
   byte_buffer serialize() const {
     byte_buffer out;
     auto put = [&](std::uint64_t v, int bytes) {
-      for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+      std::byte le[8];
+      store_le(le, v);
+      out.insert(out.end(), le, le + bytes);  // the low `bytes` bytes
     };
     put(kLoaderStateMagic, 4);
     put(kLoaderStateVersion, 4);
@@ -50,10 +54,10 @@ struct loader_checkpoint {
     if (b.size() < kFixed + 8) return bad(errc::truncated, std::to_string(b.size()) + " bytes < " + std::to_string(kFixed + 8));
     std::size_t pos = 0;
     auto get = [&](int bytes) {
-      std::uint64_t v = 0;
-      for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(b[pos + i]) << (8 * i);
+      std::byte le[8] = {};
+      std::memcpy(le, b.data() + pos, static_cast<std::size_t>(bytes));
       pos += static_cast<std::size_t>(bytes);
-      return v;
+      return load_le<std::uint64_t>(le);
     };
     if (get(4) != kLoaderStateMagic) return bad(errc::bad_magic, "not a jit_loader state");
     if (const auto v = get(4); v != kLoaderStateVersion) return bad(errc::unsupported_version, "version " + std::to_string(v));
@@ -70,8 +74,7 @@ struct loader_checkpoint {
     const std::uint64_t bitmap = (count + 7) / 8;
     if (count > b.size() * 8 || b.size() - kFixed - 8 != bitmap)
       return bad(errc::corrupt_data, "bitmap of " + std::to_string(count) + " positions does not match " + std::to_string(b.size()) + " bytes");
-    std::uint64_t sum = 0;
-    for (int i = 0; i < 8; ++i) sum |= static_cast<std::uint64_t>(b[b.size() - 8 + static_cast<std::size_t>(i)]) << (8 * i);
+    const std::uint64_t sum = load_le<std::uint64_t>(b.data() + b.size() - 8);
     if (sum != xxh3_64(bytes_view(b.data(), b.size() - 8))) return bad(errc::checksum_mismatch, "checksum does not match");
     c.delivered.resize(static_cast<std::size_t>(count));
     for (std::size_t i = 0; i < c.delivered.size(); ++i)

@@ -91,7 +91,7 @@ auto run_catching(std::string_view model, F&& f) -> decltype(f()) {
   } catch (const error& e) {
     return fail(e.code(), std::string(model) + " (cuda): " + e.message());
   } catch (const std::bad_alloc&) {
-    return fail(errc::limit_exceeded, std::string(model) + " (cuda): out of host memory");
+    return fail(errc::resource_exhausted, std::string(model) + " (cuda): out of host memory");
   }
 }
 

@@ -22,7 +22,7 @@ namespace detail {
 inline void cublas_check(cublasStatus_t s, const char* expr, const char* file, int line) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
   (void)cudaGetLastError();
-  const errc code = s == CUBLAS_STATUS_ALLOC_FAILED ? errc::limit_exceeded : errc::internal;
+  const errc code = s == CUBLAS_STATUS_ALLOC_FAILED ? errc::resource_exhausted : errc::internal;
   throw error(code, std::string("cublas: ") + expr + " failed: " + cublasGetStatusName(s) + " (" +
                         cublasGetStatusString(s) + ") at " + file + ":" + std::to_string(line));
 }

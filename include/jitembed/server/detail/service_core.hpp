@@ -90,8 +90,16 @@ class service_core {
   ~service_core() { shutdown(); }
 
   // Loads every model of the configuration; stops at the first failure.
+  // Versions of one model load oldest first, so that a version policy (latest 1) keeps the newest instead
+  // of refusing an older version listed after a newer one.
   result<void> load_configured() {
-    for (const auto& m : config_.models) JITEMBED_TRY(load(m));
+    std::vector<const model_config*> order;
+    for (const auto& m : config_.models) order.push_back(&m);
+    std::stable_sort(order.begin(), order.end(), [](const model_config* a, const model_config* b) {
+      if (a->name != b->name) return a->name < b->name;
+      return detail::version_less(a->version, b->version);
+    });
+    for (const auto* m : order) JITEMBED_TRY(load(*m));
     return {};
   }
 

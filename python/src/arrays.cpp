@@ -97,22 +97,8 @@ nb::object to_numpy(const tensor& t, bool read_only) {
   return arr;
 }
 
-struct no_framework {};
-nb::object to_dlpack_array(const tensor& t, bool read_only) {
-  if (!t.dev().is_cpu()) raise(errc::invalid_argument, "tensor is not on the CPU");
-  auto* keep = new tensor(t);
-  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<tensor*>(p); });
-  std::size_t shape[kMaxDims];
-  std::int64_t strides[kMaxDims];
-  for (std::size_t i = 0; i < t.rank(); ++i) {
-    shape[i] = static_cast<std::size_t>(t.shape()[i]);
-    strides[i] = t.strides()[i];
-  }
-  const auto dt = nb_dtype(t.dtype(), false);
-  if (read_only)
-    return nb::ndarray<nb::array_api, nb::ro>(t.data(), t.rank(), shape, owner, strides, dt, nb::device::cpu::value).cast();
-  return nb::ndarray<nb::array_api>(t.data(), t.rank(), shape, owner, strides, dt, nb::device::cpu::value).cast();
-}
+// DLPack (array API) export of a CPU tensor: shares its memory, keeps bf16 as bf16.
+nb::object to_dlpack_array(const tensor& t, bool read_only) { return make_array<nb::array_api>(t, read_only); }
 
 nb::object bytes_array(bytes_view b, std::shared_ptr<const void> owner) {
   const tensor t = tensor::wrap(std::move(owner), tensor_view(b.data(), dtype::u8, shape{static_cast<std::int64_t>(b.size())}));

@@ -91,18 +91,6 @@ void all_reduce_in_place(C& comm, const tensor& t) {
   if (comm.size() > 1) comm.all_reduce(t.view(), reduce_op::sum).value();
 }
 
-// y[i, :] += b for every row of y [..., N].
-inline void add_bias_rows(const tensor_view& y, const tensor_view& b) {
-  const std::int64_t n = b.numel() == 0 ? 0 : static_cast<std::int64_t>(b.numel());
-  if (n == 0) return;
-  float* out = y.data<float>();
-  const float* bias = b.data<const float>();
-  const auto rows = static_cast<std::int64_t>(y.numel()) / n;
-  for (std::int64_t i = 0; i < rows; ++i) {
-    for (std::int64_t j = 0; j < n; ++j) out[i * n + j] += bias[j];
-  }
-}
-
 template <communicator C>
 tensor gather_rows_or_copy(C& comm, const tensor_view& local, std::size_t dim, std::int64_t global) {
   if (comm.size() == 1) return copy_on(comm, local);

@@ -76,7 +76,7 @@ auto repeated(int reps, F fn) {
 }
 
 void compare_speed(reporter& r, const std::string& name, bytes_view data, int level) {
-  const zstd_codec ours = zstd_codec(zstd_options{level, 0, nullptr, false});
+  const zstd_codec ours = zstd_codec(zstd_options{level, 0, {}, false});
   ZSTD_CCtx* cctx = ZSTD_createCCtx();
   ZSTD_DCtx* dctx = ZSTD_createDCtx();
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
@@ -123,8 +123,8 @@ void compare_speed(reporter& r, const std::string& name, bytes_view data, int le
 }
 
 void shuffle_gain(reporter& r, const std::string& name, bytes_view data, std::size_t elem, int level) {
-  const zstd_codec plain(zstd_options{level, 0, nullptr, false});
-  const zstd_codec shuffled(zstd_options{level, elem, nullptr, false});
+  const zstd_codec plain(zstd_options{level, 0, {}, false});
+  const zstd_codec shuffled(zstd_options{level, elem, {}, false});
   byte_buffer a(zstd_codec::compress_bound(data.size())), b(a.size());
   const std::size_t na = plain.compress(data, a).value();
   const std::size_t nb = shuffled.compress(data, b).value();

@@ -159,6 +159,22 @@ else
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# pip into a venv, retried: a transient index or download failure (seen once in CI: conan's install failed
+# while every other package of the same run installed) must not fail the run. 3 attempts, 10 s and 20 s apart;
+# pip's own --retries covers single HTTP requests, not a failed sdist build or a reset mid-download.
+pip_retry() {
+  local py="$1"; shift
+  local attempt
+  for attempt in 1 2 3; do
+    if "$py" -m pip install -q --disable-pip-version-check --timeout 30 --retries 3 "$@"; then return 0; fi
+    if [ "$attempt" -lt 3 ]; then
+      echo "install-deps: pip install $* failed (attempt $attempt of 3); retrying in $((attempt * 10)) s" >&2
+      sleep $((attempt * 10))
+    fi
+  done
+  return 1
+}
+
 # Ray Serve for jitembed.ray, pinned (the version its tests run against), in .venv. The ray tests must run
 # in CI: a failed install is an error.
 if [ "$with_ray" = 1 ]; then
@@ -166,7 +182,7 @@ if [ "$with_ray" = 1 ]; then
   if [ ! -x "$ray_venv/bin/python" ]; then python3 -m venv "$ray_venv"; fi
   if [ "$("$ray_venv/bin/python" -c 'import ray, ray.serve, pytest; print(ray.__version__)' 2>/dev/null)" = "2.60.0" ]; then
     echo "install-deps: .venv has ray[serve] 2.60.0"
-  elif "$ray_venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 30 --retries 2 "ray[serve]==2.60.0" pytest==9.2.0; then
+  elif pip_retry "$ray_venv/bin/python" "ray[serve]==2.60.0" pytest==9.2.0; then
     echo "install-deps: installed ray[serve] 2.60.0 into .venv"
   else
     echo "install-deps: error: could not install ray[serve]==2.60.0 into .venv" >&2
@@ -192,7 +208,7 @@ if [ "$with_python" = 1 ]; then
   else
     rm -f "$py_stamp"
     # shellcheck disable=SC2086
-    "$py_venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 30 --retries 2 $py_pins ||
+    pip_retry "$py_venv/bin/python" $py_pins ||
       { echo "install-deps: error: could not install the Python module's build and test dependencies" >&2; exit 1; }
     CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
       "$py_venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$root/python" ||
@@ -213,9 +229,7 @@ venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || echo "install-deps: warning: could not create $venv"
 fi
-pip_install() {
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 30 --retries 2 "$@"
-}
+pip_install() { pip_retry "$venv/bin/python" "$@"; }
 if [ -x "$venv/bin/python" ]; then
   if "$venv/bin/python" -c "import tritonclient.http, numpy, pytest" 2>/dev/null; then
     echo "install-deps: .venv has tritonclient, numpy and pytest"
@@ -235,13 +249,15 @@ if [ -x "$venv/bin/python" ]; then
     echo "install-deps: warning: could not install perf_analyzer; its test will skip"
   fi
   # conan for ctest packaging/conan (conan create + test_package, offline: the system's packages are
-  # platform requirements); pinned
+  # platform requirements); pinned. That test must run in CI (it fails without conan), so a failed install is
+  # an error here, not a warning that surfaces 20 minutes later as a failed test.
   if [ "$("$venv/bin/conan" --version 2>/dev/null)" = "Conan version 2.34.0" ]; then
     echo "install-deps: .venv has conan 2.34.0"
-  elif pip_install conan==2.34.0; then
+  elif pip_install conan==2.34.0 && [ -x "$venv/bin/conan" ]; then
     echo "install-deps: installed conan 2.34.0 into .venv"
   else
-    echo "install-deps: warning: could not install conan into .venv; ctest packaging/conan will skip"
+    echo "install-deps: error: could not install conan 2.34.0 into .venv (ctest packaging/conan needs it)" >&2
+    exit 1
   fi
 fi
 
@@ -270,8 +286,7 @@ setup_triton() {
     "$py" -m venv "$tv" || return 1
   fi
   rm -f "$stamp"
-  "$tv/bin/python" -m pip install -q --disable-pip-version-check --timeout 60 --retries 3 \
-    "nvidia-pytriton==$triton_pytriton_version" "numpy==$triton_numpy_version" || return 1
+  pip_retry "$tv/bin/python" "nvidia-pytriton==$triton_pytriton_version" "numpy==$triton_numpy_version" || return 1
   [ -x "$ts/bin/tritonserver" ] || { echo "install-deps: error: no $ts/bin/tritonserver in the wheel"; return 1; }
   install -m 755 "$ts/python_backend_stubs/3.11/triton_python_backend_stub" "$ts/backends/python/" || return 1
   # every shared library resolves (libpython3.11 from Debian, the rest bundled in the wheel), and it runs

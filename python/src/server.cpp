@@ -64,30 +64,30 @@ net::http::response call(server::service& svc, net::http::request req) {
   return f.get();
 }
 
-// Server.stats(): service::status() (the per-version load) plus Triton's statistics JSON (GET
-// /v2/models/stats) for rows, batches and times.
-nb::dict stats_of(py_server& s) {
+// One entry per loaded version, keyed 'NAME:VERSION' (created on first use).
+nb::dict version_entry(nb::dict& out, const std::string& name, const std::string& version) {
+  nb::str k((name + ":" + version).c_str());
+  if (!out.contains(k)) {
+    nb::dict d;
+    d["name"] = name;
+    d["version"] = version;
+    out[k] = d;
+  }
+  return nb::borrow<nb::dict>(out[k]);
+}
+
+// Server.status(): service::status() only (the per-version load and counters; cheap, for autoscalers and
+// health checks that poll often).
+nb::dict status_of(py_server& s) {
   server::service& svc = s.service();
-  std::string stats_body, metrics;
-  nb::dict out;
-  auto entry = [&](const std::string& name, const std::string& version) -> nb::dict {
-    const std::string key = name + ":" + version;
-    nb::str k(key.c_str());
-    if (!out.contains(k)) {
-      nb::dict d;
-      d["name"] = name;
-      d["version"] = version;
-      out[k] = d;
-    }
-    return nb::borrow<nb::dict>(out[k]);
-  };
   std::vector<server::model_status> st;
   {
     nb::gil_scoped_release nogil;
     st = svc.status();
   }
+  nb::dict out;
   for (const auto& m : st) {
-    nb::dict d = entry(m.name, m.version);
+    nb::dict d = version_entry(out, m.name, m.version);
     d["queued_rows"] = m.queued_rows;
     d["running_rows"] = m.running_rows;
     d["inflight_rows"] = m.admitted_rows;
@@ -96,6 +96,14 @@ nb::dict stats_of(py_server& s) {
     d["requests_failed"] = m.failure;
     d["rejected_admission"] = m.rejected_admission;
   }
+  return out;
+}
+
+// Server.stats(): status() plus Triton's statistics JSON (GET /v2/models/stats) for rows, batches and times.
+nb::dict stats_of(py_server& s) {
+  server::service& svc = s.service();
+  std::string stats_body;
+  nb::dict out = status_of(s);
   {
     nb::gil_scoped_release nogil;
     net::http::request req;
@@ -106,7 +114,7 @@ nb::dict stats_of(py_server& s) {
   const auto j = nlohmann::json::parse(stats_body, nullptr, false);
   if (j.is_discarded() || !j.contains("model_stats")) return out;
   for (const auto& ms : j["model_stats"]) {
-    nb::dict d = entry(ms.value("name", ""), ms.value("version", ""));
+    nb::dict d = version_entry(out, ms.value("name", ""), ms.value("version", ""));
     const auto& is = ms["inference_stats"];
     if (!d.contains("requests_success")) {
       d["requests_success"] = is["success"].value("count", std::uint64_t{0});
@@ -197,6 +205,10 @@ void register_server(nb::module_& m) {
       .def("ready", [](py_server& s) { return s.svc && s.service().ready(); })
       .def("begin_drain", [](py_server& s) { s.service().begin_drain(); },
            "From now on readiness and new infer requests answer 503; requests already admitted finish.")
+      .def("status", &status_of,
+           "Per loaded version ('NAME:VERSION'): queued_rows (waiting for a batch), running_rows (in a batch), "
+           "inflight_rows (admitted: decode to response, including the above), max_inflight_rows, requests_success, "
+           "requests_failed, rejected_admission. Cheap (no statistics JSON): what an autoscaler polls.")
       .def("stats", &stats_of,
            "Per loaded version ('NAME:VERSION'): queued_rows (waiting for a batch), running_rows (in a batch), "
            "inflight_rows (admitted: decode to response, including the above), max_inflight_rows, requests_success, "

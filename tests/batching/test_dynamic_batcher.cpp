@@ -582,6 +582,36 @@ TEST_CASE("move-only requests and responses") {
   CHECK(**r == 9);
 }
 
+TEST_CASE("load() reports queued and in-flight requests, equal to stats()") {
+  gate g, started;
+  std::atomic<bool> first{true};
+  auto b = dynamic_batcher<int, int>::create(opts(2, 10s), [&](std::span<int> in, std::span<result<int>> out) {
+    if (first.exchange(false)) {  // hold the only runner so the queue builds up
+      started.open();
+      g.wait();
+    }
+    for (std::size_t i = 0; i < in.size(); ++i) out[i] = in[i];
+  }).value();
+  CHECK(b.load().queued == 0);
+  CHECK(b.load().in_flight == 0);
+  std::vector<std::future<result<int>>> futs;
+  futs.push_back(b.submit(0));
+  futs.push_back(b.submit(1));  // a full batch of 2: runs at once, blocks on the gate
+  started.wait();
+  for (int i = 2; i < 5; ++i) futs.push_back(b.submit(i));
+  const auto l = b.load();
+  const auto s = b.stats();
+  CHECK(l.in_flight == 2);
+  CHECK(l.queued == 3);
+  CHECK(l.queued == s.queued);
+  CHECK(l.in_flight == s.in_flight);
+  g.open();
+  b.shutdown(true);
+  for (auto& f : futs) CHECK(f.get().has_value());
+  CHECK(b.load().queued == 0);
+  CHECK(b.load().in_flight == 0);
+}
+
 TEST_CASE("statistics: histogram, summaries and counters add up") {
   recorder rec;
   batcher_options o = opts(4, 10s);

@@ -99,6 +99,9 @@ class dynamic_batcher {
   // A consistent snapshot of the counters and summaries.
   batcher_stats stats() const { return core_->stats(); }
 
+  // Queued and in-flight requests now, without copying the summaries stats() assembles.
+  batcher_load load() const { return core_->load(); }
+
   // Requests accepted and not yet delivered to the runner's caller (queued + in flight).
   std::size_t pending() const { return core_->pending(); }
 

@@ -19,6 +19,13 @@ struct duration_summary {
   double mean_us() const noexcept { return count ? sum_us / static_cast<double>(count) : 0.0; }
 };
 
+// What a batcher holds right now, without the counters and summaries of batcher_stats (cheap: two
+// integers read under the lock; for autoscalers and health checks that poll often).
+struct batcher_load {
+  std::size_t queued = 0;     // waiting for a batch
+  std::size_t in_flight = 0;  // in a batch being run (or being delivered)
+};
+
 struct batcher_stats {
   std::vector<std::uint64_t> batch_sizes;  // batch_sizes[n] = batches that held n requests, n <= max_batch_size
   duration_summary queue_time;             // per request that ran: submit -> dispatch to the runner

@@ -116,6 +116,10 @@ class SubprocessServer:
                     out.setdefault(name, {"queued_rows": 0, "inflight_rows": 0})[key] += int(float(value))
         return out
 
+    def status(self) -> Dict[str, dict]:
+        """The load part of stats() (the binding's status() is the cheap subset; here both read /metrics)."""
+        return self.stats()
+
     def ready(self) -> bool:
         try:
             return self.handle("GET", "/v2/health/ready", {}, b"")[0] == 200

@@ -201,10 +201,12 @@ class EmbeddingServer:
 
     # -- autoscaling --------------------------------------------------------------------------------------
     def record_autoscaling_stats(self) -> Dict[str, float]:
-        stats = self._srv.stats()
-        inflight = sum(float(s.get("inflight_rows", 0)) for s in stats.values())
-        queued = sum(float(s.get("queued_rows", 0)) for s in stats.values())
-        return {LOAD_METRIC: max(inflight, queued), "jitembed_queued_rows": queued}
+        # Server.status(): counters read under the service's locks, no statistics JSON rendered and parsed.
+        # Admitted rows (decode to response) already include the queued ones.
+        status = self._srv.status()
+        inflight = sum(float(s.get("inflight_rows", 0)) for s in status.values())
+        queued = sum(float(s.get("queued_rows", 0)) for s in status.values())
+        return {LOAD_METRIC: inflight, "jitembed_queued_rows": queued}
 
     # -- in-place model updates ---------------------------------------------------------------------------
     def reconfigure(self, user_config: Dict[str, Any]) -> None:
@@ -228,7 +230,7 @@ class EmbeddingServer:
     # -- drain ---------------------------------------------------------------------------------------------
     def _inflight_rows(self) -> float:
         try:
-            return sum(float(s.get("inflight_rows", 0)) for s in self._srv.stats().values())
+            return sum(float(s.get("inflight_rows", 0)) for s in self._srv.status().values())
         except Exception:
             return 0.0
 

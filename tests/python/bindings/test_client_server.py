@@ -152,7 +152,7 @@ def test_stats_show_queue_and_admitted_rows():
         futures = [c.embed_async("text-embed", caption_records(1)) for _ in range(3)]
         deadline, peak = time.monotonic() + 20, {}
         while time.monotonic() < deadline:  # poll the state (no sleep): all three admitted, some queued
-            st = srv.stats()["text-embed:1"]
+            st = srv.status()["text-embed:1"]
             if st["inflight_rows"] == 3 and st["queued_rows"] >= 1:
                 peak = st
                 break
@@ -162,6 +162,12 @@ def test_stats_show_queue_and_admitted_rows():
         st = srv.stats()["text-embed:1"]
         assert st["inflight_rows"] == 0 and st["queued_rows"] == 0
         assert st["requests_success"] == 3 and st["rows"] == 3 and st["batches"] == 3
+        # status() is stats() without the Triton statistics fields, same values
+        status = srv.status()["text-embed:1"]
+        assert set(status) == {"name", "version", "queued_rows", "running_rows", "inflight_rows", "max_inflight_rows",
+                               "requests_success", "requests_failed", "rejected_admission"}
+        assert all(st[k] == v for k, v in status.items())
+        assert peak["queued_rows"] + peak["running_rows"] <= 3
 
 
 def test_timeout_error():

@@ -154,6 +154,11 @@ class batcher_core {
     return s;
   }
 
+  batcher_load load() const {
+    std::lock_guard lock(mu_);
+    return {.queued = queued_, .in_flight = in_flight_};
+  }
+
   // Requests accepted and not yet delivered to the runner's caller (queued + in flight).
   std::size_t pending() const {
     std::lock_guard lock(mu_);

@@ -276,7 +276,7 @@ class service_core {
     std::vector<model_status> out;
     out.reserve(held.size());
     for (const auto& inst : held) {
-      const auto b = inst->batcher().stats();
+      const auto b = inst->batcher().load();  // two integers, not stats()' histogram copies
       const auto& c = inst->counters();
       out.push_back({.name = inst->name(),
                      .version = inst->version(),

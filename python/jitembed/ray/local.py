@@ -42,8 +42,14 @@ def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Opti
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     # In that mode Ray 2.60 turns token authentication on; loopback only, a throwaway cluster: off.
     env["RAY_AUTH_MODE"] = "disabled"
+    # Serve kills a proxy that is not ready within 5 s (then 10, 15 s, ...) and a proxy or replica whose health
+    # check takes over 10 s. On a small machine under load (2 cores busy compiling) the proxy's first start
+    # (importing Serve, FastAPI, uvicorn) takes longer, and serve.start() fails on the killed proxy: wait 60 s.
+    for k in ("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S"):
+        env.setdefault(k, "60")
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE", *(extra_env or {})):
+    for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_MODE",
+              "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", *(extra_env or {})):
         os.environ[k] = env[k]
     # This driver imported Ray before: its constant was read at import time.
     import ray._private.ray_constants as ray_constants

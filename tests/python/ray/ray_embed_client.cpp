@@ -3,7 +3,10 @@
 //   --samples N: sample i is the text "sample-<i>"; one JSON line per sample to --out
 //     {"i": i, "version": V, "digest": "<fnv-1a 64 of every output's bytes, in order>"}
 //   --duration-s D: closed loop for D seconds instead (benchmark), same rows every request
-// Last line on stdout: a JSON summary {"requests", "failed", "retries", "req_per_s", "p50_ms", "p99_ms",
+//   --until-endpoints K: with --samples N, stop starting samples once K endpoints have each answered 10
+//     requests (N is then a cap; the summary's "samples" says how many ran). For the autoscaler test: the
+//     run lasts until the new replica is used, however long its start takes on a loaded machine.
+// Last line on stdout: a JSON summary {"samples", "requests", "failed", "retries", "req_per_s", "p50_ms", "p99_ms",
 // "endpoints": {url: answered requests}, "errors": [first messages]}.
 #include <algorithm>
 #include <atomic>
@@ -44,7 +47,7 @@ int usage() {
   std::fprintf(stderr,
                "ray_embed_client (--endpoints-url URL | --endpoints URL[,URL...]) [--model text-embed] [--input text]\n"
                "  (--samples N --out FILE | --duration-s D) [--rows-per-request R] [--concurrency C] [--timeout-ms T]\n"
-               "  [--refresh-ms 250] [--min-request-ms 0]\n");
+               "  [--refresh-ms 250] [--until-endpoints K]\n");
   return 2;
 }
 
@@ -52,7 +55,7 @@ int usage() {
 
 int main(int argc, char** argv) {
   std::string url, list, model = "text-embed", input = "text", out_path;
-  std::size_t samples = 0, rows_per_request = 4, concurrency = 8;
+  std::size_t samples = 0, rows_per_request = 4, concurrency = 8, until_endpoints = 0;
   double duration_s = 0;
   long timeout_ms = 60000, refresh_ms = 250;
   for (int i = 1; i < argc; ++i) {
@@ -69,9 +72,12 @@ int main(int argc, char** argv) {
     else if (a == "--duration-s") duration_s = std::stod(next());
     else if (a == "--timeout-ms") timeout_ms = std::stol(next());
     else if (a == "--refresh-ms") refresh_ms = std::stol(next());
+    else if (a == "--until-endpoints") until_endpoints = std::stoul(next());
     else return usage();
   }
-  if ((url.empty() == list.empty()) || (samples == 0) == (duration_s <= 0) || (samples && out_path.empty())) return usage();
+  if ((url.empty() == list.empty()) || (samples == 0) == (duration_s <= 0) || (samples && out_path.empty()) ||
+      (until_endpoints && !samples))
+    return usage();
 
   client::client_options o;
   if (!url.empty()) o.endpoints.url = url;
@@ -105,6 +111,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> bench_rows;
   for (std::size_t i = 0; i < rows_per_request; ++i) bench_rows.push_back("bench-row-" + std::to_string(i));
 
+  constexpr std::size_t kUsedAfter = 10;  // answered requests that make an endpoint count for --until-endpoints
+  const auto enough_endpoints = [&] {  // under mu
+    if (!until_endpoints) return false;
+    return static_cast<std::size_t>(std::count_if(per_endpoint.begin(), per_endpoint.end(),
+                                                  [&](const auto& e) { return e.second >= kUsedAfter; })) >= until_endpoints;
+  };
+
   // One request in flight per slot; each completion starts the next (closed loop).
   std::function<void()> launch;
   launch = [&] {
@@ -112,7 +125,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> texts;
     std::size_t first = 0;
     if (samples) {
-      if (next_sample >= samples) return;
+      if (next_sample >= samples || enough_endpoints()) return;
       first = next_sample;
       for (std::size_t i = first; i < std::min(samples, first + rows_per_request); ++i) texts.push_back("sample-" + std::to_string(i));
       next_sample += texts.size();
@@ -160,7 +173,7 @@ int main(int argc, char** argv) {
   }
   std::sort(latencies_ms.begin(), latencies_ms.end());
   const auto pct = [&](double q) { return latencies_ms.empty() ? 0.0 : latencies_ms[std::min(latencies_ms.size() - 1, static_cast<std::size_t>(q * latencies_ms.size()))]; };
-  nlohmann::json summary{{"requests", requests},   {"failed", failed},           {"retries", st.retries},
+  nlohmann::json summary{{"samples", next_sample},   {"requests", requests},   {"failed", failed},           {"retries", st.retries},
                          {"attempts", st.attempts}, {"elapsed_s", elapsed},       {"req_per_s", (requests - failed) / elapsed},
                          {"p50_ms", pct(0.50)},     {"p99_ms", pct(0.99)},        {"endpoints", per_endpoint},
                          {"errors", errors},        {"endpoint_updates", st.endpoint_updates}};

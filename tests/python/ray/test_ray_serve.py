@@ -137,15 +137,19 @@ def test_autoscaler_scales_1_to_2_on_queue_depth_and_client_follows(ray_cluster,
                                                               metrics_interval_s=0.2, look_back_period_s=1.0))
     first = wait_endpoints(ray_cluster, app, 1)
     url = f"http://{ray_cluster['http']}/{app}/endpoints"
-    n = 1200  # ~15 s on one replica (4 rows / 40 ms), so the scale-up happens under load
-    run = run_client(["--endpoints-url", url, "--samples", str(n), "--rows-per-request", "4", "--concurrency", "12"])
+    # The client runs until both replicas have answered 10 requests each (at most 12,000 samples, ~120 s on one
+    # replica at 4 rows / 40 ms): the scale-up happens under its load, however long the new replica takes to
+    # start on a loaded machine, and the client must pick it up from the endpoints URL to finish.
+    run = run_client(["--endpoints-url", url, "--samples", "12000", "--rows-per-request", "4", "--concurrency", "12",
+                      "--until-endpoints", "2"])
     both = wait_endpoints(ray_cluster, app, 2, timeout_s=60)
     assert first[0] in both
-    summary, got = run.result(timeout_s=120)
+    summary, got = run.result(timeout_s=180)
     assert summary["failed"] == 0
     assert sorted(summary["endpoints"]) == both, "the client sent work to the new replica"
-    assert min(summary["endpoints"].values()) > 0
-    check_exactly_once(got, n)
+    assert min(summary["endpoints"].values()) >= 10
+    assert 0 < summary["samples"] < 12000
+    check_exactly_once(got, summary["samples"])
     remove(app)
 
 

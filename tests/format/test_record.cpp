@@ -100,6 +100,19 @@ TEST_CASE_TEMPLATE("record round trip: every dtype, raw and zstd with shuffle", 
   CHECK(r.field(4).decode().value().numel() == 0);
 }
 
+TEST_CASE("add_text: compressed only when that saves a 64-byte block; a text of one block is never") {
+  for (std::size_t n : {std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{200}}) {
+    const std::string text(n, 'a');  // as compressible as text gets
+    record_builder b;
+    REQUIRE(b.add_text("t", text));
+    auto buf = b.finish().value();
+    auto r = record_view::parse(buf).value();
+    const auto& f = *r.find("t");
+    CHECK(f.codec() == (n > 64 ? codec::codec_id::text : codec::codec_id::raw));
+    CHECK(f.text().value() == text);
+  }
+}
+
 TEST_CASE("record round trip: every field kind") {
   const byte_buffer jpeg = random_bytes(5000, 2), clip = random_bytes(7000, 3), blob = random_bytes(300, 4);
   std::string long_text;

@@ -47,7 +47,8 @@ class record_builder {
   result<void> add_text(std::string_view name, std::string_view utf8, int level = 3) {
     JITEMBED_TRY(check_name(name));
     if (auto ok = codec::validate_utf8(utf8); !ok) return prefixed(name, ok.error());
-    if (level != 0) {
+    // Text of one block or less cannot shrink by a block (any encoding is at least one): no zstd call.
+    if (level != 0 && utf8.size() > kAlignment) {
       auto enc = codec::encode_text(utf8, level);
       if (!enc) return prefixed(name, enc.error());
       if (align_up(enc->size()) < align_up(utf8.size())) {  // saves at least one 64-byte block

@@ -245,6 +245,27 @@ nb::dict loader_stats_dict(const loader_stats& s) {
   d["cache_misses"] = s.cache_misses;
   d["cache_puts"] = s.cache_puts;
   d["client"] = client_stats_dict(s.client);
+  nb::list epochs;
+  for (const auto& e : s.epochs) {
+    nb::dict ed;
+    ed["epoch"] = e.epoch;
+    ed["steps"] = e.steps;
+    ed["samples_delivered"] = e.samples_delivered;
+    ed["samples_failed"] = e.samples_failed;
+    ed["wait_s"] = e.wait_s;
+    ed["max_wait_s"] = e.max_wait_s;
+    ed["wall_s"] = e.wall_s;
+    ed["ended"] = e.ended;
+    ed["samples_per_s"] = e.samples_per_s();
+    ed["stall"] = e.stall();
+    ed["requests"] = e.requests;
+    ed["rows_requested"] = e.rows_requested;
+    ed["resubmits"] = e.resubmits;
+    ed["cache_hits"] = e.cache_hits;
+    ed["cache_misses"] = e.cache_misses;
+    epochs.append(ed);
+  }
+  d["epochs"] = epochs;
   return d;
 }
 

@@ -102,6 +102,39 @@ TEST_CASE("cache: epoch 2 with a warm memory cache sends no request") {
   CHECK(s2.cache_hits >= 35);  // epoch 3 may be prefetching (from the cache) already
   CHECK(s2.cache_misses == 35);
   for (const auto& s : e2.samples) check_against_reference(ds.data, s);
+
+  // Per epoch: epoch 0 sent every request (35 misses), epoch 1 none (35 hits, prefetched or not); both ended.
+  REQUIRE(s2.epochs.size() >= 2);
+  const auto& p0 = s2.epochs[0];
+  const auto& p1 = s2.epochs[1];
+  CHECK(p0.epoch == 0);
+  CHECK(p1.epoch == 1);
+  for (const auto* p : {&p0, &p1}) {
+    CHECK(p->ended);
+    CHECK(p->steps == l->steps_per_epoch());
+    CHECK(p->samples_delivered == 20);
+    CHECK(p->samples_failed == 0);
+    CHECK(p->wall_s > 0);
+    CHECK(p->wait_s <= p->wall_s);
+    CHECK(p->max_wait_s <= p->wait_s);
+    CHECK(p->samples_per_s() > 0);
+  }
+  CHECK(p0.cache_misses == 35);
+  CHECK(p0.cache_hits == 0);
+  CHECK(p0.requests == s1.requests);
+  CHECK(p0.rows_requested == s2.rows_requested);
+  CHECK(p1.requests == 0);
+  CHECK(p1.cache_hits == 35);
+  CHECK(p1.cache_misses == 0);
+  std::uint64_t delivered = 0, requests = 0, hits = 0;
+  for (const auto& p : s2.epochs) {
+    delivered += p.samples_delivered;
+    requests += p.requests;
+    hits += p.cache_hits;
+  }
+  CHECK(delivered == s2.samples_delivered);
+  CHECK(requests == s2.requests);
+  CHECK(hits == s2.cache_hits);
 }
 
 TEST_CASE("back-pressure: a trainer that does not call next() holds the loader at its bound") {

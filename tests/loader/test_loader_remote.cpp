@@ -79,7 +79,6 @@ TEST_CASE("remote: an in-process jitembed service, embeddings equal the referenc
   auto l = jit_loader::create(ds.data, c, o);
   REQUIRE_MESSAGE(l.has_value(), l.error().message);
   for (int epoch = 0; epoch < 2; ++epoch) {
-    const auto before = c.stats().requests;
     auto d = drain(*l);
     std::vector<std::uint64_t> got = d.order;
     std::sort(got.begin(), got.end());
@@ -94,7 +93,14 @@ TEST_CASE("remote: an in-process jitembed service, embeddings equal the referenc
         check_against_reference(ds.data, s);
       }
     }
-    if (epoch == 1) CHECK(c.stats().requests - before <= 1);  // only the broken sample's image is asked again
+    if (epoch == 1) {
+      // Only the broken sample's image is asked again. Counted per epoch: the client's total can also hold
+      // epoch 2's prefetch, which starts once epoch 1 is all admitted and done (it made this check flaky).
+      const auto st = l->stats();
+      REQUIRE(st.epochs.size() >= 2);
+      CHECK(st.epochs[1].epoch == 1);
+      CHECK(st.epochs[1].requests <= 1);  // (it may have been sent during epoch 0's drain, as prefetch)
+    }
   }
   const auto st = l->stats();
   CHECK(st.cache_hits > 0);

@@ -2,11 +2,34 @@
 // the client's own counters (retries, hedges, per-endpoint requests and latency).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "jitembed/client/stats.hpp"
 
 namespace jitembed::client {
+
+// One epoch's share of the counters. Delivery (steps, samples, waits) counts where the trainer received it;
+// requests and cache lookups count for the epoch of the samples they were for, also when they were sent
+// while the trainer was still in the previous epoch (prefetch).
+struct loader_epoch_stats {
+  std::uint64_t epoch = 0;
+  std::uint64_t steps = 0;               // batches returned
+  std::uint64_t samples_delivered = 0;   // failed ones included
+  std::uint64_t samples_failed = 0;
+  double wait_s = 0;                     // time the trainer spent blocked in next() during this epoch
+  double max_wait_s = 0;
+  double wall_s = 0;                     // from the epoch's first next() call to its end-of-epoch next() (or now)
+  bool ended = false;                    // the end-of-epoch next() returned
+  std::uint64_t requests = 0;            // embed requests sent for this epoch's samples (resubmissions included)
+  std::uint64_t rows_requested = 0;
+  std::uint64_t resubmits = 0;
+  std::uint64_t cache_hits = 0;
+  std::uint64_t cache_misses = 0;
+  double samples_per_s() const noexcept { return wall_s > 0 ? static_cast<double>(samples_delivered) / wall_s : 0.0; }
+  double stall() const noexcept { return wall_s > 0 ? wait_s / wall_s : 0.0; }  // fraction of the epoch spent waiting
+};
 
 struct loader_stats {
   std::uint64_t epoch = 0;
@@ -33,6 +56,11 @@ struct loader_stats {
   std::uint64_t cache_put_failures = 0;   // values the store did not take (budget, store error)
 
   client_stats client;                    // the client's counters: retries, hedges, endpoints
+
+  // Per epoch, oldest first: every epoch this loader has delivered from or prefetched for (the last
+  // kMaxEpochStats of them).
+  std::vector<loader_epoch_stats> epochs;
+  static constexpr std::size_t kMaxEpochStats = 1024;
 };
 
 }  // namespace jitembed::client

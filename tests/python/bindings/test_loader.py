@@ -51,7 +51,15 @@ def test_every_sample_once_per_epoch(dataset_path):
         b = batches[0]
         want = client.embed("text-embed", [ds[int(i)].record for i in b["indices"]], outputs=["pooled"])
         assert b["caption"].tobytes() == want["pooled"].tobytes()
-        assert loader.stats()["samples_delivered"] == 46
+        st = loader.stats()
+        assert st["samples_delivered"] == 46
+        e0, e1 = st["epochs"][0], st["epochs"][1]
+        assert (e0["epoch"], e1["epoch"]) == (0, 1)
+        for e in (e0, e1):
+            assert e["ended"] and e["steps"] == 5 and e["samples_delivered"] == 23 and e["samples_failed"] == 0
+            assert e["wall_s"] > 0 and 0 <= e["stall"] <= 1 and e["samples_per_s"] > 0
+            assert e["rows_requested"] == 23  # no cache: every sample asked once per epoch
+        assert sum(e["requests"] for e in st["epochs"]) == st["requests"]
         loader.close()
 
 

@@ -115,7 +115,14 @@ class loader_state {
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_lock lock(mu_);
     if (closed_) return fail(errc::cancelled, "jit_loader: closed");
+    auto& es = epoch_stats_locked(epoch_);
+    if (!es.begun) {
+      es.begun = true;
+      es.begin = t0;
+    }
     if (steps_done_ >= plan_.steps()) {  // the epoch is over: report it once and start the next one
+      es.s.ended = true;
+      es.s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - es.begin).count();
       start_epoch_locked(epoch_ + 1);
       cv_.notify_all();
       return std::optional<batch>{};
@@ -157,6 +164,14 @@ class loader_state {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     wait_s_ += waited;
     max_wait_s_ = std::max(max_wait_s_, waited);
+    {
+      auto& cur = epoch_stats_locked(epoch_).s;  // (epoch_stats_locked may have dropped `es` when over the cap)
+      ++cur.steps;
+      cur.samples_delivered += b.samples.size();
+      for (const auto& smp : b.samples) cur.samples_failed += smp.ok() ? 0 : 1;
+      cur.wait_s += waited;
+      cur.max_wait_s = std::max(cur.max_wait_s, waited);
+    }
     cv_.notify_all();  // room in the window
     return std::optional<batch>(std::move(b));
   }
@@ -193,12 +208,19 @@ class loader_state {
       s.ready = ready_.size();
       s.chunks_in_flight = chunks_in_flight_;
       s.requests_in_flight = outstanding_;
+      // updated under mu_ with their epoch's share (read here so the totals and s.epochs agree)
+      s.requests = requests_.load();
+      s.rows_requested = rows_requested_.load();
+      s.cache_hits = cache_hits_.load();
+      s.cache_misses = cache_misses_.load();
+      const auto now = std::chrono::steady_clock::now();
+      s.epochs.reserve(epoch_stats_.size());
+      for (const auto& [e, es] : epoch_stats_) {
+        s.epochs.push_back(es.s);
+        if (es.begun && !es.s.ended) s.epochs.back().wall_s = std::chrono::duration<double>(now - es.begin).count();
+      }
     }
-    s.requests = requests_.load();
-    s.rows_requested = rows_requested_.load();
     s.resubmits = resubmits_.load();
-    s.cache_hits = cache_hits_.load();
-    s.cache_misses = cache_misses_.load();
     s.cache_puts = cache_puts_.load();
     s.cache_put_failures = cache_put_failures_.load();
     s.client = client_->stats();
@@ -247,6 +269,27 @@ class loader_state {
   };
 
   static result<void> check(const loader_options& o);
+
+  struct epoch_entry {
+    loader_epoch_stats s;
+    bool begun = false;  // the trainer's first next() of the epoch happened (at `begin`)
+    std::chrono::steady_clock::time_point begin{};
+  };
+
+  // The entry of epoch e (made on first use; past loader_stats::kMaxEpochStats the oldest other entry is
+  // dropped). Under mu_.
+  epoch_entry& epoch_stats_locked(std::uint64_t e) {
+    auto [it, made] = epoch_stats_.try_emplace(e);
+    if (made) {
+      it->second.s.epoch = e;
+      if (epoch_stats_.size() > loader_stats::kMaxEpochStats) {
+        auto oldest = epoch_stats_.begin();
+        if (oldest == it) ++oldest;
+        epoch_stats_.erase(oldest);
+      }
+    }
+    return it->second;
+  }
 
   result<void> make_groups();
 
@@ -320,6 +363,7 @@ class loader_state {
   std::unordered_map<std::uint64_t, loader_request> live_;
   std::deque<finished_request> finished_;
   std::uint64_t batches_ = 0, delivered_total_ = 0, failed_total_ = 0;
+  std::map<std::uint64_t, epoch_entry> epoch_stats_;  // by epoch, at most loader_stats::kMaxEpochStats
   double wait_s_ = 0, max_wait_s_ = 0;
   std::vector<std::thread> workers_;
 

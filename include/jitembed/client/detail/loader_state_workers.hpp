@@ -131,6 +131,7 @@ inline auto loader_state::from_cache(const loader_group& g, const cache::cached_
 inline void loader_state::run_chunk(const std::vector<admitted>& items) {
   auto chunk = std::make_shared<loader_chunk>();
   chunk->pending = 1;
+  std::uint64_t hits = 0, misses = 0;  // this chunk's cache lookups, added to its epoch's stats below
   try {
     chunk->samples.resize(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -160,10 +161,10 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
           if (k < got.size() && got[k]) hit = from_cache(groups_[g], *got[k]);
           if (hit) {
             chunk->samples[rows[k]].rows[g] = std::move(*hit);
-            ++cache_hits_;
+            ++hits;
           } else {
             miss.push_back(rows[k]);
-            ++cache_misses_;
+            ++misses;
           }
         }
         rows = std::move(miss);
@@ -180,6 +181,14 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
     for (auto& s : chunk->samples)
       if (!s.out.error) s.out.error = e;
   }
+  if ((hits || misses) && !items.empty()) {
+    std::lock_guard lock(mu_);  // the totals and the epoch's share together: stats() sees them agree
+    cache_hits_ += hits;
+    cache_misses_ += misses;
+    auto& es = epoch_stats_locked(items.front().epoch).s;
+    es.cache_hits += hits;
+    es.cache_misses += misses;
+  }
   release(chunk);
 }
 
@@ -195,13 +204,17 @@ inline void loader_state::submit(loader_request r) {
   std::uint64_t token = 0;
   {
     std::lock_guard lock(mu_);
+    auto& es = epoch_stats_locked(r.chunk->samples[r.rows.front()].epoch).s;  // a chunk holds one epoch's samples
+    ++es.requests;
+    es.rows_requested += req.rows.size();
+    if (r.attempt > 0) ++es.resubmits;
+    ++requests_;
+    rows_requested_ += req.rows.size();
     token = next_token_++;
     ++r.chunk->pending;
     ++outstanding_;
     live_.emplace(token, std::move(r));
   }
-  ++requests_;
-  rows_requested_ += req.rows.size();
   const auto id = client_->embed(std::move(req), [this, token](result<embed_result> res) { on_done(token, std::move(res)); });
   std::lock_guard lock(mu_);
   if (auto it = live_.find(token); it != live_.end()) it->second.id = id;

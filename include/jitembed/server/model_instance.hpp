@@ -134,45 +134,8 @@ struct model_counters {
 
 class model_instance {
  public:
-  // Builds the batcher around `m` (one runner thread per instance); bad batching settings are
-  // invalid_argument. Shared: the service's registry and every request routed to the version hold it.
-  static result<std::shared_ptr<model_instance>> create(models::any_model m, model_config cfg) {
-    std::shared_ptr<model_instance> inst;
-    try {
-      inst = std::make_shared<model_instance>(passkey{}, std::move(m), std::move(cfg));
-    } catch (const std::bad_alloc&) {
-      return fail(errc::resource_exhausted, "model_instance: out of memory");
-    }
-    const models::any_model* model = &inst->model_;
-    auto b = row_batcher::create(inst->batch_options_, [model](std::span<row_item> in, std::span<result<models::named_tensors>> out) {
-      std::vector<tensor> batch;
-      batch.reserve(in.size());
-      for (auto& r : in) batch.push_back(std::move(r.input));
-      auto res = model->run(batch);
-      if (!res) {
-        for (auto& o2 : out) o2 = res.error();
-        return;
-      }
-      if (res->size() != in.size()) {
-        for (auto& o2 : out) o2 = fail(errc::internal, "model returned " + std::to_string(res->size()) + " results for a batch of " + std::to_string(in.size()));
-        return;
-      }
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::move((*res)[i]);
-    });
-    if (!b) return fail(b.code(), "model '" + inst->name() + "' version " + inst->version() + ": " + b.error().message);
-    inst->batcher_.emplace(std::move(*b));
-    return inst;
-  }
-
- private:
-  struct passkey {
-    explicit passkey() = default;
-  };
-
- public:
-  // For create() (make_shared needs a public constructor; the passkey keeps it create()'s). Does not throw
-  // but for memory: the batcher is built by create().
-  model_instance(passkey, models::any_model m, model_config cfg) : model_(std::move(m)), config_(std::move(cfg)) {
+  // Builds the batcher around `m` (one runner thread per instance). Throws jitembed::error on bad settings.
+  model_instance(models::any_model m, model_config cfg) : model_(std::move(m)), config_(std::move(cfg)) {
     batching::batcher_options o;
     const std::size_t model_max = std::max<std::size_t>(model_.max_batch_size(), 1);
     o.max_batch_size = config_.max_batch_size ? std::min(config_.max_batch_size, model_max) : model_max;
@@ -184,6 +147,23 @@ class model_instance {
     for (auto p : config_.preferred_batch_sizes) o.preferred_batch_sizes.push_back(std::min(p, o.max_batch_size));
     batch_options_ = o;
     max_inflight_rows_ = config_.max_inflight_rows ? config_.max_inflight_rows : default_inflight_rows(config_.queue_size);
+    const models::any_model* model = &model_;
+    batcher_.emplace(row_batcher::create(
+        o, [model](std::span<row_item> in, std::span<result<models::named_tensors>> out) {
+          std::vector<tensor> batch;
+          batch.reserve(in.size());
+          for (auto& r : in) batch.push_back(std::move(r.input));
+          auto res = model->run(batch);
+          if (!res) {
+            for (auto& o2 : out) o2 = res.error();
+            return;
+          }
+          if (res->size() != in.size()) {
+            for (auto& o2 : out) o2 = fail(errc::internal, "model returned " + std::to_string(res->size()) + " results for a batch of " + std::to_string(in.size()));
+            return;
+          }
+          for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::move((*res)[i]);
+        }).value());
   }
   model_instance(const model_instance&) = delete;
   model_instance& operator=(const model_instance&) = delete;

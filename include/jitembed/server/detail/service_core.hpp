@@ -123,9 +123,12 @@ class service_core {
     if (cfg.name.empty() || cfg.version.empty()) return fail(errc::invalid_argument, "load: empty model name or version");
     if (!ready()) return fail(errc::unavailable, "load: the service is shutting down");  // before a warm-up
     JITEMBED_TRY(detail::check_admitted(cfg.name, cfg.version, versions_of(cfg.name), cfg.policy));
-    auto made = model_instance::create(std::move(m), std::move(cfg));
-    if (!made) return made.error();
-    std::shared_ptr<model_instance> inst = std::move(*made);
+    std::shared_ptr<model_instance> inst;
+    try {
+      inst = std::make_shared<model_instance>(std::move(m), std::move(cfg));
+    } catch (const jitembed::error& e) {
+      return fail(e.code(), e.message());
+    }
     JITEMBED_TRY(inst->warm());
     std::vector<std::shared_ptr<model_instance>> gone;
     {

@@ -35,11 +35,11 @@ class dynamic_batcher {
   using core = detail::batcher_core<Request, Response, BucketKey>;
 
  public:
-  using request_type = Request;
-  using response_type = Response;
-  using bucket_type = BucketKey;
-  using options_type = submit_options<BucketKey>;
-  using callback_type = std::function<void(result<Response>)>;
+  using request_type = typename core::request_type;
+  using response_type = typename core::response_type;
+  using bucket_type = typename core::bucket_type;
+  using options_type = typename core::options_type;
+  using callback_type = typename core::callback_type;
   using runner_type = typename core::runner_type;
   using clock = typename core::clock;
 

@@ -14,7 +14,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
 
@@ -47,6 +47,36 @@ def http_post(url: str, body: bytes, headers: Dict[str, str], timeout: float = 1
         return e.code, dict(e.headers), e.read()
 
 
+def _listening_tcp() -> List[Tuple[str, int, str]]:
+    """(address in /proc's hex, port, socket inode) of every listening TCP socket (IPv4 and IPv6)."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if parts[3] == "0A":  # TCP_LISTEN
+                    addr, port = parts[1].rsplit(":", 1)
+                    out.append((addr, int(port, 16), parts[9]))
+    return out
+
+
+def _socket_inodes(pid: str) -> Set[str]:
+    """Inodes of the sockets process `pid` holds (empty when it is gone or not ours to read)."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return inodes
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    return inodes
+
+
 def wildcard_listeners() -> List[str]:
     """Listening TCP sockets on a wildcard or non-loopback address held by Ray's processes (ray::*, raylet,
     gcs_server, the dashboard agent, the Ray client server) or by jitembed servers, as "comm addr:port"."""
@@ -55,54 +85,18 @@ def wildcard_listeners() -> List[str]:
         try:
             comm = open(f"/proc/{pid}/comm").read().strip()
             cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue
-        if not (comm.startswith("ray::") or comm in ("raylet", "gcs_server") or "ray/" in cmdline or "jitembed" in comm):
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                owners[link[8:-1]] = comm
-    out = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                parts = line.split()
-                addr, port = parts[1].rsplit(":", 1)
-                loopback = addr in ("0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000")
-                if parts[3] == "0A" and parts[9] in owners and not loopback:
-                    out.append(f"{owners[parts[9]]} {addr}:{int(port, 16)}")
-    return out
+        if comm.startswith("ray::") or comm in ("raylet", "gcs_server") or "ray/" in cmdline or "jitembed" in comm:
+            owners.update(dict.fromkeys(_socket_inodes(pid), comm))
+    loopback = ("0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000")
+    return [f"{owners[inode]} {addr}:{port}" for addr, port, inode in _listening_tcp() if inode in owners and addr not in loopback]
 
 
 def listening_pids(port: int) -> List[int]:
     """Processes holding a listening TCP socket on `port` (from /proc: no external tool)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                parts = line.split()
-                if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                    inodes.add(parts[9])
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:[") and link[8:-1] in inodes:
-                pids.append(int(pid))
-                break
-    return pids
+    inodes = {inode for _, p, inode in _listening_tcp() if p == port}
+    return [int(pid) for pid in filter(str.isdigit, os.listdir("/proc")) if _socket_inodes(pid) & inodes]
 
 
 def endpoint_lines(text: str) -> List[str]:

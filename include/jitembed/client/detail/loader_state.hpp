@@ -150,14 +150,16 @@ class loader_state {
     b.epoch = epoch_;
     b.step = steps_done_++;
     b.samples.reserve(want.size());
+    std::uint64_t failed = 0;
     for (auto p : want) {
       auto it = ready_.find({epoch_, p});
       b.samples.push_back(std::move(it->second));
       ready_.erase(it);
       --ready_current_;
       delivered_[p] = true;
-      if (!b.samples.back().ok()) ++failed_total_;
+      if (!b.samples.back().ok()) ++failed;
     }
+    failed_total_ += failed;
     buffered_ -= want.size();
     delivered_total_ += want.size();
     ++batches_;
@@ -165,10 +167,10 @@ class loader_state {
     wait_s_ += waited;
     max_wait_s_ = std::max(max_wait_s_, waited);
     {
-      auto& cur = epoch_stats_locked(epoch_).s;  // (epoch_stats_locked may have dropped `es` when over the cap)
+      auto& cur = epoch_stats_locked(epoch_).s;  // looked up again: workers add entries while next() waits
       ++cur.steps;
       cur.samples_delivered += b.samples.size();
-      for (const auto& smp : b.samples) cur.samples_failed += smp.ok() ? 0 : 1;
+      cur.samples_failed += failed;
       cur.wait_s += waited;
       cur.max_wait_s = std::max(cur.max_wait_s, waited);
     }
@@ -208,11 +210,11 @@ class loader_state {
       s.ready = ready_.size();
       s.chunks_in_flight = chunks_in_flight_;
       s.requests_in_flight = outstanding_;
-      // updated under mu_ with their epoch's share (read here so the totals and s.epochs agree)
-      s.requests = requests_.load();
-      s.rows_requested = rows_requested_.load();
-      s.cache_hits = cache_hits_.load();
-      s.cache_misses = cache_misses_.load();
+      // updated under mu_ with their epoch's share, so the totals and s.epochs agree
+      s.requests = requests_;
+      s.rows_requested = rows_requested_;
+      s.cache_hits = cache_hits_;
+      s.cache_misses = cache_misses_;
       const auto now = std::chrono::steady_clock::now();
       s.epochs.reserve(epoch_stats_.size());
       for (const auto& [e, es] : epoch_stats_) {
@@ -367,8 +369,8 @@ class loader_state {
   double wait_s_ = 0, max_wait_s_ = 0;
   std::vector<std::thread> workers_;
 
-  std::atomic<std::uint64_t> requests_{0}, rows_requested_{0}, resubmits_{0}, cache_hits_{0}, cache_misses_{0}, cache_puts_{0},
-      cache_put_failures_{0};
+  std::uint64_t requests_ = 0, rows_requested_ = 0, cache_hits_ = 0, cache_misses_ = 0;  // under mu_, with epoch_stats_
+  std::atomic<std::uint64_t> resubmits_{0}, cache_puts_{0}, cache_put_failures_{0};
 };
 
 }  // namespace jitembed::client::detail

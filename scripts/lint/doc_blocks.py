@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Every code block of README.md and docs/*.md compiles (C++) or runs (Python): ctest lint/doc_blocks_*.
 
-Blocks: fenced ```cpp / ```c++ and ```python blocks. Each C++ snippet (a block and the blocks that continue
-it) becomes one function body; the snippets of one Markdown file are one translation unit, its `#include`
-lines hoisted to the top, `#line` directives pointing every line back at the Markdown file, so a compiler
-error reads `README.md:125:5: error: ...`. The TU is compiled with -fsyntax-only (parsing, name lookup,
-overload resolution, template instantiation and constant evaluation all run; only code generation is left
-out: a block that fails to link against a real program is not what this catches, and one TU per file and
-compiler keeps the test at seconds per file instead of minutes) by each compiler given (GCC and Clang),
-with the include directories, compile definitions and options of the umbrella target jitembed::jitembed
-(written by CMake into a flags file, tests/lint/CMakeLists.txt) and -Werror=narrowing.
+Blocks: fenced ```cpp / ```c++ and ```python blocks (indented ones inside list items too). Each C++ snippet
+(a block and the blocks that continue it) becomes one function body; the snippets of all Markdown files are
+one translation unit per required component (--tu-per-file: per file too), their `#include` lines hoisted
+to the top, `#line` directives pointing every line back at the Markdown file, so a compiler error reads
+`README.md:125:5: error: ...` and the test names the failing block by its fence line.
+
+Why -fsyntax-only: it runs parsing, name lookup, overload resolution, template instantiation and constant
+evaluation, which is every way a snippet goes wrong; only code generation and linking are left out (a
+snippet is never run: its inputs are declared, not real). One TU per compiler parses the heavy headers
+(jit_loader.hpp, server.hpp) once: about a minute per compiler instead of several. Each compiler given
+(GCC and Clang) gets the include directories, compile definitions and options of the umbrella target
+jitembed::jitembed (written by CMake into a flags file, tests/lint/CMakeLists.txt) and -Werror=narrowing.
 
 A Python block runs with the Python that runs this script (.venv's: the installed jitembed module), in a
 fresh namespace per snippet and a fresh temporary directory per file; line numbers of tracebacks are the
@@ -36,7 +39,8 @@ A C++ snippet that is not `top-level` and not a continuation must include a jite
 reader who copies it knows what to include.
 
 Usage:
-  doc_blocks.py cxx ROOT --compiler CXX [--compiler CXX ...] --flags FILE [--flags NAME=FILE ...] [--keep DIR]
+  doc_blocks.py cxx ROOT --compiler CXX [--compiler CXX ...] --flags FILE [--flags NAME=FILE ...]
+                [--without NAME=REASON ...] [--keep DIR] [--tu-per-file]
   doc_blocks.py python ROOT
   doc_blocks.py list ROOT
 Exit: 0 all good, 1 a block failed (its file:line printed), 2 usage, 77 Python blocks skipped (no module).
@@ -231,55 +235,64 @@ def run_cxx(args):
             raise SystemExit("--flags NAME=FILE expected after the first --flags, got '%s'" % extra)
         if os.path.exists(path):
             flags[name] = read_flags(path)
+    without = dict(w.partition("=")[::2] for w in args.without)
     failures, skipped, deliberate, compiled, tus = [], [], [], 0, 0
     started = time.monotonic()
     keep = args.keep
     if keep:
         os.makedirs(keep, exist_ok=True)
+    groups = {}  # requirement -> snippets of every file: one TU per requirement (or per file, --tu-per-file)
     for rel in markdown_files(args.root):
-        snips = [s for s in snippets(extract(args.root, rel)) if s[0].lang == "cpp"]
-        groups = {}
-        for s in snips:
-            bad = check_includes(s)
+        for snip in snippets(extract(args.root, rel)):
+            if snip[0].lang != "cpp":
+                continue
+            bad = check_includes(snip)
             if bad:
                 failures.append(bad)
                 continue
-            if s[0].opts.get("no-compile"):
-                deliberate.append("%s: not compiled: %s" % (s[0].where, s[0].opts["no-compile"]))
+            if snip[0].opts.get("no-compile"):
+                deliberate.append("%s: not compiled: %s" % (snip[0].where, snip[0].opts["no-compile"]))
                 continue
-            need = s[0].opts.get("requires", "")
+            need = snip[0].opts.get("requires", "")
+            if need in without:
+                skipped.append("%s: skipped for this compiler: %s" % (snip[0].where, without[need]))
+                continue
             if need not in flags:
-                skipped.append("%s: skipped: needs jitembed::%s, not configured in this build" % (s[0].where, need))
+                skipped.append("%s: skipped: needs jitembed::%s, not configured in this build" % (snip[0].where, need))
                 continue
-            groups.setdefault(need, []).append(s)
-        for need, group in groups.items():
-            src = translation_unit(group, args.root)
-            tus += 1
-            suffix = ".cu" if need == "cuda" else ".cpp"
-            name = "%s%s%s" % (rel.replace("/", "_").replace(".", "_"), "_" + need if need else "", suffix)
-            with tempfile.TemporaryDirectory() as tmp:
-                path = os.path.join(keep or tmp, name)
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(src)
-                compilers = flags[need]["compiler"] if need == "cuda" else args.compiler
-                for cxx in compilers:
+            groups.setdefault((need, rel if args.tu_per_file else ""), []).append(snip)
+    for (need, rel), group in groups.items():
+        src = translation_unit(group, args.root)
+        tus += 1
+        name = "doc_blocks%s%s%s" % ("_" + need if need else "", "_" + re.sub(r"\W", "_", rel) if rel else "",
+                                     ".cu" if need == "cuda" else ".cpp")
+        files = sorted({s[0].path for s in group})
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(keep or tmp, name)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(src)
+            compilers = flags[need]["compiler"] if need == "cuda" else args.compiler
+            for cxx in compilers:
+                label = os.path.basename(shlex.split(cxx)[0])
+                if need == "cuda":  # nvcc has no syntax-only mode that covers device code: compile, keep nothing
+                    cmd = shlex.split(cxx) + ["-std=c++20", "-x", "cu", "-c", "-o", os.devnull]
+                else:
                     cmd = shlex.split(cxx) + ["-std=c++20", "-fsyntax-only", "-Werror=narrowing"]
-                    if need == "cuda":
-                        # nvcc has no syntax-only mode that covers device code: compile, keep nothing
-                        cmd = shlex.split(cxx) + ["-std=c++20", "-x", "cu", "-c", "-o", os.devnull]
-                    cmd += flag_args(flags[need], args.root) + [path]
-                    t0 = time.monotonic()
-                    p = subprocess.run(cmd, cwd=args.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                    dt = time.monotonic() - t0
-                    compiled += 1
-                    label = os.path.basename(shlex.split(cxx)[0])
-                    print("%-7s %-22s %d snippet(s) %5.1f s  %s" % ("ok" if p.returncode == 0 else "FAILED", rel + (" [" + need + "]" if need else ""), len(group), dt, label), flush=True)
-                    if p.returncode != 0:
-                        at = sorted({int(m.group(1)) for m in re.finditer(r"^%s:(\d+):(?:\d+:)? (?:fatal )?error" % re.escape(rel), p.stdout, re.M)})
-                        where = sorted({blk.where for s in group for blk in s
-                                        for n in at if blk.line <= n < blk.line + len(blk.code) or blk.given_line <= n < blk.given_line + len(blk.given)})
-                        failures.append("%s (%s): %s\n%s" % (rel, label, ", ".join(where) or "errors outside the blocks (see below)",
-                                                             tail(p.stdout, 60)))
+                    if "clang" in label:
+                        cmd.append("-ferror-limit=200")  # default 20: report every failing block
+                cmd += flag_args(flags[need], args.root) + [path]
+                t0 = time.monotonic()
+                p = subprocess.run(cmd, cwd=args.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                compiled += 1
+                print("%-7s %-10s %2d snippet(s) from %d file(s)%s %6.1f s" % (
+                    "ok" if p.returncode == 0 else "FAILED", label, len(group), len(files),
+                    " [requires " + need + "]" if need else "", time.monotonic() - t0), flush=True)
+                if p.returncode != 0:
+                    at = {(m.group(1), int(m.group(2))) for m in re.finditer(r"^(\S+\.md):(\d+):(?:\d+:)? (?:fatal )?error", p.stdout, re.M)}
+                    where = sorted({blk.where for snip in group for blk in snip for f, n in at if f == blk.path and (
+                        blk.line <= n < blk.line + len(blk.code) or blk.given_line <= n < blk.given_line + len(blk.given))})
+                    failures.append("%s: %s\n%s" % (label, ", ".join(where) or "errors outside the blocks (see below)",
+                                                     tail(p.stdout, 80)))
     for line in deliberate + skipped:
         print(line)
     print("%d translation unit(s), %d compile(s) in %.1f s; %d not compiled on purpose, %d skipped" %
@@ -361,6 +374,10 @@ def main():
     ap.add_argument("--compiler", action="append", default=[])
     ap.add_argument("--flags", action="append", default=[])
     ap.add_argument("--keep", help="write the generated translation units here (debugging)")
+    ap.add_argument("--without", action="append", default=[], metavar="NAME=REASON",
+                    help="skip the blocks that require NAME with these compilers, for REASON (printed)")
+    ap.add_argument("--tu-per-file", action="store_true",
+                    help="one TU per Markdown file (default: one for all files, the headers parsed once)")
     args = ap.parse_args()
     if args.mode == "cxx":
         if not args.compiler or not args.flags:

@@ -15,7 +15,9 @@
 #endif
 #endif
 
-namespace jitembed::detail {
+// Not `jitembed::detail`: every file includes this one, and a user's `using namespace jitembed;` next to
+// `using namespace jitembed::<area>;` would make their `detail::` ambiguous.
+namespace jitembed::core_detail {
 
 [[noreturn]] inline void precondition_failed(const char* expr, const char* what, const char* file, int line) noexcept {
   std::fprintf(stderr, "%s:%d: jitembed precondition violated: %s (%s)\n", file, line, what, expr);
@@ -23,11 +25,11 @@ namespace jitembed::detail {
   std::abort();
 }
 
-}  // namespace jitembed::detail
+}  // namespace jitembed::core_detail
 
 #if JITEMBED_ASSERTIONS
 #define JITEMBED_ASSERT(cond, what) \
-  ((cond) ? static_cast<void>(0) : ::jitembed::detail::precondition_failed(#cond, what, __FILE__, __LINE__))
+  ((cond) ? static_cast<void>(0) : ::jitembed::core_detail::precondition_failed(#cond, what, __FILE__, __LINE__))
 #else
 #define JITEMBED_ASSERT(cond, what) static_cast<void>(0)
 #endif

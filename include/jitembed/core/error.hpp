@@ -264,12 +264,13 @@ inline error_info fail(errc code, std::string message) {
 template <class T>
 class result;
 
-namespace detail {
+// Whether T is a result<U> (for generic code: and_then's callable must return one).
 template <class T>
 struct is_result : std::false_type {};
 template <class T>
 struct is_result<result<T>> : std::true_type {};
-}  // namespace detail
+template <class T>
+inline constexpr bool is_result_v = is_result<T>::value;
 
 // result<T>: a value or an error_info, with std::expected's interface (has_value, value, operator*, ->,
 // error, value_or, and_then, transform, or_else, transform_error) plus code() and with_context().
@@ -279,7 +280,7 @@ template <class T>
 class [[nodiscard]] result {
   static_assert(!std::is_reference_v<T> && !std::is_array_v<T>, "result<T>: T is an object type");
   static_assert(!std::is_same_v<std::remove_cv_t<T>, error_info>, "result<error_info> is ambiguous");
-  static_assert(!detail::is_result<std::remove_cv_t<T>>::value, "result<result<T>> is not supported");
+  static_assert(!is_result<std::remove_cv_t<T>>::value, "result<result<T>> is not supported");
 
  public:
   using value_type = T;
@@ -393,7 +394,7 @@ class [[nodiscard]] result {
   template <class Self, class F>
   static auto and_then_(Self&& self, F&& f) {
     using R = std::remove_cvref_t<std::invoke_result_t<F, decltype(*std::forward<Self>(self))>>;
-    static_assert(detail::is_result<R>::value, "and_then: f must return a result<U>");
+    static_assert(is_result<R>::value, "and_then: f must return a result<U>");
     if (self.has_value()) return std::invoke(std::forward<F>(f), *std::forward<Self>(self));
     return R(std::forward<Self>(self).error());
   }
@@ -506,7 +507,7 @@ class [[nodiscard]] result<void> {
   template <class Self, class F>
   static auto and_then_(Self&& self, F&& f) {
     using R = std::remove_cvref_t<std::invoke_result_t<F>>;
-    static_assert(detail::is_result<R>::value, "and_then: f must return a result<U>");
+    static_assert(is_result<R>::value, "and_then: f must return a result<U>");
     if (self.has_value()) return std::invoke(std::forward<F>(f));
     return R(std::forward<Self>(self).error());
   }

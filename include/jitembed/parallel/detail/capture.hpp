@@ -19,7 +19,7 @@ template <class F>
 auto capture(const char* what, F&& f) {
   using R = std::invoke_result_t<F&>;
   using out = std::conditional_t<std::is_void_v<R>, result<void>,
-                                 std::conditional_t<jitembed::detail::is_result<R>::value, R, result<std::remove_cv_t<R>>>>;
+                                 std::conditional_t<jitembed::is_result_v<R>, R, result<std::remove_cv_t<R>>>>;
   try {
     if constexpr (std::is_void_v<R>) {
       f();

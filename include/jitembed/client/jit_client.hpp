@@ -75,9 +75,8 @@ class jit_client {
 namespace jitembed::client {
 
 inline result<jit_client> jit_client::create(client_options opts) {
-  auto s = detail::client_state::create(std::move(opts));
-  if (!s) return s.error();
-  return jit_client(std::move(*s));
+  JITEMBED_ASSIGN_OR_RETURN(auto s, detail::client_state::create(std::move(opts)));
+  return jit_client(std::move(s));
 }
 inline jit_client::~jit_client() {
   if (state_) state_->close();  // the only owner (move-only): completes what is in flight with cancelled

@@ -29,15 +29,13 @@ class jit_loader {
   //
   // Borrows `client`: it must outlive the loader and stay where it is (not moved) meanwhile.
   static result<jit_loader> create(format::dataset data, jit_client& client, loader_options opts) {
-    auto s = detail::loader_state::create(std::move(data), &client, std::nullopt, std::move(opts));
-    if (!s) return std::move(s).error();
-    return jit_loader(std::move(*s));
+    JITEMBED_ASSIGN_OR_RETURN(auto s, detail::loader_state::create(std::move(data), &client, std::nullopt, std::move(opts)));
+    return jit_loader(std::move(s));
   }
   // The same, owning the client (closed with the loader).
   static result<jit_loader> create(format::dataset data, jit_client&& client, loader_options opts) {
-    auto s = detail::loader_state::create(std::move(data), nullptr, std::optional<jit_client>(std::move(client)), std::move(opts));
-    if (!s) return std::move(s).error();
-    return jit_loader(std::move(*s));
+    JITEMBED_ASSIGN_OR_RETURN(auto s, detail::loader_state::create(std::move(data), nullptr, std::optional<jit_client>(std::move(client)), std::move(opts)));
+    return jit_loader(std::move(s));
   }
 
   jit_loader(jit_loader&&) noexcept = default;

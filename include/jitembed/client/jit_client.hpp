@@ -10,7 +10,9 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +32,8 @@ namespace detail {
 class client_state;
 }
 
+// A copyable handle: copies share one client (threads, connections, call table, stats). close() closes it
+// for every copy; the last copy to go closes it (completing what is in flight with cancelled).
 class jit_client {
  public:
   using request_id = std::uint64_t;
@@ -39,14 +43,17 @@ class jit_client {
   // with the source's error when a file or URL cannot be read at start.
   static result<jit_client> create(client_options opts);
 
+  jit_client(const jit_client&) = default;
+  jit_client& operator=(const jit_client&) = default;
   jit_client(jit_client&&) noexcept = default;
   jit_client& operator=(jit_client&&) noexcept = default;
-  ~jit_client();
+  ~jit_client() = default;  // the shared state closes when its last handle goes
 
   // Starts a request; `done` gets the result. Never blocks on the network. Returns an id for cancel().
   request_id embed(embed_request req, embed_callback done);
-  // The same, as a future.
-  std::future<result<embed_result>> embed(embed_request req);
+  // The same, as a future. A stop request on `stop` cancels the request as cancel() does (the future then
+  // holds errc::cancelled unless it had already completed).
+  std::future<result<embed_result>> embed(embed_request req, std::stop_token stop = {});
   // Completes the request with errc::cancelled now if it has not completed (in-flight attempts are
   // abandoned; a server drops the work when its deadline passes). False when it already completed.
   bool cancel(request_id id);
@@ -79,16 +86,41 @@ inline result<jit_client> jit_client::create(client_options opts) {
   if (!s) return s.error();
   return jit_client(std::move(*s));
 }
-inline jit_client::~jit_client() {
-  if (state_) state_->close();  // the only owner (move-only): completes what is in flight with cancelled
-}
 inline jit_client::request_id jit_client::embed(embed_request req, embed_callback done) {
   return state_->embed(std::move(req), std::move(done));
 }
-inline std::future<result<embed_result>> jit_client::embed(embed_request req) {
-  auto p = std::make_shared<std::promise<result<embed_result>>>();
-  auto f = p->get_future();
-  state_->embed(std::move(req), [p](result<embed_result> r) { p->set_value(std::move(r)); });
+inline std::future<result<embed_result>> jit_client::embed(embed_request req, std::stop_token stop) {
+  // The stop callback lives until the request completes; it holds the state weakly (a cancelled future
+  // must not keep a closed client alive). It is made outside `mu` (its constructor runs it at once when
+  // stop was already requested, and cancel() may complete the request on this thread) and destroyed
+  // outside `mu` (its destructor waits for a run in progress on another thread).
+  using stop_cb = std::stop_callback<std::function<void()>>;
+  struct pending {
+    std::promise<result<embed_result>> promise;
+    std::mutex mu;
+    bool done = false;
+    std::unique_ptr<stop_cb> on_stop;
+  };
+  auto p = std::make_shared<pending>();
+  auto f = p->promise.get_future();
+  const request_id id = state_->embed(std::move(req), [p](result<embed_result> r) {
+    std::unique_ptr<stop_cb> gone;
+    {
+      std::lock_guard lk(p->mu);
+      p->done = true;
+      gone = std::move(p->on_stop);
+    }
+    gone.reset();
+    p->promise.set_value(std::move(r));
+  });
+  if (stop.stop_possible()) {
+    auto cb = std::make_unique<stop_cb>(stop, std::function<void()>([w = std::weak_ptr<detail::client_state>(state_), id] {
+      if (auto s = w.lock()) s->cancel(id);
+    }));
+    std::lock_guard lk(p->mu);
+    if (!p->done) p->on_stop = std::move(cb);
+    // else: cb is destroyed after the lock (declared before it)
+  }
   return f;
 }
 inline bool jit_client::cancel(request_id id) { return state_->cancel(id); }

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "jitembed/client.hpp"
+#include "jitembed/client/jit_loader.hpp"
 #include "jitembed/format/dataset.hpp"
 
 using namespace jitembed;

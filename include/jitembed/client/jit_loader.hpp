@@ -11,16 +11,20 @@
 #include <optional>
 #include <utility>
 
-#include "jitembed/client/detail/loader_state.hpp"
 #include "jitembed/client/jit_client.hpp"
 #include "jitembed/client/loader_batch.hpp"
 #include "jitembed/client/loader_options.hpp"
 #include "jitembed/client/loader_stats.hpp"
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/config.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/format/dataset.hpp"
 
 namespace jitembed::client {
+
+namespace detail {
+class loader_state;
+}
 
 class jit_loader {
  public:
@@ -31,21 +35,17 @@ class jit_loader {
   //
   // `client` is a handle: the loader keeps a copy (sharing the caller's client, its connections and
   // stats); closing the loader does not close the client.
-  static result<jit_loader> create(format::dataset data, jit_client client, loader_options opts) {
-    auto s = detail::loader_state::create(std::move(data), nullptr, std::optional<jit_client>(std::move(client)), std::move(opts));
-    if (!s) return std::move(s).error();
-    return jit_loader(std::move(*s));
-  }
+  static result<jit_loader> create(format::dataset data, jit_client client, loader_options opts);
 
-  jit_loader(jit_loader&&) noexcept = default;
-  jit_loader& operator=(jit_loader&&) noexcept = default;
-  ~jit_loader() = default;  // the state's destructor closes: joins workers, cancels and waits for requests
+  jit_loader(jit_loader&&) noexcept;
+  jit_loader& operator=(jit_loader&&) noexcept;
+  ~jit_loader();  // the state's destructor closes: joins workers, cancels and waits for requests
 
   // The next step's samples, blocking until they are ready (in dataset order, or the first ready ones with
   // delivery_order::completion). nullopt once at the end of each epoch; the call after it starts the next
   // epoch (a new permutation). Failed samples are in the batch with their error. errc::cancelled after
   // close(). steps() is the same as a range.
-  result<std::optional<batch>> next() { return state_->next(); }
+  result<std::optional<batch>> next();
 
   class step_range;
   // The rest of the current epoch as an input range of steps:
@@ -61,21 +61,19 @@ class jit_loader {
 
   // The checkpoint of what has been delivered: give it as loader_options::resume to a new loader over the
   // same data set (and rank, world size, seed, shuffle, batch size) to deliver exactly the rest.
-  byte_buffer state() const { return state_->state(); }
+  byte_buffer state() const;
 
-  loader_stats stats() const { return state_->stats(); }
-  std::uint64_t epoch() const { return state_->epoch(); }
-  std::uint64_t steps_per_epoch() const { return state_->steps_per_epoch(); }    // equal on every rank
-  std::uint64_t samples_per_epoch() const { return state_->samples_per_epoch(); }  // this rank's share
+  loader_stats stats() const;
+  std::uint64_t epoch() const;
+  std::uint64_t steps_per_epoch() const;    // equal on every rank
+  std::uint64_t samples_per_epoch() const;  // this rank's share
 
   // Stops prefetching, cancels the requests in flight and waits for their callbacks. Idempotent; next()
   // then fails with errc::cancelled.
-  void close() {
-    if (state_) state_->close();
-  }
+  void close();
 
  private:
-  explicit jit_loader(std::unique_ptr<detail::loader_state> s) : state_(std::move(s)) {}
+  explicit jit_loader(std::unique_ptr<detail::loader_state> s);
   std::unique_ptr<detail::loader_state> state_;
   result<void> status_{};
 };
@@ -139,3 +137,7 @@ class jit_loader::step_range {
 inline jit_loader::step_range jit_loader::steps() { return step_range(*this); }
 
 }  // namespace jitembed::client
+
+#if defined(JITEMBED_HEADER_ONLY)
+#include "jitembed/client/detail/jit_loader_impl.hpp"
+#endif

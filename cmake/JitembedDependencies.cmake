@@ -10,7 +10,6 @@ if(NOT JITEMBED_FIND_DEPENDENCIES)
       message(FATAL_ERROR "JITEMBED_FIND_DEPENDENCIES=OFF only installs the headers and the CMake package: set ${_o}=OFF")
     endif()
   endforeach()
-  set(TORCH_LIBRARIES torch)  # the imported target of TorchConfig.cmake, found by the consumer
   return()
 endif()
 find_package(XXHash REQUIRED)
@@ -30,7 +29,9 @@ if(JITEMBED_WITH_HTTP)
   find_package(Boost 1.74 REQUIRED)  # net/http: Beast + Asio, header-only (Boost::headers)
 endif()
 if(JITEMBED_WITH_TORCH)
-  find_package(Torch REQUIRED)  # models/torch_adapter.hpp (Debian: libtorch-dev)
+  # models/torch*.hpp: LibTorch >= 2.6 (torch::inductor::AOTIModelPackageLoader), the one in the PyTorch wheel
+  # (scripts/install-deps.sh torch); cmake/FindTorch.cmake wraps its TorchConfig.cmake
+  find_package(Torch 2.6 REQUIRED)
 endif()
 if(JITEMBED_WITH_LMDB)
   find_package(LMDB REQUIRED)

@@ -1,6 +1,7 @@
 # Finds LibTorch through its own TorchConfig.cmake (the one in the PyTorch wheel: put the torch package
-# directory on CMAKE_PREFIX_PATH, `python -c 'import os, torch; print(os.path.dirname(torch.__file__))'`) and
-# fixes what that config leaves to its user; defines the target `torch` (and TORCH_INSTALL_PREFIX).
+# directory on CMAKE_PREFIX_PATH, `python -c 'import os, torch; print(os.path.dirname(torch.__file__))'`, or
+# name that Python in JITEMBED_TORCH_PYTHON) and fixes what that config leaves to its user; defines the target
+# `torch` (and TORCH_INSTALL_PREFIX).
 #  - find_library in TorchConfig.cmake searches every prefix's lib/ and the system before the wheel's own lib/:
 #    with only torch.utils.cmake_prefix_path (share/cmake) on the prefix path, a system LibTorch (Debian's
 #    1.13 in /usr/lib) is linked under the wheel's headers. Refused here with the fix in the message.
@@ -17,6 +18,16 @@ endif()
 set(_jitembed_torch_version_arg)
 if(Torch_FIND_VERSION)
   set(_jitembed_torch_version_arg ${Torch_FIND_VERSION})
+endif()
+# JITEMBED_TORCH_PYTHON (jitembed's own build sets it to the project's .venv/bin/python when there is one):
+# without a Torch_DIR yet, the torch package of that Python goes first on CMAKE_PREFIX_PATH.
+if(JITEMBED_TORCH_PYTHON AND NOT Torch_DIR AND EXISTS "${JITEMBED_TORCH_PYTHON}")
+  execute_process(
+    COMMAND "${JITEMBED_TORCH_PYTHON}" -c "import importlib.util as u; print(u.find_spec('torch').submodule_search_locations[0])"
+    OUTPUT_VARIABLE _jitembed_torch_dir OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _jitembed_torch_rc ERROR_QUIET)
+  if(_jitembed_torch_rc EQUAL 0 AND IS_DIRECTORY "${_jitembed_torch_dir}")
+    list(PREPEND CMAKE_PREFIX_PATH "${_jitembed_torch_dir}")
+  endif()
 endif()
 find_package(Torch ${_jitembed_torch_version_arg} CONFIG QUIET)
 set(_jitembed_torch_why "")

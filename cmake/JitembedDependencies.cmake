@@ -30,7 +30,14 @@ if(JITEMBED_WITH_HTTP)
 endif()
 if(JITEMBED_WITH_TORCH)
   # models/torch*.hpp: LibTorch >= 2.6 (torch::inductor::AOTIModelPackageLoader), the one in the PyTorch wheel
-  # (scripts/install-deps.sh torch); cmake/FindTorch.cmake wraps its TorchConfig.cmake
+  # (scripts/install-deps.sh torch); cmake/FindTorch.cmake wraps its TorchConfig.cmake. JITEMBED_TORCH_PYTHON:
+  # the Python whose torch package is searched first (also the one ctest models/export runs).
+  set(_jitembed_default_python "")
+  if(EXISTS "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+    set(_jitembed_default_python "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+  endif()
+  set(JITEMBED_TORCH_PYTHON "${_jitembed_default_python}" CACHE FILEPATH
+      "Python with the pinned PyTorch wheel (scripts/install-deps.sh torch): its LibTorch, and scripts/export_models.py")
   find_package(Torch 2.6 REQUIRED)
 endif()
 if(JITEMBED_WITH_LMDB)

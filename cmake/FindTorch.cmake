@@ -37,12 +37,14 @@ if(Torch_FOUND)
   get_filename_component(_jitembed_torch_own "${TORCH_INSTALL_PREFIX}/lib" REALPATH)
   if(NOT _jitembed_torch_lib STREQUAL _jitembed_torch_own)
     set(Torch_FOUND FALSE)
-    set(_jitembed_torch_why "TorchConfig.cmake of ${TORCH_INSTALL_PREFIX} found ${TORCH_LIBRARY}, another LibTorch's library: "
+    string(CONCAT _jitembed_torch_why "TorchConfig.cmake of ${TORCH_INSTALL_PREFIX} found ${TORCH_LIBRARY}, another LibTorch's library: "
         "put the torch package directory (${TORCH_INSTALL_PREFIX}) on CMAKE_PREFIX_PATH, not its share/cmake")
   endif()
 else()
-  set(_jitembed_torch_why "no LibTorch ${_jitembed_torch_version_arg} (considered: ${Torch_CONSIDERED_CONFIGS} "
-      "${Torch_CONSIDERED_VERSIONS}): install the pinned PyTorch wheel (bash scripts/install-deps.sh torch) and "
+  list(JOIN Torch_CONSIDERED_CONFIGS ", " _jitembed_torch_configs)
+  list(JOIN Torch_CONSIDERED_VERSIONS ", " _jitembed_torch_versions)
+  string(CONCAT _jitembed_torch_why "no LibTorch ${_jitembed_torch_version_arg} (considered: ${_jitembed_torch_configs}; "
+      "versions ${_jitembed_torch_versions}): install the pinned PyTorch wheel (bash scripts/install-deps.sh torch) and "
       "configure with -DCMAKE_PREFIX_PATH=\"$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')\"")
 endif()
 if(Torch_FOUND AND TARGET torch_cuda)

@@ -237,8 +237,14 @@ def main():
     torch.use_deterministic_algorithms(True)
     VaeEncoder, VideoEncoder, T5Encoder = make_modules(torch)
     if os.path.isdir(out):
+        if os.listdir(out) and not os.path.isfile(stamp_file):
+            print(f"export_models: {out} exists and is not an export of this script (no .export-stamp): "
+                  "not overwriting it", file=sys.stderr)
+            return 2
         shutil.rmtree(out)
     os.makedirs(out)
+    with open(stamp_file, "w") as f:  # marks the directory as this script's until the real stamp replaces it
+        f.write("incomplete\n")
     files = []
 
     def model_dir(name, config):

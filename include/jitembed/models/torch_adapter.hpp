@@ -10,6 +10,7 @@
 #include <torch/version.h>
 
 #include <concepts>
+#include <cstdlib>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -69,6 +70,11 @@ struct torch_model_options {
   torch_file_format file_format = torch_file_format::by_extension;  // open() only
   // AOTInductor packages: how many run() calls execute at once (the loader's runners; more wait). >= 1
   std::size_t aoti_runners = 1;
+  // AOTInductor packages: let the package check each batch against its exported shapes (batch dim bounds,
+  // fixed extents, dtypes) so a declaration that disagrees with the export is errc::internal instead of
+  // out-of-bounds reads. Inductor's only switch is the environment variable AOTI_RUNTIME_CHECK_INPUTS, read
+  // once by each loaded package: open() sets it to 1 unless it is already set (set it to 0 to opt out).
+  bool aoti_check_inputs = true;
 };
 
 // [N, H, W, 3] u8 -> contiguous [N, 3, H, W] f32 in [0, 1].
@@ -141,6 +147,7 @@ class torch_model {
       return create(std::move(m), std::move(o));
     }
     if (o.aoti_runners < 1) return fail(errc::invalid_argument, "torch_model '" + o.name + "': aoti_runners 0");
+    if (o.aoti_check_inputs) ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
     std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
     try {
       const c10::DeviceIndex index = o.dev.is_cpu() ? -1 : static_cast<c10::DeviceIndex>(o.dev.ordinal);

@@ -169,13 +169,13 @@ struct temp_file {
 
 }  // namespace
 
-TEST_CASE("exported VAE encoder (TorchScript): equals eager PyTorch; batches of 1, 7 and 32 agree") {
+TEST_CASE("exported VAE encoder (TorchScript): equals eager PyTorch, batches of 1, 7 and 32 agree") {
   const auto m = open_model("vae_encoder", "model.pt");
   CHECK(m.parameter_hash().size() == 32);
   check_compositions(m, read_reference(repository() / "vae_encoder"), {1, 7, 32}, kScriptTolerance);
 }
 
-TEST_CASE("exported T5 encoder (TorchScript): equals eager PyTorch; batches of 1, 7 and 32 agree") {
+TEST_CASE("exported T5 encoder (TorchScript): equals eager PyTorch, batches of 1, 7 and 32 agree") {
   const auto m = open_model("t5_encoder", "model.pt");
   check_compositions(m, read_reference(repository() / "t5_encoder"), {1, 7, 32}, kScriptTolerance);
   CHECK(fs::is_regular_file(repository() / "t5_encoder" / "spiece.model"));
@@ -198,13 +198,36 @@ TEST_CASE("exported T5 encoder (AOTInductor .pt2, dynamic batch): within the sta
   check_compositions(m, read_reference(repository() / "t5_encoder_aoti"), {1, 7, 32}, kAotiTolerance);
 }
 
-TEST_CASE("AOTInductor packages: a batch over the exported maximum is refused before forward") {
-  const auto m = open_model("t5_encoder_aoti", "model.pt2");
-  const auto r = read_reference(repository() / "t5_encoder_aoti");
-  std::vector<tensor> batch(33, r.input.row(0));
-  auto out = m.run(batch);
-  REQUIRE_FALSE(out.has_value());
-  CHECK(out.code() == errc::invalid_argument);
+TEST_CASE("AOTInductor packages: batches over the maximum and declarations that disagree with the export fail") {
+  const fs::path dir = repository() / "vae_encoder_aoti";
+  const auto r = read_reference(dir);
+  SUBCASE("over max_batch_size: refused before forward") {
+    const auto m = open_model("vae_encoder_aoti", "model.pt2");
+    auto out = m.run(std::vector<tensor>(33, r.input.row(0)));
+    REQUIRE_FALSE(out.has_value());
+    CHECK(out.code() == errc::limit_exceeded);
+  }
+  SUBCASE("max_batch_size above the export's batch Dim: the package's own check") {
+    auto o = options_for("vae_encoder_aoti", r);
+    o.max_batch_size = 64;
+    auto m = torch_model::open(dir / "1" / "model.pt2", o);
+    REQUIRE(m.has_value());
+    auto out = m->run(std::vector<tensor>(33, r.input.row(0)));
+    REQUIRE_FALSE(out.has_value());
+    CHECK(out.code() == errc::internal);
+    CHECK(out.error().message.find("expected to be <= 32") != std::string::npos);
+  }
+  SUBCASE("an input declared [3, 128, 128] for a package exported at 256 x 256") {
+    auto o = options_for("vae_encoder_aoti", r);
+    o.input.shape = {3, 128, 128};
+    o.outputs[0].shape = {4, 16, 16};
+    auto m = torch_model::open(dir / "1" / "model.pt2", o);
+    REQUIRE(m.has_value());
+    auto out = m->run(std::vector<tensor>(2, tensor::zeros({3, 128, 128}, dtype::f32)));
+    REQUIRE_FALSE(out.has_value());
+    CHECK(out.code() == errc::internal);
+    CHECK(out.error().message.find("expected: 256, but got: 128") != std::string::npos);
+  }
 }
 
 TEST_CASE("bad model files: truncated .pt2, a file that is no model, the wrong format -> specific errors") {

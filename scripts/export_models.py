@@ -19,8 +19,9 @@ CPU by torch._inductor.aoti_compile_and_package) for the VAE and T5.
 reference/: reference.json + raw little-endian arrays: a few input rows and the eager PyTorch output of each
 (the C++ tests compare the exported files against them).
 The export is cached: DIR/.export-stamp holds a hash of this script and the pinned package versions; a rerun
-with the same hash and every file present returns at once. Exit 77 (skip) when torch, diffusers, transformers
-or sentencepiece cannot be imported.
+with the same hash and every file present returns at once. Exit 77 (skip) when torch, diffusers, transformers,
+sentencepiece or protobuf is not installed. The T5 reference rows are checked to equal transformers' T5Tokenizer
+on the same spiece.model.
 """
 import argparse
 import hashlib
@@ -31,7 +32,7 @@ import shutil
 import sys
 import time
 
-PACKAGES = ["torch", "diffusers", "transformers", "sentencepiece", "numpy"]
+PACKAGES = ["torch", "diffusers", "transformers", "sentencepiece", "protobuf", "numpy"]
 SEED = 20240617
 MAX_BATCH = 32
 IMAGE = 256
@@ -304,8 +305,14 @@ def main():
                                 dropout_rate=0.0, feed_forward_proj="relu", pad_token_id=0, eos_token_id=1)
     torch.manual_seed(SEED + 2)
     t5 = T5Encoder(transformers.T5EncoderModel(cfg).eval()).eval()
-    texts = [corpus[0], corpus[1] + ", 東京の夜景 🌅", "a robot", " ".join(corpus[2:40])]  # the last one is truncated
+    texts = [corpus[0], corpus[1] + ", 東京の夜景 🌅", "a robot", " ".join(corpus[2:80])[:4000]]  # the last: 4,000 chars, truncated
     xt = torch.from_numpy(tokenize(np, sp, texts))
+    # the same ids and mask as transformers' T5Tokenizer on this spiece.model (its SentencePiece conversion
+    # needs protobuf): the C++ tokenizer is checked against these rows
+    t5_tok = transformers.T5Tokenizer.from_pretrained(work, extra_ids=0)
+    enc = t5_tok(texts, padding="max_length", max_length=TEXT_LEN, truncation=True)
+    assert (np.asarray(enc["input_ids"]) == xt[:, 0].numpy()).all(), "T5Tokenizer ids differ from sentencepiece's"
+    assert (np.asarray(enc["attention_mask"]) == xt[:, 1].numpy()).all(), "T5Tokenizer mask differs"
     with torch.no_grad():
         yt = t5(xt)
     text_params = {"modality": "text", "sentencepiece_model": "spiece.model", "text_max_length": TEXT_LEN,

@@ -17,7 +17,8 @@
 #                -DJITEMBED_WITH_TORCH=OFF -DJITEMBED_BUILD_TESTS=OFF -DJITEMBED_BUILD_BENCHMARKS=OFF):
 #                no LibTorch, no test peers
 #   torch        the torch component: LibTorch from the pinned PyTorch wheel (torch==2.15.0) in .venv, with
-#                what scripts/export_models.py needs (torchvision, diffusers, transformers, sentencepiece, pinned);
+#                what scripts/export_models.py needs (torchvision, diffusers, transformers, sentencepiece,
+#                protobuf; pinned);
 #                configure with -DCMAKE_PREFIX_PATH="$(.venv/bin/python -c 'import os, torch;
 #                print(os.path.dirname(torch.__file__))')" (scripts/test.sh does). Debian's libtorch-dev 1.13
 #                is not used: it cannot load what current PyTorch exports (docs/models.md)
@@ -230,10 +231,10 @@ fi
 # The torch component builds against the LibTorch inside the PyTorch wheel (TorchConfig.cmake, headers,
 # libtorch_cpu.so, libtorch_cuda.so for CUDA 13), pinned, in .venv: the same environment as the jitembed
 # Python module and Ray, so one PyTorch (~5 GiB with its CUDA libraries) serves the C++ build, the exporter
-# (scripts/export_models.py: diffusers, transformers, sentencepiece; torchvision for the preprocessing
-# comparisons) and Python code that hands torch tensors to jitembed. Skipped when every pin is installed.
+# (scripts/export_models.py: diffusers, transformers, sentencepiece, protobuf for transformers' T5Tokenizer
+# conversion, the version Ray's grpc already brings to .venv; torchvision for the preprocessing comparisons) and Python code that hands torch tensors to jitembed. Skipped when every pin is installed.
 # A failed install is an error: the torch component is REQUIRED once on (-DJITEMBED_WITH_TORCH=OFF without it).
-torch_pins="torch==2.15.0 torchvision==0.29.2 diffusers==0.42.1 transformers==5.24.0 sentencepiece==0.2.3"
+torch_pins="torch==2.15.0 torchvision==0.29.2 diffusers==0.42.1 transformers==5.24.0 sentencepiece==0.2.3 protobuf==7.36.2"
 if [ "$with_torch" = 1 ]; then
   torch_venv="$root/.venv"
   if [ ! -x "$torch_venv/bin/python" ]; then python3 -m venv "$torch_venv"; fi

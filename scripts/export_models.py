@@ -196,7 +196,14 @@ def export_aoti(torch, module, example, path):
     batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
     with torch.no_grad():
         ep = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
-        torch._inductor.aoti_compile_and_package(ep, package_path=path)
+        # The batch bounds out of the packages' input checks (on in the adapter by default,
+        # AOTI_RUNTIME_CHECK_INPUTS=1; the fixed extents and dtypes stay checked): the lower bound would refuse
+        # batch 1 ("expected it to be >= 2": export specializes sizes 0 and 1 away) and the upper bound Inductor
+        # infers can be tighter than the Dim's max (15 for this VAE), though batches 1..32 run correctly. The
+        # server bounds batches by max_batch_size.
+        torch._inductor.aoti_compile_and_package(
+            ep, package_path=path,
+            inductor_configs={"aot_inductor.check_lowerbound": False, "aot_inductor.check_upperbound": False})
 
 
 def main():

@@ -70,9 +70,9 @@ struct torch_model_options {
   torch_file_format file_format = torch_file_format::by_extension;  // open() only
   // AOTInductor packages: how many run() calls execute at once (the loader's runners; more wait). >= 1
   std::size_t aoti_runners = 1;
-  // AOTInductor packages: let the package check each batch against its exported shapes (batch dim bounds,
-  // fixed extents, dtypes) so a declaration that disagrees with the export is errc::internal instead of
-  // out-of-bounds reads. Inductor's only switch is the environment variable AOTI_RUNTIME_CHECK_INPUTS, read
+  // AOTInductor packages: let the package check each batch against its exported shapes (fixed extents,
+  // dtypes, and the batch bounds unless exported without them) so a declaration that disagrees with the
+  // export is errc::internal instead of out-of-bounds reads. Inductor's only switch is the environment variable AOTI_RUNTIME_CHECK_INPUTS, read
   // once by each loaded package: open() sets it to 1 unless it is already set (set it to 0 to opt out).
   bool aoti_check_inputs = true;
 };

@@ -36,6 +36,12 @@ constexpr float kScriptTolerance = 1e-5f;
 // max abs 3.3e-7 (VAE, latents up to 0.15) and 8.6e-7 (T5, states up to 3.3) on this machine; asserted at 1e-5.
 constexpr float kAotiTolerance = 1e-5f;
 
+// The error message of a failed result ("" for a value: doctest also renders messages of passing checks).
+template <class T>
+std::string why(const result<T>& r) {
+  return r.has_value() ? std::string() : r.error().message;
+}
+
 fs::path repository() {
   const fs::path dir = JITEMBED_MODEL_REPOSITORY;
   REQUIRE_MESSAGE(fs::is_regular_file(dir / ".export-stamp"),
@@ -124,7 +130,7 @@ float check_compositions(const torch_model& m, const reference& r, std::initiali
     std::vector<tensor> batch;
     for (std::size_t k = 0; k < n; ++k) batch.push_back(r.input.row(k % rows));
     auto out = m.run(batch);
-    REQUIRE_MESSAGE(out.has_value(), out.error().message);
+    REQUIRE_MESSAGE(out.has_value(), why(out));
     REQUIRE(out->size() == n);
     for (std::size_t k = 0; k < n; ++k) {
       REQUIRE((*out)[k].size() == 1);
@@ -152,7 +158,7 @@ float check_compositions(const torch_model& m, const reference& r, std::initiali
 torch_model open_model(const std::string& name, const std::string& file) {
   const fs::path dir = repository() / name;
   auto m = torch_model::open(dir / "1" / file, options_for(name, read_reference(dir)));
-  REQUIRE_MESSAGE(m.has_value(), m.error().message);
+  REQUIRE_MESSAGE(m.has_value(), why(m));
   return *m;
 }
 

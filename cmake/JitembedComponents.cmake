@@ -122,10 +122,12 @@ if(JITEMBED_WITH_ZSTD)
   if(JITEMBED_WITH_JPEG)
     jitembed_component(models_image GLOBS models/image_latent.hpp LINK jitembed::models jitembed::jpeg)
     if(JITEMBED_WITH_TORCH)
-      # LibTorch adapter (TorchScript / torch::nn modules as models). Heavy: not linked by the umbrella target.
+      # LibTorch adapters (TorchScript, AOTInductor packages, torch::nn modules as models). Heavy: not linked
+      # by the umbrella target. `torch` is TorchConfig.cmake's imported target (it brings torch_cpu, c10 and,
+      # in a CUDA build of LibTorch, torch_cuda); TORCH_LIBRARIES would bake absolute paths into the export.
       jitembed_component(torch
         GLOBS models/torch*.hpp models/detail/torch*.hpp
-        LINK jitembed::models_image ${TORCH_LIBRARIES}
+        LINK jitembed::models_image torch
         NOT_IN_UMBRELLA)
     endif()
   endif()

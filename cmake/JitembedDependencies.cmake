@@ -10,7 +10,6 @@ if(NOT JITEMBED_FIND_DEPENDENCIES)
       message(FATAL_ERROR "JITEMBED_FIND_DEPENDENCIES=OFF only installs the headers and the CMake package: set ${_o}=OFF")
     endif()
   endforeach()
-  set(TORCH_LIBRARIES torch)  # the imported target of TorchConfig.cmake, found by the consumer
   return()
 endif()
 find_package(XXHash REQUIRED)
@@ -30,7 +29,16 @@ if(JITEMBED_WITH_HTTP)
   find_package(Boost 1.74 REQUIRED)  # net/http: Beast + Asio, header-only (Boost::headers)
 endif()
 if(JITEMBED_WITH_TORCH)
-  find_package(Torch REQUIRED)  # models/torch_adapter.hpp (Debian: libtorch-dev)
+  # models/torch*.hpp: LibTorch >= 2.6 (torch::inductor::AOTIModelPackageLoader), the one in the PyTorch wheel
+  # (scripts/install-deps.sh torch); cmake/FindTorch.cmake wraps its TorchConfig.cmake. JITEMBED_TORCH_PYTHON:
+  # the Python whose torch package is searched first (also the one ctest models/export runs).
+  set(_jitembed_default_python "")
+  if(EXISTS "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+    set(_jitembed_default_python "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+  endif()
+  set(JITEMBED_TORCH_PYTHON "${_jitembed_default_python}" CACHE FILEPATH
+      "Python with the pinned PyTorch wheel (scripts/install-deps.sh torch): its LibTorch, and scripts/export_models.py")
+  find_package(Torch 2.6 REQUIRED)
 endif()
 if(JITEMBED_WITH_LMDB)
   find_package(LMDB REQUIRED)

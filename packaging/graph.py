@@ -363,6 +363,12 @@ def check_install_deps(g):
             error(f"scripts/install-deps.sh: component_requires[{c}] is {reqs.get(c)}, components.json gives {d['requires']}")
     for c in set(debs) - set(comps):
         error(f"scripts/install-deps.sh: component_debs has {c}, which components.json does not")
+    # wheels that provide an external dependency instead of a Debian package: pinned the same in install-deps.sh
+    pins = re.search(r'^torch_pins="([^"]*)"', text, re.M)
+    for e, d in ext.items():
+        for pin in d.get("pypi") or []:
+            if not pins or pin not in pins.group(1).split():
+                error(f"scripts/install-deps.sh: torch_pins does not pin {pin} ({e}, components.json)")
     dev = bash_assoc(text, "development_debs")
     for k in ("tools", "tests", "benchmarks"):
         if sorted(dev.get(k, [])) != sorted(g["development"][k]["debian"]):
@@ -383,6 +389,7 @@ def docs_table(g):
         deb = sorted({p for e in d["external"] for p in (ext[e]["debian"] or [])})
         if any(ext[e]["debian"] is None for e in d["external"]):
             deb.append("(NVIDIA's repository)")
+        deb += [f"(PyPI `{p}`)" for e in d["external"] for p in ext[e].get("pypi") or []]
         conan = "always" if not d["options"] else ("—" if not offered(g, c, "conan") else f"`with_{c}`")
         vcpkg = "base" if not d["options"] else ("—" if not offered(g, c, "vcpkg") else f"`{feature(c)}`")
         umbrella = "" if d["umbrella"] else " (not in umbrella)"

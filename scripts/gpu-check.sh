@@ -24,7 +24,8 @@ do_build() {
   local log="$carry/build.log"
   rm -rf "$carry" && mkdir -p "$carry/bin" "$carry/lib"
   echo "configure + build $build_dir (sm_${CUDA_ARCH:-90}); log: $log"
-  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DJITEMBED_WITH_CUDA=ON \
+  # no torch component: none of these targets links it, and the GPU machine has no PyTorch wheel
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DJITEMBED_WITH_CUDA=ON -DJITEMBED_WITH_TORCH=OFF \
     -DCMAKE_CUDA_COMPILER="${NVCC:-/usr/local/cuda/bin/nvcc}" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
     -DJITEMBED_BUILD_TESTS=ON -DJITEMBED_BUILD_BENCHMARKS=ON -DJITEMBED_BUILD_TOOLS=OFF -DJITEMBED_BUILD_EXAMPLES=ON \
     > "$log" 2>&1

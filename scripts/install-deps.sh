@@ -16,7 +16,13 @@
 #   demo         scripts/demo.sh: jit_train_demo and jitembed-server (configured with
 #                -DJITEMBED_WITH_TORCH=OFF -DJITEMBED_BUILD_TESTS=OFF -DJITEMBED_BUILD_BENCHMARKS=OFF):
 #                no LibTorch, no test peers
-#   test         the test command (scripts/test.sh): every CPU component (LibTorch for the torch tests),
+#   torch        the torch component: LibTorch from the pinned PyTorch wheel (torch==2.15.0) in .venv, with
+#                what scripts/export_models.py needs (torchvision, diffusers, transformers, sentencepiece,
+#                protobuf; pinned);
+#                configure with -DCMAKE_PREFIX_PATH="$(.venv/bin/python -c 'import os, torch;
+#                print(os.path.dirname(torch.__file__))')" (scripts/test.sh does). Debian's libtorch-dev 1.13
+#                is not used: it cannot load what current PyTorch exports (docs/models.md)
+#   test         the test command (scripts/test.sh): every CPU component (the torch set for the torch tests),
 #                tools, tests, benchmarks, the test peers (redis-server, lmdb-utils, ffmpeg, Python peers
 #                in .venv, conan in .venv for ctest packaging/conan, the Triton peer in .venv-triton)
 #   ray          jitembed.ray (tests/python/ray, benchmarks/python/bench_ray.py): the python set plus
@@ -46,7 +52,7 @@ declare -A component_debs=(
   [models]=""
   [models_image]=""
   [models_video]=""
-  [torch]="libtorch-dev"
+  [torch]=""
   [server]=""
   [client]=""
   [parallel]="libopenblas-dev"
@@ -134,6 +140,8 @@ for d in "${dev[@]}"; do packages+=(${development_debs[$d]}); done
 if [ "$with_test_peers" = 1 ]; then packages+=($test_peer_debs); fi
 packages+=($packages_python)
 if [ "$with_ray" = 1 ]; then packages+=(python3-venv); fi
+with_torch=0
+case " ${closed[*]} " in *" torch "*) with_torch=1; packages+=(python3-venv) ;; esac
 mapfile -t packages < <(printf '%s\n' "${packages[@]}" | awk 'NF && !seen[$0]++')
 echo "install-deps: sets ${sets[*]}: components ${closed[*]}"
 if [ "${JITEMBED_INSTALL_DEPS_LIST:-0}" = "1" ]; then  # print the Debian packages and stop (for measurements)
@@ -218,6 +226,34 @@ if [ "$with_python" = 1 ]; then
   fi
 fi
 # --- end jitembed Python module --------------------------------------------------------------------------------
+
+# --- PyTorch (the torch component) ------------------------------------------------------------------------
+# The torch component builds against the LibTorch inside the PyTorch wheel (TorchConfig.cmake, headers,
+# libtorch_cpu.so, libtorch_cuda.so for CUDA 13), pinned, in .venv: the same environment as the jitembed
+# Python module and Ray, so one PyTorch (~5 GiB with its CUDA libraries) serves the C++ build, the exporter
+# (scripts/export_models.py: diffusers, transformers, sentencepiece, protobuf for transformers' T5Tokenizer
+# conversion, the version Ray's grpc already brings to .venv; torchvision for the preprocessing comparisons) and Python code that hands torch tensors to jitembed. Skipped when every pin is installed.
+# A failed install is an error: the torch component is REQUIRED once on (-DJITEMBED_WITH_TORCH=OFF without it).
+torch_pins="torch==2.15.0 torchvision==0.29.2 diffusers==0.42.1 transformers==5.24.0 sentencepiece==0.2.3 protobuf==7.36.2"
+if [ "$with_torch" = 1 ]; then
+  torch_venv="$root/.venv"
+  if [ ! -x "$torch_venv/bin/python" ]; then python3 -m venv "$torch_venv"; fi
+  # shellcheck disable=SC2086
+  torch_have="$("$torch_venv/bin/python" - $torch_pins <<'PY' 2>/dev/null || true
+import importlib.metadata as m, sys
+print(" ".join(f"{p.split('==')[0]}=={m.version(p.split('==')[0])}" for p in sys.argv[1:]))
+PY
+)"
+  if [ "$torch_have" = "$torch_pins" ]; then
+    echo "install-deps: .venv has $torch_pins"
+  else
+    # shellcheck disable=SC2086
+    pip_retry "$torch_venv/bin/python" $torch_pins ||
+      { echo "install-deps: error: could not install $torch_pins into .venv" >&2; exit 1; }
+    echo "install-deps: installed $torch_pins into .venv"
+  fi
+fi
+# --- end PyTorch --------------------------------------------------------------------------------------------
 
 if [ "$with_test_peers" != 1 ]; then
   exit 0

@@ -1,5 +1,6 @@
-// LibTorch adapter: a TorchScript module (torch::jit) or a C++ torch::nn module as a models::model, so a
-// real VAE / CLIP / T5 plugs into the service, the cache and the precompute tool (component jitembed::torch).
+// LibTorch adapter: a TorchScript module (torch::jit), an AOTInductor package (.pt2) or a C++ torch::nn module
+// as a models::model, so a real VAE / CLIP / T5 plugs into the service, the cache and the precompute tool
+// (component jitembed::torch).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -9,6 +10,7 @@
 #include <torch/version.h>
 
 #include <concepts>
+#include <cstdlib>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -29,10 +31,16 @@
 #include "jitembed/core/preprocess_params.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/models/detail/kernels.hpp"
+#include "jitembed/models/detail/torch_backends.hpp"
 #include "jitembed/models/detail/torch_convert.hpp"
 #include "jitembed/models/model.hpp"
 
 namespace jitembed::models {
+
+// What torch_model::open() reads: a TorchScript archive (torch.jit.save; Triton's "pytorch_libtorch" model.pt)
+// or an AOTInductor package (torch._inductor.aoti_compile_and_package; model.pt2). by_extension: ".pt2" is a
+// package, anything else TorchScript.
+enum class torch_file_format { by_extension, torchscript, aoti_package };
 
 // What a wrapped module is and how it is fed. Metadata is the user's: LibTorch modules do not describe
 // their inputs and outputs.
@@ -59,6 +67,14 @@ struct torch_model_options {
   // does); for other modalities preprocess() fails with errc::invalid_argument (run() still works).
   std::function<result<tensor>(bytes_view, const decode_limits&)> preprocess;
   std::string preprocess_key;  // every parameter of `preprocess` (preprocess_params::str()); required with it
+  torch_file_format file_format = torch_file_format::by_extension;  // open() only
+  // AOTInductor packages: how many run() calls execute at once (the loader's runners; more wait). >= 1
+  std::size_t aoti_runners = 1;
+  // AOTInductor packages: let the package check each batch against its exported shapes (fixed extents,
+  // dtypes, and the batch bounds unless exported without them) so a declaration that disagrees with the
+  // export is errc::internal instead of out-of-bounds reads. Inductor's only switch is the environment variable AOTI_RUNTIME_CHECK_INPUTS, read
+  // once by each loaded package: open() sets it to 1 unless it is already set (set it to 0 to opt out).
+  bool aoti_check_inputs = true;
 };
 
 // [N, H, W, 3] u8 -> contiguous [N, 3, H, W] f32 in [0, 1].
@@ -70,69 +86,6 @@ inline torch::Tensor torch_image_to_nchw_signed(const torch::Tensor& x) {
   return x.permute({0, 3, 1, 2}).to(torch::kFloat).div_(127.5f).sub_(1.f).contiguous();
 }
 
-namespace detail {
-
-// The module behind a torch_model, type-erased. forward() may throw (c10::Error); it runs concurrently.
-struct torch_backend {
-  virtual ~torch_backend() = default;
-  virtual c10::IValue forward(torch::Tensor x) const = 0;
-  virtual named_torch_tensors state() const = 0;  // parameters, then buffers, recursively
-  virtual void prepare(c10::Device dev) = 0;      // eval mode, moved to dev
-};
-
-struct torch_script_backend final : torch_backend {
-  explicit torch_script_backend(torch::jit::Module mod) : m(std::move(mod)) {}
-  c10::IValue forward(torch::Tensor x) const override { return m.forward({std::move(x)}); }
-  named_torch_tensors state() const override {
-    named_torch_tensors r;
-    for (const auto& p : m.named_parameters(true)) r.emplace_back(p.name, p.value);
-    for (const auto& b : m.named_buffers(true)) r.emplace_back("buffer:" + b.name, b.value);
-    return r;
-  }
-  void prepare(c10::Device dev) override {
-    m.eval();
-    m.to(dev);
-  }
-  mutable torch::jit::Module m;  // a handle; its forward is not const but is safe to run concurrently
-};
-
-inline named_torch_tensors nn_state(const torch::nn::Module& m) {
-  named_torch_tensors r;
-  for (const auto& p : m.named_parameters(true)) r.emplace_back(p.key(), p.value());
-  for (const auto& b : m.named_buffers(true)) r.emplace_back("buffer:" + b.key(), b.value());
-  return r;
-}
-
-// forward's C++ result -> IValue (Tensor, std::tuple of Tensors, std::vector<Tensor>, map of name -> Tensor).
-template <class T>
-c10::IValue to_ivalue(T&& v) {
-  return c10::IValue(std::forward<T>(v));
-}
-
-template <class M>
-struct torch_nn_backend final : torch_backend {
-  explicit torch_nn_backend(std::shared_ptr<M> mod) : m(std::move(mod)) {}
-  c10::IValue forward(torch::Tensor x) const override { return to_ivalue(m->forward(std::move(x))); }
-  named_torch_tensors state() const override { return nn_state(*m); }
-  void prepare(c10::Device dev) override {
-    m->eval();
-    m->to(dev);
-  }
-  std::shared_ptr<M> m;
-};
-
-struct torch_any_backend final : torch_backend {
-  explicit torch_any_backend(torch::nn::AnyModule mod) : m(std::move(mod)) {}
-  c10::IValue forward(torch::Tensor x) const override { return c10::IValue(m.forward(std::move(x))); }
-  named_torch_tensors state() const override { return nn_state(*m.ptr()); }
-  void prepare(c10::Device dev) override {
-    m.ptr()->eval();
-    m.ptr()->to(dev);
-  }
-  mutable torch::nn::AnyModule m;
-};
-
-}  // namespace detail
 
 // A LibTorch module as a models::model. Cheap to copy (copies share the module). run() stacks the items
 // into one [N, ...] tensor (one copy per item), applies batch_transform, runs forward under
@@ -173,19 +126,38 @@ class torch_model {
     return create(std::shared_ptr<detail::torch_backend>(std::make_shared<detail::torch_any_backend>(std::move(m))),
                   std::move(o));
   }
-  // A TorchScript file (torch::jit::load): errc::not_found when the file does not exist, errc::decode_failed
-  // when LibTorch rejects it.
+  // A model file (o.file_format): a TorchScript archive (torch::jit::load) or an AOTInductor package
+  // (torch::inductor::AOTIModelPackageLoader; its device must be o.dev's, else invalid_argument).
+  // errc::not_found when the file does not exist, errc::decode_failed when LibTorch rejects it (a truncated
+  // file, one that is not that kind of model), with LibTorch's message.
   static result<torch_model> open(const std::filesystem::path& file, torch_model_options o) {
     std::error_code ec;
+    const bool aoti = o.file_format == torch_file_format::aoti_package ||
+                      (o.file_format == torch_file_format::by_extension && file.extension() == ".pt2");
+    const char* kind = aoti ? "AOTInductor package" : "TorchScript file";
     if (!std::filesystem::is_regular_file(file, ec))
-      return fail(errc::not_found, "torch_model '" + o.name + "': no TorchScript file " + file.string());
-    torch::jit::Module m;
-    try {
-      m = torch::jit::load(file.string(), c10::Device(c10::DeviceType::CPU));
-    } catch (const std::exception& e) {
-      return fail(errc::decode_failed, "torch_model '" + o.name + "': cannot load " + file.string() + ": " + detail::torch_what(e));
+      return fail(errc::not_found, "torch_model '" + o.name + "': no " + kind + " " + file.string());
+    if (!aoti) {
+      torch::jit::Module m;
+      try {
+        m = torch::jit::load(file.string(), c10::Device(c10::DeviceType::CPU));
+      } catch (const std::exception& e) {
+        return fail(errc::decode_failed, "torch_model '" + o.name + "': cannot load " + file.string() + ": " + detail::torch_what(e));
+      }
+      return create(std::move(m), std::move(o));
     }
-    return create(std::move(m), std::move(o));
+    if (o.aoti_runners < 1) return fail(errc::invalid_argument, "torch_model '" + o.name + "': aoti_runners 0");
+    if (o.aoti_check_inputs) ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
+    std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+    try {
+      const c10::DeviceIndex index = o.dev.is_cpu() ? -1 : static_cast<c10::DeviceIndex>(o.dev.ordinal);
+      loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(file.string(), "model", false, o.aoti_runners, index);
+    } catch (const std::exception& e) {
+      return fail(errc::decode_failed, "torch_model '" + o.name + "': cannot load the " + std::string(kind) + " " +
+                                           file.string() + ": " + detail::torch_what(e));
+    }
+    return create(std::shared_ptr<detail::torch_backend>(std::make_shared<detail::torch_aoti_backend>(std::move(loader))),
+                  std::move(o));
   }
 
   std::string_view name() const noexcept { return s_->opts.name; }

@@ -19,9 +19,9 @@
 
 namespace {
 template <class T>
-constexpr bool movable_value = std::is_nothrow_move_constructible_v<T> && std::is_nothrow_move_assignable_v<T>;
+constexpr bool movable_value = std::is_nothrow_move_constructible_v<T>&& std::is_nothrow_move_assignable_v<T>;
 template <class T>
-constexpr bool copyable_handle = movable_value<T> && std::is_copy_constructible_v<T> && std::is_copy_assignable_v<T>;
+constexpr bool copyable_handle = movable_value<T>&& std::is_copy_constructible_v<T>&& std::is_copy_assignable_v<T>;
 }  // namespace
 
 using namespace jitembed;
@@ -107,4 +107,3 @@ static_assert(movable_value<server::service>);
 static_assert(copyable_handle<client::jit_client>);
 static_assert(movable_value<client::jit_loader>);
 #endif
-

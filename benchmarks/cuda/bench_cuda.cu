@@ -40,8 +40,8 @@ void bench_image_latent(bench::reporter& r, cuda::stream_ref s) {
     }
     return best;
   };
-  const models::image_latent cpu(o);
-  const models::cuda_image_latent gpu(o);
+  const models::image_latent cpu = models::image_latent::create(o).value();
+  const models::cuda_image_latent gpu = models::cuda_image_latent::create(o).value();
   const double cpu_s = best_s(3, [&] { (void)cpu.run(batch).value(); });
   (void)gpu.run(batch).value();  // warm-up: context, memory pool, pinned staging
   const double gpu_s = best_s(20, [&] { (void)gpu.run(batch).value(); });

@@ -322,14 +322,10 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
   comm.barrier().value();
 }
 
-// An any_store holding an S made from args: in place where this jitembed's any_store takes that (the
-// migration in docs/api.md), else through the older shared_ptr constructor.
+// An any_store holding an S made from args, in place.
 template <class S, class... Args>
 cache::any_store make_store(Args&&... args) {
-  if constexpr (std::is_constructible_v<cache::any_store, std::in_place_type_t<S>, Args...>)
-    return cache::any_store(std::in_place_type<S>, std::forward<Args>(args)...);
-  else
-    return cache::any_store(std::make_shared<S>(std::forward<Args>(args)...));
+  return cache::any_store(std::in_place_type<S>, std::forward<Args>(args)...);
 }
 
 // The cache the loaders share: memory, then LMDB under --cache-dir.

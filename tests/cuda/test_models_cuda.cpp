@@ -138,7 +138,7 @@ TEST_CASE("models: host replay of the text kernels is bit-identical to the CPU m
     o.ngram_max = 8;
     o.max_length = 20;
   }
-  const models::text_embed m(o);
+  const models::text_embed m = models::text_embed::create(o).value();
   for (std::string_view text : {"", "a", "hello, world", "caf\xc3\xa9 au lait, s'il vous pla\xc3\xaet, with a long tail of text"}) {
     const tensor tok = tokens_of(text, static_cast<std::size_t>(o.max_length));
     auto want = m.run(std::span<const tensor>(&tok, 1));
@@ -200,9 +200,9 @@ TEST_CASE("models: create() is errc::not_found without a device, else matches th
   REQUIRE(ii.has_value());
   REQUIRE(vi.has_value());
   REQUIRE(ti.has_value());
-  const models::image_latent ic(io);
-  const models::video_latent vc(vo);
-  const models::text_embed tc(to);
+  const models::image_latent ic = models::image_latent::create(io).value();
+  const models::video_latent vc = models::video_latent::create(vo).value();
+  const models::text_embed tc = models::text_embed::create(to).value();
   CHECK(ii->name == ic.name());
   CHECK(ii->version == ic.version());
   CHECK(ii->preprocess_key == ic.preprocess_key());
@@ -225,7 +225,7 @@ TEST_CASE("models: cuda_image_latent matches image_latent in f32, bf16, f16") {
     std::vector<tensor> batch;
     for (std::uint64_t i = 0; i < 3; ++i) batch.push_back(random_u8({64, 64, 3}, 100 + i));
     auto got = mt::run_image(o, batch);
-    auto want = models::image_latent(o).run(batch);
+    auto want = models::image_latent::create(o).value().run(batch);
     REQUIRE(got.has_value());
     REQUIRE(want.has_value());
     check_outputs(*got, *want);
@@ -269,7 +269,7 @@ TEST_CASE("models: cuda_video_latent matches video_latent") {
     o.output_dtype = t;
     std::vector<tensor> batch{random_u8({8, 32, 32, 3}, 5), random_u8({8, 32, 32, 3}, 6)};
     auto got = mt::run_video(o, batch);
-    auto want = models::video_latent(o).run(batch);
+    auto want = models::video_latent::create(o).value().run(batch);
     REQUIRE(got.has_value());
     REQUIRE(want.has_value());
     check_outputs(*got, *want);
@@ -287,7 +287,7 @@ TEST_CASE("models: cuda_text_embed matches text_embed (sequence, mask, pooled)")
     for (std::string_view text : {"", "a cat", "a photograph of an astronaut riding a horse on the moon", "\xe2\x82\xac 12"})
       batch.push_back(tokens_of(text, 32));
     auto got = mt::run_text(o, batch);
-    auto want = models::text_embed(o).run(batch);
+    auto want = models::text_embed::create(o).value().run(batch);
     REQUIRE(got.has_value());
     REQUIRE(want.has_value());
     check_outputs(*got, *want);

@@ -367,7 +367,7 @@ TEST_CASE("torch_model: reference image preprocessing matches image-latent's") {
   REQUIRE(m);
   image_latent_options io;
   io.bucket = 16;
-  image_latent ref(io);
+  image_latent ref = image_latent::create(io).value();
   CHECK(m->preprocess_key() == ref.preprocess_key());
 
   auto jpeg = codec::encode_jpeg(random_image(40, 24, 9), codec::jpeg_encode_options{});

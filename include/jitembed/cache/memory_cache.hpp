@@ -42,6 +42,9 @@ class memory_cache {
 
   memory_cache(const memory_cache&) = delete;
   memory_cache& operator=(const memory_cache&) = delete;
+  // Movable (the shards live behind a pointer); a moved-from cache may only be destroyed or assigned to.
+  memory_cache(memory_cache&&) noexcept = default;
+  memory_cache& operator=(memory_cache&&) noexcept = default;
 
   std::optional<cached_value> get(const cache_key& k) {
     shard& s = shard_of(k);

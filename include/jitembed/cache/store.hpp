@@ -43,7 +43,7 @@ struct cache_key_hasher {
 // bytes point into (zero-copy), for Redis it owns the reply.
 struct cached_value {
   bytes_view bytes;
-  std::shared_ptr<const void> keep_alive;
+  jitembed::keep_alive keep_alive;
 };
 
 // Counters of one store; values are snapshots.

@@ -36,9 +36,6 @@ class any_store {
   template <cache_store S, class... Args>
   explicit any_store(std::in_place_type_t<S>, Args&&... args)
       : impl_(std::make_shared<model<S>>(std::make_shared<S>(std::forward<Args>(args)...))) {}
-  template <cache_store S>
-  [[deprecated("use any_store(store) or any_store(std::in_place_type<S>, args...)")]] explicit any_store(std::shared_ptr<S> s)
-      : impl_(std::make_shared<model<S>>(std::move(s))) {}
 
   explicit operator bool() const noexcept { return impl_ != nullptr; }
 

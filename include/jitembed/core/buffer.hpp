@@ -47,6 +47,11 @@ struct aligned_allocator {
   bool operator==(const aligned_allocator<U, Align>&) const noexcept { return true; }
 };
 
+// The owner that keeps borrowed bytes valid: a file mapping, a cache entry, a read transaction, a buffer.
+// Type-erased shared ownership, so any std::shared_ptr converts to it; copies share the owner; empty when
+// the bytes belong to the caller. Views, values and replies carry one next to the bytes it keeps alive.
+using keep_alive = std::shared_ptr<const void>;
+
 // Growable, 64-byte aligned bytes. Writers encode into it; readers view into it.
 using byte_buffer = std::vector<std::byte, aligned_allocator<std::byte>>;
 

@@ -187,8 +187,8 @@ class tensor {
     std::memset(r.data(), 0, r.nbytes());
     return r;
   }
-  // Shares ownership with `owner` (any shared_ptr: its deleter is the custom deleter).
-  static tensor wrap(std::shared_ptr<const void> owner, const tensor_view& view) {
+  // Shares ownership with `owner` (any shared_ptr converts: its deleter is the custom deleter).
+  static tensor wrap(jitembed::keep_alive owner, const tensor_view& view) {
     return tensor(std::const_pointer_cast<void>(std::move(owner)), view);
   }
   // Deep copy of a contiguous CPU byte range into new aligned storage.

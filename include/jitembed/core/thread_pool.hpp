@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -14,25 +15,29 @@
 
 namespace jitembed {
 
+// Movable: the queue and the workers live behind a pointer the workers hold, so moving the pool moves
+// only that pointer (work in flight is untouched); a moved-from pool may only be destroyed or assigned to.
 class thread_pool {
  public:
-  explicit thread_pool(std::size_t threads = std::max(1u, std::thread::hardware_concurrency())) {
+  explicit thread_pool(std::size_t threads = std::max(1u, std::thread::hardware_concurrency()))
+      : s_(std::make_unique<state>()) {
     threads = std::max<std::size_t>(threads, 1);
-    workers_.reserve(threads);
-    for (std::size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { run(); });
+    s_->workers.reserve(threads);
+    for (std::size_t i = 0; i < threads; ++i) s_->workers.emplace_back([s = s_.get()] { s->run(); });
   }
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
-  ~thread_pool() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
+  thread_pool(thread_pool&&) noexcept = default;
+  thread_pool& operator=(thread_pool&& o) noexcept {
+    if (this != &o) {
+      stop();
+      s_ = std::move(o.s_);
     }
-    cv_.notify_all();
-    for (auto& t : workers_) t.join();
+    return *this;
   }
+  ~thread_pool() { stop(); }
 
-  std::size_t size() const noexcept { return workers_.size(); }
+  std::size_t size() const noexcept { return s_->workers.size(); }
 
   template <class F>
   auto submit(F&& f) -> std::future<std::invoke_result_t<std::decay_t<F>>> {
@@ -40,10 +45,10 @@ class thread_pool {
     auto task = std::make_shared<std::packaged_task<R()>>(std::forward<F>(f));
     auto fut = task->get_future();
     {
-      std::lock_guard lock(mu_);
-      queue_.emplace_back([task] { (*task)(); });
+      std::lock_guard lock(s_->mu);
+      s_->queue.emplace_back([task] { (*task)(); });
     }
-    cv_.notify_one();
+    s_->cv.notify_one();
     return fut;
   }
 
@@ -65,25 +70,41 @@ class thread_pool {
   }
 
  private:
-  void run() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping and drained
-        job = std::move(queue_.front());
-        queue_.pop_front();
+  struct state {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> queue;
+    bool stopping = false;
+    std::vector<std::thread> workers;
+
+    void run() {
+      for (;;) {
+        std::function<void()> job;
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [this] { return stopping || !queue.empty(); });
+          if (queue.empty()) return;  // stopping and drained
+          job = std::move(queue.front());
+          queue.pop_front();
+        }
+        job();
       }
-      job();
     }
+  };
+
+  // Drains the queue and joins the workers (a moved-from pool has nothing to stop).
+  void stop() noexcept {
+    if (!s_) return;
+    {
+      std::lock_guard lock(s_->mu);
+      s_->stopping = true;
+    }
+    s_->cv.notify_all();
+    for (auto& t : s_->workers) t.join();
+    s_.reset();
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stopping_ = false;
-  std::vector<std::thread> workers_;
+  std::unique_ptr<state> s_;
 };
 
 }  // namespace jitembed

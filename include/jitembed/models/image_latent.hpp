@@ -63,33 +63,18 @@ inline void image_latent_into(const std::uint8_t* rgb, std::int64_t h, std::int6
 
 }  // namespace detail
 
-// Models models::model. Construction throws jitembed::error (errc::invalid_argument) for bad options;
-// create() returns the error instead.
+// Models models::model. create() checks the options (errc::invalid_argument); the default constructor uses
+// the defaults, which are valid.
 class image_latent {
  public:
-  explicit image_latent(const image_latent_options& opts = {}) : opts_(opts) {
+  image_latent() : image_latent(image_latent_options{}) {}
+  static result<image_latent> create(const image_latent_options& opts = {}) {
     if (opts.bucket < 8 || opts.bucket > 8192 || opts.bucket % 8 != 0)
-      throw error(errc::invalid_argument, "image-latent: bucket " + std::to_string(opts.bucket) + " is not a multiple of 8 in [8, 8192]");
-    detail::check_output_dtype("image-latent", opts.output_dtype).value();
-    detail::check_work("image-latent", opts.work, opts.work_dim).value();
-    if (opts.max_batch_size < 1) throw error(errc::invalid_argument, "image-latent: max_batch_size 0");
-    const std::int64_t b = opts.bucket;
-    inputs_ = {{"image", dtype::u8, {b, b, 3}}};
-    outputs_ = {{"latent", opts.output_dtype, {4, b / 8, b / 8}}};
-    version_ = preprocess_params{}
-                   .set("revision", detail::kImageLatentRevision)
-                   .set("dtype", to_string(opts.output_dtype))
-                   .str();
-    preprocess_key_ = preprocess_params{}
-                          .set("bucket", opts.bucket)
-                          .set("decode", "turbojpeg-rgb-strict")
-                          .set("resize", "dct-pow2+bilinear-aa-stretch")
-                          .str();
-  }
-  static result<image_latent> create(const image_latent_options& opts = {}) try {
+      return fail(errc::invalid_argument, "image-latent: bucket " + std::to_string(opts.bucket) + " is not a multiple of 8 in [8, 8192]");
+    JITEMBED_TRY(detail::check_output_dtype("image-latent", opts.output_dtype));
+    JITEMBED_TRY(detail::check_work("image-latent", opts.work, opts.work_dim));
+    if (opts.max_batch_size < 1) return fail(errc::invalid_argument, "image-latent: max_batch_size 0");
     return image_latent(opts);
-  } catch (const error& e) {
-    return fail(e.code(), e.message());
   }
 
   static constexpr std::string_view kName = "image-latent";
@@ -129,6 +114,21 @@ class image_latent {
   }
 
  private:
+  // The options are checked (create()).
+  explicit image_latent(const image_latent_options& opts) : opts_(opts) {
+    const std::int64_t b = opts.bucket;
+    inputs_ = {{"image", dtype::u8, {b, b, 3}}};
+    outputs_ = {{"latent", opts.output_dtype, {4, b / 8, b / 8}}};
+    version_ = preprocess_params{}
+                   .set("revision", detail::kImageLatentRevision)
+                   .set("dtype", to_string(opts.output_dtype))
+                   .str();
+    preprocess_key_ = preprocess_params{}
+                          .set("bucket", opts.bucket)
+                          .set("decode", "turbojpeg-rgb-strict")
+                          .set("resize", "dct-pow2+bilinear-aa-stretch")
+                          .str();
+  }
   image_latent_options opts_;
   std::vector<tensor_meta> inputs_, outputs_;
   std::string version_, preprocess_key_;

@@ -36,7 +36,8 @@ namespace detail {
 inline constexpr std::string_view kTextEmbedRevision = "2";  // 2: positions without an n-gram are zero, not NaN
 }
 
-// Models models::model. Construction throws jitembed::error (errc::invalid_argument) for bad options.
+// Models models::model. create() checks the options (errc::invalid_argument); the default constructor uses
+// the defaults, which are valid.
 // Definition (docs/models.md): tokens t[0..n) are the text's UTF-8 bytes (n <= L). For each position p
 // and n-gram size g with g <= p + 1, h = XXH3-64(t[p-g+1..p] as bytes, seed + g), row = h mod
 // hash_buckets, sign = -1 if the top bit of h is set else +1; sequence[p] = (sum of sign * R[row]) /
@@ -45,37 +46,18 @@ inline constexpr std::string_view kTextEmbedRevision = "2";  // 2: positions wit
 // (0 for empty text), then converted to the output dtype.
 class text_embed {
  public:
-  explicit text_embed(const text_embed_options& opts = {}) : opts_(opts) {
-    auto bad = [](const std::string& m) { return error(errc::invalid_argument, "text-embed: " + m); };
-    if (opts.max_length < 1 || opts.max_length > 512) throw bad("max_length " + std::to_string(opts.max_length) + " not in [1, 512]");
-    if (opts.dim < 1 || opts.dim > 4096) throw bad("dim " + std::to_string(opts.dim) + " not in [1, 4096]");
+  text_embed() : text_embed(text_embed_options{}) {}
+  static result<text_embed> create(const text_embed_options& opts = {}) {
+    auto bad = [](const std::string& m) { return fail(errc::invalid_argument, "text-embed: " + m); };
+    if (opts.max_length < 1 || opts.max_length > 512) return bad("max_length " + std::to_string(opts.max_length) + " not in [1, 512]");
+    if (opts.dim < 1 || opts.dim > 4096) return bad("dim " + std::to_string(opts.dim) + " not in [1, 4096]");
     if (opts.ngram_min < 1 || opts.ngram_max < opts.ngram_min || opts.ngram_max > 8)
-      throw bad("ngram sizes " + std::to_string(opts.ngram_min) + ".." + std::to_string(opts.ngram_max) + " (need 1 <= min <= max <= 8)");
-    if (opts.hash_buckets < 1 || opts.hash_buckets > 65536) throw bad("hash_buckets " + std::to_string(opts.hash_buckets) + " not in [1, 65536]");
-    detail::check_output_dtype("text-embed", opts.output_dtype).value();
-    detail::check_work("text-embed", opts.work, opts.dim).value();
-    if (opts.max_batch_size < 1) throw bad("max_batch_size 0");
-    const std::int64_t l = opts.max_length, d = opts.dim;
-    inputs_ = {{"tokens", dtype::i32, {-1}}};
-    outputs_ = {{"sequence", opts.output_dtype, {l, d}}, {"mask", dtype::u8, {l}}, {"pooled", opts.output_dtype, {d}}};
-    version_ = preprocess_params{}
-                   .set("revision", detail::kTextEmbedRevision)
-                   .set("dim", opts.dim)
-                   .set("ngram", {opts.ngram_min, opts.ngram_max})
-                   .set("hash_buckets", opts.hash_buckets)
-                   .set("seed", opts.seed)
-                   .set("dtype", to_string(opts.output_dtype))
-                   .str();
-    preprocess_key_ = preprocess_params{}.set("max_length", opts.max_length).set("tokens", "utf8-bytes").str();
-    auto table = std::make_shared<std::vector<float>>(static_cast<std::size_t>(opts.hash_buckets) * static_cast<std::size_t>(d));
-    const float unit = std::sqrt(3.f);
-    for (std::size_t i = 0; i < table->size(); ++i) (*table)[i] = detail::unit_uniform(detail::splitmix64(opts.seed ^ i)) * unit;
-    table_ = std::move(table);
-  }
-  static result<text_embed> create(const text_embed_options& opts = {}) try {
+      return bad("ngram sizes " + std::to_string(opts.ngram_min) + ".." + std::to_string(opts.ngram_max) + " (need 1 <= min <= max <= 8)");
+    if (opts.hash_buckets < 1 || opts.hash_buckets > 65536) return bad("hash_buckets " + std::to_string(opts.hash_buckets) + " not in [1, 65536]");
+    JITEMBED_TRY(detail::check_output_dtype("text-embed", opts.output_dtype));
+    JITEMBED_TRY(detail::check_work("text-embed", opts.work, opts.dim));
+    if (opts.max_batch_size < 1) return bad("max_batch_size 0");
     return text_embed(opts);
-  } catch (const error& e) {
-    return fail(e.code(), e.message());
   }
 
   static constexpr std::string_view kName = "text-embed";
@@ -165,6 +147,25 @@ class text_embed {
   }
 
  private:
+  // The options are checked (create()).
+  explicit text_embed(const text_embed_options& opts) : opts_(opts) {
+    const std::int64_t l = opts.max_length, d = opts.dim;
+    inputs_ = {{"tokens", dtype::i32, {-1}}};
+    outputs_ = {{"sequence", opts.output_dtype, {l, d}}, {"mask", dtype::u8, {l}}, {"pooled", opts.output_dtype, {d}}};
+    version_ = preprocess_params{}
+                   .set("revision", detail::kTextEmbedRevision)
+                   .set("dim", opts.dim)
+                   .set("ngram", {opts.ngram_min, opts.ngram_max})
+                   .set("hash_buckets", opts.hash_buckets)
+                   .set("seed", opts.seed)
+                   .set("dtype", to_string(opts.output_dtype))
+                   .str();
+    preprocess_key_ = preprocess_params{}.set("max_length", opts.max_length).set("tokens", "utf8-bytes").str();
+    auto table = std::make_shared<std::vector<float>>(static_cast<std::size_t>(opts.hash_buckets) * static_cast<std::size_t>(d));
+    const float unit = std::sqrt(3.f);
+    for (std::size_t i = 0; i < table->size(); ++i) (*table)[i] = detail::unit_uniform(detail::splitmix64(opts.seed ^ i)) * unit;
+    table_ = std::move(table);
+  }
   text_embed_options opts_;
   std::vector<tensor_meta> inputs_, outputs_;
   std::string version_, preprocess_key_;

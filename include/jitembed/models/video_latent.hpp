@@ -32,39 +32,22 @@ namespace detail {
 inline constexpr std::string_view kVideoLatentRevision = "1";
 }
 
-// Models models::model. Construction throws jitembed::error (errc::invalid_argument) for bad options.
+// Models models::model. create() checks the options (errc::invalid_argument); the default constructor uses
+// the defaults, which are valid.
 class video_latent {
  public:
   static constexpr int kTemporalPool = 4;
 
-  explicit video_latent(const video_latent_options& opts = {}) : opts_(opts) {
+  video_latent() : video_latent(video_latent_options{}) {}
+  static result<video_latent> create(const video_latent_options& opts = {}) {
     if (opts.frames < kTemporalPool || opts.frames > 1024 || opts.frames % kTemporalPool != 0)
-      throw error(errc::invalid_argument, "video-latent: frames " + std::to_string(opts.frames) + " is not a multiple of 4 in [4, 1024]");
+      return fail(errc::invalid_argument, "video-latent: frames " + std::to_string(opts.frames) + " is not a multiple of 4 in [4, 1024]");
     if (opts.bucket < 8 || opts.bucket > 4096 || opts.bucket % 8 != 0)
-      throw error(errc::invalid_argument, "video-latent: bucket " + std::to_string(opts.bucket) + " is not a multiple of 8 in [8, 4096]");
-    detail::check_output_dtype("video-latent", opts.output_dtype).value();
-    detail::check_work("video-latent", opts.work, opts.work_dim).value();
-    if (opts.max_batch_size < 1) throw error(errc::invalid_argument, "video-latent: max_batch_size 0");
-    const std::int64_t t = opts.frames, b = opts.bucket;
-    inputs_ = {{"frames", dtype::u8, {t, b, b, 3}}};
-    outputs_ = {{"latent", opts.output_dtype, {4, t / kTemporalPool, b / 8, b / 8}}};
-    version_ = preprocess_params{}
-                   .set("revision", detail::kVideoLatentRevision)
-                   .set("image_revision", detail::kImageLatentRevision)
-                   .set("temporal_pool", kTemporalPool)
-                   .set("dtype", to_string(opts.output_dtype))
-                   .str();
-    preprocess_key_ = preprocess_params{}
-                          .set("bucket", opts.bucket)
-                          .set("frames", opts.frames)
-                          .set("select", "uniform")
-                          .set("resize", "swscale-bicubic-stretch")
-                          .str();
-  }
-  static result<video_latent> create(const video_latent_options& opts = {}) try {
+      return fail(errc::invalid_argument, "video-latent: bucket " + std::to_string(opts.bucket) + " is not a multiple of 8 in [8, 4096]");
+    JITEMBED_TRY(detail::check_output_dtype("video-latent", opts.output_dtype));
+    JITEMBED_TRY(detail::check_work("video-latent", opts.work, opts.work_dim));
+    if (opts.max_batch_size < 1) return fail(errc::invalid_argument, "video-latent: max_batch_size 0");
     return video_latent(opts);
-  } catch (const error& e) {
-    return fail(e.code(), e.message());
   }
 
   static constexpr std::string_view kName = "video-latent";
@@ -124,6 +107,24 @@ class video_latent {
   }
 
  private:
+  // The options are checked (create()).
+  explicit video_latent(const video_latent_options& opts) : opts_(opts) {
+    const std::int64_t t = opts.frames, b = opts.bucket;
+    inputs_ = {{"frames", dtype::u8, {t, b, b, 3}}};
+    outputs_ = {{"latent", opts.output_dtype, {4, t / kTemporalPool, b / 8, b / 8}}};
+    version_ = preprocess_params{}
+                   .set("revision", detail::kVideoLatentRevision)
+                   .set("image_revision", detail::kImageLatentRevision)
+                   .set("temporal_pool", kTemporalPool)
+                   .set("dtype", to_string(opts.output_dtype))
+                   .str();
+    preprocess_key_ = preprocess_params{}
+                          .set("bucket", opts.bucket)
+                          .set("frames", opts.frames)
+                          .set("select", "uniform")
+                          .set("resize", "swscale-bicubic-stretch")
+                          .str();
+  }
   video_latent_options opts_;
   std::vector<tensor_meta> inputs_, outputs_;
   std::string version_, preprocess_key_;

@@ -39,13 +39,15 @@ class nccl_communicator_ref : public detail::nccl_base {
  public:
   nccl_communicator_ref() = default;
 
-  // Trusts rank / size / device as given (no NCCL call), e.g. from the framework that made `comm`.
-  nccl_communicator_ref(ncclComm_t comm, cudaStream_t stream, int rank, int size, int cuda_device, comm_options opt = {})
-      : nccl_base(comm, nullptr, stream, rank, size, cuda_device, opt.timeout) {
+  // Trusts rank / size / device as given (no NCCL call), e.g. from the framework that made `comm`;
+  // invalid_argument for a rank outside [0, size) or a negative device.
+  static result<nccl_communicator_ref> wrap(ncclComm_t comm, cudaStream_t stream, int rank, int size, int cuda_device,
+                                            comm_options opt = {}) {
     if (size <= 0 || rank < 0 || rank >= size || cuda_device < 0) {
-      throw error(errc::invalid_argument, "nccl: ref: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+      return fail(errc::invalid_argument, "nccl: ref: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                                               " on CUDA device " + std::to_string(cuda_device));
     }
+    return nccl_communicator_ref(comm, nullptr, stream, rank, size, cuda_device, opt.timeout);
   }
 
   // Asks NCCL for the rank, size and device of `comm`.
@@ -56,20 +58,21 @@ class nccl_communicator_ref : public detail::nccl_base {
         ncclCommCuDevice(comm, &dev) != ncclSuccess) {
       return fail(errc::comm_failed, "nccl: wrap: cannot read the communicator's rank, size and device");
     }
-    return nccl_communicator_ref(comm, stream, rank, size, dev, opt);
+    return nccl_communicator_ref(comm, nullptr, stream, rank, size, dev, opt.timeout);
   }
 
   result<nccl_communicator_ref> split(int color, int key) {
     JITEMBED_ASSIGN_OR_RETURN(auto s, split_comm(color, key));
     if (s.comm == nullptr) return nccl_communicator_ref();
-    return nccl_communicator_ref(std::make_shared<detail::nccl_owned_comm>(s.comm, timeout()), stream(), s.rank,
+    return nccl_communicator_ref(nullptr, std::make_shared<detail::nccl_owned_comm>(s.comm, timeout()), stream(), s.rank,
                                  s.size, cuda_device(), timeout());
   }
 
  private:
-  nccl_communicator_ref(std::shared_ptr<detail::nccl_owned_comm> owner, cudaStream_t s, int rank, int size, int dev,
-                        std::chrono::milliseconds timeout)
-      : nccl_base(nullptr, std::move(owner), s, rank, size, dev, timeout) {}
+  // A borrowed `comm`, or one `owner` holds (split()).
+  nccl_communicator_ref(ncclComm_t comm, std::shared_ptr<detail::nccl_owned_comm> owner, cudaStream_t s, int rank,
+                        int size, int dev, std::chrono::milliseconds timeout)
+      : nccl_base(comm, std::move(owner), s, rank, size, dev, timeout) {}
 };
 
 // Owns an NCCL communicator and the CUDA stream its operations run on (unless set_stream() names the
@@ -154,7 +157,8 @@ class nccl_communicator : public detail::nccl_base {
   // A non-owning view of this communicator (same comm and stream, its own stats); must not outlive it.
   nccl_communicator_ref ref() const {
     if (!valid() || get() == nullptr) return nccl_communicator_ref();
-    return nccl_communicator_ref(get(), stream(), rank(), size(), cuda_device(), comm_options{timeout()});
+    // rank, size and device are this communicator's own (checked by create()): wrap cannot fail here
+    return *nccl_communicator_ref::wrap(get(), stream(), rank(), size(), cuda_device(), comm_options{timeout()});
   }
 
   // Aborts now (in-flight work is cancelled); every later call fails with comm_failed.

@@ -39,35 +39,39 @@ class store {
   }
 };
 
-// In-process store (ranks as threads); shared through a shared_ptr.
+// In-process store (ranks as threads); shared through a shared_ptr. Movable (its table lives behind a
+// pointer); a moved-from store may only be destroyed or assigned to.
 class hash_store final : public store {
  public:
   using store::set;
   result<void> set(std::string_view key, std::span<const std::byte> value) override {
     {
-      std::lock_guard lock(mu_);
-      map_[std::string(key)] = std::vector<std::byte>(value.begin(), value.end());
+      std::lock_guard lock(s_->mu);
+      s_->map[std::string(key)] = std::vector<std::byte>(value.begin(), value.end());
     }
-    cv_.notify_all();
+    s_->cv.notify_all();
     return {};
   }
   result<std::vector<std::byte>> get(std::string_view key, std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mu_);
+    std::unique_lock lock(s_->mu);
     const std::string k(key);
-    if (!cv_.wait_for(lock, timeout, [&] { return map_.count(k) != 0; })) {
+    if (!s_->cv.wait_for(lock, timeout, [&] { return s_->map.count(k) != 0; })) {
       return fail(errc::timeout, "store: key '" + k + "' not set within " + std::to_string(timeout.count()) + " ms");
     }
-    return map_[k];
+    return s_->map[k];
   }
   result<bool> check(std::string_view key) override {
-    std::lock_guard lock(mu_);
-    return map_.count(std::string(key)) != 0;
+    std::lock_guard lock(s_->mu);
+    return s_->map.count(std::string(key)) != 0;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::vector<std::byte>, std::less<>> map_;
+  struct state {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<std::string, std::vector<std::byte>, std::less<>> map;
+  };
+  std::unique_ptr<state> s_ = std::make_unique<state>();
 };
 
 // A folder shared by the ranks (a local or network file system). A value is written to a temporary file

@@ -20,18 +20,21 @@ namespace jitembed::models {
 
 // Models models::model. run() takes the CPU tensors preprocess() makes and returns CPU tensors; the batch
 // goes through pinned staging to the device and back on a stream of its own, so calls from several threads
-// overlap. `work` is not emulated (it never changes outputs). Construction throws jitembed::error:
-// errc::invalid_argument for bad options, errc::not_found when `device_ordinal` names no CUDA device.
+// overlap. `work` is not emulated (it never changes outputs). create() fails with errc::invalid_argument for
+// bad options, errc::not_found when `device_ordinal` names no CUDA device.
 class cuda_image_latent : public detail::cuda_model_base<image_latent> {
  public:
-  explicit cuda_image_latent(const image_latent_options& opts = {}, int device_ordinal = 0)
-      : cuda_model_base(opts, device_ordinal, std::size_t{256} << 20) {}
   static result<cuda_image_latent> create(const image_latent_options& opts = {}, int device_ordinal = 0) try {
     return cuda_image_latent(opts, device_ordinal);
   } catch (const error& e) {
     return fail(e.code(), e.message());
   }
+ private:
+  // Throws jitembed::error (the options, the device, CUDA): create() returns it.
+  cuda_image_latent(const image_latent_options& opts, int device_ordinal)
+      : cuda_model_base(opts, device_ordinal, std::size_t{256} << 20) {}
 
+ public:
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
     JITEMBED_TRY(detail::check_batch(kName, batch, max_batch_size(), inputs()[0]));
     if (batch.empty()) return std::vector<named_tensors>{};

@@ -118,7 +118,7 @@ class cuda_model_base {
 
  protected:
   cuda_model_base(const options_type& opts, int device_ordinal, std::size_t staging_bytes)
-      : cpu_(opts), ordinal_(device_ordinal), pool_(staging_bytes) {
+      : cpu_(Cpu::create(opts).value()), ordinal_(device_ordinal), pool_(staging_bytes) {
     detail::check_cuda_device(kName, device_ordinal).value();
   }
 

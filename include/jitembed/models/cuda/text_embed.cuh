@@ -26,7 +26,14 @@ namespace jitembed::models {
 // table (hash_buckets x dim f32, 12 MiB by default) is copied to the device once, at construction.
 class cuda_text_embed : public detail::cuda_model_base<text_embed> {
  public:
-  explicit cuda_text_embed(const text_embed_options& opts = {}, int device_ordinal = 0)
+  static result<cuda_text_embed> create(const text_embed_options& opts = {}, int device_ordinal = 0) try {
+    return cuda_text_embed(opts, device_ordinal);
+  } catch (const error& e) {
+    return fail(e.code(), e.message());
+  }
+ private:
+  // Throws jitembed::error (the options, the device, CUDA): create() returns it.
+  cuda_text_embed(const text_embed_options& opts, int device_ordinal)
       : cuda_model_base(opts, device_ordinal, std::size_t{256} << 20) {
     detail::device_guard guard(ordinal_);
     const std::size_t bytes = static_cast<std::size_t>(opts.hash_buckets) * static_cast<std::size_t>(opts.dim) * sizeof(float);
@@ -44,12 +51,8 @@ class cuda_text_embed : public detail::cuda_model_base<text_embed> {
     // The CPU model's table is one contiguous hash_buckets x dim array; row 0 starts it.
     JITEMBED_CUDA_CHECK(cudaMemcpy(p, cpu_.projection_row(0).data(), bytes, cudaMemcpyHostToDevice));
   }
-  static result<cuda_text_embed> create(const text_embed_options& opts = {}, int device_ordinal = 0) try {
-    return cuda_text_embed(opts, device_ordinal);
-  } catch (const error& e) {
-    return fail(e.code(), e.message());
-  }
 
+ public:
   using cuda_model_base::preprocess;  // the bytes_view overload
   result<tensor> preprocess(std::string_view utf8, const decode_limits& limits = {}) const { return cpu_.preprocess(utf8, limits); }
 

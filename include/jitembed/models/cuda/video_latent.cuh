@@ -21,14 +21,17 @@ namespace jitembed::models {
 // Models models::model; run() is CPU tensors in, CPU tensors out, as for cuda_image_latent.
 class cuda_video_latent : public detail::cuda_model_base<video_latent> {
  public:
-  explicit cuda_video_latent(const video_latent_options& opts = {}, int device_ordinal = 0)
-      : cuda_model_base(opts, device_ordinal, std::size_t{512} << 20) {}
   static result<cuda_video_latent> create(const video_latent_options& opts = {}, int device_ordinal = 0) try {
     return cuda_video_latent(opts, device_ordinal);
   } catch (const error& e) {
     return fail(e.code(), e.message());
   }
+ private:
+  // Throws jitembed::error (the options, the device, CUDA): create() returns it.
+  cuda_video_latent(const video_latent_options& opts, int device_ordinal)
+      : cuda_model_base(opts, device_ordinal, std::size_t{512} << 20) {}
 
+ public:
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
     JITEMBED_TRY(detail::check_batch(kName, batch, max_batch_size(), inputs()[0]));
     if (batch.empty()) return std::vector<named_tensors>{};

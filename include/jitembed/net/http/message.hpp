@@ -47,7 +47,7 @@ struct response {
   header_list headers;
   std::string body;                          // sent first
   std::vector<bytes_view> pieces;            // then these, in order
-  std::shared_ptr<const void> keep_alive;    // owner of the pieces' bytes
+  jitembed::keep_alive keep_alive;           // owner of the pieces' bytes
 
   std::size_t content_length() const noexcept {
     std::size_t n = body.size();

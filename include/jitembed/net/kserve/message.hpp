@@ -35,7 +35,7 @@ struct infer_tensor {
   std::vector<std::int64_t> shape;
   json parameters;            // tensor parameters other than binary_data_size (the codec manages that)
   bytes_view data;            // the elements (see above)
-  std::shared_ptr<const byte_buffer> storage;  // owns `data` when it is not a view into a body
+  jitembed::keep_alive storage;  // owns `data` when it is not a view into a body
   bool binary = true;         // travels in the binary section (false: as JSON "data")
 
   // A tensor viewing caller-owned bytes; the caller keeps them alive while the tensor is used.

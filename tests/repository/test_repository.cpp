@@ -329,7 +329,7 @@ TEST_CASE("model repository: per-model failures are in the index while the good 
   CHECK(cj["dynamic_batching"]["max_queue_delay_microseconds"] == 100);
 }
 
-TEST_CASE("model repository: load / unload re-read the directory; a failed reload keeps the old version serving") {
+TEST_CASE("model repository: load / unload re-read the directory, a failed reload keeps the old version serving") {
   temp_dir d("reload");
   const auto& r = d.path;
   write(r / "m" / "config.pbtxt", text_model_config("m"));

@@ -117,7 +117,7 @@ endif()
 if(JITEMBED_WITH_ZSTD)
   jitembed_component(models
     GLOBS models.hpp models/model.hpp models/any_model.hpp models/emulated_latency.hpp models/sample_input.hpp
-          models/text_embed.hpp models/detail/kernels.hpp
+          models/text_embed.hpp models/detail/kernels.hpp models/backend_config.hpp
     LINK jitembed::core jitembed::zstd jitembed::format)
   if(JITEMBED_WITH_JPEG)
     jitembed_component(models_image GLOBS models/image_latent.hpp LINK jitembed::models jitembed::jpeg)
@@ -142,7 +142,16 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   # The embedding service: model registry, per-model batchers, KServe v2 routes (HTTP-agnostic handler).
   jitembed_component(server
     GLOBS server.hpp server/*.hpp server/detail/*.hpp
+    EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$"
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format)
+  if(JITEMBED_WITH_REPOSITORY)
+    # The model repository: config.pbtxt (protobuf text format against a schema built at run time: libprotobuf
+    # and libprotoc's .proto parser), backends, loading into a service. Not linked by the umbrella target.
+    jitembed_component(repository
+      GLOBS server/repository*.hpp server/model_repository*.hpp server/detail/repository*.hpp
+      LINK jitembed::server protobuf::libprotobuf protobuf::libprotoc
+      NOT_IN_UMBRELLA)
+  endif()
 endif()
 if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_HTTP)
   # The JIT client (async KServe v2 over Beast, balancing, retries, local mode) and the prefetching loader:

@@ -5,7 +5,7 @@
 # Sets:
 #   <component>  a jitembed component and every component it needs (core, codec, batching, kserve, http,
 #                zstd, format, cache, lmdb, redis, jpeg, video, models, models_image, models_video, torch,
-#                server, client, parallel, tcp_store, gloo), e.g. `format jpeg` for an application that uses
+#                server, repository, client, parallel, tcp_store, gloo), e.g. `format jpeg` for an application that uses
 #                those two (configuring jitembed itself with its defaults needs every default component:
 #                `test`, or turn the others off with -DJITEMBED_WITH_<X>=OFF)
 #   build        compiler, CMake, Ninja, pkg-config (part of every set)
@@ -54,6 +54,7 @@ declare -A component_debs=(
   [models_video]=""
   [torch]=""
   [server]=""
+  [repository]="libprotobuf-dev libprotoc-dev"
   [client]=""
   [parallel]="libopenblas-dev"
   [tcp_store]="libboost-dev"
@@ -78,6 +79,7 @@ declare -A component_requires=(
   [models_video]="models_image video"
   [torch]="models_image"
   [server]="kserve batching models_video format"
+  [repository]="server"
   [client]="http kserve models cache format"
   [parallel]="core"
   [tcp_store]="parallel"
@@ -97,7 +99,7 @@ build_debs="build-essential cmake pkg-config ninja-build"
 # (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11
 test_peer_debs="redis-server lmdb-utils ffmpeg tar python3-venv libb64-0d python3.11 python3.11-venv libpython3.11"
 # components the default configure builds without the CUDA toolkit (the test command's CPU build)
-cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video torch server client parallel tcp_store gloo"
+cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video torch server repository client parallel tcp_store gloo"
 
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then sets=(all); fi
@@ -111,8 +113,8 @@ for s in "${sets[@]}"; do
     python) components+=(server client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
     ray) components+=(server client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
-    tools) components+=(server client lmdb redis); dev+=(tools) ;;
-    demo) components+=(server client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
+    tools) components+=(server repository client lmdb redis); dev+=(tools) ;;
+    demo) components+=(server repository client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
     *)
       if [ -n "${component_requires[$s]+x}" ]; then
         components+=("$s")

@@ -12,9 +12,15 @@
 #include <thread>
 #include <vector>
 
+#if defined(JITEMBED_HAS_TORCH)
+#include "jitembed/models/torch_repository.hpp"  // LibTorch first (its glog macros)
+#endif
 #include "jitembed/models/reference.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
+#if defined(JITEMBED_HAS_REPOSITORY)
+#include "jitembed/server/model_repository.hpp"
+#endif
 #if defined(JITEMBED_SERVER_GPU)
 #include "server_gpu_models.hpp"
 #endif
@@ -32,7 +38,7 @@ int fail_exit(const std::string& what) {
 
 int main(int argc, char** argv) {
   CLI::App app{"jitembed-server: KServe v2 / Triton HTTP embedding service"};
-  std::string config_file, host, auth_token_file;
+  std::string config_file, host, auth_token_file, model_repository;
   int port = -1, io_threads = 0, preprocess_threads = -1;
   std::vector<std::string> model_flags;
   std::size_t instances = 0, max_batch = 0, queue_size = 0, max_inflight_rows = 0;
@@ -42,6 +48,9 @@ int main(int argc, char** argv) {
   app.add_option("--host", host, "address to bind (default 127.0.0.1)");
   app.add_option("--port", port, "port (default 8000; 0 = ephemeral)")->check(CLI::Range(0, 65535));
   app.add_option("--model", model_flags, "NAME[:k=v,...] to serve (repeatable); default: the reference embedders");
+  app.add_option("--model-repository", model_repository,
+                 "Triton-style model repository DIR (<model>/config.pbtxt, numbered version directories): serves its models; "
+                 "/v2/repository load / unload re-read it");
   app.add_option("--instances", instances, "runner threads per model")->check(CLI::Range(1, 1024));
   app.add_option("--max-batch", max_batch, "max batch size per model (default: the model's)");
   app.add_option("--max-queue-delay-us", max_queue_delay_us, "dynamic batching delay in microseconds")->check(CLI::NonNegativeNumber);
@@ -70,6 +79,7 @@ int main(int argc, char** argv) {
   if (io_threads > 0) cfg.io_threads = static_cast<std::size_t>(io_threads);
   if (preprocess_threads >= 0) cfg.preprocess_threads = static_cast<std::size_t>(preprocess_threads);
   if (!auth_token_file.empty()) cfg.auth_token_file = auth_token_file;
+  if (!model_repository.empty()) cfg.model_repository = model_repository;
   if (auto r = server::load_auth_token(cfg); !r) return fail_exit(std::string(to_string(r.code())) + ": " + r.error().message);
 
   server::model_config defaults;
@@ -88,7 +98,7 @@ int main(int argc, char** argv) {
       if (!m) return fail_exit(m.error().message);
       cfg.models.push_back(std::move(*m));
     }
-  } else if (cfg.models.empty()) {
+  } else if (cfg.models.empty() && cfg.model_repository.empty()) {
     for (auto name : models::kReferenceModelNames) {
       server::model_config m = defaults;
       m.name = std::string(name);
@@ -123,6 +133,22 @@ int main(int argc, char** argv) {
   auto svc_made = server::service::create(cfg, factory);
   if (!svc_made) return fail_exit(std::string(to_string(svc_made.code())) + ": " + svc_made.error().message);
   auto& svc = *svc_made;
+  if (!cfg.model_repository.empty()) {
+#if defined(JITEMBED_HAS_REPOSITORY)
+    server::repository_options ro;
+    ro.log = [](const std::string& line) { std::fprintf(stderr, "jitembed-server: %s\n", line.c_str()); };
+#if defined(JITEMBED_HAS_TORCH)
+    ro.backends.add("pytorch_libtorch", models::torch_script_backend());
+#endif
+    auto repo = server::model_repository::open(cfg.model_repository, std::move(ro));
+    if (!repo) return fail_exit(std::string(to_string(repo.code())) + ": " + repo.error().message);
+    // A model that fails is logged and in /v2/repository/index with its reason; the others serve.
+    repo->load_all(svc);
+    svc.attach(std::make_shared<server::model_repository>(*repo));
+#else
+    return fail_exit("--model-repository: this jitembed-server was built without the repository component (JITEMBED_WITH_REPOSITORY)");
+#endif
+  }
 
   net::http::server_options ho;
   ho.host = cfg.host;

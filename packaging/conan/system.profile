@@ -14,5 +14,6 @@ libjpeg-turbo/2.1.5
 lmdb/0.9.24
 nlohmann_json/3.11.2
 openblas/0.3.21
+protobuf/3.21.12
 xxhash/0.8.1
 zstd/1.5.4

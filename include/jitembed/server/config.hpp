@@ -67,6 +67,8 @@ struct server_config {
   std::string auth_token_file;           // read by load_auth_token()
   std::size_t max_rows_per_request = 1024;
   std::vector<model_config> models;
+  std::string model_repository;          // a Triton-style model repository directory (jitembed-server loads it
+                                         // with server::model_repository, component jitembed::repository); empty: none
   kserve::protocol_limits protocol;
   decode_limits decode;
 };
@@ -240,10 +242,10 @@ inline result<model_config> model_config_from_json(const nlohmann::json& j, std:
 }
 
 // Parses a server_config; keys: host, port, io_threads, preprocess_threads, auth_token, auth_token_file,
-// max_rows_per_request, max_body_bytes, max_header_bytes, models [model_config...].
+// max_rows_per_request, max_body_bytes, max_header_bytes, models [model_config...], model_repository.
 inline result<server_config> server_config_from_json(const nlohmann::json& j) {
   JITEMBED_TRY(detail::only_keys(j, {"host", "port", "io_threads", "preprocess_threads", "auth_token", "auth_token_file",
-                                     "max_rows_per_request", "max_body_bytes", "max_header_bytes", "models"}, "config"));
+                                     "max_rows_per_request", "max_body_bytes", "max_header_bytes", "models", "model_repository"}, "config"));
   server_config c;
   JITEMBED_TRY(detail::read_key(j, "host", c.host, "config"));
   JITEMBED_TRY(detail::read_key(j, "port", c.port, "config"));
@@ -251,6 +253,7 @@ inline result<server_config> server_config_from_json(const nlohmann::json& j) {
   JITEMBED_TRY(detail::read_key(j, "preprocess_threads", c.preprocess_threads, "config"));
   JITEMBED_TRY(detail::read_key(j, "auth_token", c.auth_token, "config"));
   JITEMBED_TRY(detail::read_key(j, "auth_token_file", c.auth_token_file, "config"));
+  JITEMBED_TRY(detail::read_key(j, "model_repository", c.model_repository, "config"));
   JITEMBED_TRY(detail::read_key(j, "max_rows_per_request", c.max_rows_per_request, "config"));
   JITEMBED_TRY(detail::read_key(j, "max_body_bytes", c.protocol.max_body_bytes, "config"));
   JITEMBED_TRY(detail::read_key(j, "max_header_bytes", c.protocol.max_header_bytes, "config"));

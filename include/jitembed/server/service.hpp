@@ -15,6 +15,7 @@
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/detail/service_core.hpp"
 #include "jitembed/server/model_instance.hpp"
+#include "jitembed/server/model_source.hpp"
 #include "jitembed/server/model_status.hpp"
 
 namespace jitembed::server {
@@ -22,7 +23,7 @@ namespace jitembed::server {
 // A movable value (docs/api.md): the registry, batchers and preprocessing threads live behind one pointer
 // that moves with it, so a handler from as_handler() stays valid across a move (not past destruction).
 // A moved-from service may only be destroyed or assigned to. Thread-safe.
-class service {
+class service final : public model_loader {
  public:
   using clock = std::chrono::steady_clock;
 
@@ -57,11 +58,11 @@ class service {
   // one), stop getting requests and are drained (their in-flight requests finish) and destroyed before load
   // returns. No request fails during the swap. A version the policy would not keep is refused
   // (invalid_argument) before the warm-up.
-  result<void> load(model_config cfg, models::any_model m) { return core_->load(std::move(cfg), std::move(m)); }
+  result<void> load(model_config cfg, models::any_model m) override { return core_->load(std::move(cfg), std::move(m)); }
 
   // Unloads one version, or every version when `version` is empty; each is drained first. not_found when
   // the model (version) is not loaded.
-  result<void> unload(std::string_view name, std::string_view version = {}) { return core_->unload(name, version); }
+  result<void> unload(std::string_view name, std::string_view version = {}) override { return core_->unload(name, version); }
 
   // Starts draining: from now on the readiness routes answer 503 and new infer requests get 503
   // unavailable; requests already admitted finish normally. shutdown() (or the destructor) completes it.
@@ -74,7 +75,16 @@ class service {
   bool ready() const { return core_->ready(); }
 
   // (name, version) of every loaded model version.
-  std::vector<std::pair<std::string, std::string>> loaded() const { return core_->loaded(); }
+  std::vector<std::pair<std::string, std::string>> loaded() const override { return core_->loaded(); }
+
+  // Attaches a model repository (server::model_repository, component jitembed::repository): the
+  // /v2/repository routes then index, load and unload its models from its directory (re-read on every
+  // call); other models keep the parameter-driven load route. nullptr detaches.
+  void attach(std::shared_ptr<model_source> source) { core_->attach(std::move(source)); }
+
+  // What GET/POST /v2/repository/index answers: the attached repository's models (loaded versions,
+  // failures with their reason, models never loaded), then every other loaded version.
+  std::vector<repository_entry> repository_index() const { return core_->repository_index(); }
 
   // Queue depth, admitted rows and counters of every loaded version.
   std::vector<model_status> status() const { return core_->status(); }

@@ -34,6 +34,7 @@
 #include "jitembed/server/detail/render.hpp"
 #include "jitembed/server/detail/version_policy.hpp"
 #include "jitembed/server/model_instance.hpp"
+#include "jitembed/server/model_source.hpp"
 #include "jitembed/server/model_status.hpp"
 
 namespace jitembed::server {
@@ -76,7 +77,7 @@ inline std::uint64_t now_ms() {
 
 namespace detail {
 
-class service_core {
+class service_core final : public model_loader {
  public:
   using clock = std::chrono::steady_clock;
 
@@ -118,7 +119,7 @@ class service_core {
   // stop getting requests and are drained (their in-flight requests finish) and destroyed before load
   // returns. No request fails during the swap. cfg.policy becomes the model's policy; a version it would not
   // keep is refused (invalid_argument) before the warm-up.
-  result<void> load(model_config cfg, models::any_model m) {
+  result<void> load(model_config cfg, models::any_model m) override {
     if (!m) return fail(errc::invalid_argument, "load: no model for '" + cfg.name + "'");
     if (cfg.name.empty() || cfg.version.empty()) return fail(errc::invalid_argument, "load: empty model name or version");
     if (!ready()) return fail(errc::unavailable, "load: the service is shutting down");  // before a warm-up
@@ -147,7 +148,7 @@ class service_core {
   }
 
   // Unloads one version, or every version when `version` is empty; each is drained first.
-  result<void> unload(std::string_view name, std::string_view version = {}) {
+  result<void> unload(std::string_view name, std::string_view version = {}) override {
     std::vector<std::shared_ptr<model_instance>> gone;
     {
       std::lock_guard lock(reg_mu_);
@@ -197,7 +198,7 @@ class service_core {
   }
 
   // (name, version) of every loaded model version.
-  std::vector<std::pair<std::string, std::string>> loaded() const {
+  std::vector<std::pair<std::string, std::string>> loaded() const override {
     std::lock_guard lock(reg_mu_);
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& [n, vs] : models_)
@@ -206,6 +207,29 @@ class service_core {
   }
 
   const server_config& config() const noexcept { return config_; }
+
+  // The model repository the /v2/repository routes delegate to for its models (nullptr: none).
+  void attach(std::shared_ptr<model_source> source) {
+    std::lock_guard lock(source_mu_);
+    source_ = std::move(source);
+  }
+  std::shared_ptr<model_source> source() const {
+    std::lock_guard lock(source_mu_);
+    return source_;
+  }
+
+  // The repository index: the attached source's models (loaded versions, failures, never loaded), then
+  // every other loaded version (READY).
+  std::vector<repository_entry> repository_index() const {
+    std::vector<repository_entry> out;
+    const auto src = source();
+    if (src) out = src->index(*this);
+    for (const auto& [name, v] : loaded()) {
+      if (src && src->has(name)) continue;
+      out.push_back({.name = name, .version = v, .state = "READY"});
+    }
+    return out;
+  }
 
   // The http::handler: every route of docs/server.md. Never blocks on model work.
   void handle(net::http::request&& req, net::http::responder respond) {
@@ -411,11 +435,31 @@ class service_core {
     if (!post) return method_not_allowed();
     if (n == 3 && parts[2] == "index") {
       detail::ojson arr = detail::ojson::array();
-      for (const auto& [name, v] : loaded()) arr.push_back(detail::ojson{{"name", name}, {"version", v}, {"state", "READY"}});
+      for (const auto& e : repository_index()) {
+        detail::ojson j{{"name", e.name}};
+        if (!e.version.empty()) j["version"] = e.version;
+        if (!e.state.empty()) j["state"] = e.state;
+        if (!e.reason.empty()) j["reason"] = e.reason;
+        if (!e.ignored.empty()) j["ignored"] = e.ignored;
+        arr.push_back(std::move(j));
+      }
       return json_response(200, arr);
     }
     if (n != 5 || parts[2] != "models" || (parts[4] != "load" && parts[4] != "unload")) return not_found_route();
     const std::string name(parts[3]);
+    if (const auto src = source(); src && src->has(name)) {
+      // A repository model: its config.pbtxt is the configuration; the directory is read again.
+      if (!body.empty()) {
+        auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+        if (j.is_discarded() || !j.is_object()) return error_response(400, "repository request body is not a JSON object", errc::invalid_argument);
+        if (auto it = j.find("parameters"); it != j.end() && !(it->is_object() && it->empty()))
+          return error_response(400, "model '" + name + "' comes from the model repository: its config.pbtxt is its configuration (load/unload take no parameters)",
+                                errc::invalid_argument);
+      }
+      auto r = parts[4] == "load" ? src->load(*this, name) : src->unload(*this, name);
+      if (!r) return error_response(r.error());
+      return json_response(200, detail::ojson::object());
+    }
     nlohmann::json params = nlohmann::json::object();
     if (!body.empty()) {
       auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -664,6 +708,8 @@ class service_core {
   std::map<std::string, version_policy> policies_;  // per name: the policy of its last load
   std::mutex drain_mu_;
   std::condition_variable drain_cv_;
+  mutable std::mutex source_mu_;
+  std::shared_ptr<model_source> source_;
   thread_pool pool_;  // last: destroyed first, after shutdown() drained every model
 };
 

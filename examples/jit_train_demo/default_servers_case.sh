@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest demo/default_servers: jit_train_demo pointed (--endpoints) at a jitembed-server started with its
 # defaults (image latents [4,32,32], 768-dim captions: not what the demo's model is sized for) stops with
-# an error naming the server flags it needs; a server started with those flags then trains.
+# an error naming the server flags it needs; a server started with those flags then trains, every
+# embedding equal to the in-process models' (--verify).
 set -euo pipefail
 server="$1"; demo="$2"; work="$3"
 rm -rf "$work" && mkdir -p "$work"
@@ -35,6 +36,7 @@ echo "named flags: $flags"
 # The flags the error names make a server the demo trains against.
 read -r -a flag_args <<< "$flags"
 url2=$(start_server "$work/sized.log" "${flag_args[@]}")
-"$demo" --endpoints "$url2" "${common[@]}" > "$work/sized_run.log" 2>&1 || { cat "$work/sized_run.log"; echo "run with the named flags failed"; exit 1; }
+"$demo" --endpoints "$url2" "${common[@]}" --verify > "$work/sized_run.log" 2>&1 || { cat "$work/sized_run.log"; echo "run with the named flags failed"; exit 1; }
 tail -3 "$work/sized_run.log"
+grep -q '"verified_samples":8,' "$work/sized_run.log" || { echo "expected all 8 samples verified against the in-process models"; exit 1; }
 echo "ok"

@@ -82,7 +82,7 @@ declare -A component_requires=(
 # msgpack-c is bench_format's baseline)
 declare -A development_debs=(
   [tools]="libcli11-dev nlohmann-json3-dev"
-  [tests]="doctest-dev"
+  [tests]="doctest-dev clang-14"
   [benchmarks]="libbenchmark-dev libmsgpack-dev libprotobuf-dev protobuf-compiler"
 )
 build_debs="build-essential cmake pkg-config ninja-build"

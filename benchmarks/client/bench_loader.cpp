@@ -145,7 +145,7 @@ run_result run_jit(const format::dataset& data, const std::vector<std::string>& 
     return r;
   }
   client::loader_options lo;
-  lo.embeddings = {{"caption", "text-embed", format::field_kind::text, "pooled", ""}};
+  lo.embeddings = {{"caption", "text-embed", models::modality::text, "pooled", ""}};
   lo.batch_size = kBatch;
   lo.samples_per_request = kPerRequest;
   lo.requests_in_flight = depth;

@@ -59,9 +59,9 @@ inline constexpr const char* kVideoLatent = "video_latent";
 inline constexpr const char* kCaption = "caption";
 
 inline std::vector<client::embedding_spec> embedding_specs() {
-  return {{kImageLatent, "image-latent", format::field_kind::image, "latent", ""},
-          {kVideoLatent, "video-latent", format::field_kind::video, "latent", ""},
-          {kCaption, "text-embed", format::field_kind::text, "pooled", ""}};
+  return {{kImageLatent, "image-latent", models::modality::image, "latent", ""},
+          {kVideoLatent, "video-latent", models::modality::video, "latent", ""},
+          {kCaption, "text-embed", models::modality::text, "pooled", ""}};
 }
 
 // The three models in-process, with or without the emulated latency.

@@ -38,7 +38,7 @@
 #include "embeddings.hpp"
 #include "jitembed/cache/memory_cache.hpp"
 #include "jitembed/cache/tiered_cache.hpp"
-#include "jitembed/client/detail/loader_plan.hpp"
+#include "jitembed/client/epoch_plan.hpp"
 #include "jitembed/client/jit_client.hpp"
 #include "jitembed/client/jit_loader.hpp"
 #include "jitembed/core/hash.hpp"
@@ -118,11 +118,11 @@ class inline_source final : public batch_source {
   inline_source(format::dataset ds, model_set m, std::uint64_t rank, std::uint64_t world, std::uint64_t batch, std::uint64_t seed,
                 bool shuffle)
       : ds_(std::move(ds)), models_(std::move(m)), rank_(rank), world_(world), batch_(batch), seed_(seed), shuffle_(shuffle) {
-    plan_ = client::detail::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, epoch_, shuffle_);
+    plan_ = client::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, epoch_, shuffle_);
   }
   result<std::optional<client::batch>> next() override {
     if (step_ == plan_.steps()) {
-      plan_ = client::detail::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, ++epoch_, shuffle_);
+      plan_ = client::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, ++epoch_, shuffle_);
       step_ = 0;
       return std::optional<client::batch>();
     }
@@ -143,7 +143,7 @@ class inline_source final : public batch_source {
   std::uint64_t rank_, world_, batch_, seed_;
   bool shuffle_;
   std::uint64_t epoch_ = 0, step_ = 0;
-  client::detail::epoch_plan plan_;
+  client::epoch_plan plan_;
 };
 
 // What the ranks share: delivery bookkeeping (by sample id, over every rank), per-epoch totals and rank 0's

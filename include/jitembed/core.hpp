@@ -11,5 +11,6 @@
 #include "jitembed/core/limits.hpp"
 #include "jitembed/core/preprocess_params.hpp"
 #include "jitembed/core/tensor.hpp"
+#include "jitembed/core/tensor_stack.hpp"
 #include "jitembed/core/thread_pool.hpp"
 #include "jitembed/core/utf8.hpp"

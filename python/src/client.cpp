@@ -131,10 +131,10 @@ nb::dict client_stats_dict(const client_stats& s) {
   return d;
 }
 
-format::field_kind kind_of(std::string_view k) {
-  if (k == "image") return format::field_kind::image;
-  if (k == "video") return format::field_kind::video;
-  if (k == "text") return format::field_kind::text;
+models::modality kind_of(std::string_view k) {
+  if (k == "image") return models::modality::image;
+  if (k == "video") return models::modality::video;
+  if (k == "text") return models::modality::text;
   raise(errc::invalid_argument, "embedding kind '" + std::string(k) + "' is not image, video or text");
 }
 
@@ -163,22 +163,12 @@ struct py_loader {
   }
 };
 
-// Stacks same-shaped rows into one [N, ...] tensor (the one copy of a step); nullopt when they differ.
+// Stacks same-shaped rows into one [N, ...] tensor (the one copy of a step; jitembed::stack, the same
+// collate as client::batch::collate); nullopt when they differ or one is missing (a list is returned then).
 std::optional<tensor> stack_rows(const std::vector<const tensor*>& rows) {
-  if (rows.empty()) return std::nullopt;
-  const tensor& first = *rows[0];
-  for (const tensor* t : rows)
-    if (!t || t->dtype() != first.dtype() || t->shape() != first.shape() || !t->is_contiguous()) return std::nullopt;
-  shape s;
-  s.push_back(static_cast<std::int64_t>(rows.size()));
-  for (auto d : first.shape()) s.push_back(d);
-  tensor out = tensor::empty(s, first.dtype());
-  auto* dst = static_cast<std::byte*>(out.data());
-  for (const tensor* t : rows) {
-    if (t->nbytes()) std::memcpy(dst, t->data(), t->nbytes());
-    dst += first.nbytes();
-  }
-  return out;
+  auto r = jitembed::stack(rows);
+  if (!r) return std::nullopt;
+  return std::move(*r);
 }
 
 nb::dict batch_dict(const py_loader& pl, batch&& b) {

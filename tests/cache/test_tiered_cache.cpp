@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "jitembed/cache/key.hpp"
@@ -144,6 +145,42 @@ TEST_CASE("any_store: an empty handle is no cache, and tiered_cache leaves it ou
   CHECK(c.tier_count() == 1);
   CHECK(c.put(key_n(1), as_bytes_view("x")));
   CHECK(c.get(key_n(1)));
+}
+
+TEST_CASE("tiered_cache: a movable value that keeps its tiers and counters; any_store takes it by move") {
+  static_assert(std::is_nothrow_move_constructible_v<tiered_cache> && std::is_nothrow_move_assignable_v<tiered_cache>);
+  static_assert(!std::is_copy_constructible_v<tiered_cache>);
+  any_store mem{std::in_place_type<memory_cache>, 1 << 20};
+  tiered_cache a({mem});
+  any_store& first_tier = a.tier(0);
+  REQUIRE(a.put(key_n(1), as_bytes_view("one")));
+  REQUIRE(a.get(key_n(1)));
+
+  tiered_cache b(std::move(a));  // the state moves with it: same tiers (references stay valid), same counters
+  CHECK(&b.tier(0) == &first_tier);
+  CHECK(b.tier_count() == 1);
+  CHECK(b.stats().hits == 1);
+  CHECK(b.stats().puts == 1);
+  auto v = b.get(key_n(1));
+  REQUIRE(v);
+  CHECK(text_of(*v) == "one");
+  CHECK(b.stats().hits == 2);
+
+  tiered_cache c;  // default: no tiers, misses
+  CHECK_FALSE(c.get(key_n(1)));
+  c = std::move(b);
+  CHECK(c.stats().hits == 2);
+  CHECK(text_of(*c.get(key_n(1))) == "one");
+
+  // docs/loader.md: a loader's cache built from tiers, by value or in place
+  any_store by_value(std::move(c));
+  CHECK(text_of(*by_value.get(key_n(1))) == "one");
+  CHECK(by_value.target<tiered_cache>()->stats().hits == 4);
+  tiered_cache d({mem});
+  any_store in_place(std::in_place_type<tiered_cache>, std::move(d));
+  CHECK(text_of(*in_place.get(key_n(1))) == "one");  // the memory tier is shared with `mem`
+  REQUIRE(in_place.put(key_n(2), as_bytes_view("two")));
+  CHECK(mem.contains(key_n(2)));
 }
 
 TEST_CASE("tiered_cache: get looks up in order and promotes a hit into faster tiers") {

@@ -203,3 +203,33 @@ TEST_CASE("thread pool runs every index once and propagates exceptions") {
   CHECK(f.get() == 42);
   CHECK_THROWS_AS(pool.parallel_for(10, [](std::size_t i) { if (i == 5) throw std::runtime_error("x"); }), std::runtime_error);
 }
+
+TEST_CASE("stack: rows into one [N, ...] tensor; mismatches named") {
+  tensor a = tensor::empty(shape{2, 3}, dtype::f32), b = tensor::empty(shape{2, 3}, dtype::f32);
+  for (int i = 0; i < 6; ++i) {
+    a.data<float>()[i] = static_cast<float>(i);
+    b.data<float>()[i] = static_cast<float>(10 + i);
+  }
+  const tensor* rows[] = {&a, &b};
+  auto s = stack(rows);
+  REQUIRE(s.has_value());
+  CHECK(s->shape() == shape{2, 2, 3});
+  CHECK(s->data<float>()[0] == 0.f);
+  CHECK(s->data<float>()[6] == 10.f);
+  CHECK(s->data<float>()[11] == 15.f);
+  // a strided row is gathered
+  tensor t = tensor::wrap(a.owner(), tensor_view(a.data(), dtype::f32, shape{2, 3}, shape{1, 2}, device::cpu()));
+  const tensor* strided[] = {&a, &t};
+  auto g = stack(strided);
+  REQUIRE(g.has_value());
+  CHECK(g->data<float>()[6] == 0.f);
+  CHECK(g->data<float>()[7] == 2.f);
+  tensor c = tensor::empty(shape{3, 2}, dtype::f32);
+  const tensor* bad[] = {&a, &c};
+  auto e = stack(bad);
+  CHECK(e.code() == errc::invalid_argument);
+  CHECK(e.error().message == "stack: row 1 is f32[3,2], row 0 is f32[2,3]");
+  CHECK(stack(std::span<const tensor* const>{}).code() == errc::invalid_argument);
+  const tensor* none[] = {&a, nullptr};
+  CHECK(stack(none).code() == errc::invalid_argument);
+}

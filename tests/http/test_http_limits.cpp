@@ -308,6 +308,10 @@ TEST_CASE("graceful stop drains an in-flight request and refuses new connections
   auto refused = c2.get("/new");
   CHECK(!refused);
   CHECK(refused.code() == errc::io_error);
+  // The server is named as context, and rendered in what() after the message.
+  const std::string where = "127.0.0.1:" + std::to_string(port);
+  CHECK(refused.error().context.endpoint == where);
+  CHECK(std::string(jitembed::error(refused.error()).what()).ends_with(" [endpoint=" + where + "]"));
   for (auto& t : workers) t.join();
 }
 

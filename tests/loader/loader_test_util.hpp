@@ -94,9 +94,9 @@ inline client::jit_client local_client(std::size_t threads = 2) {
 
 inline client::loader_options base_options() {
   client::loader_options o;
-  o.embeddings = {{"latent", "image-latent", format::field_kind::image, "latent", ""},
-                  {"caption", "text-embed", format::field_kind::text, "pooled", ""},
-                  {"tokens", "text-embed", format::field_kind::text, "sequence", ""}};
+  o.embeddings = {{"latent", "image-latent", models::modality::image, "latent", ""},
+                  {"caption", "text-embed", models::modality::text, "pooled", ""},
+                  {"tokens", "text-embed", models::modality::text, "sequence", ""}};
   o.batch_size = 4;
   o.samples_per_request = 3;
   o.requests_in_flight = 4;

@@ -191,7 +191,7 @@ TEST_CASE("create validates its options") {
   o.embeddings.push_back(o.embeddings.front());
   expect_invalid(o, "given twice");
   o = base_options();
-  o.embeddings[0].kind = format::field_kind::tensor;
+  o.embeddings[0].kind = static_cast<models::modality>(7);  // not a modality (e.g. a value read from a file)
   expect_invalid(o, "is not image, video or text");
   // An unknown model with a cache: its identity cannot be found.
   o = base_options();
@@ -244,6 +244,6 @@ TEST_CASE("the next epoch is prefetched before the trainer reaches it") {
   REQUIRE(end.has_value());
   CHECK_FALSE(*end);
   auto second = drain(*l);
-  CHECK(second.order == client::detail::loader_permutation(12, 5, 1, true));
+  CHECK(second.order == client::epoch_permutation(12, 5, 1, true));
   for (const auto& s : second.samples) check_against_reference(ds.data, s);
 }

@@ -9,7 +9,7 @@
 
 using namespace loader_test;
 using client::jit_loader;
-using client::detail::epoch_plan;
+using client::epoch_plan;
 
 TEST_CASE("plan: ranks split N into ceil/floor shares with equal step counts, no padding") {
   for (std::uint64_t n : {0, 1, 2, 7, 23, 24, 25, 100}) {
@@ -42,18 +42,18 @@ TEST_CASE("plan: ranks split N into ceil/floor shares with equal step counts, no
 }
 
 TEST_CASE("plan: the permutation depends on seed and epoch only, and is a permutation") {
-  const auto a = client::detail::loader_permutation(1000, 5, 0, true);
-  CHECK(a == client::detail::loader_permutation(1000, 5, 0, true));
-  CHECK(a != client::detail::loader_permutation(1000, 5, 1, true));
-  CHECK(a != client::detail::loader_permutation(1000, 6, 0, true));
+  const auto a = client::epoch_permutation(1000, 5, 0, true);
+  CHECK(a == client::epoch_permutation(1000, 5, 0, true));
+  CHECK(a != client::epoch_permutation(1000, 5, 1, true));
+  CHECK(a != client::epoch_permutation(1000, 6, 0, true));
   auto sorted = a;
   std::sort(sorted.begin(), sorted.end());
   std::vector<std::uint64_t> iota(1000);
   std::iota(iota.begin(), iota.end(), 0);
   CHECK(sorted == iota);
-  CHECK(client::detail::loader_permutation(1000, 5, 0, false) == iota);
+  CHECK(client::epoch_permutation(1000, 5, 0, false) == iota);
   // Pinned values: the same permutation on every platform and standard library.
-  const auto small = client::detail::loader_permutation(8, 1, 0, true);
+  const auto small = client::epoch_permutation(8, 1, 0, true);
   std::vector<std::uint64_t> copy = small;
   std::sort(copy.begin(), copy.end());
   CHECK(copy == std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 6, 7});
@@ -93,7 +93,7 @@ TEST_CASE("ranks W = 1..4 over N = 23: disjoint, complete, equal steps, ceil/flo
     }
     CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
     // Rank r's j-th sample is the shared permutation's entry j * W + r.
-    CHECK(global == client::detail::loader_permutation(23, 1234, 0, true));
+    CHECK(global == client::epoch_permutation(23, 1234, 0, true));
   }
 }
 
@@ -114,8 +114,8 @@ TEST_CASE("shuffle: the same seed gives the same order, a new epoch or seed anot
   CHECK(a == b);
   CHECK(a[0] != a[1]);
   CHECK(a[0] != other[0]);
-  CHECK(a[0] == client::detail::loader_permutation(17, 42, 0, true));
-  CHECK(a[1] == client::detail::loader_permutation(17, 42, 1, true));
+  CHECK(a[0] == client::epoch_permutation(17, 42, 0, true));
+  CHECK(a[1] == client::epoch_permutation(17, 42, 1, true));
 }
 
 namespace {

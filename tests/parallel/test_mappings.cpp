@@ -275,3 +275,23 @@ TEST_CASE("mappings: splits and reduce-scatters need the dim divisible by the de
     c.barrier().value();
   });
 }
+
+TEST_CASE("mappings: try_forward / try_backward return the error that forward / backward throw") {
+  run_ranks(2, [](gloo_communicator& c) {
+    const tensor odd_hidden = randn(shape{2, 3}, 1);  // 3 % 2 != 0
+    const auto r = scatter_to_tp::try_forward(c, odd_hidden);  // returns; no exception to catch
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.code() == errc::invalid_argument);
+    const auto thrown = error_of([&] { (void)scatter_to_tp::forward(c, odd_hidden); });
+    CHECK(thrown.code() == r.code());
+    CHECK(thrown.message() == r.error().message);
+    const tensor scalar = randn(shape{}, 2);
+    CHECK(gather_from_tp::try_forward(c, scalar).error().message == "gather_from_tp: rank-0 tensor has no last dim");
+    // A success is the same tensor forward returns.
+    const tensor x = randn(shape{3, 4}, 3);
+    const auto ok = scatter_to_tp::try_forward(c, x);
+    REQUIRE(ok);
+    CHECK(same(*ok, scatter_to_tp::forward(c, x)));
+    c.barrier().value();
+  });
+}

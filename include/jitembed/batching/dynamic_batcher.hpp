@@ -48,7 +48,7 @@ class dynamic_batcher {
   template <class F>
     requires batch_runner<F, Request, Response, BucketKey>
   static result<dynamic_batcher> create(batcher_options options, F runner) {
-    if (auto ok = validate(options); !ok) return std::move(ok).error();
+    JITEMBED_TRY(validate(options));
     runner_type run;
     if constexpr (std::invocable<F&, const batch_context<BucketKey>&, std::span<Request>, std::span<result<Response>>>) {
       run = std::move(runner);

@@ -38,9 +38,8 @@ class lmdb_cache {
   // Opens (creating the directory and the environment if needed) the store at opts.path; io_error when the
   // path cannot be created or LMDB refuses it.
   static result<lmdb_cache> open(const lmdb_options& opts = {}) {
-    auto s = detail::lmdb_store::open(opts);
-    if (!s) return s.error();
-    return lmdb_cache(std::move(*s));
+    JITEMBED_ASSIGN_OR_RETURN(auto s, detail::lmdb_store::open(opts));
+    return lmdb_cache(std::move(s));
   }
 
   std::optional<cached_value> get(const cache_key& k) { return s_->get(k); }

@@ -45,7 +45,7 @@ class redis_cache {
   // said) when the server does not answer PING within connect_timeout / io_timeout.
   static result<redis_cache> open(redis_options opts = {}) {
     try {
-      if (auto ok = detail::redis_store::check_options(opts); !ok) return ok.error();
+      JITEMBED_TRY(detail::redis_store::check_options(opts));
       auto s = std::make_shared<detail::redis_store>(std::move(opts));
       if (!s->ping()) {
         const auto& o = s->options();

@@ -35,7 +35,7 @@ struct cache_key {
 };
 
 struct cache_key_hasher {
-  std::size_t operator()(const cache_key& k) const noexcept { return static_cast<std::size_t>(k.hash.low ^ (k.hash.high * 0x9E3779B97F4A7C15ull)); }
+  std::size_t operator()(const cache_key& k) const noexcept { return std::hash<hash128>{}(k.hash); }
 };
 
 // Value bytes handed out by a store. `bytes` stays valid while `keep_alive` (or a copy) lives: for the

@@ -104,31 +104,37 @@ struct tiered_options {
 // counters come from tier_stats(). `promotions` counts values put into faster tiers.
 class tiered_cache {
  public:
-  tiered_cache() = default;
+  tiered_cache() : s_(std::make_unique<state>()) {}
   // Empty handles among `tiers` are left out (an empty any_store is no cache), so this cannot fail.
-  explicit tiered_cache(std::vector<any_store> tiers, tiered_options opt = {}) : tiers_(std::move(tiers)), opt_(opt) {
-    std::erase_if(tiers_, [](const any_store& t) { return !t; });
+  explicit tiered_cache(std::vector<any_store> tiers, tiered_options opt = {}) : s_(std::make_unique<state>()) {
+    s_->tiers = std::move(tiers);
+    s_->opt = opt;
+    std::erase_if(s_->tiers, [](const any_store& t) { return !t; });
   }
+  // A movable value (docs/api.md rule 2.3): the tiers and counters live behind a pointer, so a move keeps
+  // them (tier(i) references stay valid); a moved-from cache may only be destroyed or assigned to.
+  tiered_cache(tiered_cache&&) noexcept = default;
+  tiered_cache& operator=(tiered_cache&&) noexcept = default;
 
-  std::size_t tier_count() const noexcept { return tiers_.size(); }
-  any_store& tier(std::size_t i) { return tiers_.at(i); }
+  std::size_t tier_count() const noexcept { return s_->tiers.size(); }
+  any_store& tier(std::size_t i) { return s_->tiers.at(i); }
 
   std::optional<cached_value> get(const cache_key& k) {
-    for (std::size_t i = 0; i < tiers_.size(); ++i) {
+    for (std::size_t i = 0; i < s_->tiers.size(); ++i) {
       std::optional<cached_value> v;
       try {
-        v = tiers_[i].get(k);
+        v = s_->tiers[i].get(k);
       } catch (...) {
-        errors_.fetch_add(1, std::memory_order_relaxed);
+        s_->errors.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       if (!v) continue;
       promote(k, v->bytes, i);
-      counters_.hits.fetch_add(1, std::memory_order_relaxed);
-      counters_.bytes_read.fetch_add(v->bytes.size(), std::memory_order_relaxed);
+      s_->counters.hits.fetch_add(1, std::memory_order_relaxed);
+      s_->counters.bytes_read.fetch_add(v->bytes.size(), std::memory_order_relaxed);
       return v;
     }
-    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    s_->counters.misses.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
   }
 
@@ -137,18 +143,18 @@ class tiered_cache {
     std::vector<std::size_t> missing(keys.size());  // indices into keys still missing
     for (std::size_t j = 0; j < keys.size(); ++j) missing[j] = j;
     std::vector<cache_key> batch;
-    for (std::size_t i = 0; i < tiers_.size() && !missing.empty(); ++i) {
+    for (std::size_t i = 0; i < s_->tiers.size() && !missing.empty(); ++i) {
       batch.clear();
       for (std::size_t j : missing) batch.push_back(keys[j]);
       std::vector<std::optional<cached_value>> got;
       try {
-        got = tiers_[i].multi_get(batch);
+        got = s_->tiers[i].multi_get(batch);
       } catch (...) {
-        errors_.fetch_add(1, std::memory_order_relaxed);
+        s_->errors.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       if (got.size() != batch.size()) {  // a broken tier: treat the whole batch as missed
-        errors_.fetch_add(1, std::memory_order_relaxed);
+        s_->errors.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       std::vector<std::size_t> still;
@@ -158,43 +164,43 @@ class tiered_cache {
           continue;
         }
         promote(batch[b], got[b]->bytes, i);
-        counters_.hits.fetch_add(1, std::memory_order_relaxed);
-        counters_.bytes_read.fetch_add(got[b]->bytes.size(), std::memory_order_relaxed);
+        s_->counters.hits.fetch_add(1, std::memory_order_relaxed);
+        s_->counters.bytes_read.fetch_add(got[b]->bytes.size(), std::memory_order_relaxed);
         out[missing[b]] = std::move(got[b]);
       }
       missing.swap(still);
     }
-    counters_.misses.fetch_add(missing.size(), std::memory_order_relaxed);
+    s_->counters.misses.fetch_add(missing.size(), std::memory_order_relaxed);
     return out;
   }
 
   bool put(const cache_key& k, bytes_view v) {
     bool stored = false;
-    const std::size_t n = opt_.write_through ? tiers_.size() : std::min<std::size_t>(tiers_.size(), 1);
-    for (std::size_t i = 0; i < n; ++i) stored |= guarded([&] { return tiers_[i].put(k, v); });
+    const std::size_t n = s_->opt.write_through ? s_->tiers.size() : std::min<std::size_t>(s_->tiers.size(), 1);
+    for (std::size_t i = 0; i < n; ++i) stored |= guarded([&] { return s_->tiers[i].put(k, v); });
     if (stored) {
-      counters_.puts.fetch_add(1, std::memory_order_relaxed);
-      counters_.bytes_written.fetch_add(v.size(), std::memory_order_relaxed);
+      s_->counters.puts.fetch_add(1, std::memory_order_relaxed);
+      s_->counters.bytes_written.fetch_add(v.size(), std::memory_order_relaxed);
     }
     return stored;
   }
 
   bool contains(const cache_key& k) {
-    for (auto& t : tiers_)
+    for (auto& t : s_->tiers)
       if (guarded([&] { return t.contains(k); })) return true;
     return false;
   }
 
   bool erase(const cache_key& k) {
     bool any = false;
-    for (auto& t : tiers_) any |= guarded([&] { return t.erase(k); });
+    for (auto& t : s_->tiers) any |= guarded([&] { return t.erase(k); });
     return any;
   }
 
   cache_stats stats() const {
-    cache_stats s = counters_.snapshot();
-    s.errors = errors_.load(std::memory_order_relaxed);
-    for (const auto& t : tiers_) {
+    cache_stats s = s_->counters.snapshot();
+    s.errors = s_->errors.load(std::memory_order_relaxed);
+    for (const auto& t : s_->tiers) {
       try {
         const cache_stats ts = t.stats();
         s.errors += ts.errors;
@@ -208,8 +214,8 @@ class tiered_cache {
 
   std::vector<cache_stats> tier_stats() const {
     std::vector<cache_stats> out;
-    out.reserve(tiers_.size());
-    for (const auto& t : tiers_) {
+    out.reserve(s_->tiers.size());
+    for (const auto& t : s_->tiers) {
       try {
         out.push_back(t.stats());
       } catch (...) {
@@ -219,7 +225,7 @@ class tiered_cache {
     return out;
   }
 
-  std::uint64_t promotions() const noexcept { return promotions_.load(std::memory_order_relaxed); }
+  std::uint64_t promotions() const noexcept { return s_->promotions.load(std::memory_order_relaxed); }
 
  private:
   template <class F>
@@ -227,22 +233,25 @@ class tiered_cache {
     try {
       return f();
     } catch (...) {
-      errors_.fetch_add(1, std::memory_order_relaxed);
+      s_->errors.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
   }
 
   void promote(const cache_key& k, bytes_view v, std::size_t hit_tier) {
-    if (!opt_.promote_on_hit) return;
+    if (!s_->opt.promote_on_hit) return;
     for (std::size_t i = 0; i < hit_tier; ++i)
-      if (guarded([&] { return tiers_[i].put(k, v); })) promotions_.fetch_add(1, std::memory_order_relaxed);
+      if (guarded([&] { return s_->tiers[i].put(k, v); })) s_->promotions.fetch_add(1, std::memory_order_relaxed);
   }
 
-  std::vector<any_store> tiers_;
-  tiered_options opt_{};
-  stats_counters counters_;  // errors unused: see errors_
-  std::atomic<std::uint64_t> errors_{0};
-  std::atomic<std::uint64_t> promotions_{0};
+  struct state {
+    std::vector<any_store> tiers;
+    tiered_options opt{};
+    stats_counters counters;  // errors unused: see errors
+    std::atomic<std::uint64_t> errors{0};
+    std::atomic<std::uint64_t> promotions{0};
+  };
+  std::unique_ptr<state> s_;
 };
 
 static_assert(cache_store<tiered_cache>);

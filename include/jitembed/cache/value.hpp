@@ -116,9 +116,8 @@ class embedding_value {
     std::vector<std::pair<std::string, jitembed::tensor>> out;
     out.reserve(size());
     for (const auto& f : record_) {
-      auto t = f.decode(limits_);
-      if (!t) return t.error();
-      out.emplace_back(std::string(f.name()), std::move(*t));
+      JITEMBED_ASSIGN_OR_RETURN(auto t, f.decode(limits_));
+      out.emplace_back(std::string(f.name()), std::move(t));
     }
     return out;
   }

@@ -10,7 +10,9 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "jitembed/client/request.hpp"
 #include "jitembed/client/stats.hpp"
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/config.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
 #include "jitembed/core/tensor.hpp"
@@ -30,6 +33,8 @@ namespace detail {
 class client_state;
 }
 
+// A copyable handle: copies share one client (threads, connections, call table, stats). close() closes it
+// for every copy; the last copy to go closes it (completing what is in flight with cancelled).
 class jit_client {
  public:
   using request_id = std::uint64_t;
@@ -39,14 +44,17 @@ class jit_client {
   // with the source's error when a file or URL cannot be read at start.
   static result<jit_client> create(client_options opts);
 
+  jit_client(const jit_client&) = default;
+  jit_client& operator=(const jit_client&) = default;
   jit_client(jit_client&&) noexcept = default;
   jit_client& operator=(jit_client&&) noexcept = default;
-  ~jit_client();
+  ~jit_client() = default;  // the shared state closes when its last handle goes
 
   // Starts a request; `done` gets the result. Never blocks on the network. Returns an id for cancel().
   request_id embed(embed_request req, embed_callback done);
-  // The same, as a future.
-  std::future<result<embed_result>> embed(embed_request req);
+  // The same, as a future. A stop request on `stop` cancels the request as cancel() does (the future then
+  // holds errc::cancelled unless it had already completed).
+  std::future<result<embed_result>> embed(embed_request req, std::stop_token stop = {});
   // Completes the request with errc::cancelled now if it has not completed (in-flight attempts are
   // abandoned; a server drops the work when its deadline passes). False when it already completed.
   bool cancel(request_id id);
@@ -70,34 +78,6 @@ class jit_client {
 
 }  // namespace jitembed::client
 
-#include "jitembed/client/detail/client_state.hpp"
-
-namespace jitembed::client {
-
-inline result<jit_client> jit_client::create(client_options opts) {
-  auto s = detail::client_state::create(std::move(opts));
-  if (!s) return s.error();
-  return jit_client(std::move(*s));
-}
-inline jit_client::~jit_client() {
-  if (state_) state_->close();  // the only owner (move-only): completes what is in flight with cancelled
-}
-inline jit_client::request_id jit_client::embed(embed_request req, embed_callback done) {
-  return state_->embed(std::move(req), std::move(done));
-}
-inline std::future<result<embed_result>> jit_client::embed(embed_request req) {
-  auto p = std::make_shared<std::promise<result<embed_result>>>();
-  auto f = p->get_future();
-  state_->embed(std::move(req), [p](result<embed_result> r) { p->set_value(std::move(r)); });
-  return f;
-}
-inline bool jit_client::cancel(request_id id) { return state_->cancel(id); }
-inline result<model_identity> jit_client::identity(const std::string& model) { return state_->identity(model); }
-inline client_stats jit_client::stats() const { return state_->stats(); }
-inline std::vector<std::string> jit_client::endpoints() const { return state_->endpoint_urls(); }
-inline bool jit_client::local() const noexcept { return state_->local(); }
-inline void jit_client::close() {
-  if (state_) state_->close();
-}
-
-}  // namespace jitembed::client
+#if defined(JITEMBED_HEADER_ONLY)
+#include "jitembed/client/detail/jit_client_impl.hpp"
+#endif

@@ -13,17 +13,17 @@
 #include "jitembed/cache/value.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/limits.hpp"
-#include "jitembed/format/field.hpp"
+#include "jitembed/models/model.hpp"
 
 namespace jitembed::client {
 
-// One embedding a sample gets: the model `model` run on the sample's first field of kind `kind`,
-// delivered as `name`. A sample without a field of that kind does not get this embedding (it is not an
+// One embedding a sample gets: the model `model` run on the sample's first field of kind `kind` (the
+// model's models::modality: image, video or text), delivered as `name`. A sample without a field of that kind does not get this embedding (it is not an
 // error). Specs with the same model and kind share one request and one cache entry per sample.
 struct embedding_spec {
   std::string name;                                // key in loaded_sample::embeddings ("latent", "caption")
   std::string model;                               // model name on the service ("image-latent", "text-embed")
-  format::field_kind kind = format::field_kind::image;  // image, video or text
+  models::modality kind = models::modality::image;
   std::string output;                              // the model output to deliver; empty: the model's first output
   std::string input;                               // request input name; empty: "image" / "video" / "text" by kind
 };

@@ -15,7 +15,7 @@ namespace jitembed::client {
 
 // Where the endpoint list comes from (exactly one of the three, or local_models instead).
 // Text format (file and URL): one endpoint URL per line, `http://host:port`; blank lines and `#` comments
-// are ignored (see endpoint_list::parse).
+// are ignored (see parse_endpoint_list in client/endpoints.hpp).
 struct endpoint_source {
   std::vector<std::string> list;  // fixed list of URLs
   std::string file;               // re-read when its modification time or size changes

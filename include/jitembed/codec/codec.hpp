@@ -55,12 +55,10 @@ concept codec = requires(const C& c, const tensor_view& v, mutable_bytes out, by
 // Encodes into a fresh byte_buffer sized by max_encoded_size, then trims it.
 template <codec C>
 result<byte_buffer> encode_to_buffer(const C& c, const tensor_view& v) {
-  auto bound = c.max_encoded_size(v);
-  if (!bound) return bound.error();
-  byte_buffer out(*bound);
-  auto n = c.encode(v, out);
-  if (!n) return n.error();
-  out.resize(*n);
+  JITEMBED_ASSIGN_OR_RETURN(auto bound, c.max_encoded_size(v));
+  byte_buffer out(bound);
+  JITEMBED_ASSIGN_OR_RETURN(auto n, c.encode(v, out));
+  out.resize(n);
   return out;
 }
 

@@ -27,12 +27,11 @@ namespace jitembed::codec {
 // Header only: size, subsampling, colour space. No pixel memory is allocated. Header warnings are
 // tolerated here (decode with strict = true reports them).
 inline result<jpeg_info> probe_jpeg(bytes_view jpeg) {
-  auto h = detail::read_header(jpeg, /*strict=*/false);
-  if (!h) return h.error();
+  JITEMBED_ASSIGN_OR_RETURN(auto h, detail::read_header(jpeg, /*strict=*/false));
   jpeg_info info;
-  info.width = h->width;
-  info.height = h->height;
-  switch (h->samp) {
+  info.width = h.width;
+  info.height = h.height;
+  switch (h.samp) {
     case detail::tj_samp::s444: info.subsampling = chroma_subsampling::s444; break;
     case detail::tj_samp::s422: info.subsampling = chroma_subsampling::s422; break;
     case detail::tj_samp::s420: info.subsampling = chroma_subsampling::s420; break;
@@ -41,7 +40,7 @@ inline result<jpeg_info> probe_jpeg(bytes_view jpeg) {
     case detail::tj_samp::s411: info.subsampling = chroma_subsampling::s411; break;
     case detail::tj_samp::unknown: break;
   }
-  switch (h->colorspace) {
+  switch (h.colorspace) {
     case detail::tj_colorspace::ycbcr: info.colorspace = jpeg_colorspace::ycbcr; info.components = 3; break;
     case detail::tj_colorspace::rgb: info.colorspace = jpeg_colorspace::rgb; info.components = 3; break;
     case detail::tj_colorspace::gray: info.colorspace = jpeg_colorspace::gray; info.components = 1; break;
@@ -54,18 +53,16 @@ inline result<jpeg_info> probe_jpeg(bytes_view jpeg) {
 
 // The [H, W, C] shape decode_jpeg would return for these bytes and options (header read only).
 inline result<shape> jpeg_output_shape(bytes_view jpeg, const jpeg_decode_options& opts, const decode_limits& limits) {
-  auto p = detail::plan_decode(jpeg, opts, limits);
-  if (!p) return p.error();
-  return p->output_shape();
+  JITEMBED_ASSIGN_OR_RETURN(auto p, detail::plan_decode(jpeg, opts, limits));
+  return p.output_shape();
 }
 
 // Decodes untrusted bytes to a new [H, W, C] u8 tensor (C = 3 for rgb/bgr, 1 for gray).
 inline result<tensor> decode_jpeg(bytes_view jpeg, const jpeg_decode_options& opts, const decode_limits& limits) {
-  auto p = detail::plan_decode(jpeg, opts, limits);
-  if (!p) return p.error();
-  tensor out = tensor::empty(p->output_shape(), dtype::u8);
-  const auto pitch = static_cast<std::ptrdiff_t>(p->window.width) * p->channels;
-  JITEMBED_TRY(detail::run_decode(jpeg, *p, opts, out.data<std::uint8_t>(), pitch));
+  JITEMBED_ASSIGN_OR_RETURN(auto p, detail::plan_decode(jpeg, opts, limits));
+  tensor out = tensor::empty(p.output_shape(), dtype::u8);
+  const auto pitch = static_cast<std::ptrdiff_t>(p.window.width) * p.channels;
+  JITEMBED_TRY(detail::run_decode(jpeg, p, opts, out.data<std::uint8_t>(), pitch));
   return out;
 }
 
@@ -73,11 +70,9 @@ inline result<tensor> decode_jpeg(bytes_view jpeg, const jpeg_decode_options& op
 // shape ([H, W, C], or [H, W] for gray); rows may be padded (stride[0] >= W * C), pixels are interleaved.
 inline result<void> decode_jpeg_into(bytes_view jpeg, const jpeg_decode_options& opts, const decode_limits& limits,
                                      const tensor_view& out) {
-  auto p = detail::plan_decode(jpeg, opts, limits);
-  if (!p) return p.error();
-  auto pitch = detail::check_output_view(out, *p);
-  if (!pitch) return pitch.error();
-  return detail::run_decode(jpeg, *p, opts, out.data<std::uint8_t>(), *pitch);
+  JITEMBED_ASSIGN_OR_RETURN(auto p, detail::plan_decode(jpeg, opts, limits));
+  JITEMBED_ASSIGN_OR_RETURN(auto pitch, detail::check_output_view(out, p));
+  return detail::run_decode(jpeg, p, opts, out.data<std::uint8_t>(), pitch);
 }
 
 // Decodes every image on the pool (one TurboJPEG handle per worker thread); results in input order.
@@ -120,14 +115,12 @@ inline std::vector<result<void>> decode_jpeg_batch_into(std::span<const bytes_vi
 // Encodes a [H, W, 3] (rgb or bgr per opts.input_format) or [H, W, 1] / [H, W] (gray) u8 CPU image.
 // Rows may be padded; pixels must be interleaved.
 inline result<byte_buffer> encode_jpeg(const tensor_view& image, const jpeg_encode_options& opts) {
-  auto p = detail::plan_encode(image, opts);
-  if (!p) return p.error();
+  JITEMBED_ASSIGN_OR_RETURN(auto p, detail::plan_encode(image, opts));
   byte_buffer out;
-  auto n = detail::encode_via_scratch(*p, [&](bytes_view b) -> result<std::size_t> {
+  JITEMBED_TRY(detail::encode_via_scratch(p, [&](bytes_view b) -> result<std::size_t> {
     out.assign(b.begin(), b.end());
     return b.size();
-  });
-  if (!n) return n.error();
+  }));
   return out;
 }
 
@@ -140,9 +133,8 @@ class jpeg_codec {
 
   // tjBufSize: the worst case for the input's size and the subsampling used.
   result<std::size_t> max_encoded_size(const tensor_view& v) const {
-    auto p = detail::plan_encode(v, encode_options);
-    if (!p) return p.error();
-    const std::size_t n = detail::encode_bound(*p);
+    JITEMBED_ASSIGN_OR_RETURN(auto p, detail::plan_encode(v, encode_options));
+    const std::size_t n = detail::encode_bound(p);
     if (n == 0) return fail(errc::invalid_argument, "jpeg: tjBufSize rejected the input size");
     return n;
   }
@@ -150,12 +142,11 @@ class jpeg_codec {
   // Writes straight into `out` when it holds max_encoded_size bytes (TJFLAG_NOREALLOC); a smaller buffer
   // is accepted when the actual JPEG fits (encoded via per-thread scratch), else errc::buffer_too_small.
   result<std::size_t> encode(const tensor_view& v, mutable_bytes out) const {
-    auto p = detail::plan_encode(v, encode_options);
-    if (!p) return p.error();
-    const std::size_t bound = detail::encode_bound(*p);
+    JITEMBED_ASSIGN_OR_RETURN(auto p, detail::plan_encode(v, encode_options));
+    const std::size_t bound = detail::encode_bound(p);
     if (bound == 0) return fail(errc::invalid_argument, "jpeg: tjBufSize rejected the input size");
-    if (out.size() >= bound) return detail::run_encode(*p, out);
-    return detail::encode_via_scratch(*p, [&](bytes_view b) -> result<std::size_t> {
+    if (out.size() >= bound) return detail::run_encode(p, out);
+    return detail::encode_via_scratch(p, [&](bytes_view b) -> result<std::size_t> {
       if (b.size() > out.size())
         return fail(errc::buffer_too_small, "jpeg: encoded " + std::to_string(b.size()) + " bytes > output buffer " +
                                                 std::to_string(out.size()));

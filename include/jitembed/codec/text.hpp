@@ -74,16 +74,14 @@ inline result<byte_buffer> encode_text(std::string_view utf8, int level = 3) {
   JITEMBED_TRY(validate_utf8(utf8));
   const zstd_codec z = detail::text_zstd(level);
   byte_buffer out(zstd_codec::compress_bound(utf8.size()));
-  auto n = z.compress(as_bytes_view(utf8), out);
-  if (!n) return n.error();
-  out.resize(*n);
+  JITEMBED_ASSIGN_OR_RETURN(auto n, z.compress(as_bytes_view(utf8), out));
+  out.resize(n);
   return out;
 }
 
 inline result<std::string> decode_text(bytes_view encoded, const decode_limits& limits) {
-  auto t = text_codec().decode(encoded, limits);
-  if (!t) return t.error();
-  return std::string(as_string_view(t->bytes()));
+  JITEMBED_ASSIGN_OR_RETURN(auto t, text_codec().decode(encoded, limits));
+  return std::string(as_string_view(t.bytes()));
 }
 
 // Token ids (1-D i32 or i64): byte-shuffled by element size, then zstd. errc::dtype_mismatch otherwise.
@@ -95,9 +93,8 @@ inline result<byte_buffer> encode_tokens(const tensor_view& ids, int level = 3) 
     return fail(errc::invalid_argument, "tokens: tensor must be contiguous on the CPU");
   const zstd_codec z = detail::text_zstd(level, ids.itemsize());
   byte_buffer out(zstd_codec::compress_bound(ids.nbytes()));
-  auto n = z.compress(ids.bytes(), out);
-  if (!n) return n.error();
-  out.resize(*n);
+  JITEMBED_ASSIGN_OR_RETURN(auto n, z.compress(ids.bytes(), out));
+  out.resize(n);
   return out;
 }
 

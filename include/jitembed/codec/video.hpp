@@ -23,9 +23,8 @@ class video_codec {
   // The raw RGB size plus container headroom: x264 never needs more than the raw yuv420p size
   // (half the RGB size) plus per-frame and header overhead.
   result<std::size_t> max_encoded_size(const tensor_view& v) const {
-    auto clip = detail::check_encodable_clip(v);
-    if (!clip) return clip.error();
-    const auto t = static_cast<std::size_t>((*clip)[0]);
+    JITEMBED_ASSIGN_OR_RETURN(auto clip, detail::check_encodable_clip(v));
+    const auto t = static_cast<std::size_t>(clip[0]);
     return v.nbytes() + t * 1024 + (std::size_t{1} << 16);
   }
 

@@ -19,9 +19,8 @@ namespace jitembed::codec {
 // unsupported_codec (not in the policy), invalid_argument (a policy naming a demuxer that opens files),
 // truncated / decode_failed (unreadable header), not_found (no video stream).
 inline result<video_info> probe_video(bytes_view data, const decode_limits& limits, const video_policy& policy = {}) {
-  auto in = detail::open_video_input(data, limits, policy);
-  if (!in) return in.error();
-  return in->info;
+  JITEMBED_ASSIGN_OR_RETURN(auto in, detail::open_video_input(data, limits, policy));
+  return in.info;
 }
 
 // The shape [T,H,W,3] that decode_video(data, opts, limits, policy) returns, with the same checks and
@@ -29,9 +28,8 @@ inline result<video_info> probe_video(bytes_view data, const decode_limits& limi
 // the packets are demuxed once to count them.
 inline result<shape> video_output_shape(bytes_view data, const video_decode_options& opts, const decode_limits& limits,
                                         const video_policy& policy = {}) {
-  auto plan = detail::plan_video_decode(data, opts, limits, policy);
-  if (!plan) return plan.error();
-  return plan->out_shape;
+  JITEMBED_ASSIGN_OR_RETURN(auto plan, detail::plan_video_decode(data, opts, limits, policy));
+  return plan.out_shape;
 }
 
 // Decodes the frames chosen by `opts` (see video_decode_options) into a new [T,H,W,3] u8 RGB tensor.
@@ -41,12 +39,10 @@ inline result<shape> video_output_shape(bytes_view data, const video_decode_opti
 // than max_image_pixels (AVCodecContext::max_pixels), whatever the bitstream says later.
 inline result<tensor> decode_video(bytes_view data, const video_decode_options& opts, const decode_limits& limits,
                                    const video_policy& policy = {}) {
-  auto plan = detail::plan_video_decode(data, opts, limits, policy);
-  if (!plan) return plan.error();
-  auto storage = allocate_shared_aligned(plan->nbytes);
-  tensor t = tensor::wrap(storage, tensor_view(storage.get(), dtype::u8, plan->out_shape));
-  auto ok = detail::run_video_decode(*plan, data, opts, limits, reinterpret_cast<std::uint8_t*>(storage.get()));
-  if (!ok) return ok.error();
+  JITEMBED_ASSIGN_OR_RETURN(auto plan, detail::plan_video_decode(data, opts, limits, policy));
+  auto storage = allocate_shared_aligned(plan.nbytes);
+  tensor t = tensor::wrap(storage, tensor_view(storage.get(), dtype::u8, plan.out_shape));
+  JITEMBED_TRY(detail::run_video_decode(plan, data, opts, limits, reinterpret_cast<std::uint8_t*>(storage.get())));
   return t;
 }
 
@@ -56,14 +52,13 @@ inline result<tensor> decode_video(bytes_view data, const video_decode_options& 
 // the contents of `out` are unspecified.
 inline result<void> decode_video_into(bytes_view data, const video_decode_options& opts, const decode_limits& limits,
                                       const tensor_view& out, const video_policy& policy = {}) {
-  if (auto ok = detail::check_video_out_view(out); !ok) return ok.error();
-  auto plan = detail::plan_video_decode(data, opts, limits, policy);
-  if (!plan) return plan.error();
-  if (out.shape() != plan->out_shape)
+  JITEMBED_TRY(detail::check_video_out_view(out));
+  JITEMBED_ASSIGN_OR_RETURN(auto plan, detail::plan_video_decode(data, opts, limits, policy));
+  if (out.shape() != plan.out_shape)
     return fail(errc::invalid_argument, "video: output tensor shape " + out.shape().to_string() + " != decoded shape " +
-                                            plan->out_shape.to_string());
+                                            plan.out_shape.to_string());
   if (out.data() == nullptr) return fail(errc::invalid_argument, "video: output tensor has no data");
-  return detail::run_video_decode(*plan, data, opts, limits, static_cast<std::uint8_t*>(out.data()));
+  return detail::run_video_decode(plan, data, opts, limits, static_cast<std::uint8_t*>(out.data()));
 }
 
 }  // namespace jitembed::codec

@@ -41,9 +41,8 @@ inline result<std::array<std::int64_t, 3>> check_encodable_clip(const tensor_vie
 
 inline result<std::size_t> encode_video_to(const tensor_view& frames, const video_encode_options& opts, memory_sink& sink) {
   quiet_ffmpeg_logs();
-  auto clip = check_encodable_clip(frames);
-  if (!clip) return clip.error();
-  const auto [T, H, W] = *clip;
+  JITEMBED_ASSIGN_OR_RETURN(auto clip, check_encodable_clip(frames));
+  const auto [T, H, W] = clip;
   if (!std::isfinite(opts.fps) || opts.fps <= 0 || opts.fps > 1000)
     return fail(errc::invalid_argument, "video: fps " + std::to_string(opts.fps) + " not in (0, 1000]");
   if (opts.crf < 0 || opts.crf > 51) return fail(errc::invalid_argument, "video: crf " + std::to_string(opts.crf) + " not in [0, 51]");
@@ -134,10 +133,10 @@ inline result<std::size_t> encode_video_to(const tensor_view& frames, const vide
     sws_scale(sws.get(), planes, strides, 0, static_cast<int>(H), yuv->data, yuv->linesize);
     yuv->pts = t;
     if (int r = avcodec_send_frame(ctx.get(), yuv.get()); r < 0) return failed("libx264 rejected frame " + std::to_string(t), r);
-    if (auto ok = write_packets(); !ok) return ok.error();
+    JITEMBED_TRY(write_packets());
   }
   if (int r = avcodec_send_frame(ctx.get(), nullptr); r < 0) return failed("libx264 flush", r);
-  if (auto ok = write_packets(); !ok) return ok.error();
+  JITEMBED_TRY(write_packets());
   if (int r = av_write_trailer(oc.get()); r < 0) return failed("cannot finish the mp4", r);
   avio_flush(io.get());
   if (sink.overflow || io->error < 0) return failed("cannot write the mp4", io->error);
@@ -151,9 +150,8 @@ inline result<byte_buffer> encode_video(const tensor_view& frames, const video_e
   byte_buffer out;
   detail::memory_sink sink;
   sink.grow = &out;
-  auto n = detail::encode_video_to(frames, opts, sink);
-  if (!n) return n.error();
-  out.resize(*n);
+  JITEMBED_ASSIGN_OR_RETURN(auto n, detail::encode_video_to(frames, opts, sink));
+  out.resize(n);
   return out;
 }
 

@@ -209,9 +209,8 @@ class zstd_codec {
     JITEMBED_TRY(detail::check_zstd(ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, options.checksum ? 1 : 0),
                                     "checksum flag", errc::invalid_argument));
     if (options.dictionary) {
-      auto cd = options.dictionary.cdict(options.level);
-      if (!cd) return cd.error();
-      JITEMBED_TRY(detail::check_zstd(ZSTD_CCtx_refCDict(cctx, *cd), "dictionary", errc::encode_failed));
+      JITEMBED_ASSIGN_OR_RETURN(auto cd, options.dictionary.cdict(options.level));
+      JITEMBED_TRY(detail::check_zstd(ZSTD_CCtx_refCDict(cctx, cd), "dictionary", errc::encode_failed));
     }
     bytes_view src = in;
     std::optional<detail::scratch_lease> scratch;
@@ -248,19 +247,18 @@ class zstd_codec {
       scratch.emplace(out.size());
       target = scratch->bytes();
     }
-    auto dctx = prepare_dctx(wlog);
-    if (!dctx) return dctx.error();
+    JITEMBED_ASSIGN_OR_RETURN(auto dctx, prepare_dctx(wlog));
     ZSTD_outBuffer ob{target.data(), target.size(), 0};
-    auto n = detail::stream_decompress(*dctx, in, ob, wlog, [&](ZSTD_outBuffer&) -> std::optional<error_info> {
+    auto n = detail::stream_decompress(dctx, in, ob, wlog, [&](ZSTD_outBuffer&) -> std::optional<error_info> {
       return fail(errc::buffer_too_small,
                   "zstd: decoded data exceeds the output buffer of " + std::to_string(out.size()) + " bytes");
     });
-    release_dctx(*dctx);
-    if (!n) return n.error();
-    if (*n != out.size())
-      return fail(errc::corrupt_data, "zstd: decoded " + std::to_string(*n) + " bytes, expected " + std::to_string(out.size()));
+    release_dctx(dctx);
+    JITEMBED_ASSIGN_OR_RETURN(const std::size_t got, std::move(n));
+    if (got != out.size())
+      return fail(errc::corrupt_data, "zstd: decoded " + std::to_string(got) + " bytes, expected " + std::to_string(out.size()));
     if (scratch) detail::shuffle_dispatch<false>(target, out, options.shuffle);
-    return *n;
+    return got;
   }
 
   // Decompresses a payload of unknown size into a new 1-D u8 tensor. The output grows geometrically and
@@ -284,9 +282,8 @@ class zstd_codec {
     std::shared_ptr<std::byte> storage = allocate_shared_aligned(initial);
     ZSTD_outBuffer ob{storage.get(), initial, 0};
     const unsigned wlog = detail::clamp_window_log(limits.max_zstd_window_log);
-    auto dctx = prepare_dctx(wlog);
-    if (!dctx) return dctx.error();
-    auto n = detail::stream_decompress(*dctx, in, ob, wlog, [&](ZSTD_outBuffer& o) -> std::optional<error_info> {
+    JITEMBED_ASSIGN_OR_RETURN(auto dctx, prepare_dctx(wlog));
+    auto n = detail::stream_decompress(dctx, in, ob, wlog, [&](ZSTD_outBuffer& o) -> std::optional<error_info> {
       if (o.size >= cap)
         return fail(errc::limit_exceeded, "zstd: decoded data exceeds limit " + std::to_string(cap) +
                                               " bytes (max_decoded_bytes/max_elements)");
@@ -298,12 +295,12 @@ class zstd_codec {
       o.size = grown;
       return std::nullopt;
     });
-    release_dctx(*dctx);
-    if (!n) return n.error();
-    const auto len = static_cast<std::int64_t>(*n);
-    if (shuffles() && *n) {
+    release_dctx(dctx);
+    JITEMBED_ASSIGN_OR_RETURN(const std::size_t got, std::move(n));
+    const auto len = static_cast<std::int64_t>(got);
+    if (shuffles() && got) {
       tensor t = tensor::empty({len}, dtype::u8);
-      detail::shuffle_dispatch<false>(bytes_view(storage.get(), *n), t.mutable_bytes_span(), options.shuffle);
+      detail::shuffle_dispatch<false>(bytes_view(storage.get(), got), t.mutable_bytes_span(), options.shuffle);
       return t;
     }
     std::byte* p = storage.get();

@@ -115,19 +115,17 @@ inline result<tensor> try_from_dlpack(DLManagedTensor* m) {
   } else {
     return fail(errc::invalid_argument, "DLPack: device type " + std::to_string(d.device.device_type) + " unsupported");
   }
-  auto t = detail::from_dl_dtype(d.dtype);
-  if (!t) return t.error();
+  JITEMBED_ASSIGN_OR_RETURN(auto t, detail::from_dl_dtype(d.dtype));
   shape s, st;
   for (std::int32_t i = 0; i < d.ndim; ++i) s.push_back(d.shape[i]);
-  auto n = checked_numel(s.span());
-  if (!n) return n.error();
+  JITEMBED_TRY(checked_numel(s.span()));  // the element count fits in 64 bits
   if (d.strides) {
     for (std::int32_t i = 0; i < d.ndim; ++i) st.push_back(d.strides[i]);
   } else {
     st = contiguous_strides(s);  // DLPack: null strides mean compact row-major
   }
   void* data = static_cast<std::byte*>(d.data) + d.byte_offset;
-  return tensor::wrap(std::move(owner), tensor_view(data, *t, s, st, dev));
+  return tensor::wrap(std::move(owner), tensor_view(data, t, s, st, dev));
 }
 
 inline tensor from_dlpack(DLManagedTensor* m) { return try_from_dlpack(m).value(); }

@@ -4,7 +4,9 @@
 #include <xxhash.h>
 
 #include <cstdint>
+#include <cstddef>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,6 +28,18 @@ struct hash128 {
     return std::string(buf, 32);
   }
 };
+
+}  // namespace jitembed
+
+// Hash tables keyed by a content hash: the low word mixed with the high one (both already uniform).
+template <>
+struct std::hash<jitembed::hash128> {
+  std::size_t operator()(const jitembed::hash128& h) const noexcept {
+    return static_cast<std::size_t>(h.low ^ (h.high * 0x9E3779B97F4A7C15ull));
+  }
+};
+
+namespace jitembed {
 
 inline hash128 xxh3_128(bytes_view data, std::uint64_t seed = 0) noexcept {
   const XXH128_hash_t h = XXH3_128bits_withSeed(data.data(), data.size(), seed);

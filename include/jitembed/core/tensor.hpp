@@ -253,9 +253,8 @@ class tensor {
   // Same storage, new dtype/shape; the byte count must match exactly (no copy).
   result<tensor> reinterpret(jitembed::dtype t, const jitembed::shape& s) const {
     if (!is_contiguous()) return fail(errc::invalid_argument, "reinterpret of a non-contiguous tensor");
-    auto n = checked_nbytes(s.span(), t);
-    if (!n) return n.error();
-    if (*n != nbytes())
+    JITEMBED_ASSIGN_OR_RETURN(auto n, checked_nbytes(s.span(), t));
+    if (n != nbytes())
       return fail(errc::corrupt_data, "reinterpret: " + std::to_string(nbytes()) + " bytes cannot hold " +
                                           std::string(to_string(t)) + s.to_string());
     return tensor(owner_, tensor_view(data(), t, s, dev()));

@@ -198,7 +198,7 @@ class dataset {
     auto at = locate(i);
     if (!at) return at.error();
     const auto [k, local] = *at;
-    return std::visit([&](const auto& s) { return read(s, local); }, state_->sources[k].src);
+    return std::visit([&, local = local](const auto& s) { return read(s, local); }, state_->sources[k].src);
   }
 
   // The id of sample i without reading it.

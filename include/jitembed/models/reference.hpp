@@ -56,19 +56,16 @@ inline text_embed_options to_text_embed_options(const reference_options& o) {
 // A reference model by name; errc::not_found for an unknown name, errc::invalid_argument for bad settings.
 inline result<any_model> make_reference_model(std::string_view name, const reference_options& o = {}) {
   if (name == image_latent::kName) {
-    auto m = image_latent::create(to_image_latent_options(o));
-    if (!m) return m.error();
-    return any_model(std::move(*m));
+    JITEMBED_ASSIGN_OR_RETURN(auto m, image_latent::create(to_image_latent_options(o)));
+    return any_model(std::move(m));
   }
   if (name == video_latent::kName) {
-    auto m = video_latent::create(to_video_latent_options(o));
-    if (!m) return m.error();
-    return any_model(std::move(*m));
+    JITEMBED_ASSIGN_OR_RETURN(auto m, video_latent::create(to_video_latent_options(o)));
+    return any_model(std::move(m));
   }
   if (name == text_embed::kName) {
-    auto m = text_embed::create(to_text_embed_options(o));
-    if (!m) return m.error();
-    return any_model(std::move(*m));
+    JITEMBED_ASSIGN_OR_RETURN(auto m, text_embed::create(to_text_embed_options(o)));
+    return any_model(std::move(m));
   }
   return fail(errc::not_found, "unknown model '" + std::string(name) + "' (image-latent, video-latent, text-embed)");
 }

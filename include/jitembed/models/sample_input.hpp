@@ -14,24 +14,20 @@ namespace jitembed::models {
 // Preprocesses `raw` for `m`: a record when `is_sample`, else the model's own field bytes.
 inline result<tensor> preprocess_input(const any_model& m, bytes_view raw, bool is_sample, const decode_limits& limits) {
   if (!is_sample) return m.preprocess(raw, limits);
-  auto rec = format::record_view::parse(raw, limits);
-  if (!rec) return rec.error();
+  JITEMBED_ASSIGN_OR_RETURN(auto rec, format::record_view::parse(raw, limits));
   const auto mod = m.input_modality();
-  for (const auto& f : rec->fields()) {
+  for (const auto& f : rec.fields()) {
     if (mod == modality::image && f.kind() == format::field_kind::image && f.codec() == codec::codec_id::jpeg) {
-      auto p = f.checked_payload();
-      if (!p) return p.error();
-      return m.preprocess(*p, limits);
+      JITEMBED_ASSIGN_OR_RETURN(auto p, f.checked_payload());
+      return m.preprocess(p, limits);
     }
     if (mod == modality::video && f.kind() == format::field_kind::video) {
-      auto p = f.checked_payload();
-      if (!p) return p.error();
-      return m.preprocess(*p, limits);
+      JITEMBED_ASSIGN_OR_RETURN(auto p, f.checked_payload());
+      return m.preprocess(p, limits);
     }
     if (mod == modality::text && f.kind() == format::field_kind::text) {
-      auto s = f.text(limits);
-      if (!s) return s.error();
-      return m.preprocess(as_bytes_view(*s), limits);
+      JITEMBED_ASSIGN_OR_RETURN(auto s, f.text(limits));
+      return m.preprocess(as_bytes_view(s), limits);
     }
   }
   return fail(errc::invalid_argument,

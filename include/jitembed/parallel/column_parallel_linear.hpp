@@ -37,49 +37,52 @@ class column_parallel_linear {
                                                bool bias = true, bool gather_output = false,
                                                bool sequence_parallel = false, std::size_t seq_dim = 0,
                                                B backend = B()) {
-    return detail::capture("column_parallel_linear", [&]() -> column_parallel_linear {
-      const std::string what = "column_parallel_linear";
-      detail::tp_check_group(comm.valid(), what);
-      detail::tp_check_divisible(in_features, "in_features", 1, what);
-      detail::tp_check_divisible(out_features, "out_features", comm.size(), what);
-      if (gather_output && sequence_parallel) {
-        detail::tp_invalid(what, "gather_output is not supported with sequence_parallel");
-      }
+    const std::string what = "column_parallel_linear";
+    JITEMBED_TRY(detail::tp_check_group(comm.valid(), what));
+    JITEMBED_TRY(detail::tp_check_divisible(in_features, "in_features", 1, what));
+    JITEMBED_TRY(detail::tp_check_divisible(out_features, "out_features", comm.size(), what));
+    if (gather_output && sequence_parallel) {
+      return detail::tp_invalid(what, "gather_output is not supported with sequence_parallel");
+    }
+    // The backend allocates the weights and throws when it cannot (bad_alloc, a CUDA error).
+    return detail::capture("column_parallel_linear", [&] {
       return column_parallel_linear(comm, in_features, out_features, bias, gather_output, sequence_parallel, seq_dim,
                                     std::move(backend));
     });
   }
 
   result<tensor> forward(const tensor_view& x) {
+    const std::string what = "column_parallel_linear forward";
+    JITEMBED_TRY(detail::tp_require_on(x, be_.device(), be_.dtype(), what, "x"));
+    JITEMBED_TRY(detail::tp_check_last(x, in_, what, "x"));
+    if (sp_) JITEMBED_TRY(detail::tp_check_seq_dim(x, seq_dim_, what, "x"));
+    // capture: only what the backend throws (allocation, a device error); the rest returns its error.
     return detail::capture("column_parallel_linear forward", [&]() -> result<tensor> {
-      const std::string what = "column_parallel_linear forward";
-      detail::tp_require_on(x, be_.device(), be_.dtype(), what, "x");
-      detail::tp_check_last(x, in_, what, "x");
-      if (sp_) detail::tp_check_seq_dim(x, seq_dim_, what, "x");
       be_.before_comm(*comm_);
-      input_ = sp_ ? gather_from_sp::forward(*comm_, x, seq_dim_) : copy_to_tp::forward(*comm_, x);
+      JITEMBED_ASSIGN_OR_RETURN(input_, sp_ ? gather_from_sp::try_forward(*comm_, x, seq_dim_)
+                                            : copy_to_tp::try_forward(*comm_, x));
       be_.after_comm(*comm_);
       tensor y = be_.empty(detail::with_last_extent(input_.shape(), local_out_), be_.dtype());
       be_.linear_forward(input_, weight_, has_bias() ? &bias_.view() : nullptr, y);
       if (!gather_output_) return y;
       be_.before_comm(*comm_);
-      tensor full = gather_from_tp::forward(*comm_, y);
+      JITEMBED_ASSIGN_OR_RETURN(tensor full, gather_from_tp::try_forward(*comm_, y));
       be_.after_comm(*comm_);
       return full;
     });
   }
 
   result<tensor> backward(const tensor_view& dy) {
+    const std::string what = "column_parallel_linear backward";
+    if (!input_.defined()) return detail::tp_invalid(what, "backward() without a forward()");
+    JITEMBED_TRY(detail::tp_require_on(dy, be_.device(), be_.dtype(), what, "dy"));
+    const shape want = detail::with_last_extent(input_.shape(), gather_output_ ? out_ : local_out_);
+    JITEMBED_TRY(detail::tp_check_shape(dy, want, what, "dy"));
     return detail::capture("column_parallel_linear backward", [&]() -> result<tensor> {
-      const std::string what = "column_parallel_linear backward";
-      if (!input_.defined()) detail::tp_invalid(what, "backward() without a forward()");
-      detail::tp_require_on(dy, be_.device(), be_.dtype(), what, "dy");
-      const shape want = detail::with_last_extent(input_.shape(), gather_output_ ? out_ : local_out_);
-      detail::tp_check_shape(dy, want, what, "dy");
       tensor dy_local;
       if (gather_output_) {
         be_.before_comm(*comm_);
-        dy_local = gather_from_tp::backward(*comm_, dy);  // no collective: this rank's columns
+        JITEMBED_ASSIGN_OR_RETURN(dy_local, gather_from_tp::try_backward(*comm_, dy));  // no collective: this rank's columns
         be_.after_comm(*comm_);
       }
       const tensor_view& g = gather_output_ ? dy_local.view() : dy;
@@ -90,8 +93,12 @@ class column_parallel_linear {
       be_.before_comm(*comm_);
       // dx stays alive past after_comm: it is freed on the compute stream, which must first wait for the
       // collective that reads it.
-      tensor out = sp_ ? gather_from_sp::backward(*comm_, dx, seq_dim_) : dx;
-      if (!sp_) detail::all_reduce_in_place(*comm_, dx);  // copy_to_tp backward
+      tensor out = dx;
+      if (sp_) {
+        JITEMBED_ASSIGN_OR_RETURN(out, gather_from_sp::try_backward(*comm_, dx, seq_dim_));
+      } else {
+        JITEMBED_TRY(detail::all_reduce_in_place(*comm_, dx));  // copy_to_tp backward
+      }
       be_.after_comm(*comm_);
       return out;
     });
@@ -100,13 +107,13 @@ class column_parallel_linear {
   // Takes this rank's rows of a full [out, in] weight (and [out] bias).
   void load_full(const tensor_view& full_weight, const tensor_view* full_bias) {
     const std::string what = "column_parallel_linear load_full";
-    detail::tp_require(full_weight, dtype::f32, what, "weight");
-    detail::tp_check_shape(full_weight, shape{out_, in_}, what, "weight");
+    detail::tp_require(full_weight, dtype::f32, what, "weight").value();
+    detail::tp_check_shape(full_weight, shape{out_, in_}, what, "weight").value();
     weight_ = be_.upload(local_chunk(full_weight, 0, comm_->size(), comm_->rank()));
     if (full_bias != nullptr) {
-      if (!has_bias()) detail::tp_invalid(what, "a bias was given to a layer without bias");
-      detail::tp_require(*full_bias, dtype::f32, what, "bias");
-      detail::tp_check_shape(*full_bias, shape{out_}, what, "bias");
+      if (!has_bias()) throw error(detail::tp_invalid(what, "a bias was given to a layer without bias"));
+      detail::tp_require(*full_bias, dtype::f32, what, "bias").value();
+      detail::tp_check_shape(*full_bias, shape{out_}, what, "bias").value();
       bias_ = be_.upload(local_chunk(*full_bias, 0, comm_->size(), comm_->rank()));
     }
   }
@@ -126,17 +133,17 @@ class column_parallel_linear {
   result<tensor> full_grad_weight() {
     return detail::capture("column_parallel_linear full_grad_weight", [&]() -> result<tensor> {
       be_.before_comm(*comm_);
-      tensor g = detail::gather_rows_or_copy(*comm_, grad_weight_, 0, out_);
+      JITEMBED_ASSIGN_OR_RETURN(tensor g, detail::gather_rows_or_copy(*comm_, grad_weight_, 0, out_));
       be_.after_comm(*comm_);
       return g;
     });
   }
   // The whole [out] bias gradient on every rank (one all_gather).
   result<tensor> full_grad_bias() {
+    if (!has_bias()) return detail::tp_invalid("column_parallel_linear full_grad_bias", "the layer has no bias");
     return detail::capture("column_parallel_linear full_grad_bias", [&]() -> result<tensor> {
-      if (!has_bias()) detail::tp_invalid("column_parallel_linear full_grad_bias", "the layer has no bias");
       be_.before_comm(*comm_);
-      tensor g = detail::gather_rows_or_copy(*comm_, grad_bias_, 0, out_);
+      JITEMBED_ASSIGN_OR_RETURN(tensor g, detail::gather_rows_or_copy(*comm_, grad_bias_, 0, out_));
       be_.after_comm(*comm_);
       return g;
     });

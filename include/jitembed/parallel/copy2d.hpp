@@ -93,15 +93,15 @@ namespace detail {
 
 // Every tensor a function touches is on the CPU, or on the communicator's device when it has device memory.
 template <class C>
-void check_memory(const C& comm, const tensor_view& x, const char* what) {
-  if (x.dev().is_cpu()) return;
+result<void> check_memory(const C& comm, const tensor_view& x, const char* what) {
+  if (x.dev().is_cpu()) return {};
   if constexpr (device_memory<C>) {
-    if (x.dev() == comm.device()) return;
-    throw error(errc::invalid_argument, std::string(what) + ": tensor on CUDA device " + std::to_string(x.dev().ordinal) +
+    if (x.dev() == comm.device()) return {};
+    return fail(errc::invalid_argument, std::string(what) + ": tensor on CUDA device " + std::to_string(x.dev().ordinal) +
                                             ", the communicator's buffers are on device " +
                                             std::to_string(comm.device().ordinal));
   } else {
-    throw error(errc::invalid_argument,
+    return fail(errc::invalid_argument,
                 std::string(what) + ": CPU tensors only (this communicator has no device memory)");
   }
 }

@@ -5,7 +5,9 @@
 // non-trivial one no staging copy is made. Every function here returns
 // result<tensor> and reports every failure through it (docs/api.md rule 1.1): bad arguments
 // (invalid_argument: a dim out of range, a shard of the wrong size, a negative size), a failed collective
-// (its comm_failed / timeout / ...), and running out of memory (resource_exhausted). None throws.
+// (its comm_failed / timeout / ...), and running out of memory (resource_exhausted). None throws: argument
+// checks and collectives return their errors directly; capture() only turns what an allocation or a
+// device copy throws into the result.
 #pragma once
 
 #include <cstdint>
@@ -98,13 +100,13 @@ inline result<void> check_dim(const tensor_view& x, std::size_t dim, const char*
   return {};
 }
 
-// Contiguous, and on the CPU or the communicator's device (throws; the callers run inside capture()).
+// Contiguous, and on the CPU or the communicator's device.
 template <class C>
-void check_tensor(const C& comm, const tensor_view& x, const char* what) {
+result<void> check_tensor(const C& comm, const tensor_view& x, const char* what) {
   if (x.numel() > 0 && !x.is_contiguous()) {
-    throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
+    return fail(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
   }
-  check_memory(comm, x, what);
+  return check_memory(comm, x, what);
 }
 
 inline result<void> check_group(bool valid, const char* what) {
@@ -121,7 +123,7 @@ result<tensor> all_gather_dim(C& comm, const tensor_view& local, std::size_t dim
   return detail::capture("all_gather_dim", [&]() -> result<tensor> {
     JITEMBED_TRY(detail::check_group(comm.valid(), "all_gather_dim"));
     JITEMBED_TRY(detail::check_dim(local, dim, "all_gather_dim"));
-    detail::check_tensor(comm, local, "all_gather_dim");
+    JITEMBED_TRY(detail::check_tensor(comm, local, "all_gather_dim"));
     if (global_size < 0) {
       return fail(errc::invalid_argument, "all_gather_dim: negative global_size " + std::to_string(global_size));
     }
@@ -161,7 +163,7 @@ result<tensor> reduce_scatter_dim(C& comm, const tensor_view& full, std::size_t 
   return detail::capture("reduce_scatter_dim", [&]() -> result<tensor> {
     JITEMBED_TRY(detail::check_group(comm.valid(), "reduce_scatter_dim"));
     JITEMBED_TRY(detail::check_dim(full, dim, "reduce_scatter_dim"));
-    detail::check_tensor(comm, full, "reduce_scatter_dim");
+    JITEMBED_TRY(detail::check_tensor(comm, full, "reduce_scatter_dim"));
     const int n = comm.size();
     const auto sizes = chunk_sizes(full.size(dim), n);
     const std::int64_t mine = sizes[static_cast<std::size_t>(comm.rank())];
@@ -190,7 +192,7 @@ result<tensor> all_reduce_copy(C& comm, const tensor_view& x, reduce_op op = red
   return detail::capture("all_reduce_copy", [&]() -> result<tensor> {
     JITEMBED_TRY(detail::check_group(comm.valid(), "all_reduce_copy"));
     if (!x.is_contiguous()) return fail(errc::invalid_argument, "all_reduce_copy: tensor is not contiguous");
-    detail::check_memory(comm, x, "all_reduce_copy");
+    JITEMBED_TRY(detail::check_memory(comm, x, "all_reduce_copy"));
     tensor out = detail::mem_clone(comm, x);
     JITEMBED_TRY(comm.all_reduce(out.view(), op));
     return out;
@@ -212,7 +214,7 @@ result<tensor> all_to_all_dim(C& comm, const tensor_view& x, std::size_t split_d
       return fail(errc::invalid_argument, "all_to_all_dim: negative global_concat_size " + std::to_string(global_concat_size));
     }
     if (split_dim == concat_dim) return fail(errc::invalid_argument, "all_to_all_dim: split_dim == concat_dim");
-    detail::check_tensor(comm, x, "all_to_all_dim");
+    JITEMBED_TRY(detail::check_tensor(comm, x, "all_to_all_dim"));
     const int n = comm.size();
     const auto r = static_cast<std::size_t>(comm.rank());
     const auto split_sizes = chunk_sizes(x.size(split_dim), n);

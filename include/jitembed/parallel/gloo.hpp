@@ -108,11 +108,10 @@ class gloo_communicator {
   result<void> all_gather_v(const tensor_view& in, const tensor_view& out, std::span<const std::int64_t> counts) {
     JITEMBED_TRY(ready("all_gather_v"));
     JITEMBED_TRY(check_pair(in, out, "all_gather_v"));
-    auto total = detail::check_counts(counts, size(), "all_gather_v");
-    if (!total) return total.error();
+    JITEMBED_ASSIGN_OR_RETURN(auto total, detail::check_counts(counts, size(), "all_gather_v"));
     JITEMBED_TRY(detail::check_numel(in.numel(), static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank())]),
                                      "all_gather_v input"));
-    JITEMBED_TRY(detail::check_numel(out.numel(), *total, "all_gather_v output"));
+    JITEMBED_TRY(detail::check_numel(out.numel(), total, "all_gather_v output"));
     stats_.record(coll::all_gather, out.nbytes());
     if (out.numel() == 0) return {};
     const std::size_t es = in.itemsize();
@@ -142,9 +141,8 @@ class gloo_communicator {
                                 reduce_op op) {
     JITEMBED_TRY(ready("reduce_scatter_v"));
     JITEMBED_TRY(check_pair(in, out, "reduce_scatter_v"));
-    auto total = detail::check_counts(counts, size(), "reduce_scatter_v");
-    if (!total) return total.error();
-    JITEMBED_TRY(detail::check_numel(in.numel(), *total, "reduce_scatter_v input"));
+    JITEMBED_ASSIGN_OR_RETURN(auto total, detail::check_counts(counts, size(), "reduce_scatter_v"));
+    JITEMBED_TRY(detail::check_numel(in.numel(), total, "reduce_scatter_v input"));
     JITEMBED_TRY(detail::check_numel(out.numel(), static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank())]),
                                      "reduce_scatter_v output"));
     return reduce_scatter_impl(in, out, counts, op, "reduce_scatter_v");
@@ -188,12 +186,10 @@ class gloo_communicator {
                             std::span<const std::int64_t> recv_counts) {
     JITEMBED_TRY(ready("all_to_all_v"));
     JITEMBED_TRY(check_pair(in, out, "all_to_all_v"));
-    auto s = detail::check_counts(send_counts, size(), "all_to_all_v send");
-    if (!s) return s.error();
-    auto r = detail::check_counts(recv_counts, size(), "all_to_all_v recv");
-    if (!r) return r.error();
-    JITEMBED_TRY(detail::check_numel(in.numel(), *s, "all_to_all_v input"));
-    JITEMBED_TRY(detail::check_numel(out.numel(), *r, "all_to_all_v output"));
+    JITEMBED_ASSIGN_OR_RETURN(auto s, detail::check_counts(send_counts, size(), "all_to_all_v send"));
+    JITEMBED_ASSIGN_OR_RETURN(auto r, detail::check_counts(recv_counts, size(), "all_to_all_v recv"));
+    JITEMBED_TRY(detail::check_numel(in.numel(), s, "all_to_all_v input"));
+    JITEMBED_TRY(detail::check_numel(out.numel(), r, "all_to_all_v output"));
     stats_.record(coll::all_to_all, in.nbytes());
     return guarded("all_to_all_v", [&] { alltoallv_bytes(in.data(), send_counts, out.data(), recv_counts, in.itemsize()); });
   }

@@ -129,9 +129,8 @@ class basic_host_staged_communicator {
   }
   // C's split, staged through a copy of this memory handle.
   result<basic_host_staged_communicator> split(int color, int key) {
-    auto s = inner_.split(color, key);
-    if (!s) return s.error();
-    return basic_host_staged_communicator(std::move(*s), mem_);
+    JITEMBED_ASSIGN_OR_RETURN(auto s, inner_.split(color, key));
+    return basic_host_staged_communicator(std::move(s), mem_);
   }
 
  private:

@@ -60,11 +60,10 @@ class nccl_communicator_ref : public detail::nccl_base {
   }
 
   result<nccl_communicator_ref> split(int color, int key) {
-    auto s = split_comm(color, key);
-    if (!s) return s.error();
-    if (s->comm == nullptr) return nccl_communicator_ref();
-    return nccl_communicator_ref(std::make_shared<detail::nccl_owned_comm>(s->comm, timeout()), stream(), s->rank,
-                                 s->size, cuda_device(), timeout());
+    JITEMBED_ASSIGN_OR_RETURN(auto s, split_comm(color, key));
+    if (s.comm == nullptr) return nccl_communicator_ref();
+    return nccl_communicator_ref(std::make_shared<detail::nccl_owned_comm>(s.comm, timeout()), stream(), s.rank,
+                                 s.size, cuda_device(), timeout());
   }
 
  private:
@@ -165,10 +164,9 @@ class nccl_communicator : public detail::nccl_base {
 
   // A sub-communicator with its own stream on the same device; kNoColor gives an empty one.
   result<nccl_communicator> split(int color, int key) {
-    auto s = split_comm(color, key);
-    if (!s) return s.error();
-    if (s->comm == nullptr) return nccl_communicator();
-    auto owner = std::make_shared<detail::nccl_owned_comm>(s->comm, timeout());
+    JITEMBED_ASSIGN_OR_RETURN(auto s, split_comm(color, key));
+    if (s.comm == nullptr) return nccl_communicator();
+    auto owner = std::make_shared<detail::nccl_owned_comm>(s.comm, timeout());
     try {
       detail::device_scope scope(cuda_device());
       owner->stream.emplace(jitembed::cuda::stream::create().value());
@@ -176,7 +174,7 @@ class nccl_communicator : public detail::nccl_base {
       return fail(e.code(), "nccl: split: " + e.message());
     }
     const cudaStream_t raw = owner->stream->get();
-    return nccl_communicator(std::move(owner), raw, s->rank, s->size, cuda_device(), timeout());
+    return nccl_communicator(std::move(owner), raw, s.rank, s.size, cuda_device(), timeout());
   }
 
  private:

@@ -105,7 +105,7 @@ void placement_check_dtensor(const C& comm, const dtensor& x, const char* what) 
   if (x.local.numel() > 0 && !x.local.is_contiguous()) {
     throw error(errc::invalid_argument, std::string(what) + ": the local tensor must be contiguous");
   }
-  check_memory(comm, x.local.view(), what);
+  check_memory(comm, x.local.view(), what).value();
 }
 
 // A contiguous copy of a view, on its device.
@@ -114,7 +114,7 @@ tensor placement_copy(C& comm, const tensor_view& x, const char* what) {
   if (x.numel() > 0 && !x.is_contiguous()) {
     throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
   }
-  check_memory(comm, x, what);
+  check_memory(comm, x, what).value();
   return mem_clone(comm, x);
 }
 
@@ -122,7 +122,7 @@ tensor placement_copy(C& comm, const tensor_view& x, const char* what) {
 template <communicator C>
 tensor placement_partial_of(C& comm, const tensor_view& x, const char* what) {
   if (comm.rank() == 0) return placement_copy(comm, x, what);
-  check_memory(comm, x, what);
+  check_memory(comm, x, what).value();
   return mem_zeros(comm, x.shape(), x.dtype(), x.dev());
 }
 
@@ -132,7 +132,7 @@ tensor placement_chunk(C& comm, const tensor_view& x, std::size_t dim, const cha
   if (x.numel() > 0 && !x.is_contiguous()) {
     throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
   }
-  check_memory(comm, x, what);
+  check_memory(comm, x, what).value();
   const std::int64_t n = x.size(dim);
   return mem_narrow(comm, x, dim, chunk_offset(n, comm.size(), comm.rank()), chunk_size(n, comm.size(), comm.rank()));
 }

@@ -37,39 +37,41 @@ class row_parallel_linear {
   static result<row_parallel_linear> create(C& comm, std::int64_t in_features, std::int64_t out_features,
                                             bool bias = true, bool input_is_parallel = false,
                                             bool sequence_parallel = false, std::size_t seq_dim = 0, B backend = B()) {
-    return detail::capture("row_parallel_linear", [&]() -> row_parallel_linear {
-      const std::string what = "row_parallel_linear";
-      detail::tp_check_group(comm.valid(), what);
-      detail::tp_check_divisible(in_features, "in_features", comm.size(), what);
-      detail::tp_check_divisible(out_features, "out_features", 1, what);
-      if (sequence_parallel && !input_is_parallel) {
-        detail::tp_invalid(what, "sequence_parallel needs input_is_parallel (as Megatron)");
-      }
+    const std::string what = "row_parallel_linear";
+    JITEMBED_TRY(detail::tp_check_group(comm.valid(), what));
+    JITEMBED_TRY(detail::tp_check_divisible(in_features, "in_features", comm.size(), what));
+    JITEMBED_TRY(detail::tp_check_divisible(out_features, "out_features", 1, what));
+    if (sequence_parallel && !input_is_parallel) {
+      return detail::tp_invalid(what, "sequence_parallel needs input_is_parallel (as Megatron)");
+    }
+    // The backend allocates the weights and throws when it cannot (bad_alloc, a CUDA error).
+    return detail::capture("row_parallel_linear", [&] {
       return row_parallel_linear(comm, in_features, out_features, bias, input_is_parallel, sequence_parallel, seq_dim,
                                  std::move(backend));
     });
   }
 
   result<tensor> forward(const tensor_view& x) {
+    const std::string what = "row_parallel_linear forward";
+    JITEMBED_TRY(detail::tp_require_on(x, be_.device(), be_.dtype(), what, "x"));
+    JITEMBED_TRY(detail::tp_check_last(x, input_is_parallel_ ? local_in_ : in_, what, "x"));
+    if (sp_) {
+      JITEMBED_TRY(detail::tp_check_seq_dim(x, seq_dim_, what, "x"));
+      JITEMBED_TRY(detail::tp_check_seq_divisible(x.size(seq_dim_), seq_dim_, comm_->size(), what));
+    }
+    // capture: only what the backend throws (allocation, a device error); the rest returns its error.
     return detail::capture("row_parallel_linear forward", [&]() -> result<tensor> {
-      const std::string what = "row_parallel_linear forward";
-      detail::tp_require_on(x, be_.device(), be_.dtype(), what, "x");
-      detail::tp_check_last(x, input_is_parallel_ ? local_in_ : in_, what, "x");
-      if (sp_) {
-        detail::tp_check_seq_dim(x, seq_dim_, what, "x");
-        detail::tp_check_seq_divisible(x.size(seq_dim_), seq_dim_, comm_->size(), what);
-      }
       be_.before_comm(*comm_);
-      input_ = input_is_parallel_ ? detail::copy_on(*comm_, x) : scatter_to_tp::forward(*comm_, x);
+      JITEMBED_ASSIGN_OR_RETURN(input_, input_is_parallel_ ? detail::copy_on(*comm_, x) : scatter_to_tp::try_forward(*comm_, x));
       be_.after_comm(*comm_);
       tensor partial = be_.empty(detail::with_last_extent(input_.shape(), out_), be_.dtype());
       be_.linear_forward(input_, weight_, nullptr, partial);
       tensor y;
       be_.before_comm(*comm_);
       if (sp_) {
-        y = reduce_scatter_to_sp::forward(*comm_, partial, seq_dim_);
+        JITEMBED_ASSIGN_OR_RETURN(y, reduce_scatter_to_sp::try_forward(*comm_, partial, seq_dim_));
       } else {
-        detail::all_reduce_in_place(*comm_, partial);  // reduce_from_tp
+        JITEMBED_TRY(detail::all_reduce_in_place(*comm_, partial));  // reduce_from_tp
         y = std::move(partial);
       }
       be_.after_comm(*comm_);
@@ -79,17 +81,17 @@ class row_parallel_linear {
   }
 
   result<tensor> backward(const tensor_view& dy) {
+    const std::string what = "row_parallel_linear backward";
+    if (!input_.defined()) return detail::tp_invalid(what, "backward() without a forward()");
+    JITEMBED_TRY(detail::tp_require_on(dy, be_.device(), be_.dtype(), what, "dy"));
+    shape want = detail::with_last_extent(input_.shape(), out_);
+    if (sp_) want[seq_dim_] /= comm_->size();
+    JITEMBED_TRY(detail::tp_check_shape(dy, want, what, "dy"));
     return detail::capture("row_parallel_linear backward", [&]() -> result<tensor> {
-      const std::string what = "row_parallel_linear backward";
-      if (!input_.defined()) detail::tp_invalid(what, "backward() without a forward()");
-      detail::tp_require_on(dy, be_.device(), be_.dtype(), what, "dy");
-      shape want = detail::with_last_extent(input_.shape(), out_);
-      if (sp_) want[seq_dim_] /= comm_->size();
-      detail::tp_check_shape(dy, want, what, "dy");
       tensor dy_full;
       if (sp_) {
         be_.before_comm(*comm_);
-        dy_full = reduce_scatter_to_sp::backward(*comm_, dy, seq_dim_);
+        JITEMBED_ASSIGN_OR_RETURN(dy_full, reduce_scatter_to_sp::try_backward(*comm_, dy, seq_dim_));
         be_.after_comm(*comm_);
       }
       const tensor_view& g = sp_ ? dy_full.view() : dy;
@@ -99,7 +101,7 @@ class row_parallel_linear {
       input_ = tensor();
       if (input_is_parallel_) return dx;
       be_.before_comm(*comm_);
-      tensor full = scatter_to_tp::backward(*comm_, dx);
+      JITEMBED_ASSIGN_OR_RETURN(tensor full, scatter_to_tp::try_backward(*comm_, dx));
       be_.after_comm(*comm_);
       return full;
     });
@@ -108,13 +110,13 @@ class row_parallel_linear {
   // Takes this rank's columns of a full [out, in] weight; the [out] bias is copied whole.
   void load_full(const tensor_view& full_weight, const tensor_view* full_bias) {
     const std::string what = "row_parallel_linear load_full";
-    detail::tp_require(full_weight, dtype::f32, what, "weight");
-    detail::tp_check_shape(full_weight, shape{out_, in_}, what, "weight");
+    detail::tp_require(full_weight, dtype::f32, what, "weight").value();
+    detail::tp_check_shape(full_weight, shape{out_, in_}, what, "weight").value();
     weight_ = be_.upload(local_chunk(full_weight, 1, comm_->size(), comm_->rank()));
     if (full_bias != nullptr) {
-      if (!has_bias()) detail::tp_invalid(what, "a bias was given to a layer without bias");
-      detail::tp_require(*full_bias, dtype::f32, what, "bias");
-      detail::tp_check_shape(*full_bias, shape{out_}, what, "bias");
+      if (!has_bias()) throw error(detail::tp_invalid(what, "a bias was given to a layer without bias"));
+      detail::tp_require(*full_bias, dtype::f32, what, "bias").value();
+      detail::tp_check_shape(*full_bias, shape{out_}, what, "bias").value();
       bias_ = be_.upload(*full_bias);
     }
   }
@@ -134,17 +136,17 @@ class row_parallel_linear {
   result<tensor> full_grad_weight() {
     return detail::capture("row_parallel_linear full_grad_weight", [&]() -> result<tensor> {
       be_.before_comm(*comm_);
-      tensor g = detail::gather_rows_or_copy(*comm_, grad_weight_, 1, in_);
+      JITEMBED_ASSIGN_OR_RETURN(tensor g, detail::gather_rows_or_copy(*comm_, grad_weight_, 1, in_));
       be_.after_comm(*comm_);
       return g;
     });
   }
   // The [out] bias gradient (already replicated: a copy, no communication).
   result<tensor> full_grad_bias() {
+    if (!has_bias()) return detail::tp_invalid("row_parallel_linear full_grad_bias", "the layer has no bias");
     return detail::capture("row_parallel_linear full_grad_bias", [&]() -> result<tensor> {
-      if (!has_bias()) detail::tp_invalid("row_parallel_linear full_grad_bias", "the layer has no bias");
       be_.before_comm(*comm_);
-      tensor g = detail::copy_on(*comm_, grad_bias_);
+      JITEMBED_ASSIGN_OR_RETURN(tensor g, detail::copy_on(*comm_, grad_bias_));
       be_.after_comm(*comm_);
       return g;
     });

@@ -22,16 +22,16 @@ namespace jitembed::parallel {
 // bytes, then unpacked in place. No communication with one rank or no tensors.
 template <communicator C>
 result<void> sync_replicated_grads(C& comm, std::span<const tensor_view> grads) {
-  return detail::capture("sync_replicated_grads", [&]() -> result<void> {
-    const std::string what = "sync_replicated_grads";
-    detail::tp_check_group(comm.valid(), what);
-    if (grads.empty() || comm.size() == 1) return {};
-    std::uint64_t total = 0;
-    for (std::size_t i = 0; i < grads.size(); ++i) {
-      const std::string name = "grads[" + std::to_string(i) + "]";
-      detail::tp_require(grads[i], grads[0].dtype(), what, name.c_str());
-      total += grads[i].numel();
-    }
+  const std::string what = "sync_replicated_grads";
+  JITEMBED_TRY(detail::tp_check_group(comm.valid(), what));
+  if (grads.empty() || comm.size() == 1) return {};
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const std::string name = "grads[" + std::to_string(i) + "]";
+    JITEMBED_TRY(detail::tp_require(grads[i], grads[0].dtype(), what, name.c_str()));
+    total += grads[i].numel();
+  }
+  return detail::capture("sync_replicated_grads", [&]() -> result<void> {  // the allocation may throw
     tensor flat = tensor::empty(shape{static_cast<std::int64_t>(total)}, grads[0].dtype());
     auto* at = static_cast<std::byte*>(flat.data());
     for (const auto& g : grads) {

@@ -37,12 +37,11 @@ class tcp_store final : public store {
   // server may start later) -> timeout. invalid_argument for an address without a port or for timeouts
   // that are not > 0.
   static result<tcp_store> open(std::string_view address, tcp_store_options opts = {}) {
-    auto hp = split_address(address);
-    if (!hp) return std::move(hp).error();
-    if (auto bad = detail::tcp_store_connection::check_options(opts); !bad) return std::move(bad).error();
+    JITEMBED_ASSIGN_OR_RETURN(auto hp, split_address(address));
+    JITEMBED_TRY(detail::tcp_store_connection::check_options(opts));
     try {
-      auto c = std::make_unique<detail::tcp_store_connection>(std::move(hp->first), hp->second, opts);
-      if (auto r = c->open(); !r) return std::move(r).error();
+      auto c = std::make_unique<detail::tcp_store_connection>(std::move(hp.first), hp.second, opts);
+      JITEMBED_TRY(c->open());
       return tcp_store(std::move(c));
     } catch (const std::bad_alloc&) {
       return fail(errc::resource_exhausted, "tcp_store: out of memory");

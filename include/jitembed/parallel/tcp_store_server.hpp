@@ -32,9 +32,8 @@ class tcp_store_server {
                   "tcp_store_server: io_timeout " + std::to_string(opts.limits.io_timeout.count()) + " ms must be > 0");
     try {
       auto host = std::make_unique<detail::tcp_store_host>(opts.limits);
-      auto bound = host->start(opts.host, opts.port);
-      if (!bound) return std::move(bound).error();
-      return tcp_store_server(std::move(host), std::move(opts.host), *bound);
+      JITEMBED_ASSIGN_OR_RETURN(auto bound, host->start(opts.host, opts.port));
+      return tcp_store_server(std::move(host), std::move(opts.host), bound);
     } catch (const std::bad_alloc&) {
       return fail(errc::resource_exhausted, "tcp_store_server: out of memory");
     }

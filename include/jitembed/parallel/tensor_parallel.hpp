@@ -6,7 +6,9 @@
 // outside the tensor-parallel region are sharded along `seq_dim` (default 0: [s, b, h] as Megatron; pass 1
 // for [b, s, h]) and the full sequence length must be divisible by the degree. Each layer saves what its
 // backward needs in forward(); backward() returns the input gradient and ACCUMULATES (+=) the parameter
-// gradients until zero_grad(). Misuse throws jitembed::error(errc::invalid_argument) naming the numbers.
+// gradients until zero_grad(). Misuse (a wrong shape, dtype or device, backward() without forward()) is an
+// invalid_argument naming the numbers, returned in the result (load_full, which returns void, throws it);
+// a failed collective returns its own error.
 #pragma once
 
 #include "jitembed/parallel/column_parallel_linear.hpp"

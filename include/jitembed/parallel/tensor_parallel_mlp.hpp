@@ -31,30 +31,27 @@ class tensor_parallel_mlp {
   // row_parallel_linear::create (fc2). The layer keeps a pointer to comm, which must outlive it.
   static result<tensor_parallel_mlp> create(C& comm, std::int64_t hidden, std::int64_t ffn, bool bias = true,
                                             bool sequence_parallel = false, std::size_t seq_dim = 0, B backend = B()) {
-    auto fc1 = column_parallel_linear<C, B>::create(comm, hidden, ffn, bias, false, sequence_parallel, seq_dim, backend);
-    if (!fc1) return std::move(fc1).error();
-    auto fc2 = row_parallel_linear<C, B>::create(comm, ffn, hidden, bias, true, sequence_parallel, seq_dim, backend);
-    if (!fc2) return std::move(fc2).error();
-    return tensor_parallel_mlp(std::move(fc1).value(), std::move(fc2).value(), std::move(backend));
+    JITEMBED_ASSIGN_OR_RETURN(auto fc1, column_parallel_linear<C, B>::create(comm, hidden, ffn, bias, false, sequence_parallel, seq_dim, backend));
+    JITEMBED_ASSIGN_OR_RETURN(auto fc2, row_parallel_linear<C, B>::create(comm, ffn, hidden, bias, true, sequence_parallel, seq_dim, backend));
+    return tensor_parallel_mlp(std::move(fc1), std::move(fc2), std::move(backend));
   }
 
   result<tensor> forward(const tensor_view& x) {
-    return detail::capture("tensor_parallel_mlp forward", [&]() -> result<tensor> {
-      hidden_ = fc1_.forward(x).value();  // a failure is caught by capture: the same error
-      tensor act = be_.empty(hidden_.shape(), be_.dtype());
+    JITEMBED_ASSIGN_OR_RETURN(hidden_, fc1_.forward(x));
+    tensor act;
+    JITEMBED_TRY(detail::capture("tensor_parallel_mlp forward", [&] {  // the backend throws
+      act = be_.empty(hidden_.shape(), be_.dtype());
       be_.gelu_forward(hidden_, act);
-      return fc2_.forward(act).value();
-    });
+    }));
+    return fc2_.forward(act);
   }
 
   result<tensor> backward(const tensor_view& dy) {
-    return detail::capture("tensor_parallel_mlp backward", [&]() -> result<tensor> {
-      if (!hidden_.defined()) detail::tp_invalid("tensor_parallel_mlp backward", "backward() without a forward()");
-      tensor dact = fc2_.backward(dy).value();
-      be_.gelu_backward(hidden_, dact, dact);
-      hidden_ = tensor();
-      return fc1_.backward(dact).value();
-    });
+    if (!hidden_.defined()) return detail::tp_invalid("tensor_parallel_mlp backward", "backward() without a forward()");
+    JITEMBED_ASSIGN_OR_RETURN(tensor dact, fc2_.backward(dy));
+    JITEMBED_TRY(detail::capture("tensor_parallel_mlp backward", [&] { be_.gelu_backward(hidden_, dact, dact); }));
+    hidden_ = tensor();
+    return fc1_.backward(dact);
   }
 
   // Full weights: w1 [ffn, hidden], b1 [ffn], w2 [hidden, ffn], b2 [hidden] (biases may be null).

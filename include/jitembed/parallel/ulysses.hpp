@@ -24,54 +24,68 @@ namespace jitembed::parallel {
 namespace detail {
 
 // On `dev` (the CPU, or the device of the communicator / backend), contiguous, [B, S, H, D].
-inline void check_bshd(const tensor_view& x, const char* what, const char* name, jitembed::device dev = {}) {
+inline result<void> check_bshd(const tensor_view& x, const char* what, const char* name, jitembed::device dev = {}) {
   if (x.dev() != dev) {
-    throw error(errc::invalid_argument, std::string(what) + ": " + name +
+    return fail(errc::invalid_argument, std::string(what) + ": " + name +
                                             (dev.is_cpu() ? std::string(" must be a CPU tensor")
                                                           : " must be on CUDA device " + std::to_string(dev.ordinal)));
   }
-  if (!x.is_contiguous()) throw error(errc::invalid_argument, std::string(what) + ": " + name + " must be contiguous");
+  if (!x.is_contiguous()) return fail(errc::invalid_argument, std::string(what) + ": " + name + " must be contiguous");
   if (x.rank() != 4) {
-    throw error(errc::invalid_argument,
+    return fail(errc::invalid_argument,
                 std::string(what) + ": " + name + " must be [B, S, H, D], got " + x.shape().to_string());
   }
+  return {};
 }
 
-inline void check_heads_divisible(std::int64_t heads, int degree, const char* what) {
+inline result<void> check_heads_divisible(std::int64_t heads, int degree, const char* what) {
   if (heads <= 0 || heads % degree != 0) {
-    throw error(errc::invalid_argument, std::string(what) + ": " + std::to_string(heads) +
+    return fail(errc::invalid_argument, std::string(what) + ": " + std::to_string(heads) +
                                             " heads not divisible by sequence-parallel degree " + std::to_string(degree));
   }
+  return {};
 }
 
 }  // namespace detail
 
 // [B, S_r, H, D] (rank r's sequence chunk, all heads) → [B, S, H/n, D] (whole sequence, rank r's heads).
 // seq_len is the global S; -1 means S_r × n (evenly sharded). One all_to_all (all_to_all_v if uneven).
+// try_seq_to_head returns the error (invalid_argument, the collective's); seq_to_head throws it.
 template <communicator C>
-tensor seq_to_head(C& comm, const tensor_view& x, std::int64_t seq_len = -1) {
+result<tensor> try_seq_to_head(C& comm, const tensor_view& x, std::int64_t seq_len = -1) {
   constexpr const char* what = "seq_to_head";
-  detail::check_bshd(x, what, "x", x.dev().is_cpu() ? jitembed::device::cpu() : comm.device());
-  detail::check_heads_divisible(x.size(2), comm.size(), what);
+  JITEMBED_TRY(detail::check_bshd(x, what, "x", x.dev().is_cpu() ? jitembed::device::cpu() : comm.device()));
+  JITEMBED_TRY(detail::check_heads_divisible(x.size(2), comm.size(), what));
   if (seq_len < 0) seq_len = x.size(1) * comm.size();
   if (comm.size() == 1) {
     if (seq_len != x.size(1)) {
-      throw error(errc::invalid_argument, std::string(what) + ": sequence length " + std::to_string(seq_len) +
+      return fail(errc::invalid_argument, std::string(what) + ": sequence length " + std::to_string(seq_len) +
                                               " on one rank holding " + std::to_string(x.size(1)));
     }
     return detail::copy_on(comm, x);
   }
-  return all_to_all_dim(comm, x, 2, 1, seq_len).value();
+  return all_to_all_dim(comm, x, 2, 1, seq_len);
+}
+
+template <communicator C>
+tensor seq_to_head(C& comm, const tensor_view& x, std::int64_t seq_len = -1) {
+  return try_seq_to_head(comm, x, seq_len).value();
 }
 
 // [B, S, H/n, D] (whole sequence, rank r's heads) → [B, S_r, H, D] (rank r's torch.chunk of S, all heads).
-// One all_to_all (all_to_all_v if S is not divisible by n).
+// One all_to_all (all_to_all_v if S is not divisible by n). try_head_to_seq returns the error, head_to_seq
+// throws it.
+template <communicator C>
+result<tensor> try_head_to_seq(C& comm, const tensor_view& x) {
+  constexpr const char* what = "head_to_seq";
+  JITEMBED_TRY(detail::check_bshd(x, what, "x", x.dev().is_cpu() ? jitembed::device::cpu() : comm.device()));
+  if (comm.size() == 1) return detail::copy_on(comm, x);
+  return all_to_all_dim(comm, x, 1, 2, x.size(2) * comm.size());
+}
+
 template <communicator C>
 tensor head_to_seq(C& comm, const tensor_view& x) {
-  constexpr const char* what = "head_to_seq";
-  detail::check_bshd(x, what, "x", x.dev().is_cpu() ? jitembed::device::cpu() : comm.device());
-  if (comm.size() == 1) return detail::copy_on(comm, x);
-  return all_to_all_dim(comm, x, 1, 2, x.size(2) * comm.size()).value();
+  return try_head_to_seq(comm, x).value();
 }
 
 // Self- or cross-attention over a sequence-sharded batch: forward does 4 all_to_alls (q, k, v to head-sharded,
@@ -88,13 +102,11 @@ class ulysses_attention {
   // invalid_argument: this rank outside comm's group, heads not a positive multiple of the group size.
   // The layer keeps a pointer to comm, which must outlive it.
   static result<ulysses_attention> create(C& comm, int heads, bool causal, B backend = B()) {
-    return detail::capture("ulysses_attention", [&]() -> ulysses_attention {
-      if (!comm.valid()) {
-        throw error(errc::invalid_argument, "ulysses_attention: this rank is not in the communicator's group");
-      }
-      detail::check_heads_divisible(heads, comm.size(), "ulysses_attention");
-      return ulysses_attention(comm, heads, causal, std::move(backend));
-    });
+    if (!comm.valid()) {
+      return fail(errc::invalid_argument, "ulysses_attention: this rank is not in the communicator's group");
+    }
+    JITEMBED_TRY(detail::check_heads_divisible(heads, comm.size(), "ulysses_attention"));
+    return detail::capture("ulysses_attention", [&] { return ulysses_attention(comm, heads, causal, std::move(backend)); });
   }
 
   // q [B, Sq_r, H, D], k and v [B, Sk_r, H, D]: this rank's sequence chunks (torch.chunk layout). seq_len and
@@ -102,35 +114,36 @@ class ulysses_attention {
   // means seq_len). Returns out [B, Sq_r, H, D].
   result<tensor> forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, std::int64_t seq_len = -1,
                          std::int64_t kv_seq_len = -1) {
+    constexpr const char* what = "ulysses_attention forward";
+    JITEMBED_TRY(detail::check_bshd(q, what, "q", be_.device()));
+    JITEMBED_TRY(detail::check_bshd(k, what, "k", be_.device()));
+    JITEMBED_TRY(detail::check_bshd(v, what, "v", be_.device()));
+    for (const tensor_view* t : {&q, &k, &v}) {
+      if (t->size(2) != heads_) {
+        return fail(errc::invalid_argument, std::string(what) + ": expected " + std::to_string(heads_) +
+                                                " heads (dim 2), got " + t->shape().to_string());
+      }
+    }
+    if (k.shape() != v.shape()) {
+      return fail(errc::invalid_argument,
+                  std::string(what) + ": k " + k.shape().to_string() + " and v " + v.shape().to_string() + " differ");
+    }
+    if (seq_len < 0) seq_len = q.size(1) * comm_->size();
+    if (kv_seq_len < 0) kv_seq_len = k.shape() == q.shape() ? seq_len : k.size(1) * comm_->size();
+    // capture: only what the backend throws (allocation, a device error); the rest returns its error.
     return detail::capture("ulysses_attention forward", [&]() -> result<tensor> {
-      constexpr const char* what = "ulysses_attention forward";
-      detail::check_bshd(q, what, "q", be_.device());
-      detail::check_bshd(k, what, "k", be_.device());
-      detail::check_bshd(v, what, "v", be_.device());
-      for (const tensor_view* t : {&q, &k, &v}) {
-        if (t->size(2) != heads_) {
-          throw error(errc::invalid_argument, std::string(what) + ": expected " + std::to_string(heads_) +
-                                                  " heads (dim 2), got " + t->shape().to_string());
-        }
-      }
-      if (k.shape() != v.shape()) {
-        throw error(errc::invalid_argument,
-                    std::string(what) + ": k " + k.shape().to_string() + " and v " + v.shape().to_string() + " differ");
-      }
-      if (seq_len < 0) seq_len = q.size(1) * comm_->size();
-      if (kv_seq_len < 0) kv_seq_len = k.shape() == q.shape() ? seq_len : k.size(1) * comm_->size();
       q_local_ = q.shape();
       seq_len_ = seq_len;
       kv_seq_len_ = kv_seq_len;
       be_.before_comm(*comm_);
-      qh_ = seq_to_head(*comm_, q, seq_len);
-      kh_ = seq_to_head(*comm_, k, kv_seq_len);
-      vh_ = seq_to_head(*comm_, v, kv_seq_len);
+      JITEMBED_ASSIGN_OR_RETURN(qh_, try_seq_to_head(*comm_, q, seq_len));
+      JITEMBED_ASSIGN_OR_RETURN(kh_, try_seq_to_head(*comm_, k, kv_seq_len));
+      JITEMBED_ASSIGN_OR_RETURN(vh_, try_seq_to_head(*comm_, v, kv_seq_len));
       be_.after_comm(*comm_);
       tensor out = be_.empty(qh_.shape(), qh_.dtype());
       saved_ = be_.attention_forward(qh_, kh_, vh_, causal_, out);
       be_.before_comm(*comm_);
-      tensor back = head_to_seq(*comm_, out);
+      JITEMBED_ASSIGN_OR_RETURN(tensor back, try_head_to_seq(*comm_, out));
       be_.after_comm(*comm_);
       return back;
     });
@@ -138,16 +151,16 @@ class ulysses_attention {
 
   // dout [B, Sq_r, H, D] (like forward's output) → dq, dk, dv shaped like forward's q, k, v.
   result<grads> backward(const tensor_view& dout) {
+    constexpr const char* what = "ulysses_attention backward";
+    if (!qh_.defined()) return fail(errc::invalid_argument, std::string(what) + ": backward() without a forward()");
+    JITEMBED_TRY(detail::check_bshd(dout, what, "dout", be_.device()));
+    if (dout.shape() != q_local_) {
+      return fail(errc::invalid_argument, std::string(what) + ": dout must be " + q_local_.to_string() + ", got " +
+                                              dout.shape().to_string());
+    }
     return detail::capture("ulysses_attention backward", [&]() -> result<grads> {
-      constexpr const char* what = "ulysses_attention backward";
-      if (!qh_.defined()) throw error(errc::invalid_argument, std::string(what) + ": backward() without a forward()");
-      detail::check_bshd(dout, what, "dout", be_.device());
-      if (dout.shape() != q_local_) {
-        throw error(errc::invalid_argument, std::string(what) + ": dout must be " + q_local_.to_string() + ", got " +
-                                                dout.shape().to_string());
-      }
       be_.before_comm(*comm_);
-      const tensor gh = seq_to_head(*comm_, dout, seq_len_);
+      JITEMBED_ASSIGN_OR_RETURN(const tensor gh, try_seq_to_head(*comm_, dout, seq_len_));
       be_.after_comm(*comm_);
       tensor dq = be_.empty(qh_.shape(), qh_.dtype());
       tensor dk = be_.empty(kh_.shape(), kh_.dtype());
@@ -156,7 +169,10 @@ class ulysses_attention {
       qh_ = kh_ = vh_ = tensor();
       saved_ = {};
       be_.before_comm(*comm_);
-      grads g{head_to_seq(*comm_, dq), head_to_seq(*comm_, dk), head_to_seq(*comm_, dv)};
+      grads g;
+      JITEMBED_ASSIGN_OR_RETURN(g.dq, try_head_to_seq(*comm_, dq));
+      JITEMBED_ASSIGN_OR_RETURN(g.dk, try_head_to_seq(*comm_, dk));
+      JITEMBED_ASSIGN_OR_RETURN(g.dv, try_head_to_seq(*comm_, dv));
       be_.after_comm(*comm_);
       return g;
     });

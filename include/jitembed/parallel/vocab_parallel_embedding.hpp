@@ -35,62 +35,68 @@ class vocab_parallel_embedding {
   static result<vocab_parallel_embedding> create(C& comm, std::int64_t vocab, std::int64_t hidden,
                                                  bool sequence_parallel = false, std::size_t seq_dim = 0,
                                                  B backend = B()) {
-    return detail::capture("vocab_parallel_embedding", [&]() -> vocab_parallel_embedding {
-      const std::string what = "vocab_parallel_embedding";
-      detail::tp_check_group(comm.valid(), what);
-      detail::tp_check_divisible(vocab, "vocab", comm.size(), what);
-      detail::tp_check_divisible(hidden, "hidden", 1, what);
+    const std::string what = "vocab_parallel_embedding";
+    JITEMBED_TRY(detail::tp_check_group(comm.valid(), what));
+    JITEMBED_TRY(detail::tp_check_divisible(vocab, "vocab", comm.size(), what));
+    JITEMBED_TRY(detail::tp_check_divisible(hidden, "hidden", 1, what));
+    // The backend allocates the table and throws when it cannot (bad_alloc, a CUDA error).
+    return detail::capture("vocab_parallel_embedding", [&] {
       return vocab_parallel_embedding(comm, vocab, hidden, sequence_parallel, seq_dim, std::move(backend));
     });
   }
 
   result<tensor> forward(const tensor_view& ids) {
+    const std::string what = "vocab_parallel_embedding forward";
+    JITEMBED_TRY(detail::tp_require_on(ids, be_.device(), dtype::i64, what, "ids"));
+    if (sp_) {
+      if (seq_dim_ >= ids.rank()) {
+        return detail::tp_invalid(what, "sequence dim " + std::to_string(seq_dim_) + " outside ids " + ids.shape().to_string());
+      }
+      JITEMBED_TRY(detail::tp_check_seq_divisible(ids.size(seq_dim_), seq_dim_, comm_->size(), what));
+    }
+    if (ids.dev().is_cpu()) {
+      const std::int64_t* id = ids.data<const std::int64_t>();
+      const auto count = static_cast<std::int64_t>(ids.numel());
+      for (std::int64_t i = 0; i < count; ++i) {
+        if (id[i] < 0 || id[i] >= vocab_) {
+          return detail::tp_invalid(what, "id " + std::to_string(id[i]) + " at index " + std::to_string(i) +
+                                              " outside [0, " + std::to_string(vocab_) + ")");
+        }
+      }
+    }
+    // capture: only what the backend throws (allocation, a device error); the rest returns its error.
     return detail::capture("vocab_parallel_embedding forward", [&]() -> result<tensor> {
-      const std::string what = "vocab_parallel_embedding forward";
-      detail::tp_require_on(ids, be_.device(), dtype::i64, what, "ids");
-      if (sp_) {
-        if (seq_dim_ >= ids.rank()) {
-          detail::tp_invalid(what, "sequence dim " + std::to_string(seq_dim_) + " outside ids " + ids.shape().to_string());
-        }
-        detail::tp_check_seq_divisible(ids.size(seq_dim_), seq_dim_, comm_->size(), what);
-      }
-      if (ids.dev().is_cpu()) {
-        const std::int64_t* id = ids.data<const std::int64_t>();
-        const auto count = static_cast<std::int64_t>(ids.numel());
-        for (std::int64_t i = 0; i < count; ++i) {
-          if (id[i] < 0 || id[i] >= vocab_) {
-            detail::tp_invalid(what, "id " + std::to_string(id[i]) + " at index " + std::to_string(i) +
-                                         " outside [0, " + std::to_string(vocab_) + ")");
-          }
-        }
-      }
       shape s = ids.shape();
       s.push_back(hidden_);
       tensor out = be_.empty(s, be_.dtype());
       be_.embedding_forward(ids, weight_, start_, out);  // another rank's row: zero here
       be_.before_comm(*comm_);
-      ids_ = detail::copy_on(*comm_, ids);
+      JITEMBED_ASSIGN_OR_RETURN(ids_, detail::copy_on(*comm_, ids));
       // out stays alive past after_comm (see column_parallel_linear::backward).
-      tensor y = sp_ ? reduce_scatter_to_sp::forward(*comm_, out, seq_dim_) : out;
-      if (!sp_) detail::all_reduce_in_place(*comm_, out);  // reduce_from_tp
+      tensor y = out;
+      if (sp_) {
+        JITEMBED_ASSIGN_OR_RETURN(y, reduce_scatter_to_sp::try_forward(*comm_, out, seq_dim_));
+      } else {
+        JITEMBED_TRY(detail::all_reduce_in_place(*comm_, out));  // reduce_from_tp
+      }
       be_.after_comm(*comm_);
       return y;
     });
   }
 
   result<void> backward(const tensor_view& dout) {
+    const std::string what = "vocab_parallel_embedding backward";
+    if (!ids_.defined()) return detail::tp_invalid(what, "backward() without a forward()");
+    JITEMBED_TRY(detail::tp_require_on(dout, be_.device(), be_.dtype(), what, "dout"));
+    shape want = ids_.shape();
+    want.push_back(hidden_);
+    if (sp_) want[seq_dim_] /= comm_->size();
+    JITEMBED_TRY(detail::tp_check_shape(dout, want, what, "dout"));
     return detail::capture("vocab_parallel_embedding backward", [&]() -> result<void> {
-      const std::string what = "vocab_parallel_embedding backward";
-      if (!ids_.defined()) detail::tp_invalid(what, "backward() without a forward()");
-      detail::tp_require_on(dout, be_.device(), be_.dtype(), what, "dout");
-      shape want = ids_.shape();
-      want.push_back(hidden_);
-      if (sp_) want[seq_dim_] /= comm_->size();
-      detail::tp_check_shape(dout, want, what, "dout");
       tensor full;
       if (sp_) {
         be_.before_comm(*comm_);
-        full = reduce_scatter_to_sp::backward(*comm_, dout, seq_dim_);
+        JITEMBED_ASSIGN_OR_RETURN(full, reduce_scatter_to_sp::try_backward(*comm_, dout, seq_dim_));
         be_.after_comm(*comm_);
       }
       be_.embedding_backward(ids_, sp_ ? full.view() : dout, start_, grad_weight_);
@@ -102,8 +108,8 @@ class vocab_parallel_embedding {
   // Takes this rank's rows of a full [vocab, hidden] table.
   void load_full(const tensor_view& full_weight) {
     const std::string what = "vocab_parallel_embedding load_full";
-    detail::tp_require(full_weight, dtype::f32, what, "weight");
-    detail::tp_check_shape(full_weight, shape{vocab_, hidden_}, what, "weight");
+    detail::tp_require(full_weight, dtype::f32, what, "weight").value();
+    detail::tp_check_shape(full_weight, shape{vocab_, hidden_}, what, "weight").value();
     weight_ = be_.upload(local_chunk(full_weight, 0, comm_->size(), comm_->rank()));
   }
 
@@ -114,7 +120,7 @@ class vocab_parallel_embedding {
   result<tensor> full_grad_weight() {
     return detail::capture("vocab_parallel_embedding full_grad_weight", [&]() -> result<tensor> {
       be_.before_comm(*comm_);
-      tensor g = detail::gather_rows_or_copy(*comm_, grad_weight_, 0, vocab_);
+      JITEMBED_ASSIGN_OR_RETURN(tensor g, detail::gather_rows_or_copy(*comm_, grad_weight_, 0, vocab_));
       be_.after_comm(*comm_);
       return g;
     });

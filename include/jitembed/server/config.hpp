@@ -229,9 +229,8 @@ inline result<model_config> model_config_from_json(const nlohmann::json& j, std:
     m.params = *it;
   }
   if (auto it = j.find("version_policy"); it != j.end()) {
-    auto p = version_policy_from_json(*it, where);
-    if (!p) return p.error();
-    m.policy = std::move(*p);
+    JITEMBED_ASSIGN_OR_RETURN(auto p, version_policy_from_json(*it, where));
+    m.policy = std::move(p);
   }
   if (m.instances < 1 || m.instances > 1024)
     return fail(errc::invalid_argument, "config: " + std::string(where) + ".instances " + std::to_string(m.instances) + " not in [1, 1024]");
@@ -258,9 +257,8 @@ inline result<server_config> server_config_from_json(const nlohmann::json& j) {
   if (auto it = j.find("models"); it != j.end()) {
     if (!it->is_array()) return fail(errc::invalid_argument, "config: config.models is not an array");
     for (std::size_t i = 0; i < it->size(); ++i) {
-      auto m = model_config_from_json((*it)[i], "models[" + std::to_string(i) + "]");
-      if (!m) return m.error();
-      c.models.push_back(std::move(*m));
+      JITEMBED_ASSIGN_OR_RETURN(auto m, model_config_from_json((*it)[i], "models[" + std::to_string(i) + "]"));
+      c.models.push_back(std::move(m));
     }
   }
   return c;

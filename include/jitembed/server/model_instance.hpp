@@ -64,9 +64,8 @@ inline result<models::reference_options> parse_reference_params(const nlohmann::
                                                  {"text_max_length", &o.text_max_length},
                                                  {"text_dim", &o.text_dim}};
     for (auto [k, dst] : ints) {
-      auto v = detail::int_param(params, k);
-      if (!v) return v.error();
-      *dst = *v;
+      JITEMBED_ASSIGN_OR_RETURN(auto v, detail::int_param(params, k));
+      *dst = v;
     }
     if (auto it = params.find("output_dtype"); it != params.end()) {
       const auto dt = it->is_string() ? dtype_from_string(it->get<std::string>()) : std::nullopt;
@@ -78,9 +77,8 @@ inline result<models::reference_options> parse_reference_params(const nlohmann::
 }
 
 inline result<models::any_model> make_reference(std::string_view name, const nlohmann::json& params) {
-  auto o = parse_reference_params(params);
-  if (!o) return o.error();
-  return models::make_reference_model(name, *o);
+  JITEMBED_ASSIGN_OR_RETURN(auto o, parse_reference_params(params));
+  return models::make_reference_model(name, o);
 }
 
 // The emulated latency that params ask for: sleep_us per batch, sleep_us_per_row per row (integers or
@@ -90,10 +88,9 @@ inline result<models::latency_options> parse_latency_params(const nlohmann::json
   if (!params.is_object()) return o;
   const std::pair<const char*, std::chrono::microseconds*> keys[] = {{"sleep_us", &o.per_batch}, {"sleep_us_per_row", &o.per_item}};
   for (auto [k, dst] : keys) {
-    auto v = detail::int_param(params, k);
-    if (!v) return v.error();
-    if (*v < 0) return fail(errc::invalid_argument, "model parameter '" + std::string(k) + "' is negative");
-    *dst = std::chrono::microseconds(*v);
+    JITEMBED_ASSIGN_OR_RETURN(auto v, detail::int_param(params, k));
+    if (v < 0) return fail(errc::invalid_argument, "model parameter '" + std::string(k) + "' is negative");
+    *dst = std::chrono::microseconds(v);
   }
   return o;
 }
@@ -101,10 +98,9 @@ inline result<models::latency_options> parse_latency_params(const nlohmann::json
 // `m`, sleeping as params ask (parse_latency_params); `m` itself when they ask for nothing. The
 // fingerprint (version()) stays the model's: sleeping changes no output.
 inline result<models::any_model> with_latency_params(models::any_model m, const nlohmann::json& params) {
-  auto o = parse_latency_params(params);
-  if (!o) return o.error();
-  if (o->per_batch.count() == 0 && o->per_item.count() == 0) return m;
-  return models::any_model(models::emulated_latency(std::move(m), *o));
+  JITEMBED_ASSIGN_OR_RETURN(auto o, parse_latency_params(params));
+  if (o.per_batch.count() == 0 && o.per_item.count() == 0) return m;
+  return models::any_model(models::emulated_latency(std::move(m), o));
 }
 
 // One preprocessed row waiting for a batch.

@@ -53,16 +53,15 @@ inline result<model_config> parse_model_spec(std::string_view spec, const model_
       m.params[k] = value;
     }
   }
-  auto parsed = model_config_from_json(cfg, where);
-  if (!parsed) return parsed.error();
+  JITEMBED_ASSIGN_OR_RETURN(auto parsed, model_config_from_json(cfg, where));
   // Keep the defaults for the batcher keys the spec did not name.
-  if (cfg.contains("instances")) m.instances = parsed->instances;
-  if (cfg.contains("max_batch_size")) m.max_batch_size = parsed->max_batch_size;
-  if (cfg.contains("max_queue_delay_us")) m.max_queue_delay_us = parsed->max_queue_delay_us;
-  if (cfg.contains("queue_size")) m.queue_size = parsed->queue_size;
-  if (cfg.contains("max_inflight_rows")) m.max_inflight_rows = parsed->max_inflight_rows;
-  if (cfg.contains("idle_dispatch")) m.idle_dispatch = parsed->idle_dispatch;
-  if (cfg.contains("timeout_us")) m.timeout_us = parsed->timeout_us;
+  if (cfg.contains("instances")) m.instances = parsed.instances;
+  if (cfg.contains("max_batch_size")) m.max_batch_size = parsed.max_batch_size;
+  if (cfg.contains("max_queue_delay_us")) m.max_queue_delay_us = parsed.max_queue_delay_us;
+  if (cfg.contains("queue_size")) m.queue_size = parsed.queue_size;
+  if (cfg.contains("max_inflight_rows")) m.max_inflight_rows = parsed.max_inflight_rows;
+  if (cfg.contains("idle_dispatch")) m.idle_dispatch = parsed.idle_dispatch;
+  if (cfg.contains("timeout_us")) m.timeout_us = parsed.timeout_us;
   return m;
 }
 

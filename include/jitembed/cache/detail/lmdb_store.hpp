@@ -39,9 +39,8 @@ class lmdb_store {
       cfg.sync = opts.sync;
       cfg.reader_pool = opts.reader_pool;
       cfg.resize_timeout = opts.resize_timeout;
-      auto env = lmdb_env::open(cfg);
-      if (!env) return env.error();
-      return std::make_shared<lmdb_store>(std::move(*env), opts);
+      JITEMBED_ASSIGN_OR_RETURN(auto env, lmdb_env::open(cfg));
+      return std::make_shared<lmdb_store>(std::move(env), opts);
     } catch (const std::exception& e) {
       return fail(errc::io_error, std::string("lmdb: open('") + opts.path + "'): " + e.what());
     }

@@ -67,10 +67,6 @@ struct deferred {
   }
 };
 
-struct hash128_hasher {
-  std::size_t operator()(const hash128& h) const noexcept { return static_cast<std::size_t>(h.low ^ (h.high * 0x9E3779B97F4A7C15ull)); }
-};
-
 struct http_conn {
   explicit http_conn(asio::io_context& ioc) : stream(ioc) {}
   beast::tcp_stream stream;

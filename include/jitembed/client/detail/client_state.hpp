@@ -381,7 +381,7 @@ class client_state {
   std::vector<std::thread> io_threads_;
   std::vector<std::shared_ptr<endpoint_state>> endpoints_;
   std::unordered_map<std::uint64_t, call_ptr> calls_;
-  std::unordered_map<hash128, call_ptr, hash128_hasher> coalesce_;
+  std::unordered_map<hash128, call_ptr> coalesce_;
   std::vector<call_ptr> waiting_;
 
   std::mutex watch_mu_;

@@ -37,14 +37,26 @@
 #include "jitembed/cache/tiered_cache.hpp"
 #include "jitembed/cache/value.hpp"
 #include "jitembed/client/detail/loader_checkpoint.hpp"
-#include "jitembed/client/detail/loader_plan.hpp"
+#include "jitembed/client/epoch_plan.hpp"
 #include "jitembed/client/jit_client.hpp"
 #include "jitembed/client/loader_batch.hpp"
 #include "jitembed/client/loader_options.hpp"
 #include "jitembed/client/loader_stats.hpp"
 #include "jitembed/format/dataset.hpp"
+#include "jitembed/format/field.hpp"
+#include "jitembed/models/model.hpp"
 
 namespace jitembed::client::detail {
+
+// The sample field kind a model of modality m reads.
+constexpr format::field_kind field_kind_of(models::modality m) noexcept {
+  switch (m) {
+    case models::modality::image: return format::field_kind::image;
+    case models::modality::video: return format::field_kind::video;
+    case models::modality::text: return format::field_kind::text;
+  }
+  return format::field_kind::bytes;
+}
 
 // Specs that share (model, field kind): one request row and one cache entry per sample.
 struct loader_group {

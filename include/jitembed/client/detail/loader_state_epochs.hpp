@@ -14,8 +14,8 @@ inline auto loader_state::check(const loader_options& o) -> result<void> {
     const auto& e = o.embeddings[i];
     if (e.name.empty()) return bad("embedding " + std::to_string(i) + " has no name");
     if (e.model.empty()) return bad("embedding '" + e.name + "' has no model");
-    if (e.kind != format::field_kind::image && e.kind != format::field_kind::video && e.kind != format::field_kind::text)
-      return bad("embedding '" + e.name + "': field kind " + std::string(format::to_string(e.kind)) + " is not image, video or text");
+    if (e.kind != models::modality::image && e.kind != models::modality::video && e.kind != models::modality::text)
+      return bad("embedding '" + e.name + "': kind " + std::to_string(static_cast<int>(e.kind)) + " is not image, video or text");
     for (std::size_t k = 0; k < i; ++k)
       if (o.embeddings[k].name == e.name) return bad("embedding name '" + e.name + "' given twice");
   }
@@ -36,12 +36,13 @@ inline auto loader_state::check(const loader_options& o) -> result<void> {
 inline auto loader_state::make_groups() -> result<void> {
   for (std::size_t i = 0; i < opts_.embeddings.size(); ++i) {
     const auto& e = opts_.embeddings[i];
-    const std::string input = e.input.empty() ? std::string(format::to_string(e.kind)) : e.input;
-    auto it = std::find_if(groups_.begin(), groups_.end(), [&](const loader_group& g) { return g.model == e.model && g.kind == e.kind; });
+    const auto kind = field_kind_of(e.kind);
+    const std::string input = e.input.empty() ? std::string(format::to_string(kind)) : e.input;
+    auto it = std::find_if(groups_.begin(), groups_.end(), [&](const loader_group& g) { return g.model == e.model && g.kind == kind; });
     if (it == groups_.end()) {
       loader_group g;
       g.model = e.model;
-      g.kind = e.kind;
+      g.kind = kind;
       g.input = input;
       groups_.push_back(std::move(g));
       it = groups_.end() - 1;

@@ -162,10 +162,9 @@ inline result<decode_plan> plan_decode(bytes_view jpeg, const jpeg_decode_option
       opts.target_height > kTjMaxDimension)
     return fail(errc::invalid_argument, "jpeg: target " + dims(opts.target_width, opts.target_height) +
                                             " outside 0.." + std::to_string(kTjMaxDimension));
-  auto hr = read_header(jpeg, opts.strict);
-  if (!hr) return hr.error();
+  JITEMBED_ASSIGN_OR_RETURN(auto hr, read_header(jpeg, opts.strict));
   decode_plan p;
-  p.header = *hr;
+  p.header = hr;
   const int w = p.header.width, h = p.header.height;
   // The source size bounds what libjpeg allocates internally (a progressive image keeps all coefficients).
   JITEMBED_TRY(check_pixels("image", w, h, limits));

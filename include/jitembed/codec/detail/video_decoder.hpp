@@ -182,7 +182,7 @@ inline result<video_input> open_video_input(bytes_view data, const decode_limits
     return fail(errc::limit_exceeded, "video: " + std::to_string(data.size()) + " bytes > max_record_bytes " +
                                           std::to_string(limits.max_record_bytes));
   if (data.empty()) return fail(errc::truncated, "video: empty input");
-  if (auto ok = check_video_policy(policy); !ok) return ok.error();
+  JITEMBED_TRY(check_video_policy(policy));
 
   video_input in;
   in.src = std::make_unique<memory_source>();
@@ -376,9 +376,8 @@ inline result<video_decode_plan> plan_video_decode(bytes_view data, const video_
                                           std::to_string(limits.max_video_frames));
 
   video_decode_plan plan;
-  auto in = open_video_input(data, limits, policy);
-  if (!in) return in.error();
-  const video_info info = in->info;
+  JITEMBED_ASSIGN_OR_RETURN(auto in, open_video_input(data, limits, policy));
+  const video_info info = in.info;
   const auto native_px = static_cast<std::uint64_t>(info.width) * static_cast<std::uint64_t>(info.height);
   if (native_px > limits.max_image_pixels)
     return fail(errc::limit_exceeded, "video: " + wh_string(info.width, info.height) + " = " + std::to_string(native_px) +
@@ -402,11 +401,8 @@ inline result<video_decode_plan> plan_video_decode(bytes_view data, const video_
   } else {
     std::int64_t n = info.frame_count;
     if (!info.frame_count_exact) {
-      auto counted = count_video_packets(*in, data_budget);
-      if (!counted) return counted.error();
-      n = *counted;
-      in = open_video_input(data, limits, policy);  // start again from the first packet
-      if (!in) return in.error();
+      JITEMBED_ASSIGN_OR_RETURN(n, count_video_packets(in, data_budget));
+      JITEMBED_ASSIGN_OR_RETURN(in, open_video_input(data, limits, policy));  // again from the first packet
     }
     if (n <= 0) return fail(errc::decode_failed, "video: the " + info.container + " stream has no frames");
     if (n > (std::int64_t{1} << 31))
@@ -422,18 +418,17 @@ inline result<video_decode_plan> plan_video_decode(bytes_view data, const video_
   }
   if (T == 0) return fail(errc::invalid_argument, "video: no frames requested");
   const std::array<std::int64_t, 4> out_dims = {static_cast<std::int64_t>(T), out_h, out_w, 3};
-  auto nbytes = checked_numel(out_dims);
-  if (!nbytes) return nbytes.error();
-  if (*nbytes > limits.max_decoded_bytes || *nbytes > limits.max_elements)
+  JITEMBED_ASSIGN_OR_RETURN(auto nbytes, checked_numel(out_dims));
+  if (nbytes > limits.max_decoded_bytes || nbytes > limits.max_elements)
     return fail(errc::limit_exceeded, "video: output [" + std::to_string(T) + "," + std::to_string(out_h) + "," + std::to_string(out_w) +
-                                          ",3] = " + std::to_string(*nbytes) + " bytes > max_decoded_bytes " +
+                                          ",3] = " + std::to_string(nbytes) + " bytes > max_decoded_bytes " +
                                           std::to_string(limits.max_decoded_bytes) + " or max_elements " + std::to_string(limits.max_elements));
-  plan.in = std::move(*in);
+  plan.in = std::move(in);
   plan.out_w = out_w;
   plan.out_h = out_h;
   plan.frames = T;
   plan.out_shape = shape{out_dims[0], out_dims[1], out_dims[2], 3};
-  plan.nbytes = static_cast<std::size_t>(*nbytes);
+  plan.nbytes = static_cast<std::size_t>(nbytes);
   return plan;
 }
 
@@ -493,13 +488,11 @@ inline result<void> run_video_decode(video_decode_plan& plan, bytes_view data, c
   auto convert_into = [&](const AVFrame* f, std::size_t slot) -> result<void> {
     std::uint8_t* dst = out + slot * frame_bytes;
     if (slot + 1 < T && !filled[slot + 1]) {
-      auto ok = rgb.convert(f, dst);
-      if (!ok) return ok.error();
+      JITEMBED_TRY(rgb.convert(f, dst));
     } else {
       if (scratch.empty()) scratch.resize(frame_bytes + static_cast<std::size_t>(out_w) * 3 + kAlignment);
       auto* s = reinterpret_cast<std::uint8_t*>(scratch.data());
-      auto ok = rgb.convert(f, s);
-      if (!ok) return ok.error();
+      JITEMBED_TRY(rgb.convert(f, s));
       std::memcpy(dst, s, frame_bytes);
     }
     filled[slot] = 1;
@@ -515,8 +508,7 @@ inline result<void> run_video_decode(video_decode_plan& plan, bytes_view data, c
         std::memcpy(out + slot * frame_bytes, first, frame_bytes);
         filled[slot] = 1;
       } else {
-        auto ok = convert_into(f, slot);
-        if (!ok) return ok.error();
+        JITEMBED_TRY(convert_into(f, slot));
         first = out + slot * frame_bytes;
       }
     }
@@ -540,8 +532,7 @@ inline result<void> run_video_decode(video_decode_plan& plan, bytes_view data, c
       t = ts != AV_NOPTS_VALUE && tb > 0 ? static_cast<double>(ts - start_ts) * tb
                                          : (info.fps > 0 ? static_cast<double>(frame_no) / info.fps : static_cast<double>(frame_no));
     }
-    auto ok = fill(f, [&](std::size_t slot) { return by_time ? t + 1e-6 >= opts.timestamps[slot] : index[slot] == frame_no; });
-    if (!ok) return ok.error();
+    JITEMBED_TRY(fill(f, [&](std::size_t slot) { return by_time ? t + 1e-6 >= opts.timestamps[slot] : index[slot] == frame_no; }));
     ++frame_no;
     return {};
   };
@@ -561,8 +552,7 @@ inline result<void> run_video_decode(video_decode_plan& plan, bytes_view data, c
         if (++errors > 64) break;
         continue;
       }
-      auto ok = take(frame.get());
-      if (!ok) return ok.error();
+      JITEMBED_TRY(take(frame.get()));
       av_frame_unref(last.get());
       av_frame_move_ref(last.get(), frame.get());
       have_last = true;
@@ -588,23 +578,20 @@ inline result<void> run_video_decode(video_decode_plan& plan, bytes_view data, c
                                               " packets read without reaching the selected frames");
         int s = avcodec_send_packet(dec.get(), pkt.get());
         if (s == AVERROR(EAGAIN)) {  // output pending: take it, then the packet fits
-          auto ok = drain();
-          if (!ok) return ok.error();
+          JITEMBED_TRY(drain());
           s = avcodec_send_packet(dec.get(), pkt.get());
         }
         av_packet_unref(pkt.get());
         if (s < 0 && s != AVERROR(EAGAIN)) decode_error = s;
       }
     }
-    auto ok = drain();
-    if (!ok) return ok.error();
+    JITEMBED_TRY(drain());
     if (flushed && !decoder_done && next < T) {
       // A decoder that neither returns EOF nor frames after the flush: stop rather than spin.
       const int r = avcodec_receive_frame(dec.get(), frame.get());
       if (r == AVERROR(EAGAIN)) break;
       if (r >= 0) {
-        auto ok2 = take(frame.get());
-        if (!ok2) return ok2.error();
+        JITEMBED_TRY(take(frame.get()));
         av_frame_unref(last.get());
         av_frame_move_ref(last.get(), frame.get());
         have_last = true;
@@ -626,8 +613,7 @@ inline result<void> run_video_decode(video_decode_plan& plan, bytes_view data, c
       return fail(errc::truncated, "video: data ends after " + std::to_string(frame_no) + " frames but the container declares more than " +
                                        std::to_string(data.size()) + " bytes");
     // A clean end before a selected frame: the remaining slots repeat the last frame.
-    auto ok = fill(last.get(), [](std::size_t) { return true; });
-    if (!ok) return ok.error();
+    JITEMBED_TRY(fill(last.get(), [](std::size_t) { return true; }));
   }
   return {};
 }

@@ -16,6 +16,7 @@
 
 #include "jitembed/core/dtype.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/core/splitmix64.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/models/model.hpp"
 
@@ -65,13 +66,7 @@ inline ycbcr to_ycbcr(std::uint8_t r8, std::uint8_t g8, std::uint8_t b8) noexcep
           (0.5f * r - 0.418688f * g - 0.081312f * b) * s};
 }
 
-// SplitMix64: the seeded generator behind every "weight" of the reference models.
-constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using jitembed::splitmix64;  // the seeded generator behind every "weight" of the reference models
 // Uniform in [-1, 1) with 24 bits of resolution.
 constexpr float unit_uniform(std::uint64_t bits) noexcept {
   return static_cast<float>(static_cast<std::int32_t>(bits >> 40) - (1 << 23)) * (1.f / static_cast<float>(1 << 23));

@@ -67,7 +67,8 @@ class client {
   // `headers` are rejected). A pooled connection the server closed meanwhile is replaced once.
   // Errors: invalid_argument (bad method/target/field), timeout (connect or exchange deadline passed),
   // io_error (cannot resolve or connect, reset, closed),
-  // limit_exceeded (response over max_header_bytes / max_response_bytes), corrupt_data (bad response).
+  // limit_exceeded (response over max_header_bytes / max_response_bytes), corrupt_data (bad response);
+  // a failure after the arguments were accepted carries the server as context (ctx::endpoint, "host:port").
   result<response> request(std::string method, std::string target, header_list headers = {}, std::string body = {},
                            std::span<const bytes_view> pieces = {}) {
     if (!detail::is_token(method)) return fail(errc::invalid_argument, "http client: invalid method '" + method + "'");
@@ -100,9 +101,7 @@ class client {
       auto conn = attempt == 0 ? take_pooled() : nullptr;  // the retry uses a fresh connection
       const bool reused = conn != nullptr;
       if (!conn) {
-        auto fresh = connect();
-        if (!fresh) return std::move(fresh).error();
-        conn = std::move(*fresh);
+        JITEMBED_ASSIGN_OR_RETURN(conn, connect().with_context(ctx::endpoint(where())));
       }
       bool stale = false, keep = false;
       auto r = exchange(*conn, bufs, head_only, method, target, stale, keep);
@@ -111,7 +110,7 @@ class client {
         return r;
       }
       if (stale && reused && attempt == 0) continue;  // the server closed an idle connection: reconnect once
-      return r;
+      return std::move(r).with_context(ctx::endpoint(where()));
     }
   }
 

@@ -53,11 +53,10 @@ inline result<split_body> split(std::string_view body, std::optional<std::size_t
     return fail(errc::limit_exceeded, "inference header of " + std::to_string(hlen) + " bytes > max_header_bytes " +
                                           std::to_string(lim.max_header_bytes));
   }
-  auto j = parse_json_header(body.substr(0, hlen), lim.max_json_depth, lim.max_object_keys);
-  if (!j) return j.error();
-  if (!j->is_object()) return fail(errc::corrupt_data, "inference header is not a JSON object");
+  JITEMBED_ASSIGN_OR_RETURN(auto j, parse_json_header(body.substr(0, hlen), lim.max_json_depth, lim.max_object_keys));
+  if (!j.is_object()) return fail(errc::corrupt_data, "inference header is not a JSON object");
   const auto rest = body.substr(hlen);
-  return split_body{std::move(*j), bytes_view(reinterpret_cast<const std::byte*>(rest.data()), rest.size())};
+  return split_body{std::move(j), bytes_view(reinterpret_cast<const std::byte*>(rest.data()), rest.size())};
 }
 
 inline const json* find(const json& obj, std::string_view key) {
@@ -120,9 +119,8 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
                                           std::to_string(lim.max_bytes_elements));
   }
 
-  auto params = optional_parameters(tj, w);
-  if (!params) return params.error();
-  t.parameters = std::move(*params);
+  JITEMBED_ASSIGN_OR_RETURN(auto params, optional_parameters(tj, w));
+  t.parameters = std::move(params);
   std::optional<std::uint64_t> binary_size;
   if (t.parameters.is_object()) {
     for (const char* shm : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}) {
@@ -175,9 +173,8 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
   }
   if (!data) return fail(errc::invalid_argument, w + ": no data (neither \"data\" nor binary_data_size)");
   t.binary = false;
-  auto bytes = json_data_to_bytes(*data, t.type, *numel, w, lim.max_json_depth);
-  if (!bytes) return bytes.error();
-  auto buf = std::make_shared<const byte_buffer>(std::move(*bytes));
+  JITEMBED_ASSIGN_OR_RETURN(auto bytes, json_data_to_bytes(*data, t.type, *numel, w, lim.max_json_depth));
+  auto buf = std::make_shared<const byte_buffer>(std::move(bytes));
   t.data = bytes_view(buf->data(), buf->size());
   t.storage = std::move(buf);
   return t;
@@ -196,9 +193,8 @@ inline result<std::vector<infer_tensor>> decode_tensors(const json& header, std:
   std::unordered_set<std::string_view> names;
   std::size_t cursor = 0;
   for (std::size_t i = 0; i < arr->size(); ++i) {
-    auto t = decode_tensor((*arr)[i], kind, i, binary, cursor, lim);
-    if (!t) return t.error();
-    out.push_back(std::move(*t));
+    JITEMBED_ASSIGN_OR_RETURN(auto t, decode_tensor((*arr)[i], kind, i, binary, cursor, lim));
+    out.push_back(std::move(t));
   }
   for (const auto& t : out) {
     if (!names.insert(t.name).second) return fail(errc::invalid_argument, "duplicate " + std::string(kind) + " name '" + t.name + "'");
@@ -216,16 +212,13 @@ inline result<std::vector<infer_tensor>> decode_tensors(const json& header, std:
 // whole body is JSON). Binary tensors view into `body`. model/version are left empty (they are in the URL).
 inline result<infer_request> decode_request(std::string_view body, std::optional<std::size_t> header_length,
                                             const protocol_limits& lim = {}) {
-  auto parts = detail::split(body, header_length, lim);
-  if (!parts) return parts.error();
-  const json& h = parts->header;
+  JITEMBED_ASSIGN_OR_RETURN(auto parts, detail::split(body, header_length, lim));
+  const json& h = parts.header;
   infer_request r;
-  auto id = detail::optional_string(h, "id", "request");
-  if (!id) return id.error();
-  r.id = std::move(*id);
-  auto params = detail::optional_parameters(h, "request");
-  if (!params) return params.error();
-  r.parameters = std::move(*params);
+  JITEMBED_ASSIGN_OR_RETURN(auto id, detail::optional_string(h, "id", "request"));
+  r.id = std::move(id);
+  JITEMBED_ASSIGN_OR_RETURN(auto params, detail::optional_parameters(h, "request"));
+  r.parameters = std::move(params);
   if (r.parameters.is_object()) {
     for (const char* k : {"priority", "timeout", "sequence_start", "sequence_end", "binary_data_output"}) {
       const auto it = r.parameters.find(k);
@@ -237,9 +230,8 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
       }
     }
   }
-  auto inputs = detail::decode_tensors(h, "inputs", "input", parts->binary, lim);
-  if (!inputs) return inputs.error();
-  r.inputs = std::move(*inputs);
+  JITEMBED_ASSIGN_OR_RETURN(auto inputs, detail::decode_tensors(h, "inputs", "input", parts.binary, lim));
+  r.inputs = std::move(inputs);
 
   if (const json* outs = detail::find(h, "outputs")) {
     if (!outs->is_array()) return fail(errc::invalid_argument, "\"outputs\" is not an array");
@@ -256,9 +248,8 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
       requested_output ro;
       ro.name = name->get<std::string>();
       if (!names.insert(ro.name).second) return fail(errc::invalid_argument, "duplicate requested output name '" + ro.name + "'");
-      auto p = detail::optional_parameters(o, "requested output '" + ro.name + "'");
-      if (!p) return p.error();
-      ro.parameters = std::move(*p);
+      JITEMBED_ASSIGN_OR_RETURN(auto p, detail::optional_parameters(o, "requested output '" + ro.name + "'"));
+      ro.parameters = std::move(p);
       if (ro.parameters.is_object()) {
         for (const char* shm : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}) {
           if (ro.parameters.contains(shm)) {
@@ -281,25 +272,19 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
 // Decodes a response body (what a client receives with HTTP 200).
 inline result<infer_response> decode_response(std::string_view body, std::optional<std::size_t> header_length,
                                               const protocol_limits& lim = {}) {
-  auto parts = detail::split(body, header_length, lim);
-  if (!parts) return parts.error();
-  const json& h = parts->header;
+  JITEMBED_ASSIGN_OR_RETURN(auto parts, detail::split(body, header_length, lim));
+  const json& h = parts.header;
   infer_response r;
-  auto id = detail::optional_string(h, "id", "response");
-  if (!id) return id.error();
-  r.id = std::move(*id);
-  auto model = detail::optional_string(h, "model_name", "response");
-  if (!model) return model.error();
-  r.model_name = std::move(*model);
-  auto version = detail::optional_string(h, "model_version", "response");
-  if (!version) return version.error();
-  r.model_version = std::move(*version);
-  auto params = detail::optional_parameters(h, "response");
-  if (!params) return params.error();
-  r.parameters = std::move(*params);
-  auto outputs = detail::decode_tensors(h, "outputs", "output", parts->binary, lim);
-  if (!outputs) return outputs.error();
-  r.outputs = std::move(*outputs);
+  JITEMBED_ASSIGN_OR_RETURN(auto id, detail::optional_string(h, "id", "response"));
+  r.id = std::move(id);
+  JITEMBED_ASSIGN_OR_RETURN(auto model, detail::optional_string(h, "model_name", "response"));
+  r.model_name = std::move(model);
+  JITEMBED_ASSIGN_OR_RETURN(auto version, detail::optional_string(h, "model_version", "response"));
+  r.model_version = std::move(version);
+  JITEMBED_ASSIGN_OR_RETURN(auto params, detail::optional_parameters(h, "response"));
+  r.parameters = std::move(params);
+  JITEMBED_ASSIGN_OR_RETURN(auto outputs, detail::decode_tensors(h, "outputs", "output", parts.binary, lim));
+  r.outputs = std::move(outputs);
   return r;
 }
 

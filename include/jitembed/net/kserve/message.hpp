@@ -102,9 +102,8 @@ struct infer_tensor {
   // Views of the elements of a BYTES tensor; exactly numel() of them.
   result<std::vector<std::string_view>> strings() const {
     if (type != datatype::bytes) return fail(errc::dtype_mismatch, "tensor '" + name + "' is " + std::string(to_string(type)) + ", not BYTES");
-    auto n = numel();
-    if (!n) return n.error();
-    return split_bytes_elements(data, *n);
+    JITEMBED_ASSIGN_OR_RETURN(auto n, numel());
+    return split_bytes_elements(data, n);
   }
 
   // A jitembed::tensor_view over the bytes (datatypes that map to jitembed::dtype only).
@@ -112,9 +111,8 @@ struct infer_tensor {
     const auto dt = to_dtype(type);
     if (!dt) return fail(errc::dtype_mismatch, "tensor '" + name + "': " + std::string(to_string(type)) + " has no jitembed dtype");
     if (shape.size() > kMaxDims) return fail(errc::limit_exceeded, "tensor '" + name + "': rank > 8");
-    auto nb = checked_nbytes(shape, *dt);
-    if (!nb) return nb.error();
-    if (*nb != data.size()) return fail(errc::corrupt_data, "tensor '" + name + "': data size disagrees with its shape");
+    JITEMBED_ASSIGN_OR_RETURN(auto nb, checked_nbytes(shape, *dt));
+    if (nb != data.size()) return fail(errc::corrupt_data, "tensor '" + name + "': data size disagrees with its shape");
     return tensor_view(static_cast<const void*>(data.data()), *dt, jitembed::shape(std::span<const std::int64_t>(shape)));
   }
 };

@@ -69,12 +69,10 @@ class cuda_backend {
     return detail::capture("cuda_backend create", [&]() -> result<cuda_backend> {
       int dev = 0;
       JITEMBED_CUDA_CHECK(cudaGetDevice(&dev));
-      auto fork = jitembed::cuda::event::create();
-      if (!fork) return fork.error();
-      auto join = jitembed::cuda::event::create();
-      if (!join) return join.error();
+      JITEMBED_ASSIGN_OR_RETURN(auto fork, jitembed::cuda::event::create());
+      JITEMBED_ASSIGN_OR_RETURN(auto join, jitembed::cuda::event::create());
       return cuda_backend(
-          std::make_shared<detail::cuda_backend_state>(stream, std::move(fork).value(), std::move(join).value()), stream,
+          std::make_shared<detail::cuda_backend_state>(stream, std::move(fork), std::move(join)), stream,
           dt, dev);
     });
   }

@@ -12,11 +12,6 @@
 
 namespace jitembed::parallel::detail {
 
-template <class T>
-struct is_result : std::false_type {};
-template <class T>
-struct is_result<result<T>> : std::true_type {};
-
 // Runs f (returning result<T>, or T / void, which become result<T> / result<void>) and turns what it throws
 // into the result: a jitembed::error keeps its code and message, std::bad_alloc is resource_exhausted,
 // anything else internal (`what` names the operation in those two messages).
@@ -24,7 +19,7 @@ template <class F>
 auto capture(const char* what, F&& f) {
   using R = std::invoke_result_t<F&>;
   using out = std::conditional_t<std::is_void_v<R>, result<void>,
-                                 std::conditional_t<is_result<R>::value, R, result<std::remove_cv_t<R>>>>;
+                                 std::conditional_t<jitembed::is_result_v<R>, R, result<std::remove_cv_t<R>>>>;
   try {
     if constexpr (std::is_void_v<R>) {
       f();
@@ -33,7 +28,7 @@ auto capture(const char* what, F&& f) {
       return out(f());
     }
   } catch (const error& e) {
-    return out(error_info{e.code(), e.message()});
+    return out(e.info());
   } catch (const std::bad_alloc&) {
     return out(fail(errc::resource_exhausted, std::string(what) + ": out of memory"));
   } catch (const std::exception& e) {

@@ -192,36 +192,32 @@ class nccl_base {
 
   result<void> all_reduce(const tensor_view& inout, reduce_op op) {
     JITEMBED_TRY(check_buf(inout, "all_reduce"));
-    auto dt = nccl_dtype(inout.dtype(), "all_reduce");
-    if (!dt) return dt.error();
+    JITEMBED_ASSIGN_OR_RETURN(auto dt, nccl_dtype(inout.dtype(), "all_reduce"));
     JITEMBED_TRY(ready("all_reduce"));
     stats_.record(coll::all_reduce, inout.nbytes());
     if (inout.numel() == 0) return {};
     return launch("all_reduce", false, [&](ncclComm_t c) {
-      return ncclAllReduce(inout.data(), inout.data(), inout.numel(), *dt, nccl_op(op), c, stream_);
+      return ncclAllReduce(inout.data(), inout.data(), inout.numel(), dt, nccl_op(op), c, stream_);
     });
   }
 
   result<void> all_gather(const tensor_view& in, const tensor_view& out) {
-    auto dt = check_pair(in, out, "all_gather");
-    if (!dt) return dt.error();
+    JITEMBED_ASSIGN_OR_RETURN(auto dt, check_pair(in, out, "all_gather"));
     JITEMBED_TRY(check_numel(out.numel(), in.numel() * static_cast<std::uint64_t>(size_), "nccl: all_gather output"));
     JITEMBED_TRY(ready("all_gather"));
     stats_.record(coll::all_gather, out.nbytes());
     if (out.numel() == 0) return {};
     return launch("all_gather", false,
-                  [&](ncclComm_t c) { return ncclAllGather(in.data(), out.data(), in.numel(), *dt, c, stream_); });
+                  [&](ncclComm_t c) { return ncclAllGather(in.data(), out.data(), in.numel(), dt, c, stream_); });
   }
 
   // One broadcast per root inside a group: rank r's block lands at its offset in every output.
   result<void> all_gather_v(const tensor_view& in, const tensor_view& out, std::span<const std::int64_t> counts) {
-    auto dt = check_pair(in, out, "all_gather_v");
-    if (!dt) return dt.error();
-    auto total = check_counts(counts, size_, "nccl: all_gather_v");
-    if (!total) return total.error();
+    JITEMBED_ASSIGN_OR_RETURN(auto dt, check_pair(in, out, "all_gather_v"));
+    JITEMBED_ASSIGN_OR_RETURN(auto total, check_counts(counts, size_, "nccl: all_gather_v"));
     JITEMBED_TRY(check_numel(in.numel(), static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank_)]),
                              "nccl: all_gather_v input"));
-    JITEMBED_TRY(check_numel(out.numel(), *total, "nccl: all_gather_v output"));
+    JITEMBED_TRY(check_numel(out.numel(), total, "nccl: all_gather_v output"));
     JITEMBED_TRY(ready("all_gather_v"));
     stats_.record(coll::all_gather, out.nbytes());
     if (out.numel() == 0) return {};
@@ -234,7 +230,7 @@ class nccl_base {
         off += n;
         if (n == 0) continue;  // every rank skips the same roots: counts are part of the collective's contract
         const void* src = r == rank_ ? in.data() : dst;
-        const ncclResult_t e = ncclBroadcast(src, dst, n, *dt, r, c, stream_);
+        const ncclResult_t e = ncclBroadcast(src, dst, n, dt, r, c, stream_);
         if (e != ncclSuccess && e != ncclInProgress) return e;
       }
       return ncclSuccess;
@@ -242,25 +238,22 @@ class nccl_base {
   }
 
   result<void> reduce_scatter(const tensor_view& in, const tensor_view& out, reduce_op op) {
-    auto dt = check_pair(in, out, "reduce_scatter");
-    if (!dt) return dt.error();
+    JITEMBED_ASSIGN_OR_RETURN(auto dt, check_pair(in, out, "reduce_scatter"));
     JITEMBED_TRY(check_numel(in.numel(), out.numel() * static_cast<std::uint64_t>(size_), "nccl: reduce_scatter input"));
     JITEMBED_TRY(ready("reduce_scatter"));
     stats_.record(coll::reduce_scatter, in.nbytes());
     if (in.numel() == 0) return {};
     return launch("reduce_scatter", false, [&](ncclComm_t c) {
-      return ncclReduceScatter(in.data(), out.data(), out.numel(), *dt, nccl_op(op), c, stream_);
+      return ncclReduceScatter(in.data(), out.data(), out.numel(), dt, nccl_op(op), c, stream_);
     });
   }
 
   // One reduce per root inside a group: block r of every input is reduced into rank r's output.
   result<void> reduce_scatter_v(const tensor_view& in, const tensor_view& out, std::span<const std::int64_t> counts,
                                 reduce_op op) {
-    auto dt = check_pair(in, out, "reduce_scatter_v");
-    if (!dt) return dt.error();
-    auto total = check_counts(counts, size_, "nccl: reduce_scatter_v");
-    if (!total) return total.error();
-    JITEMBED_TRY(check_numel(in.numel(), *total, "nccl: reduce_scatter_v input"));
+    JITEMBED_ASSIGN_OR_RETURN(auto dt, check_pair(in, out, "reduce_scatter_v"));
+    JITEMBED_ASSIGN_OR_RETURN(auto total, check_counts(counts, size_, "nccl: reduce_scatter_v"));
+    JITEMBED_TRY(check_numel(in.numel(), total, "nccl: reduce_scatter_v input"));
     JITEMBED_TRY(check_numel(out.numel(), static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank_)]),
                              "nccl: reduce_scatter_v output"));
     JITEMBED_TRY(ready("reduce_scatter_v"));
@@ -275,7 +268,7 @@ class nccl_base {
         off += n;
         if (n == 0) continue;
         void* dst = r == rank_ ? out.data() : nullptr;
-        const ncclResult_t e = ncclReduce(src, dst, n, *dt, nccl_op(op), r, c, stream_);
+        const ncclResult_t e = ncclReduce(src, dst, n, dt, nccl_op(op), r, c, stream_);
         if (e != ncclSuccess && e != ncclInProgress) return e;
       }
       return ncclSuccess;
@@ -284,20 +277,18 @@ class nccl_base {
 
   result<void> broadcast(const tensor_view& inout, int root) {
     JITEMBED_TRY(check_buf(inout, "broadcast"));
-    auto dt = nccl_dtype(inout.dtype(), "broadcast");
-    if (!dt) return dt.error();
+    JITEMBED_ASSIGN_OR_RETURN(auto dt, nccl_dtype(inout.dtype(), "broadcast"));
     JITEMBED_TRY(check_peer(root, size_, "nccl: broadcast root"));
     JITEMBED_TRY(ready("broadcast"));
     stats_.record(coll::broadcast, inout.nbytes());
     if (inout.numel() == 0) return {};
     return launch("broadcast", false, [&](ncclComm_t c) {
-      return ncclBroadcast(inout.data(), inout.data(), inout.numel(), *dt, root, c, stream_);
+      return ncclBroadcast(inout.data(), inout.data(), inout.numel(), dt, root, c, stream_);
     });
   }
 
   result<void> all_to_all(const tensor_view& in, const tensor_view& out) {
-    auto dt = check_pair(in, out, "all_to_all");
-    if (!dt) return dt.error();
+    JITEMBED_ASSIGN_OR_RETURN(auto dt, check_pair(in, out, "all_to_all"));
     JITEMBED_TRY(check_numel(out.numel(), in.numel(), "nccl: all_to_all output"));
     if (size_ > 0 && in.numel() % static_cast<std::uint64_t>(size_) != 0) {
       return fail(errc::invalid_argument, "nccl: all_to_all: " + std::to_string(in.numel()) +
@@ -308,22 +299,19 @@ class nccl_base {
     if (in.numel() == 0) return {};
     const std::vector<std::int64_t> counts(static_cast<std::size_t>(size_),
                                            static_cast<std::int64_t>(in.numel() / static_cast<std::uint64_t>(size_)));
-    return exchange("all_to_all", in, counts, out, counts, *dt);
+    return exchange("all_to_all", in, counts, out, counts, dt);
   }
 
   result<void> all_to_all_v(const tensor_view& in, std::span<const std::int64_t> send_counts, const tensor_view& out,
                             std::span<const std::int64_t> recv_counts) {
-    auto dt = check_pair(in, out, "all_to_all_v");
-    if (!dt) return dt.error();
-    auto s = check_counts(send_counts, size_, "nccl: all_to_all_v send");
-    if (!s) return s.error();
-    auto r = check_counts(recv_counts, size_, "nccl: all_to_all_v recv");
-    if (!r) return r.error();
-    JITEMBED_TRY(check_numel(in.numel(), *s, "nccl: all_to_all_v input"));
-    JITEMBED_TRY(check_numel(out.numel(), *r, "nccl: all_to_all_v output"));
+    JITEMBED_ASSIGN_OR_RETURN(auto dt, check_pair(in, out, "all_to_all_v"));
+    JITEMBED_ASSIGN_OR_RETURN(auto s, check_counts(send_counts, size_, "nccl: all_to_all_v send"));
+    JITEMBED_ASSIGN_OR_RETURN(auto r, check_counts(recv_counts, size_, "nccl: all_to_all_v recv"));
+    JITEMBED_TRY(check_numel(in.numel(), s, "nccl: all_to_all_v input"));
+    JITEMBED_TRY(check_numel(out.numel(), r, "nccl: all_to_all_v output"));
     JITEMBED_TRY(ready("all_to_all_v"));
     stats_.record(coll::all_to_all, in.nbytes());
-    return exchange("all_to_all_v", in, send_counts, out, recv_counts, *dt);
+    return exchange("all_to_all_v", in, send_counts, out, recv_counts, dt);
   }
 
   // A lone send or receive to this rank itself could never complete; batch_p2p can pair them.
@@ -336,9 +324,8 @@ class nccl_base {
     types.reserve(ops.size());
     for (const auto& op : ops) {
       JITEMBED_TRY(check_buf(op.buffer, "batch_p2p"));
-      auto dt = nccl_dtype(op.buffer.dtype(), "batch_p2p");
-      if (!dt) return dt.error();
-      types.push_back(*dt);
+      JITEMBED_ASSIGN_OR_RETURN(auto dt, nccl_dtype(op.buffer.dtype(), "batch_p2p"));
+      types.push_back(dt);
       JITEMBED_TRY(check_peer(op.peer, size_, "nccl: batch_p2p"));
     }
     JITEMBED_TRY(ready("batch_p2p"));

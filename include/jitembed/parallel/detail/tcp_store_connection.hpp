@@ -58,9 +58,8 @@ class tcp_store_connection {
                                             std::to_string(value.size()) + " bytes > max_value_bytes " +
                                             std::to_string(opts_.max_value_bytes));
     std::lock_guard lock(mu_);
-    auto r = call(tcp_wire::op_set, key, value, opts_.io_timeout, "set");
-    if (!r) return std::move(r).error();
-    if (r->status != tcp_wire::status_ok || !r->value.empty())
+    JITEMBED_ASSIGN_OR_RETURN(auto r, call(tcp_wire::op_set, key, value, opts_.io_timeout, "set"));
+    if (r.status != tcp_wire::status_ok || !r.value.empty())
       return broken(errc::corrupt_data, "tcp_store: unexpected reply to set('" + std::string(key) + "') from " + where());
     return {};
   }
@@ -70,24 +69,22 @@ class tcp_store_connection {
     std::array<std::byte, 8> wait{};
     tcp_wire::put_u64(wait.data(), static_cast<std::uint64_t>(timeout.count()));
     std::lock_guard lock(mu_);
-    auto r = call(tcp_wire::op_get, key, wait, timeout + opts_.io_timeout, "get");
-    if (!r) return std::move(r).error();
-    if (r->status == tcp_wire::status_timeout) {
-      if (!r->value.empty())
+    JITEMBED_ASSIGN_OR_RETURN(auto r, call(tcp_wire::op_get, key, wait, timeout + opts_.io_timeout, "get"));
+    if (r.status == tcp_wire::status_timeout) {
+      if (!r.value.empty())
         return broken(errc::corrupt_data, "tcp_store: timeout reply to get('" + std::string(key) + "') from " + where() + " carries a value");
       return fail(errc::timeout, "store: key '" + std::string(key) + "' not set within " + std::to_string(timeout.count()) +
                                      " ms (tcp_store " + where() + ")");
     }
-    return std::move(r->value);
+    return std::move(r.value);
   }
 
   result<bool> check(std::string_view key) {
     std::lock_guard lock(mu_);
-    auto r = call(tcp_wire::op_check, key, {}, opts_.io_timeout, "check");
-    if (!r) return std::move(r).error();
-    if (r->status != tcp_wire::status_ok || r->value.size() != 1 || std::to_integer<std::uint8_t>(r->value[0]) > 1)
+    JITEMBED_ASSIGN_OR_RETURN(auto r, call(tcp_wire::op_check, key, {}, opts_.io_timeout, "check"));
+    if (r.status != tcp_wire::status_ok || r.value.size() != 1 || std::to_integer<std::uint8_t>(r.value[0]) > 1)
       return broken(errc::corrupt_data, "tcp_store: malformed reply to check('" + std::string(key) + "') from " + where());
-    return r->value[0] == std::byte{1};
+    return r.value[0] == std::byte{1};
   }
 
   std::uint16_t port() const noexcept { return port_; }

@@ -19,65 +19,75 @@ namespace jitembed::parallel {
 
 namespace detail {
 
-[[noreturn]] inline void tp_invalid(const std::string& what, const std::string& msg) {
-  throw error(errc::invalid_argument, what + ": " + msg);
+// The layers' argument checks return their invalid_argument (the layers' result-returning members
+// propagate it; load_full, which returns void, throws it with .value()).
+inline error_info tp_invalid(const std::string& what, const std::string& msg) {
+  return fail(errc::invalid_argument, what + ": " + msg);
 }
 
-inline void tp_require(const tensor_view& x, dtype t, const std::string& what, const char* name) {
-  if (!x.dev().is_cpu()) tp_invalid(what, std::string(name) + " must be a CPU tensor");
+inline result<void> tp_require(const tensor_view& x, dtype t, const std::string& what, const char* name) {
+  if (!x.dev().is_cpu()) return tp_invalid(what, std::string(name) + " must be a CPU tensor");
   if (x.dtype() != t) {
-    tp_invalid(what, std::string(name) + " must be " + std::string(to_string(t)) + ", got " +
+    return tp_invalid(what, std::string(name) + " must be " + std::string(to_string(t)) + ", got " +
                          std::string(to_string(x.dtype())));
   }
-  if (!x.is_contiguous()) tp_invalid(what, std::string(name) + " must be contiguous, got " + x.shape().to_string());
+  if (!x.is_contiguous()) return tp_invalid(what, std::string(name) + " must be contiguous, got " + x.shape().to_string());
+  return {};
 }
 
 // tp_require for a layer's backend: on its device (the CPU message is tp_require's), of its dtype.
-inline void tp_require_on(const tensor_view& x, jitembed::device dev, dtype t, const std::string& what, const char* name) {
+inline result<void> tp_require_on(const tensor_view& x, jitembed::device dev, dtype t, const std::string& what, const char* name) {
   if (dev.is_cpu()) return tp_require(x, t, what, name);
-  if (x.dev() != dev) tp_invalid(what, std::string(name) + " must be on CUDA device " + std::to_string(dev.ordinal));
+  if (x.dev() != dev) return tp_invalid(what, std::string(name) + " must be on CUDA device " + std::to_string(dev.ordinal));
   if (x.dtype() != t) {
-    tp_invalid(what, std::string(name) + " must be " + std::string(to_string(t)) + ", got " +
+    return tp_invalid(what, std::string(name) + " must be " + std::string(to_string(t)) + ", got " +
                          std::string(to_string(x.dtype())));
   }
-  if (!x.is_contiguous()) tp_invalid(what, std::string(name) + " must be contiguous, got " + x.shape().to_string());
+  if (!x.is_contiguous()) return tp_invalid(what, std::string(name) + " must be contiguous, got " + x.shape().to_string());
+  return {};
 }
 
-inline void tp_check_group(bool valid, const std::string& what) {
-  if (!valid) tp_invalid(what, "this rank is not in the communicator's group (empty communicator)");
+inline result<void> tp_check_group(bool valid, const std::string& what) {
+  if (!valid) return tp_invalid(what, "this rank is not in the communicator's group (empty communicator)");
+  return {};
 }
 
-inline void tp_check_divisible(std::int64_t v, const char* name, int degree, const std::string& what) {
-  if (v <= 0) tp_invalid(what, std::string(name) + " " + std::to_string(v) + " must be positive");
+inline result<void> tp_check_divisible(std::int64_t v, const char* name, int degree, const std::string& what) {
+  if (v <= 0) return tp_invalid(what, std::string(name) + " " + std::to_string(v) + " must be positive");
   if (v % degree != 0) {
-    tp_invalid(what, std::string(name) + " " + std::to_string(v) + " not divisible by tensor-parallel degree " +
+    return tp_invalid(what, std::string(name) + " " + std::to_string(v) + " not divisible by tensor-parallel degree " +
                          std::to_string(degree));
   }
+  return {};
 }
 
-inline void tp_check_last(const tensor_view& x, std::int64_t want, const std::string& what, const char* name) {
+inline result<void> tp_check_last(const tensor_view& x, std::int64_t want, const std::string& what, const char* name) {
   if (x.rank() == 0 || x.size(x.rank() - 1) != want) {
-    tp_invalid(what, std::string(name) + " last dim must be " + std::to_string(want) + ", got " + x.shape().to_string());
+    return tp_invalid(what, std::string(name) + " last dim must be " + std::to_string(want) + ", got " + x.shape().to_string());
   }
+  return {};
 }
 
-inline void tp_check_shape(const tensor_view& x, const shape& want, const std::string& what, const char* name) {
-  if (x.shape() != want) tp_invalid(what, std::string(name) + " must be " + want.to_string() + ", got " + x.shape().to_string());
+inline result<void> tp_check_shape(const tensor_view& x, const shape& want, const std::string& what, const char* name) {
+  if (x.shape() != want) return tp_invalid(what, std::string(name) + " must be " + want.to_string() + ", got " + x.shape().to_string());
+  return {};
 }
 
 // With sequence parallelism the sequence dim must exist and must not be the hidden (last) dim.
-inline void tp_check_seq_dim(const tensor_view& x, std::size_t seq_dim, const std::string& what, const char* name) {
+inline result<void> tp_check_seq_dim(const tensor_view& x, std::size_t seq_dim, const std::string& what, const char* name) {
   if (seq_dim + 1 >= x.rank()) {
-    tp_invalid(what, "sequence dim " + std::to_string(seq_dim) + " must be a leading dim of " + std::string(name) + " " +
+    return tp_invalid(what, "sequence dim " + std::to_string(seq_dim) + " must be a leading dim of " + std::string(name) + " " +
                          x.shape().to_string());
   }
+  return {};
 }
 
-inline void tp_check_seq_divisible(std::int64_t seq, std::size_t seq_dim, int degree, const std::string& what) {
+inline result<void> tp_check_seq_divisible(std::int64_t seq, std::size_t seq_dim, int degree, const std::string& what) {
   if (seq % degree != 0) {
-    tp_invalid(what, "sequence length " + std::to_string(seq) + " (dim " + std::to_string(seq_dim) +
+    return tp_invalid(what, "sequence length " + std::to_string(seq) + " (dim " + std::to_string(seq_dim) +
                          ") not divisible by sequence-parallel degree " + std::to_string(degree));
   }
+  return {};
 }
 
 inline shape with_last_extent(const shape& s, std::int64_t last) {
@@ -87,14 +97,15 @@ inline shape with_last_extent(const shape& s, std::int64_t last) {
 }
 
 template <communicator C>
-void all_reduce_in_place(C& comm, const tensor& t) {
-  if (comm.size() > 1) comm.all_reduce(t.view(), reduce_op::sum).value();
+result<void> all_reduce_in_place(C& comm, const tensor& t) {
+  if (comm.size() > 1) return comm.all_reduce(t.view(), reduce_op::sum);
+  return {};
 }
 
 template <communicator C>
-tensor gather_rows_or_copy(C& comm, const tensor_view& local, std::size_t dim, std::int64_t global) {
+result<tensor> gather_rows_or_copy(C& comm, const tensor_view& local, std::size_t dim, std::int64_t global) {
   if (comm.size() == 1) return copy_on(comm, local);
-  return all_gather_dim(comm, local, dim, global).value();
+  return all_gather_dim(comm, local, dim, global);
 }
 
 }  // namespace detail

@@ -1,5 +1,6 @@
-// The sample plan of one epoch on one rank: a deterministic permutation (seed, epoch; the same on every
-// rank and platform), the rank's strided share of it, and the step sizes every rank agrees on.
+// client::epoch_plan: the sample plan of one epoch on one rank, as jit_loader follows it: a deterministic
+// permutation (seed, epoch; the same on every rank and platform), the rank's strided share of it, and the
+// step sizes every rank agrees on. Public so that a trainer (or a baseline reader) can reproduce it.
 #pragma once
 
 #include <algorithm>
@@ -8,24 +9,19 @@
 #include <numeric>
 #include <vector>
 
-namespace jitembed::client::detail {
+#include "jitembed/core/splitmix64.hpp"
 
-constexpr std::uint64_t loader_splitmix64(std::uint64_t x) noexcept {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+namespace jitembed::client {
 
 // Fisher-Yates with our own generator and our own bounded draw (std::shuffle and the std distributions
 // are implementation-defined: ranks built with different standard libraries would disagree).
-inline std::vector<std::uint64_t> loader_permutation(std::uint64_t n, std::uint64_t seed, std::uint64_t epoch, bool shuffle) {
+inline std::vector<std::uint64_t> epoch_permutation(std::uint64_t n, std::uint64_t seed, std::uint64_t epoch, bool shuffle) {
   std::vector<std::uint64_t> p(static_cast<std::size_t>(n));
   std::iota(p.begin(), p.end(), std::uint64_t{0});
   if (!shuffle || n < 2) return p;
-  std::uint64_t state = loader_splitmix64(seed ^ loader_splitmix64(epoch ^ 0x6a69746c6f616472ull));
+  std::uint64_t state = splitmix64(seed ^ splitmix64(epoch ^ 0x6a69746c6f616472ull));
   for (std::uint64_t i = n - 1; i > 0; --i) {
-    state = loader_splitmix64(state);
+    state = splitmix64(state);
     // Lemire's multiply-shift draw in [0, i]; the bias (< i / 2^64) is irrelevant here and deterministic.
     const auto j = static_cast<std::uint64_t>((static_cast<unsigned __int128>(state) * (i + 1)) >> 64);
     std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(j)]);
@@ -48,7 +44,7 @@ struct epoch_plan {
     p.world = world;
     p.rank = rank;
     p.batch = batch;
-    p.perm = loader_permutation(n, seed, epoch, shuffle);
+    p.perm = epoch_permutation(n, seed, epoch, shuffle);
     return p;
   }
 
@@ -64,4 +60,4 @@ struct epoch_plan {
   std::uint64_t index(std::uint64_t j) const noexcept { return perm[static_cast<std::size_t>(j * world + rank)]; }
 };
 
-}  // namespace jitembed::client::detail
+}  // namespace jitembed::client

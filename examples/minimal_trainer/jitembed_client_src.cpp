@@ -1,0 +1,2 @@
+// The JIT client and loader compiled once for minimal_trainer_separate (JITEMBED_SEPARATE_COMPILATION).
+#include "jitembed/client/src.hpp"

@@ -1,0 +1,13 @@
+// Build mode of the library's heavy parts. Header-only is the default. A program that defines
+// JITEMBED_SEPARATE_COMPILATION (for every translation unit, e.g. with target_compile_definitions) and
+// includes each heavy part's src.hpp in exactly one translation unit compiles those parts once instead of
+// in every TU that includes them (as Asio's ASIO_SEPARATE_COMPILATION and fmt's compiled mode do).
+// Heavy parts: the JIT client and loader (client/src.hpp: Boost.Beast, the call table, the loader state).
+#pragma once
+
+#if defined(JITEMBED_SEPARATE_COMPILATION)
+#define JITEMBED_DECL  // defined once, in the TU that includes the part's src.hpp
+#else
+#define JITEMBED_HEADER_ONLY 1
+#define JITEMBED_DECL inline
+#endif

@@ -3,6 +3,7 @@
 // measured side by side in one process and reported as ratios.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -42,13 +43,28 @@ std::pair<double, double> side_by_side(int rounds, A&& a, B&& b) {
   return {ba, bb};
 }
 
-// True when a benchmark program's part `name` was asked for on the command line (no arguments: all).
-inline bool wanted(int argc, char** argv, std::string_view name) {
-  if (argc < 2) return true;
-  for (int i = 1; i < argc; ++i)
-    if (name == argv[i]) return true;
-  return false;
-}
+// A benchmark program's command line (CLI11): --help, the program's own options (added to `app` before
+// CLI11_PARSE(cli.app, argc, argv)) and, when the program has parts, the parts to run as positional names
+// (none named: all). An unknown flag or part is refused with its name and a non-zero exit.
+class command_line {
+ public:
+  explicit command_line(std::string description, std::vector<std::string> parts = {})
+      : app(std::move(description)), parts_(std::move(parts)) {
+    if (!parts_.empty())
+      app.add_option("PART", selected_, "parts to run (default: all)")->check(CLI::IsMember(parts_));
+  }
+
+  CLI::App app;
+
+  // True when part `name` was asked for (or none was named).
+  bool wanted(std::string_view name) const {
+    return selected_.empty() || std::find(selected_.begin(), selected_.end(), name) != selected_.end();
+  }
+
+ private:
+  std::vector<std::string> parts_;
+  std::vector<std::string> selected_;
+};
 
 // Collects rows; print() writes the table and then the JSON lines.
 class reporter {

@@ -2,6 +2,8 @@
 // latent), writes a shard of such samples, reads it back zero-copy through mmap and prints a table.
 // Usage: format_tour [OUT_DIR] [--image FILE.jpg] [--video FILE.mp4]
 // Without --image / --video it renders a small landscape scene and a panning clip over it.
+#include <CLI/CLI.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -79,16 +81,11 @@ bool points_into(bytes_view inner, bytes_view outer) {
 int main(int argc, char** argv) try {
   fs::path out_dir = "format_tour_out";
   fs::path image_path, video_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--image" && i + 1 < argc) {
-      image_path = argv[++i];
-    } else if (a == "--video" && i + 1 < argc) {
-      video_path = argv[++i];
-    } else {
-      out_dir = a;
-    }
-  }
+  CLI::App app{"format_tour: encode a multimodal sample, write a shard of them, read it back zero-copy"};
+  app.add_option("OUT_DIR", out_dir, "output directory")->capture_default_str();
+  app.add_option("--image", image_path, "a JPEG file to use (default: a rendered scene)")->check(CLI::ExistingFile);
+  app.add_option("--video", video_path, "an MP4 / WebM / MKV file to use (default: a rendered clip)")->check(CLI::ExistingFile);
+  CLI11_PARSE(app, argc, argv);
   fs::create_directories(out_dir);
 
   // 1. The media: real JPEG and H.264 bytes (from files when given, else rendered and encoded here).

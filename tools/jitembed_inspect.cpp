@@ -222,10 +222,13 @@ int main(int argc, char** argv) {
   std::string path;
   bool decode = false;
   std::uint64_t max_bytes = decode_limits{}.max_record_bytes;
-  app.add_option("FILE", path, "file to inspect")->required();
+  // Required, but checked after parsing: CLI11 2.1 reports a missing required positional before an unknown
+  // flag, so `jitembed-inspect --decod` would say "FILE is required" instead of naming the typo.
+  app.add_option("FILE", path, "file to inspect (required)");
   app.add_flag("--decode", decode, "decode every payload fully");
   app.add_option("--max-bytes", max_bytes, "largest file / record accepted (bytes)");
   CLI11_PARSE(app, argc, argv);
+  if (path.empty()) return app.exit(CLI::RequiredError("FILE"));
 
   decode_limits limits;
   limits.max_record_bytes = max_bytes;

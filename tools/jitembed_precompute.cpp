@@ -346,7 +346,9 @@ int main(int argc, char** argv) {
   int work = 0;
   bool compress = false, no_progress = false;
   models::reference_options ref;
-  app.add_option("DATA", data, "record shards (.jems), records (.jemr), WebDataset tars (.tar), directories, or media files")->required();
+  // Required, but checked after parsing: CLI11 2.1 reports a missing required positional before an unknown
+  // flag, which would hide a mistyped flag's name.
+  app.add_option("DATA", data, "record shards (.jems), records (.jemr), WebDataset tars (.tar), directories, or media files (required)");
   app.add_option("--cache", cache_dir, "LMDB cache directory")->capture_default_str();
   app.add_option("--redis", redis, "also use a shared Redis cache at HOST:PORT (tier behind LMDB)");
   app.add_option("--redis-prefix", redis_prefix, "Redis key prefix (namespace)")->capture_default_str();
@@ -367,6 +369,7 @@ int main(int argc, char** argv) {
   app.add_option("--endpoints-file", endpoints_file, "embed through the servers listed in this file (re-read when it changes)");
   app.add_option("--rows-per-request", rows_per_request, "rows per request through the service")->check(CLI::Range(1, 4096));
   CLI11_PARSE(app, argc, argv);
+  if (data.empty()) return app.exit(CLI::RequiredError("DATA"));
   ref.work = work;
 
   const bool tty = isatty(STDERR_FILENO) != 0;

@@ -31,7 +31,9 @@ batcher_options make_options(std::size_t max_batch, std::chrono::microseconds de
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bench::command_line cli{"bench_batching: dynamic batcher submit -> complete overhead per request, against thread_pool hand-offs"};
+  CLI11_PARSE(cli.app, argc, argv);
   bench::reporter rep;
   thread_pool pool(1);
 

@@ -160,18 +160,13 @@ int main(int argc, char** argv) {
   std::string server_bin = JITEMBED_SERVER_PATH, pa_path;
   double seconds = 2;
   int rounds = 3, io_threads = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--server" && i + 1 < argc) server_bin = argv[++i];
-    else if (a == "--perf-analyzer" && i + 1 < argc) pa_path = argv[++i];
-    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
-    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--io-threads" && i + 1 < argc) io_threads = std::max(1, std::atoi(argv[++i]));
-    else {
-      std::fprintf(stderr, "usage: bench_client [--server PATH] [--perf-analyzer PATH] [--seconds S] [--rounds R] [--io-threads N]\n");
-      return 2;
-    }
-  }
+  bench::command_line cli{"bench_client: jit_client against perf_analyzer on one jitembed-server"};
+  cli.app.add_option("--server", server_bin, "jitembed-server to start")->capture_default_str();
+  cli.app.add_option("--perf-analyzer", pa_path, "perf_analyzer binary (default: found on PATH / by install-deps)");
+  cli.app.add_option("--seconds", seconds, "seconds per measurement")->check(CLI::PositiveNumber)->capture_default_str();
+  cli.app.add_option("--rounds", rounds, "alternating rounds per load generator")->check(CLI::Range(1, 1000))->capture_default_str();
+  cli.app.add_option("--io-threads", io_threads, "jit_client I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
+  CLI11_PARSE(cli.app, argc, argv);
   if (server_bin.empty() || ::access(server_bin.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "bench_client: jitembed-server not found ('%s'); pass --server PATH\n", server_bin.c_str());
     return 2;

@@ -205,15 +205,12 @@ int main(int argc, char** argv) {
   std::string server_bin = JITEMBED_SERVER_PATH;
   std::size_t steps = 100;
   int row_us = 500;
-  std::vector<char*> parts = {argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--server" && i + 1 < argc) server_bin = argv[++i];
-    else if (a == "--steps" && i + 1 < argc) steps = static_cast<std::size_t>(std::max(10, std::atoi(argv[++i])));
-    else if (a == "--row-us" && i + 1 < argc) row_us = std::max(1, std::atoi(argv[++i]));
-    else parts.push_back(argv[i]);
-  }
-  const int pargc = static_cast<int>(parts.size());
+  bench::command_line cli{"bench_loader: the JIT loader's stall against prefetch depth and server count, jit vs inline",
+                          {"depth", "servers"}};
+  cli.app.add_option("--server", server_bin, "jitembed-server to start")->capture_default_str();
+  cli.app.add_option("--steps", steps, "training steps per measurement")->check(CLI::Range(10, 1000000))->capture_default_str();
+  cli.app.add_option("--row-us", row_us, "emulated encoder time per row (us)")->check(CLI::Range(1, 10000000))->capture_default_str();
+  CLI11_PARSE(cli.app, argc, argv);
   if (server_bin.empty() || ::access(server_bin.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "bench_loader: jitembed-server not found ('%s'); pass --server PATH\n", server_bin.c_str());
     return 2;
@@ -228,8 +225,8 @@ int main(int argc, char** argv) {
   const auto t_embed_nominal = per_row * static_cast<std::int64_t>(kBatch);
   const auto t_train_depth = t_embed_nominal * 5 / 4;
   const auto t_train_servers = t_embed_nominal * 10 / 32;
-  const bool do_depth = bench::wanted(pargc, parts.data(), "depth");
-  const bool do_servers = bench::wanted(pargc, parts.data(), "servers");
+  const bool do_depth = cli.wanted("depth");
+  const bool do_servers = cli.wanted("servers");
   const std::size_t servers_steps = steps * 2;
   temp_captions ds(kBatch * (kWarmupSteps + std::max(steps, servers_steps)) + 4 * kBatch);
 

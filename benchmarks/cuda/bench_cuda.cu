@@ -68,7 +68,9 @@ void bench_image_latent(bench::reporter& r, cuda::stream_ref s) {
 }  // namespace
 #endif
 
-int main() {
+int main(int argc, char** argv) {
+  bench::command_line cli{"bench_cuda: the fused normalize kernel against a device-to-device copy (and image-latent GPU vs CPU)"};
+  CLI11_PARSE(cli.app, argc, argv);
   bench::reporter r;
   if (cuda::device_count() == 0) {
     std::printf("no CUDA device: nothing to measure\n");

@@ -171,7 +171,9 @@ void msgpack_decode(const msgpack_sbuffer& sb) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bench::command_line cli{"bench_format: the sample format's encode / decode bandwidth, and against msgpack-c and protobuf"};
+  CLI11_PARSE(cli.app, argc, argv);
   bench::reporter rep;
   const int rounds = 15;
 

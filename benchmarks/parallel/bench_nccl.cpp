@@ -1,6 +1,5 @@
 // bench_nccl: NCCL collective bandwidth only (nccl-tests' algbw / busbw per collective and size), for the GPU
 // check. Sizes in bytes may be given on the command line; without a device it prints a line and exits 0.
-#include <cstdlib>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -8,7 +7,10 @@
 
 int main(int argc, char** argv) {
   std::vector<std::size_t> sizes;
-  for (int i = 1; i < argc; ++i) sizes.push_back(static_cast<std::size_t>(std::strtoull(argv[i], nullptr, 10)));
+  jitembed::bench::command_line cli{"bench_nccl: NCCL collective bandwidth (nccl-tests' algbw / busbw) per collective and size"};
+  cli.app.add_option("SIZE", sizes, "message sizes in bytes (default: 8 KiB, 256 KiB, 4 MiB, 64 MiB, 256 MiB)")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(cli.app, argc, argv);
   if (sizes.empty()) sizes = {8u << 10, 256u << 10, 4u << 20, 64u << 20, 256u << 20};
   jitembed::bench::reporter rep;
   jitembed::bench::run_nccl_collectives(rep, sizes);

@@ -17,27 +17,23 @@
 
 int main(int argc, char** argv) {
   using namespace jitembed::bench;
+  command_line cli{"bench_parallel: Gloo / NCCL collectives, tensor-parallel MLP and Ulysses attention steps",
+                   {"gloo", "tp_mlp", "ulysses", "nccl", "gemm"}};
+  std::string device = "cpu";
+  cli.app.add_option("--device", device, "cpu, or cuda (CUDA builds: gemm, tp_mlp, ulysses, nccl on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  CLI11_PARSE(cli.app, argc, argv);
   reporter rep;
-  std::vector<char*> args{argv[0]};
-  bool on_cuda = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--device" && i + 1 < argc) {
-      on_cuda = std::string_view(argv[++i]) == "cuda";
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  argc = static_cast<int>(args.size());
-  argv = args.data();
-  if (on_cuda) {
+  if (device == "cuda") {
 #if defined(JITEMBED_HAS_NCCL)
     if (jitembed::cuda::device_count() == 0) {
       std::printf("bench_parallel --device cuda: no CUDA device, skipped\n");
       return 0;
     }
-    if (wanted(argc, argv, "gemm")) run_gpu_gemms(rep);
-    if (wanted(argc, argv, "tp_mlp") || wanted(argc, argv, "ulysses")) run_gpu_steps(rep);
-    if (wanted(argc, argv, "nccl")) {
+    if (cli.wanted("gemm")) run_gpu_gemms(rep);
+    if (cli.wanted("tp_mlp") || cli.wanted("ulysses")) run_gpu_steps(rep);
+    if (cli.wanted("nccl")) {
       const std::size_t sizes[] = {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{256} << 20};
       run_nccl_collectives(rep, sizes);
     }
@@ -48,15 +44,15 @@ int main(int argc, char** argv) {
     return 2;
 #endif
   }
-  if (wanted(argc, argv, "gloo")) {
+  if (cli.wanted("gloo")) {
     const int worlds[] = {2, 4};
     const std::size_t sizes[] = {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20};
     run_gloo_collectives(rep, worlds, sizes);
   }
-  if (wanted(argc, argv, "tp_mlp")) run_tp_mlp_steps(rep);
-  if (wanted(argc, argv, "ulysses")) run_ulysses_steps(rep);
+  if (cli.wanted("tp_mlp")) run_tp_mlp_steps(rep);
+  if (cli.wanted("ulysses")) run_ulysses_steps(rep);
 #if defined(JITEMBED_HAS_NCCL)
-  if (wanted(argc, argv, "nccl")) {
+  if (cli.wanted("nccl")) {
     const std::size_t sizes[] = {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{256} << 20};
     run_nccl_collectives(rep, sizes);
   }

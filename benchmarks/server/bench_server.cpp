@@ -161,16 +161,15 @@ int main(int argc, char** argv) {
   std::string server_bin = JITEMBED_SERVER_PATH, pa_path;
   double seconds = 2.5;
   int rounds = 6;  // part "defaults": alternating on/off slices per concurrency
-  std::vector<char*> parts = {argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--server" && i + 1 < argc) server_bin = argv[++i];
-    else if (a == "--perf-analyzer" && i + 1 < argc) pa_path = argv[++i];
-    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
-    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
-    else parts.push_back(argv[i]);
-  }
-  const int pargc = static_cast<int>(parts.size());
+  bench::command_line cli{"bench_server: jitembed-server over loopback (per-request overhead, images, batching on/off, perf_analyzer)",
+                          {"overhead", "image", "defaults", "perf_analyzer"}};
+  cli.app.add_option("--server", server_bin, "jitembed-server to start")->capture_default_str();
+  cli.app.add_option("--perf-analyzer", pa_path, "perf_analyzer binary (default: found on PATH / by install-deps)");
+  cli.app.add_option("--seconds", seconds, "seconds per measurement")->check(CLI::PositiveNumber)->capture_default_str();
+  cli.app.add_option("--rounds", rounds, "alternating on/off slices per concurrency (part defaults)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  CLI11_PARSE(cli.app, argc, argv);
   if (server_bin.empty() || ::access(server_bin.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "bench_server: jitembed-server not found ('%s'); pass --server PATH\n", server_bin.c_str());
     return 2;
@@ -181,7 +180,7 @@ int main(int argc, char** argv) {
 
   // 1. Per-request overhead: concurrency 1, no batching delay. There is no no-op model: text-embed shrunk
   //    to D = 8, L = 8 with a 1-character text and only the pooled output stands in (a few µs of model time).
-  if (bench::wanted(pargc, parts.data(), "overhead")) {
+  if (cli.wanted("overhead")) {
     server_process s(server_bin, {"--model", "text-embed:text_dim=8,text_max_length=8", "--max-queue-delay-us", "0"},
                      "/tmp/bench_server_overhead.log");
     if (!s.ready()) return 1;
@@ -207,7 +206,7 @@ int main(int argc, char** argv) {
       {"batching_on", {"--model", "image-latent", "--max-batch", "32", "--max-queue-delay-us", "2000"}},
       {"batching_off", {"--model", "image-latent", "--max-batch", "1", "--max-queue-delay-us", "0"}}};
   std::map<std::string, std::map<int, load_result>> image;
-  if (bench::wanted(pargc, parts.data(), "image")) {
+  if (cli.wanted("image")) {
     const auto req = make_request("image-latent", "image", jpeg, "latent");
     for (const auto& m : modes) {
       server_process s(server_bin, m.args, std::string("/tmp/bench_server_") + m.name + ".log");
@@ -235,7 +234,7 @@ int main(int argc, char** argv) {
   //    short alternating slices (the order flips every round); each round gives one on/off ratio and the
   //    median ratio is reported, so drift on the shared machine hits both alike. Batching must never
   //    hurt: median on/off >= 0.9 at concurrency 1 and >= 1.0 at 32.
-  if (bench::wanted(pargc, parts.data(), "defaults")) {
+  if (cli.wanted("defaults")) {
     const auto req = make_request("image-latent", "image", jpeg, "latent");
     server_process on(server_bin, {"--model", "image-latent"}, "/tmp/bench_server_defaults_on.log");
     server_process off(server_bin, {"--model", "image-latent", "--max-batch", "1", "--max-queue-delay-us", "0"},
@@ -338,7 +337,7 @@ int main(int argc, char** argv) {
   }
 
   // 4. perf_analyzer as the load generator (same servers, concurrency 1, 8, 32).
-  if (bench::wanted(pargc, parts.data(), "perf_analyzer")) {
+  if (cli.wanted("perf_analyzer")) {
     const auto pa = find_perf_analyzer(pa_path);
     if (!pa) {
       std::fprintf(stderr, "bench_server: perf_analyzer not found (scripts/install-deps.sh); skipping that part\n");

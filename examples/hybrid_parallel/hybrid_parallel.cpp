@@ -13,13 +13,14 @@
 // the same Gloo groups; the glue between the layers (LayerNorm, residuals, the local attention, the loss)
 // stays the CPU reference math, so tensors cross to the GPU and back at each layer (a demonstration of the
 // device path, not a fast one). Default tolerance there 1e-4.
+#include <CLI/CLI.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -334,32 +335,26 @@ double max_mag(const tensor& b) {
   return m;
 }
 
-std::vector<int> parse_ranks(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> llm_ranks{0, 1}, encoder_ranks{0, 1, 2, 3};
   double tolerance = -1;
   std::string device = "cpu";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--llm-ranks") llm_ranks = parse_ranks(argv[i + 1]);
-    else if (a == "--encoder-ranks") encoder_ranks = parse_ranks(argv[i + 1]);
-    else if (a == "--tolerance") tolerance = std::atof(argv[i + 1]);
-    else if (a == "--device" && (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "cuda")) device = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: hybrid_parallel [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--tolerance 1e-5] "
-                           "[--device cpu|cuda]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"hybrid_parallel: an SP vision encoder (Ulysses) feeding a TP language model on 4 Gloo ranks, "
+               "checked against the single-rank reference"};
+  app.add_option("--encoder-ranks", encoder_ranks, "ranks of the sequence-parallel vision encoder (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  app.add_option("--llm-ranks", llm_ranks, "ranks of the tensor-parallel language model (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  app.add_option("--tolerance", tolerance, "largest relative error accepted (default 1e-5 on cpu, 1e-4 on cuda)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", device, "where the layers run")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   if (tolerance < 0) tolerance = device == "cuda" ? 1e-4 : 1e-5;
   if (device == "cuda") {
 #if defined(JITEMBED_HAS_NCCL)

@@ -164,6 +164,14 @@ struct shared_state {
   }
 };
 
+// The jitembed-server flags that serve the models this demo's model is sized for (a server's defaults give
+// other shapes: image latents [4,32,32], video latents [4,4,32,32], 768-dim captions).
+std::string server_flags(const model_settings& m) {
+  std::string out;
+  for (const auto& a : m.server_model_args()) out += (out.empty() ? "" : " ") + a;
+  return out;
+}
+
 // The model input of one sample: [noisy latent, pooled caption, noise level] and the noise. The noise and
 // its level come from (seed, epoch, sample id), so every mode and rank layout draws the same ones.
 void sample_features(const cli_options& o, std::uint64_t epoch, const std::string& id, const tensor& latent, const tensor& caption,
@@ -250,9 +258,11 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
         if (!lat || !cap) continue;  // a sample without media or caption is delivered but not trained on
         if (lat->dtype() != dtype::f32 || static_cast<std::int64_t>(lat->numel()) != L || cap->dtype() != dtype::f32 ||
             static_cast<std::int64_t>(cap->numel()) != C || !lat->is_contiguous() || !cap->is_contiguous())
-          throw error(errc::invalid_argument, "sample " + s.id + ": latent " + lat->shape().to_string() + " / caption " +
-                                                  cap->shape().to_string() + " do not match the model (" + std::to_string(L) +
-                                                  " latent values, " + std::to_string(C) + "-dim caption, f32)");
+          throw error(errc::invalid_argument,
+                      "sample " + s.id + ": latent " + lat->shape().to_string() + " / caption " + cap->shape().to_string() +
+                          " do not match the model (" + std::to_string(L) + " latent values, " + std::to_string(C) +
+                          "-dim caption, f32): the servers serve other model settings; start each jitembed-server with " +
+                          server_flags(o.embed) + " (what this demo passes to the servers it starts without --endpoints)");
         usable.push_back(&s);
       }
       const auto n = static_cast<std::int64_t>(usable.size());

@@ -16,10 +16,12 @@ int main(int argc, char** argv) {
   std::string data_dir;
   std::vector<std::string> endpoints;
   int epochs = 2;
-  app.add_option("data", data_dir, "shards, tars or a directory of images with same-stem captions")->required();
-  app.add_option("--endpoints", endpoints, "jitembed-server or Triton URLs")->required()->delimiter(',');
+  // Both required, checked after parsing: CLI11 2.1 would report them before naming an unknown flag.
+  app.add_option("data", data_dir, "shards, tars or a directory of images with same-stem captions (required)");
+  app.add_option("--endpoints", endpoints, "jitembed-server or Triton URLs (required)")->delimiter(',');
   app.add_option("--epochs", epochs, "epochs to run")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  if (data_dir.empty() || endpoints.empty()) return app.exit(CLI::RequiredError(data_dir.empty() ? "data" : "--endpoints"));
 
   auto data = format::dataset::open(data_dir);
   if (!data) return std::fprintf(stderr, "dataset: %s\n", data.error().message.c_str()), 1;

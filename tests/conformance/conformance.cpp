@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include <xxhash.h>
+
 #include "jitembed/format.hpp"
 
 namespace {
@@ -90,6 +92,30 @@ bytes zstd_frame(const bytes& d) {
 // A frame whose header asks for a 2^28-byte window (more than the default max_zstd_window_log 27).
 bytes zstd_frame_big_window(const bytes& d) {
   bytes f = {0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x90};  // no single segment, window descriptor: 2^(10+18)
+  const std::uint32_t bh = static_cast<std::uint32_t>(d.size()) << 3 | 1;
+  f.push_back(static_cast<std::uint8_t>(bh));
+  f.push_back(static_cast<std::uint8_t>(bh >> 8));
+  f.push_back(static_cast<std::uint8_t>(bh >> 16));
+  f.insert(f.end(), d.begin(), d.end());
+  return f;
+}
+
+// The frame of zstd_frame(d) with the content checksum flag set and a checksum appended: the low 32 bits
+// of XXH64(d, seed 0), little-endian (RFC 8878 3.1.1); `flip` xors its first byte (a mismatch).
+bytes zstd_frame_checksummed(const bytes& d, std::uint8_t flip = 0) {
+  bytes f = zstd_frame(d);
+  f[4] |= 0x04;  // Content_Checksum_Flag
+  const auto sum = static_cast<std::uint32_t>(XXH64(d.data(), d.size(), 0));
+  for (int i = 0; i < 4; ++i) f.push_back(static_cast<std::uint8_t>(sum >> (8 * i)));
+  f[f.size() - 4] ^= flip;
+  return f;
+}
+
+// As zstd_frame_big_window, but the header also declares the content size (4-byte Frame_Content_Size), so
+// a decoder may decode it in one pass without allocating a window: the window still counts.
+bytes zstd_frame_big_window_sized(const bytes& d) {
+  bytes f = {0x28, 0xb5, 0x2f, 0xfd, 0x80, 0x90, 0, 0, 0, 0};  // FCS flag 2 (4 bytes), window 2^(10+18)
+  put<std::uint32_t>(f, 6, static_cast<std::uint32_t>(d.size()));
   const std::uint32_t bh = static_cast<std::uint32_t>(d.size()) << 3 | 1;
   f.push_back(static_cast<std::uint8_t>(bh));
   f.push_back(static_cast<std::uint8_t>(bh >> 8));
@@ -396,6 +422,19 @@ void records(generator& g) {
   g.accept("record/frames.jemr", "record", "a zstd payload of two frames with a skippable frame between", record(fr),
            {{"fields", record_content(fr)}});
 
+  record_spec ck;
+  field sum{"sum", k_bytes, c_zstd, u8, {}, zstd_frame_checksummed(str("checked")), 7};
+  sum.decoded = str("checked");
+  ck.fields.push_back(sum);
+  g.accept("record/frame_checksum.jemr", "record", "a zstd frame with a matching content checksum (XXH64, low 32 bits)",
+           record(ck), {{"fields", record_content(ck)}});
+
+  record_spec zx;
+  zx.fields.push_back(raw_field("none", k_tensor, {}, u8, {0, std::int64_t{1} << 31, std::int64_t{1} << 31}));
+  g.accept("record/zero_extent.jemr", "record",
+           "u8[0, 2^31, 2^31]: no elements; the non-zero extents multiply to 2^62 <= 2^63 - 1", record(zx),
+           {{"fields", record_content(zx)}});
+
   record_spec nm;
   nm.minor = 1;
   nm.header_size = 128;
@@ -527,6 +566,26 @@ void records(generator& g) {
              put<std::int64_t>(b, latent_dims, std::int64_t{1} << 33);
              put<std::int64_t>(b, latent_dims + 8, std::int64_t{1} << 33);
            }));
+  {
+    // The product rule is exact: a zero extent does not hide the others, whatever its place (docs/format.md,
+    // rule 2 of the field rules); the bound is 2^63 - 1 (signed 64-bit), for the extents and the bytes.
+    auto zero_field = [&](std::uint8_t dtype, std::vector<std::int64_t> dims) {
+      record_spec r;
+      r.fields.push_back(raw_field("t", k_tensor, {}, dtype, std::move(dims)));
+      return record(r);
+    };
+    const std::int64_t p40 = std::int64_t{1} << 40;
+    g.reject("record/field.shape.overflow.zero_last.jemr", "record", "field.shape.overflow", "shape_overflow",
+             "u8[2^40, 2^40, 0]: no elements, but the non-zero extents multiply past 2^63 - 1", zero_field(u8, {p40, p40, 0}));
+    g.reject("record/field.shape.overflow.zero_first.jemr", "record", "field.shape.overflow", "shape_overflow",
+             "u8[0, 2^40, 2^40]: the same extents with the zero first", zero_field(u8, {0, p40, p40}));
+    g.reject("record/field.shape.overflow.signed.jemr", "record", "field.shape.overflow", "shape_overflow",
+             "u8[0, 2^62, 2]: the non-zero extents multiply to 2^63 (fits 64 bits unsigned, not signed)",
+             zero_field(u8, {0, std::int64_t{1} << 62, 2}));
+    g.reject("record/field.shape.overflow.bytes.jemr", "record", "field.shape.overflow", "shape_overflow",
+             "f32[0, 2^31, 2^31]: 2^62 elements' worth of extents times 4 bytes passes 2^63 - 1",
+             zero_field(f32, {0, std::int64_t{1} << 31, std::int64_t{1} << 31}));
+  }
   g.reject("record/field.elements.limit.jemr", "record", "field.elements.limit", "limit_exceeded", "shape [2^16, 2^15] > max_elements",
            patched([&](bytes& b) {
              put<std::int64_t>(b, latent_dims, std::int64_t{1} << 16);
@@ -611,6 +670,15 @@ void records(generator& g) {
            "a text-codec frame holds 5 bytes, decoded_size 4", one(field{"z", k_text, c_text, u8, {}, zstd_frame(str("hello")), 4}));
   g.reject("record/field.zstd.window.jemr", "record", "field.zstd.window", "limit_exceeded",
            "a frame asking for a 2^28-byte window", one(field{"z", k_bytes, c_zstd, u8, {}, zstd_frame_big_window(str("hello")), 5}));
+  g.reject("record/field.zstd.window.sized.jemr", "record", "field.zstd.window", "limit_exceeded",
+           "a frame asking for a 2^28-byte window that also declares its content size (5 bytes)",
+           one(field{"z", k_bytes, c_zstd, u8, {}, zstd_frame_big_window_sized(str("hello")), 5}));
+  g.reject("record/field.zstd.window.later.jemr", "record", "field.zstd.window", "limit_exceeded",
+           "a good frame, then a frame asking for a 2^28-byte window",
+           one(field{"z", k_bytes, c_zstd, u8, {}, cat(zstd_frame(str("hel")), zstd_frame_big_window_sized(str("lo"))), 5}));
+  g.reject("record/field.zstd.checksum.jemr", "record", "field.zstd.checksum", "decode_failed",
+           "a zstd frame whose content checksum does not match its content (the payload checksum matches)",
+           one(field{"z", k_bytes, c_zstd, u8, {}, zstd_frame_checksummed(str("checked"), 0x01), 7}));
   const bytes bad_utf8 = {'o', 'k', ' ', 0xc3, 0x28};
   g.reject("record/field.utf8.raw_text.jemr", "record", "field.utf8", "invalid_utf8", "raw text with an invalid sequence",
            one(raw_field("t", k_text, bad_utf8)));

@@ -92,6 +92,26 @@ TEST_CASE("checked_numel rejects overflow and negatives with specific codes") {
   CHECK(*checked_numel(ok) == 24);
   const std::int64_t el[] = {1ll << 62};
   CHECK(checked_nbytes(el, dtype::f32).code() == errc::shape_overflow);
+  // Exact and order-free: a zero extent does not hide the others (docs/format.md, field rule 2).
+  const std::int64_t zero_last[] = {1ll << 40, 1ll << 40, 0};
+  const std::int64_t zero_first[] = {0, 1ll << 40, 1ll << 40};
+  CHECK(checked_numel(zero_last).code() == errc::shape_overflow);
+  CHECK(checked_numel(zero_first).code() == errc::shape_overflow);
+  CHECK(checked_numel(zero_first).error().message == "shape product overflows at dim 2");
+  const std::int64_t zero_ok[] = {0, 1ll << 31, 1ll << 31};
+  CHECK(*checked_numel(zero_ok) == 0);
+  CHECK(*checked_nbytes(zero_ok, dtype::u8) == 0);
+  CHECK(checked_nbytes(zero_ok, dtype::f32).code() == errc::shape_overflow);  // 2^62 * 4 byte strides
+  const std::int64_t signed_edge[] = {1ll << 62, 2};
+  CHECK(checked_numel(signed_edge).code() == errc::shape_overflow);  // 2^63: past int64
+  const std::int64_t max_ok[] = {(1ll << 62) - 1, 2};
+  CHECK(*checked_numel(max_ok) == (std::uint64_t{1} << 63) - 2);
+  const std::int64_t neg_late[] = {1ll << 40, 1ll << 40, -1};
+  CHECK(checked_numel(neg_late).code() == errc::invalid_argument);  // every extent is checked before the product
+  const extent_product p = product_of_extents(zero_ok);
+  CHECK(p.has_zero);
+  CHECK(p.nonzero == std::uint64_t{1} << 62);
+  CHECK(p.numel() == 0);
 }
 
 TEST_CASE("custom keep-alive runs its deleter when the last tensor goes") {

@@ -2,6 +2,7 @@
 // frames (bombs, lies, truncation, garbage, oversized windows).
 #include <doctest/doctest.h>
 
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader
 #include <zstd.h>
 
 #include <atomic>
@@ -355,7 +356,12 @@ TEST_CASE("truncated and garbage frames") {
     if (checksum) {
       auto bad = f;
       bad[bad.size() - 1] ^= std::byte{1};
-      CHECK(c.decompress(bad, decode_limits{}).code() == errc::checksum_mismatch);
+      // The frame's own checksum is part of the frame: decode_failed (docs/format.md), not checksum_mismatch.
+      auto rb = c.decompress(bad, decode_limits{});
+      CHECK(rb.code() == errc::decode_failed);
+      CHECK(rb.error().message.find("content checksum") != std::string::npos);
+      std::vector<std::byte> outb(s.size());
+      CHECK(c.decompress_into(bad, outb, decode_limits{}).code() == errc::decode_failed);
     }
   }
   const auto g = random_bytes(1000, 9);
@@ -408,6 +414,44 @@ TEST_CASE("frame window over max_zstd_window_log is rejected") {
   auto ok = zstd_codec().decompress(f, lim);
   REQUIRE(ok.has_value());
   CHECK(as_string_view(ok->bytes()) == s);
+}
+
+TEST_CASE("frame window over max_zstd_window_log is rejected when the frame declares its content size") {
+  // libzstd decodes such a frame in one pass when the output has room, skipping ZSTD_d_windowLogMax; the
+  // codec checks the header's window itself, for every frame, whatever the buffers.
+  const std::string s = text_like(std::size_t{1} << 21);  // content 2 x 2 MiB > window: not one segment
+  ZSTD_CCtx* c = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(c, ZSTD_c_windowLog, 21);
+  ZSTD_CCtx_setPledgedSrcSize(c, s.size() + s.size());  // declares the content size
+  byte_buffer f(ZSTD_compressBound(2 * s.size()));
+  ZSTD_inBuffer ib{s.data(), s.size(), 0};
+  ZSTD_outBuffer ob{f.data(), f.size(), 0};
+  REQUIRE_FALSE(ZSTD_isError(ZSTD_compressStream2(c, &ob, &ib, ZSTD_e_continue)));
+  ib = ZSTD_inBuffer{s.data(), s.size(), 0};
+  REQUIRE(ZSTD_compressStream2(c, &ob, &ib, ZSTD_e_end) == 0);
+  ZSTD_freeCCtx(c);
+  f.resize(ob.pos);
+  ZSTD_frameHeader h{};
+  REQUIRE(ZSTD_getFrameHeader(&h, f.data(), f.size()) == 0);
+  REQUIRE(h.frameContentSize == 2 * s.size());
+  REQUIRE(h.windowSize == (std::uint64_t{1} << 21));
+  decode_limits lim;
+  lim.max_zstd_window_log = 20;
+  std::vector<std::byte> out(2 * s.size());
+  auto r = zstd_codec().decompress_into(f, out, lim);
+  CHECK(r.code() == errc::limit_exceeded);
+  CHECK(r.error().message.find("max_zstd_window_log 20") != std::string::npos);
+  CHECK(zstd_codec().decompress(f, lim).code() == errc::limit_exceeded);
+  // Behind a small good frame the same frame is refused too (the check runs at every frame start).
+  const auto small = compress_with(zstd_codec(), as_bytes_view(std::string("head")));
+  byte_buffer two(small.begin(), small.end());
+  append(two, f);
+  std::vector<std::byte> out2(4 + 2 * s.size());
+  CHECK(zstd_codec().decompress_into(two, out2, lim).code() == errc::limit_exceeded);
+  lim.max_zstd_window_log = 21;
+  REQUIRE(zstd_codec().decompress_into(f, out, lim).has_value());
+  CHECK(std::memcmp(out.data(), s.data(), s.size()) == 0);
+  CHECK(std::memcmp(out.data() + s.size(), s.data(), s.size()) == 0);
 }
 
 TEST_CASE("dictionary: train, load, round trip, smaller output, mismatch, threads") {

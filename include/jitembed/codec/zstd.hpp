@@ -112,10 +112,12 @@ inline unsigned clamp_window_log(std::uint32_t wlog) noexcept {
 // Streams every frame of `in` (concatenated frames and skippable frames are accepted, as by
 // ZSTD_decompress) into `ob`. When ob is full and the decoder still has output, `grow(ob)` either enlarges
 // ob (returns nullopt) or returns the error to report. Returns the bytes written to ob.
+// Every frame's window is checked against 2^wlog from its header before it is decoded (check_frame_window).
 template <class Grow>
 result<std::size_t> stream_decompress(ZSTD_DCtx* dctx, bytes_view in, ZSTD_outBuffer& ob, unsigned wlog, Grow&& grow) {
   ZSTD_inBuffer ib{in.data(), in.size(), 0};
   std::byte probe{};
+  JITEMBED_TRY(check_frame_window(in, 0, wlog));
   for (;;) {
     // With ob full, decode into a one-byte probe: that tells "more output is coming" from "frame ends here"
     // without ever writing past the caller's buffer.
@@ -132,6 +134,7 @@ result<std::size_t> stream_decompress(ZSTD_DCtx* dctx, bytes_view in, ZSTD_outBu
     }
     if (r == 0) {  // a frame ended exactly here
       if (ib.pos == ib.size) return ob.pos;
+      JITEMBED_TRY(check_frame_window(in, ib.pos, wlog));
       continue;  // another frame follows
     }
     if (ib.pos == in_before && target.pos == out_before) {
@@ -226,12 +229,15 @@ class zstd_codec {
   }
 
   // Decompresses into exactly out.size() bytes: errc::buffer_too_small if more would come out,
-  // errc::corrupt_data if fewer do, errc::limit_exceeded if out.size() > limits.max_decoded_bytes.
+  // errc::corrupt_data if fewer do, errc::limit_exceeded if out.size() > limits.max_decoded_bytes or a
+  // frame's window > 2^max_zstd_window_log (checked first for each frame, as docs/format.md orders it).
   result<std::size_t> decompress_into(bytes_view in, mutable_bytes out, const decode_limits& limits) const {
     JITEMBED_TRY(check_shuffle());
     if (out.size() > limits.max_decoded_bytes)
       return fail(errc::limit_exceeded, "zstd: output size " + std::to_string(out.size()) + " > max_decoded_bytes " +
                                             std::to_string(limits.max_decoded_bytes));
+    const unsigned wlog = detail::clamp_window_log(limits.max_zstd_window_log);
+    JITEMBED_TRY(detail::check_frame_window(in, 0, wlog));
     if (auto declared = detail::declared_size(in); declared && *declared > out.size())
       return fail(errc::buffer_too_small, "zstd: frame declares " + std::to_string(*declared) +
                                               " content bytes > output buffer of " + std::to_string(out.size()));
@@ -241,7 +247,6 @@ class zstd_codec {
       scratch.emplace(out.size());
       target = scratch->bytes();
     }
-    const unsigned wlog = detail::clamp_window_log(limits.max_zstd_window_log);
     JITEMBED_ASSIGN_OR_RETURN(auto dctx, prepare_dctx(wlog));
     ZSTD_outBuffer ob{target.data(), target.size(), 0};
     auto n = detail::stream_decompress(dctx, in, ob, wlog, [&](ZSTD_outBuffer&) -> std::optional<error_info> {

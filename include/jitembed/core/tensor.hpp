@@ -73,26 +73,55 @@ class shape {
   std::size_t rank_ = 0;
 };
 
-// Product of extents with overflow and negativity checks: the one place shape products are computed
-// for untrusted shapes.
-inline result<std::uint64_t> checked_numel(std::span<const std::int64_t> dims) {
-  std::uint64_t n = 1;
+// The one rule for products of untrusted extents (>= 0): the product of the non-zero extents (1 when
+// there are none) must be at most 2^63 - 1, checked exactly, so neither the order of the extents nor a zero
+// among them changes the verdict ([2^40, 2^40, 0] and [0, 2^40, 2^40] both overflow), and every stride and
+// partial product of an accepted shape fits the signed 64-bit integers that extents, strides, DLPack and
+// NumPy use (NumPy refuses np.empty((0, 2**40, 2**40)) the same way). docs/format.md states it for fields.
+inline constexpr std::uint64_t kMaxShapeProduct = 0x7fffffffffffffffull;
+
+struct extent_product {
+  std::uint64_t nonzero = 1;     // product of the non-zero extents (valid when overflow_dim < 0)
+  bool has_zero = false;         // a zero extent: numel() is 0
+  std::ptrdiff_t overflow_dim = -1;  // the dim at which `nonzero` first passes kMaxShapeProduct, or -1
+  std::uint64_t numel() const noexcept { return has_zero ? 0 : nonzero; }
+};
+
+// Extents must be >= 0 (the callers check that first).
+inline extent_product product_of_extents(std::span<const std::int64_t> dims) noexcept {
+  extent_product p;
   for (std::size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] < 0) return fail(errc::invalid_argument, "negative extent " + std::to_string(dims[i]) + " at dim " + std::to_string(i));
     const auto d = static_cast<std::uint64_t>(dims[i]);
-    if (d != 0 && n > ~std::uint64_t{0} / d) return fail(errc::shape_overflow, "shape product overflows at dim " + std::to_string(i));
-    n *= d;
+    if (d == 0) {
+      p.has_zero = true;
+      continue;
+    }
+    if (p.nonzero > kMaxShapeProduct / d) {
+      p.overflow_dim = static_cast<std::ptrdiff_t>(i);
+      return p;
+    }
+    p.nonzero *= d;
   }
-  return n;
+  return p;
 }
 
-// numel * element size, overflow-checked.
+// Product of extents with negativity (every dim first) and overflow checks (product_of_extents).
+inline result<std::uint64_t> checked_numel(std::span<const std::int64_t> dims) {
+  for (std::size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] < 0) return fail(errc::invalid_argument, "negative extent " + std::to_string(dims[i]) + " at dim " + std::to_string(i));
+  const extent_product p = product_of_extents(dims);
+  if (p.overflow_dim >= 0) return fail(errc::shape_overflow, "shape product overflows at dim " + std::to_string(p.overflow_dim));
+  return p.numel();
+}
+
+// numel * element size, overflow-checked: the product of the non-zero extents times the element size is at
+// most kMaxShapeProduct (so the byte strides of a shape with a zero extent fit too).
 inline result<std::uint64_t> checked_nbytes(std::span<const std::int64_t> dims, dtype t) {
   auto n = checked_numel(dims);
   if (!n) return n;
   const std::uint64_t es = element_size(t);
   if (es == 0) return fail(errc::invalid_argument, "invalid dtype");
-  if (*n > ~std::uint64_t{0} / es) return fail(errc::shape_overflow, "byte size overflows");
+  if (product_of_extents(dims).nonzero > kMaxShapeProduct / es) return fail(errc::shape_overflow, "byte size overflows");
   return *n * es;
 }
 

@@ -1,10 +1,22 @@
 // Per-thread reusable zstd contexts and scratch buffer, and the mapping of zstd error codes to errc.
 #pragma once
 
+// ZSTD_getFrameHeader (a frame's window size, read by zstd itself) is in zstd.h's "static linking only"
+// part, exported by the shared library too. zstd.h guards that part on its own, so this works after an
+// earlier plain #include <zstd.h>; the macro is not left defined for the includer.
+#ifndef ZSTD_STATIC_LINKING_ONLY
+#define ZSTD_STATIC_LINKING_ONLY
+#define JITEMBED_ZSTD_STATIC_LINKING_ONLY_SET
+#endif
 #include <zstd.h>
+#ifdef JITEMBED_ZSTD_STATIC_LINKING_ONLY_SET
+#undef ZSTD_STATIC_LINKING_ONLY
+#undef JITEMBED_ZSTD_STATIC_LINKING_ONLY_SET
+#endif
 #include <zstd_errors.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -66,7 +78,10 @@ class scratch_lease {
 
 inline std::string zstd_error_name(std::size_t code) { return ZSTD_getErrorName(code); }
 
-// Maps an error returned by a zstd decompression call to a stable errc and message.
+// Maps an error returned by a zstd decompression call to a stable errc and message. A frame's own content
+// checksum is part of the frame: a mismatch is a frame the decoder rejects (decode_failed, as
+// docs/format.md says), not checksum_mismatch, which names jitembed's own checksums (XXH3 of payloads,
+// headers, indexes), checked before a payload reaches the decoder.
 inline error_info zstd_decode_error(std::size_t code, std::size_t in_offset, unsigned window_log_max) {
   const auto e = ZSTD_getErrorCode(code);
   const std::string at = " at input offset " + std::to_string(in_offset);
@@ -75,12 +90,30 @@ inline error_info zstd_decode_error(std::size_t code, std::size_t in_offset, uns
       return fail(errc::limit_exceeded, "zstd: frame window exceeds max_zstd_window_log " +
                                             std::to_string(window_log_max) + at + " (" + zstd_error_name(code) + ")");
     case ZSTD_error_checksum_wrong:
-      return fail(errc::checksum_mismatch, "zstd: content checksum mismatch" + at);
+      return fail(errc::decode_failed, "zstd: frame content checksum does not match the content" + at);
     case ZSTD_error_memory_allocation:
       return fail(errc::limit_exceeded, "zstd: decoder allocation failed" + at);
     default:
       return fail(errc::decode_failed, "zstd: " + zstd_error_name(code) + at);
   }
+}
+
+// The window of the frame starting at `in[at]`, as zstd reads it from the frame header (ZSTD_getFrameHeader:
+// the window descriptor, or the content size of a single-segment frame), against 2^window_log_max. zstd's
+// own ZSTD_d_windowLogMax check is skipped when a frame declares its content size and the output has room
+// for it (one-pass decoding), so a frame's verdict would depend on the caller's buffer; this check runs at
+// every frame start whatever the buffer. A header that is cut off or malformed passes here: the decoder
+// then reports it (truncated / decode_failed).
+inline result<void> check_frame_window(bytes_view in, std::size_t at, unsigned window_log_max) {
+  if (at >= in.size()) return {};
+  ZSTD_frameHeader h{};
+  const std::size_t r = ZSTD_getFrameHeader(&h, in.data() + at, in.size() - at);
+  if (r != 0) return {};
+  if (h.frameType == ZSTD_frame && h.windowSize > (std::uint64_t{1} << window_log_max))
+    return fail(errc::limit_exceeded, "zstd: frame window of " + std::to_string(h.windowSize) + " bytes exceeds max_zstd_window_log " +
+                                          std::to_string(window_log_max) + " (" + std::to_string(std::uint64_t{1} << window_log_max) +
+                                          " bytes) at input offset " + std::to_string(at));
+  return {};
 }
 
 }  // namespace jitembed::codec::detail

@@ -60,18 +60,24 @@ inline result<void> check_field_meta(const field_meta& m, bool newer_minor, cons
   for (std::size_t i = 0; i < rank; ++i)
     if (m.shape[i] < 0)
       return fail(errc::corrupt_data, "negative extent " + std::to_string(m.shape[i]) + " at dim " + std::to_string(i));
-  // Overflow-checked product (the same rule as checked_numel / checked_nbytes, without result objects on
-  // this per-field hot path).
-  std::uint64_t numel = 1;
-  for (std::size_t i = 0; i < rank; ++i)
-    if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(m.shape[i]), &numel))
-      return fail(errc::shape_overflow, "shape product overflows at dim " + std::to_string(i) + " (shape " + m.shape.to_string() + ")");
+  // The shape rule of core/tensor.hpp (product_of_extents): exact, whatever the order of the extents or a
+  // zero among them; docs/format.md "Kinds, codecs, dtypes" rule 2.
+  const extent_product p = product_of_extents(m.shape.span());
+  if (p.overflow_dim >= 0)
+    return fail(errc::shape_overflow, "shape product of the non-zero extents overflows at dim " + std::to_string(p.overflow_dim) +
+                                          " (shape " + m.shape.to_string() + ", limit 2^63 - 1)");
+  const std::uint64_t numel = p.numel();
   if (numel > lim.max_elements)
     return fail(errc::limit_exceeded, "shape " + m.shape.to_string() + " has " + std::to_string(numel) +
                                           " elements > max_elements " + std::to_string(lim.max_elements));
   std::uint64_t nbytes = 0;
-  if (dtype_ok && __builtin_mul_overflow(numel, std::uint64_t{element_size(static_cast<jitembed::dtype>(m.dtype))}, &nbytes))
-    return fail(errc::shape_overflow, "byte size overflows (shape " + m.shape.to_string() + ")");
+  if (dtype_ok) {
+    const std::uint64_t es = element_size(static_cast<jitembed::dtype>(m.dtype));
+    if (p.nonzero > kMaxShapeProduct / es)
+      return fail(errc::shape_overflow, "byte size of the non-zero extents overflows (shape " + m.shape.to_string() + " of " +
+                                            std::to_string(es) + "-byte elements, limit 2^63 - 1)");
+    nbytes = numel * es;
+  }
   if (m.decoded_size > lim.max_decoded_bytes)
     return fail(errc::limit_exceeded, "decoded size " + std::to_string(m.decoded_size) + " > max_decoded_bytes " +
                                           std::to_string(lim.max_decoded_bytes));

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# ctest demo/default_servers: jit_train_demo pointed (--endpoints) at a jitembed-server started with its
+# defaults (image latents [4,32,32], 768-dim captions: not what the demo's model is sized for) stops with
+# an error naming the server flags it needs; a server started with those flags then trains, every
+# embedding equal to the in-process models' (--verify).
+set -euo pipefail
+server="$1"; demo="$2"; work="$3"
+rm -rf "$work" && mkdir -p "$work"
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT
+start_server() {  # start_server LOG ARGS...: prints the server's URL
+  local log="$1"; shift
+  "$server" --host 127.0.0.1 --port 0 "$@" > "$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 200); do
+    grep -q "listening on" "$log" && break
+    sleep 0.1
+  done
+  local url
+  url=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1)
+  [ -n "$url" ] || { echo "server did not start"; cat "$log"; exit 1; }
+  echo "$url"
+}
+common=(--images 8 --videos 0 --epochs 1 --batch 4 --sleep-us 0 --sleep-us-per-row 0 --no-progress --out "$work/out")
+
+url=$(start_server "$work/default.log")
+rc=0
+"$demo" --endpoints "$url" "${common[@]}" > "$work/default_run.log" 2>&1 || rc=$?
+cat "$work/default_run.log"
+[ "$rc" -ne 0 ] || { echo "expected the run against default servers to fail"; exit 1; }
+grep -q "do not match the model" "$work/default_run.log" || { echo "no shape mismatch error"; exit 1; }
+flags=$(grep -o -- '--model image-latent:[^ ]* --model video-latent:[^ ]* --model text-embed:[^ ]*' "$work/default_run.log" | head -1)
+[ -n "$flags" ] || { echo "the error does not name the server flags"; exit 1; }
+echo "named flags: $flags"
+
+# The flags the error names make a server the demo trains against.
+read -r -a flag_args <<< "$flags"
+url2=$(start_server "$work/sized.log" "${flag_args[@]}")
+"$demo" --endpoints "$url2" "${common[@]}" --verify > "$work/sized_run.log" 2>&1 || { cat "$work/sized_run.log"; echo "run with the named flags failed"; exit 1; }
+tail -3 "$work/sized_run.log"
+grep -q '"verified_samples":8,' "$work/sized_run.log" || { echo "expected all 8 samples verified against the in-process models"; exit 1; }
+echo "ok"

@@ -28,6 +28,14 @@ endif()
 if(JITEMBED_WITH_HTTP)
   find_package(Boost 1.74 REQUIRED)  # net/http: Beast + Asio, header-only (Boost::headers)
 endif()
+# Before Torch: the wheel's Caffe2Config.cmake defines protobuf::libprotobuf as an alias of an INTERFACE
+# target "dummy" when no protobuf target exists yet, which the repository component would then link.
+if(JITEMBED_WITH_REPOSITORY)
+  find_package(Protobuf REQUIRED)  # server/repository*.hpp: config.pbtxt (Debian: libprotobuf-dev libprotoc-dev)
+  if(NOT TARGET protobuf::libprotoc)
+    message(FATAL_ERROR "JITEMBED_WITH_REPOSITORY needs libprotoc (the .proto parser; Debian: libprotoc-dev)")
+  endif()
+endif()
 if(JITEMBED_WITH_TORCH)
   # models/torch*.hpp: LibTorch >= 2.6 (torch::inductor::AOTIModelPackageLoader), the one in the PyTorch wheel
   # (scripts/install-deps.sh torch); cmake/FindTorch.cmake wraps its TorchConfig.cmake. JITEMBED_TORCH_PYTHON:
@@ -39,12 +47,6 @@ if(JITEMBED_WITH_TORCH)
   set(JITEMBED_TORCH_PYTHON "${_jitembed_default_python}" CACHE FILEPATH
       "Python with the pinned PyTorch wheel (scripts/install-deps.sh torch): its LibTorch, and scripts/export_models.py")
   find_package(Torch 2.6 REQUIRED)
-endif()
-if(JITEMBED_WITH_REPOSITORY)
-  find_package(Protobuf REQUIRED)  # server/repository*.hpp: config.pbtxt (Debian: libprotobuf-dev libprotoc-dev)
-  if(NOT TARGET protobuf::libprotoc)
-    message(FATAL_ERROR "JITEMBED_WITH_REPOSITORY needs libprotoc (the .proto parser; Debian: libprotoc-dev)")
-  endif()
 endif()
 if(JITEMBED_WITH_LMDB)
   find_package(LMDB REQUIRED)

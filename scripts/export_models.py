@@ -17,7 +17,15 @@ TorchScript (`model.pt`, platform "pytorch_libtorch", torch.jit.trace) for every
 (`model.pt2`, platform "torch_aoti", torch.export with a dynamic batch dim up to max_batch_size, compiled for
 CPU by torch._inductor.aoti_compile_and_package) for the VAE and T5.
 reference/: reference.json + raw little-endian arrays: a few input rows and the eager PyTorch output of each
-(the C++ tests compare the exported files against them).
+(the C++ tests compare the exported files against them); and served.json (VAE and T5 models): raw inputs as a
+user sends them (JPEG files at the model's input size, caption strings), the tensor the user's torchvision /
+SentencePiece pipeline makes of each, and eager PyTorch's output for that tensor (what a served model is
+compared with end to end).
+.preprocess_reference/preprocess.json (a name the repository scanners skip): JPEGs of odd sizes and modes with
+the decoded pixels (Pillow's libjpeg-turbo) and torchvision's output for several (size, resize, normalize)
+settings, through PIL images (transforms.Resize + CenterCrop + ToTensor + Normalize, what most users write) and
+through uint8 tensors (transforms.v2, antialias=True); and captions (CJK, emoji, 4,000 characters) with the
+ids and masks of the sentencepiece package and of transformers' T5Tokenizer at two max lengths.
 The export is cached: DIR/.export-stamp holds a hash of this script and the pinned package versions; a rerun
 with the same hash and every file present returns at once. Exit 77 (skip) when torch, diffusers, transformers,
 sentencepiece or protobuf is not installed. The T5 reference rows are checked to equal transformers' T5Tokenizer
@@ -32,13 +40,14 @@ import shutil
 import sys
 import time
 
-PACKAGES = ["torch", "diffusers", "transformers", "sentencepiece", "protobuf", "numpy"]
+PACKAGES = ["torch", "torchvision", "pillow", "diffusers", "transformers", "sentencepiece", "protobuf", "numpy"]
 SEED = 20240617
 MAX_BATCH = 32
 IMAGE = 256
 VIDEO_FRAMES, VIDEO_SIZE = 4, 128
 TEXT_LEN = 32
 REF_ROWS = 4
+SERVED_IMAGES = 8
 
 
 def versions():
@@ -78,7 +87,7 @@ def pbtxt(name, platform, inputs, outputs, parameters, instance_kind="KIND_CPU")
 
 def save_array(np, directory, stem, a):
     a = np.ascontiguousarray(a)
-    names = {np.dtype("float32"): "float32", np.dtype("int64"): "int64"}
+    names = {np.dtype("float32"): "float32", np.dtype("int64"): "int64", np.dtype("uint8"): "uint8"}
     fname = f"{stem}.{names[a.dtype]}"
     a.astype(a.dtype.newbyteorder("<"), copy=False).tofile(os.path.join(directory, fname))
     return {"file": fname, "dtype": names[a.dtype], "shape": list(a.shape)}
@@ -185,6 +194,135 @@ def tokenize(np, sp, texts):
     return np.asarray(rows, dtype=np.int64)
 
 
+# --- references for the C++ preprocessing (.preprocess_reference) and for served models (reference/served.json)
+IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def synthetic_image(np, rng, w, h, channels):
+    """Smooth gradients, stripes and noise: content with edges, so resampling differences show."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    planes = []
+    for c in range(channels):
+        fx, fy, ph = rng.uniform(0.01, 0.2), rng.uniform(0.01, 0.2), rng.uniform(0, 6.28)
+        p = 127.5 + 90 * np.sin(xx * fx + yy * fy + ph) + 30 * ((xx // 17 + yy // 23 + c) % 2) - 15
+        p += rng.normal(0, 12, size=(h, w))
+        planes.append(p)
+    a = np.clip(np.stack(planes, axis=-1), 0, 255).astype(np.uint8)
+    return a[:, :, 0] if channels == 1 else a
+
+
+def write_preprocess_reference(np, torch, out, texts, sp, t5_tok):
+    import io
+    from PIL import Image
+    import torchvision
+    from torchvision import transforms as T
+    from torchvision.transforms import v2
+    d = os.path.join(out, ".preprocess_reference")
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(SEED + 3)
+    # (name, width, height, PIL mode)
+    images = [("odd_300x200", 300, 200, "RGB"), ("tall_97x401", 97, 401, "RGB"), ("large_1024x768", 1024, 768, "RGB"),
+              ("gray_64x80", 64, 80, "L"), ("exact_256x256", 256, 256, "RGB"), ("near_255x257", 255, 257, "RGB")]
+    # (name, size [H, W] or shorter side, image_resize, image_normalize)
+    settings = [("stretch_256_signed", [256, 256], "stretch", "signed"),
+                ("crop_224_mean_std", [224, 224], "shorter_side_crop", "mean_std"),
+                ("crop_256_unit", [256, 256], "shorter_side_crop", "unit"),
+                ("stretch_128x96_unit", [128, 96], "stretch", "unit")]
+
+    def pipeline(size, resize, normalize, tensor_path):
+        ops = []
+        if tensor_path:
+            ops.append(v2.Resize(size if resize == "stretch" else size[0], antialias=True,
+                                 interpolation=v2.InterpolationMode.BILINEAR))
+            if resize == "shorter_side_crop":
+                ops.append(v2.CenterCrop(size))
+            ops.append(v2.ToDtype(torch.float32, scale=True))
+        else:
+            ops.append(T.Resize(size if resize == "stretch" else size[0], interpolation=T.InterpolationMode.BILINEAR))
+            if resize == "shorter_side_crop":
+                ops.append(T.CenterCrop(size))
+            ops.append(T.ToTensor())
+        if normalize == "signed":
+            ops.append((v2 if tensor_path else T).Normalize([0.5] * 3, [0.5] * 3))
+        elif normalize == "mean_std":
+            ops.append((v2 if tensor_path else T).Normalize(IMAGENET_MEAN, IMAGENET_STD))
+        return (v2 if tensor_path else T).Compose(ops)
+
+    doc = {"about": "JPEGs, their decoded pixels (Pillow) and torchvision's [3, H, W] f32 for each setting, through "
+                    "PIL images (transforms) and uint8 tensors (transforms.v2, antialias=True)",
+           "torchvision": torchvision.__version__, "imagenet_mean": IMAGENET_MEAN, "imagenet_std": IMAGENET_STD,
+           "settings": [{"name": n, "size": sz, "image_resize": r, "image_normalize": nm} for n, sz, r, nm in settings],
+           "images": []}
+    for name, w, h, mode in images:
+        a = synthetic_image(np, rng, w, h, 1 if mode == "L" else 3)
+        buf = io.BytesIO()
+        Image.fromarray(a, mode).save(buf, format="JPEG", quality=90)
+        with open(os.path.join(d, name + ".jpg"), "wb") as f:
+            f.write(buf.getvalue())
+        img = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+        pixels = np.asarray(img)
+        entry = {"name": name, "file": name + ".jpg", "width": w, "height": h, "mode": mode,
+                 "decoded": save_array(np, d, name + ".decoded", pixels), "outputs": {}}
+        as_tensor = torch.from_numpy(pixels.copy()).permute(2, 0, 1).contiguous()
+        for sname, size, resize, normalize in settings:
+            pil = pipeline(size, resize, normalize, False)(img)
+            ten = pipeline(size, resize, normalize, True)(as_tensor)
+            entry["outputs"][sname] = {"pil": save_array(np, d, f"{name}.{sname}.pil", pil.numpy()),
+                                       "tensor": save_array(np, d, f"{name}.{sname}.tensor", ten.numpy())}
+        doc["images"].append(entry)
+    # captions: the sentencepiece package and T5Tokenizer, at the exported length and at 512 (no truncation of
+    # most), T5's conventions (EOS appended, pad 0)
+    doc["text"] = {"sentencepiece_model": "../t5_encoder/spiece.model", "cases": []}
+    for max_len in (TEXT_LEN, 512):
+        ids_sp = []
+        for t in texts:
+            ids = sp.encode(t)[: max_len - 1] + [sp.eos_id()]
+            ids_sp.append(ids + [sp.pad_id()] * (max_len - len(ids)))
+        enc = t5_tok(texts, padding="max_length", max_length=max_len, truncation=True)
+        assert [list(r) for r in enc["input_ids"]] == ids_sp, f"T5Tokenizer and sentencepiece disagree at {max_len}"
+        doc["text"]["cases"].append({"max_length": max_len, "texts": texts, "input_ids": ids_sp,
+                                     "attention_mask": [list(r) for r in enc["attention_mask"]]})
+    with open(os.path.join(d, "preprocess.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=1)
+    return [".preprocess_reference/preprocess.json"]
+
+
+def served_images(np, torch, n, size):
+    """n JPEGs at exactly size x size (no resize: torchvision's ToTensor + Normalize(0.5, 0.5) of the decoded
+    pixels is the tensor), with that tensor."""
+    import io
+    from PIL import Image
+    from torchvision import transforms as T
+    rng = np.random.default_rng(SEED + 4)
+    tf = T.Compose([T.ToTensor(), T.Normalize([0.5] * 3, [0.5] * 3)])
+    jpegs, xs = [], []
+    for _ in range(n):
+        buf = io.BytesIO()
+        Image.fromarray(synthetic_image(np, rng, size, size, 3), "RGB").save(buf, format="JPEG", quality=92)
+        jpegs.append(buf.getvalue())
+        xs.append(tf(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")))
+    return jpegs, torch.stack(xs)
+
+
+def write_served_reference(np, model_dir, x, y, jpegs=None, texts=None):
+    ref = os.path.join(model_dir, "reference")
+    os.makedirs(ref, exist_ok=True)
+    doc = {"about": "raw inputs as a user sends them, the tensor the user's pipeline makes of each (torchvision "
+                    "ToTensor + Normalize(0.5, 0.5) of the decoded JPEG; SentencePiece ids + mask, EOS appended), "
+                    "and eager PyTorch's output for it",
+           "input": save_array(np, ref, "served_input", x), "output": save_array(np, ref, "served_output", y)}
+    if jpegs is not None:
+        doc["jpegs"] = []
+        for i, b in enumerate(jpegs):
+            with open(os.path.join(ref, f"served_{i}.jpg"), "wb") as f:
+                f.write(b)
+            doc["jpegs"].append(f"served_{i}.jpg")
+    if texts is not None:
+        doc["texts"] = texts
+    with open(os.path.join(ref, "served.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=2)
+
+
 # --- export ---------------------------------------------------------------------------------------------------
 def export_torchscript(torch, module, example, path):
     with torch.no_grad():
@@ -269,6 +407,9 @@ def main():
     with torch.no_grad():
         y = vae_enc(x)
     assert tuple(y.shape) == (REF_ROWS, 4, IMAGE // 8, IMAGE // 8), y.shape
+    served_jpegs, xs = served_images(np, torch, SERVED_IMAGES, IMAGE)
+    with torch.no_grad():
+        ys = vae_enc(xs)
     image_params = {"modality": "image", "image_resize": "stretch", "image_normalize": "signed"}
     for name, platform, fname in [("vae_encoder", "pytorch_libtorch", "model.pt"),
                                   ("vae_encoder_aoti", "torch_aoti", "model.pt2")]:
@@ -279,7 +420,9 @@ def main():
         path = os.path.join(d, "1", fname)
         (export_aoti if platform == "torch_aoti" else export_torchscript)(torch, vae_enc, x[:2], path)
         write_reference(np, d, x.numpy(), y.numpy())
-        files += [f"{name}/config.pbtxt", f"{name}/1/{fname}", f"{name}/reference/reference.json"]
+        write_served_reference(np, d, xs.numpy(), ys.numpy(), jpegs=served_jpegs)
+        files += [f"{name}/config.pbtxt", f"{name}/1/{fname}", f"{name}/reference/reference.json",
+                  f"{name}/reference/served.json"]
         print(f"export_models: {name} ({time.time() - t0:.1f} s)", flush=True)
 
     # video: the VAE per frame (its own seeded copy)
@@ -322,6 +465,11 @@ def main():
     assert (np.asarray(enc["attention_mask"]) == xt[:, 1].numpy()).all(), "T5Tokenizer mask differs"
     with torch.no_grad():
         yt = t5(xt)
+    served_texts = texts + [corpus[5], "北京的街道 в дождь 🌧️ — naïve café", "", "   leading and trailing spaces   ",
+                            "a caption\nwith a newline and a tab\t", "🚀" * 40]
+    xst = torch.from_numpy(tokenize(np, sp, served_texts))
+    with torch.no_grad():
+        yst = t5(xst)
     text_params = {"modality": "text", "sentencepiece_model": "spiece.model", "text_max_length": TEXT_LEN,
                    "text_padding": "max_length", "text_truncation": "true", "text_append_eos": "true"}
     for name, platform, fname in [("t5_encoder", "pytorch_libtorch", "model.pt"),
@@ -334,8 +482,12 @@ def main():
         path = os.path.join(d, "1", fname)
         (export_aoti if platform == "torch_aoti" else export_torchscript)(torch, t5, xt[:2], path)
         write_reference(np, d, xt.numpy(), yt.numpy(), {"texts": texts})
-        files += [f"{name}/config.pbtxt", f"{name}/1/{fname}", f"{name}/spiece.model", f"{name}/reference/reference.json"]
+        write_served_reference(np, d, xst.numpy(), yst.numpy(), texts=served_texts)
+        files += [f"{name}/config.pbtxt", f"{name}/1/{fname}", f"{name}/spiece.model", f"{name}/reference/reference.json",
+                  f"{name}/reference/served.json"]
         print(f"export_models: {name} ({time.time() - t0:.1f} s)", flush=True)
+    files += write_preprocess_reference(np, torch, out, served_texts + [" ".join(corpus[100:300])[:4000]], sp, t5_tok)
+    print(f"export_models: preprocessing references ({time.time() - t0:.1f} s)", flush=True)
     shutil.copy(corpus_path, os.path.join(out, "captions.txt"))
     shutil.rmtree(work)
     with open(stamp_file, "w") as f:

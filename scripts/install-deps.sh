@@ -8,7 +8,7 @@
 #                server, repository, client, parallel, tcp_store, gloo), e.g. `format jpeg` for an application that uses
 #                those two (configuring jitembed itself with its defaults needs every default component:
 #                `test`, or turn the others off with -DJITEMBED_WITH_<X>=OFF)
-#   build        compiler, CMake, Ninja, pkg-config (part of every set)
+#   build        compiler, CMake, Ninja, pkg-config, ccache (part of every set)
 #   core         build + the core component
 #   tools        jitembed-inspect, jitembed-server, jitembed-precompute, configured with
 #                -DJITEMBED_WITH_TORCH=OFF -DJITEMBED_WITH_PARALLEL=OFF -DJITEMBED_BUILD_TESTS=OFF
@@ -93,7 +93,7 @@ declare -A development_debs=(
   [tests]="doctest-dev clang-14"
   [benchmarks]="libbenchmark-dev libmsgpack-dev libprotobuf-dev protobuf-compiler"
 )
-build_debs="build-essential cmake pkg-config ninja-build"
+build_debs="build-essential cmake pkg-config ninja-build ccache"
 # programs the tests run: redis-server (with redis-benchmark), lmdb-utils, ffmpeg, tar; protocol peers
 # (tritonclient, pytest and perf_analyzer in .venv; perf_analyzer needs libb64); the Triton test peer
 # (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11

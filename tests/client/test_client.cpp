@@ -443,8 +443,7 @@ TEST_CASE("local mode equals remote mode on the real service (text-embed), rows 
   server::model_config mc;
   mc.name = "text-embed";
   sc.models = {mc};
-  server::service svc(sc);
-  REQUIRE(svc.load_configured());
+  auto svc = server::service::create(sc).value();
   auto srv_made = http::server::create(http::server_options{}, svc.as_handler());
   REQUIRE(srv_made);
   auto& srv = *srv_made;

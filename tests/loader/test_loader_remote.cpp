@@ -62,8 +62,7 @@ TEST_CASE("remote: an in-process jitembed service, embeddings equal the referenc
   server::server_config sc;
   sc.preprocess_threads = 2;
   sc.models = {model_cfg("image-latent", {{"image_bucket", 16}}), model_cfg("text-embed", {{"text_max_length", 16}, {"text_dim", 8}})};
-  server::service svc(sc);
-  REQUIRE(svc.load_configured());
+  auto svc = server::service::create(sc).value();
   auto srv_made = net::http::server::create(net::http::server_options{}, svc.as_handler());
   REQUIRE(srv_made);
   auto& srv = *srv_made;

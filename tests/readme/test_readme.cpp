@@ -178,8 +178,7 @@ TEST_CASE("README: client") {
   server::model_config mc;
   mc.name = "text-embed";
   sc.models = {mc};
-  server::service svc(sc);
-  REQUIRE(svc.load_configured());
+  auto svc = server::service::create(sc).value();
   auto http_made = net::http::server::create(net::http::server_options{}, svc.as_handler());
   REQUIRE(http_made);
   auto& http = *http_made;

@@ -253,7 +253,7 @@ TEST_CASE("model repository: per-model failures are in the index while the good 
   REQUIRE(repo);
   CHECK(repo->model_names() == std::vector<std::string>{"aoti", "badparam", "broken", "good", "noversion", "python", "refused",
                                                          "renamed", "wrongdims"});
-  service s(server_config{});
+  auto s = service::create(server_config{}).value();
   CHECK(repo->load_all(s) == 8);
   CHECK(s.loaded() == std::vector<std::pair<std::string, std::string>>{{"good", "1"}});
 
@@ -338,7 +338,7 @@ TEST_CASE("model repository: load / unload re-read the directory, a failed reloa
   fs::create_directories(r / "other" / "1");
   auto repo = model_repository::open(r);
   REQUIRE(repo);
-  service s(server_config{});
+  auto s = service::create(server_config{}).value();
   s.attach(std::make_shared<model_repository>(*repo));
   REQUIRE(call(s, "POST", "/v2/repository/models/m/load").status == 200);
   const auto fp1 = repo->fingerprint("m", "1");
@@ -427,7 +427,7 @@ TEST_CASE("model repository: the fingerprint follows the version directory's byt
   write(r / "m" / "1" / "sub" / "vocab.txt", "hello\n");
   auto repo = model_repository::open(r);
   REQUIRE(repo);
-  service s(server_config{});
+  auto s = service::create(server_config{}).value();
   REQUIRE(repo->load(s, "m"));
   const auto fp1 = *repo->fingerprint("m", "1");
   CHECK(fp1.find("files=") != std::string::npos);
@@ -480,7 +480,7 @@ TEST_CASE("model repository: backends resolve by backend or platform, and a regi
   o.backends.add("torch_aoti", [](const models::backend_config& c) { return make_jitembed_backend_model(c); });
   auto repo = model_repository::open(d.path, o);
   REQUIRE(repo);
-  service s(server_config{});
+  auto s = service::create(server_config{}).value();
   auto r = repo->load(s, "a");
   REQUIRE_MESSAGE(r, (r ? "" : r.error().message));
   CHECK(s.loaded().size() == 1);

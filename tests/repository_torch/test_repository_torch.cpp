@@ -127,7 +127,7 @@ TEST_CASE("repository torch: a TorchScript image model serves through the servic
   image_module(0.5f).save((d.path / "enc" / "1" / "model.pt").string());
   auto repo = model_repository::open(d.path, torch_options());
   REQUIRE(repo);
-  service s(server_config{});
+  auto s = service::create(server_config{}).value();
   auto r = repo->load(s, "enc");
   REQUIRE_MESSAGE(r, (r ? "" : r.error().message));
   CHECK(repo->ignored("enc") == std::vector<std::string>{"parameters.INFERENCE_MODE"});
@@ -199,7 +199,7 @@ TEST_CASE("repository torch: bad repository content fails that model only, with 
 
   auto repo = model_repository::open(r, torch_options());
   REQUIRE(repo);
-  service s(server_config{});
+  auto s = service::create(server_config{}).value();
   s.attach(std::make_shared<model_repository>(*repo));
   CHECK(repo->load_all(s) == 9);
   CHECK(s.loaded() == std::vector<std::pair<std::string, std::string>>{{"good", "1"}, {"proj", "1"}});
@@ -243,7 +243,7 @@ TEST_CASE("repository torch: the cache key changes when one weight changes, not 
   image_module(0.5f).save((d.path / "enc" / "1" / "model.pt").string());
   auto repo = model_repository::open(d.path, torch_options());
   REQUIRE(repo);
-  service s(server_config{});
+  auto s = service::create(server_config{}).value();
   s.attach(std::make_shared<model_repository>(*repo));
   REQUIRE(call(s, "POST", "/v2/repository/models/enc/load").status == 200);
   const auto fingerprint = [&] {

@@ -135,8 +135,7 @@ TEST_CASE("server errors: every error body names its errc, 404 / 405 / 400 / 401
   server_config c = one_model();
   c.auth_token = "t";
   const http::header_list auth = {{"Authorization", "Bearer t"}};
-  service s(c);
-  REQUIRE(s.load_configured());
+  auto s = service::create(c).value();
   check_error(call(s, "GET", "/v2/models/nope", {}, auth), 404, "not_found", false);
   check_error(call(s, "GET", "/v2/nothing", {}, auth), 404, "not_found", false);
   check_error(call(s, "GET", "/other", {}, auth), 404, "not_found", false);
@@ -156,8 +155,7 @@ TEST_CASE("server errors: a full queue is 503 unavailable with Retry-After") {
   server_config c = one_model();
   c.models[0].queue_size = 1;
   c.models[0].max_inflight_rows = 16;  // the default (2 x queue_size) would answer before the queue fills
-  service s(c, gated_factory(g));
-  REQUIRE(s.load_configured());
+  auto s = service::create(c, gated_factory(g)).value();
   g->arm();
   auto running = send_infer(s, bytes_request("text", {"a"}));  // runs, blocks on the gate
   REQUIRE(g->wait_entered(1));
@@ -175,8 +173,7 @@ TEST_CASE("server errors: a full queue is 503 unavailable with Retry-After") {
 
 TEST_CASE("server errors: a runner out of memory is 503 resource_exhausted with Retry-After") {
   auto g = std::make_shared<gate_state>();
-  service s(one_model(), gated_factory(g));
-  REQUIRE(s.load_configured());
+  auto s = service::create(one_model(), gated_factory(g)).value();
   g->oom = true;
   g->arm();
   auto r = infer(s, "text-embed", bytes_request("text", {"x"}));
@@ -186,8 +183,7 @@ TEST_CASE("server errors: a runner out of memory is 503 resource_exhausted with 
 
 TEST_CASE("server errors: the request's timeout is its deadline: rows still queued fail 504 timeout and never run") {
   auto g = std::make_shared<gate_state>();
-  service s(one_model(), gated_factory(g));
-  REQUIRE(s.load_configured());
+  auto s = service::create(one_model(), gated_factory(g)).value();
   g->arm();
   auto running = send_infer(s, bytes_request("text", {"first"}));
   REQUIRE(g->wait_entered(1));  // the only runner is blocked
@@ -209,8 +205,7 @@ TEST_CASE("server admission: past max_inflight_rows a request is 503 at once, be
   auto g = std::make_shared<gate_state>();
   server_config c = one_model(/*max_batch=*/4);
   c.models[0].max_inflight_rows = 4;
-  service s(c, gated_factory(g));
-  REQUIRE(s.load_configured());
+  auto s = service::create(c, gated_factory(g)).value();
   g->arm();
   // Admission happens inside handle(): once these return, 2 + 2 rows are admitted.
   auto a = send_infer(s, bytes_request("text", {"a1", "a2"}));
@@ -241,8 +236,7 @@ TEST_CASE("server admission: the default bound is twice the queue size") {
 
 TEST_CASE("server drain: once shutdown starts, readiness and new requests are 503 unavailable, in-flight ones finish") {
   auto g = std::make_shared<gate_state>();
-  service s(one_model(), gated_factory(g));
-  REQUIRE(s.load_configured());
+  auto s = service::create(one_model(), gated_factory(g)).value();
   CHECK(call(s, "GET", "/v2/models/text-embed/ready").status == 200);
   g->arm();
   auto in_flight = send_infer(s, bytes_request("text", {"in flight"}));
@@ -264,8 +258,7 @@ TEST_CASE("server drain: once shutdown starts, readiness and new requests are 50
 
 TEST_CASE("server drain: begin_drain() keeps models loaded and admitted requests running") {
   auto g = std::make_shared<gate_state>();
-  service s(one_model(), gated_factory(g));
-  REQUIRE(s.load_configured());
+  auto s = service::create(one_model(), gated_factory(g)).value();
   g->arm();
   auto in_flight = send_infer(s, bytes_request("text", {"x"}));
   REQUIRE(g->wait_entered(1));
@@ -288,8 +281,7 @@ TEST_CASE("server metadata: parameters carry the model's fingerprint and preproc
   m.version = "4";
   m.params = nlohmann::json{{"text_dim", 32}, {"text_max_length", 16}};
   c.models = {m};
-  service s(c);
-  REQUIRE(s.load_configured());
+  auto s = service::create(c).value();
   const auto ref = server::make_reference("text-embed", m.params).value();
   auto j = nlohmann::json::parse(call(s, "GET", "/v2/models/text-embed").body);
   CHECK(j["parameters"]["fingerprint"] == std::string(ref.version()));
@@ -308,8 +300,7 @@ TEST_CASE("server sleep_us: each batch takes at least sleep_us (+ sleep_us_per_r
   m.name = "text-embed";
   m.params = nlohmann::json{{"text_dim", 16}, {"text_max_length", 16}, {"sleep_us", 20000}};
   c.models = {m};
-  service s(c);
-  REQUIRE(s.load_configured());
+  auto s = service::create(c).value();
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(infer(s, "text-embed", bytes_request("text", {"zz"})).status == 200);
   CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(20));

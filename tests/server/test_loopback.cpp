@@ -20,8 +20,7 @@ TEST_CASE("server over HTTP: infer, metadata, auth and metrics on loopback equal
   m.name = "image-latent";
   m.params = nlohmann::json{{"image_bucket", 64}};
   c.models = {m};
-  server::service svc(c);
-  REQUIRE(svc.load_configured());
+  auto svc = server::service::create(c).value();
   auto srv_made = http::server::create(http::server_options{}, svc.as_handler());
   REQUIRE(srv_made);
   auto& srv = *srv_made;

@@ -63,8 +63,7 @@ void check_equal_outputs(const ks::infer_response& resp, const model_config& cfg
 }  // namespace
 
 TEST_CASE("server: health, server metadata, model metadata, config, ready, repository index") {
-  service s(three_models());
-  REQUIRE(s.load_configured());
+  auto s = service::create(three_models()).value();
   CHECK(call(s, "GET", "/v2/health/live").status == 200);
   CHECK(call(s, "GET", "/v2/health/ready").status == 200);
   auto meta = call(s, "GET", "/v2");
@@ -115,8 +114,7 @@ TEST_CASE("server: health, server metadata, model metadata, config, ready, repos
 }
 
 TEST_CASE("server: image infer (JPEG rows of different sizes) equals the model in-process, binary and JSON outputs") {
-  service s(three_models());
-  REQUIRE(s.load_configured());
+  auto s = service::create(three_models()).value();
   const std::vector<std::string> jpegs = {jpeg_bytes(80, 120, 1), jpeg_bytes(64, 64, 2), jpeg_bytes(200, 90, 3)};
   std::vector<std::string_view> rows(jpegs.begin(), jpegs.end());
 
@@ -146,8 +144,7 @@ TEST_CASE("server: image infer (JPEG rows of different sizes) equals the model i
 }
 
 TEST_CASE("server: text infer, requested outputs only, and video infer equal the model in-process") {
-  service s(three_models());
-  REQUIRE(s.load_configured());
+  auto s = service::create(three_models()).value();
   const std::vector<std::string> texts = {"a photo of a cat", "", "ünïcode caption that is longer than thirty-two bytes for sure"};
   std::vector<std::string_view> rows(texts.begin(), texts.end());
   auto r = infer(s, "text-embed", bytes_request("text", rows, true, {}, ks::json{{"binary_data_output", true}}));
@@ -177,8 +174,7 @@ TEST_CASE("server: text infer, requested outputs only, and video infer equal the
 }
 
 TEST_CASE("server: sample inputs (jitembed records) feed the field of the model's kind") {
-  service s(three_models());
-  REQUIRE(s.load_configured());
+  auto s = service::create(three_models()).value();
   const std::string jpeg = jpeg_bytes(70, 50, 9);
   const std::string caption = "a record caption, long enough to be compressed by zstd? maybe, maybe not, let us make it longer";
   format::record_builder b;
@@ -204,8 +200,7 @@ TEST_CASE("server: sample inputs (jitembed records) feed the field of the model'
 }
 
 TEST_CASE("server: bad requests are 400 / 404 / 405 with KServe error bodies") {
-  service s(three_models());
-  REQUIRE(s.load_configured());
+  auto s = service::create(three_models()).value();
   const std::string jpeg = jpeg_bytes(32, 32, 4);
 
   auto bad_body = call(s, "POST", "/v2/models/image-latent/infer", "{not json");
@@ -255,8 +250,7 @@ TEST_CASE("server: a full queue is 503 (tiny queue, slow model via work)") {
   m.max_batch_size = 1;
   m.max_queue_delay_us = 0;
   c.models = {m};
-  service s(c);
-  REQUIRE(s.load_configured());
+  auto s = service::create(c).value();
   std::vector<std::string_view> rows(8, "slow text");  // 1 runs, 1 waits, the rest find the queue full
   auto r = infer(s, "text-embed", bytes_request("text", rows));
   CHECK(r.status == 503);
@@ -276,8 +270,7 @@ TEST_CASE("server: concurrent requests are batched (stats and metrics show batch
   m.idle_dispatch = false;  // Triton's rule: every batch waits for the delay, so batches surely form
   m.max_batch_size = 16;
   c.models = {m};
-  service s(c);
-  REQUIRE(s.load_configured());
+  auto s = service::create(c).value();
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int t = 0; t < 8; ++t)
@@ -329,8 +322,7 @@ TEST_CASE("server: hot swap under load: load version 2, unload version 1, zero f
   c.preprocess_threads = 2;
   c.models = {small("text-embed", "1")};
   c.models[0].policy = {.which = jitembed::server::version_policy::kind::latest, .num_versions = 2};  // v1 stays until unloaded
-  service s(c);
-  REQUIRE(s.load_configured());
+  auto s = service::create(c).value();
   std::atomic<bool> stop{false};
   std::atomic<int> failures{0}, total{0};
   std::vector<std::vector<std::string>> seen(4);
@@ -372,7 +364,7 @@ TEST_CASE("server: hot swap under load: load version 2, unload version 1, zero f
 TEST_CASE("server: repository load / unload over HTTP with parameters") {
   server_config c;
   c.preprocess_threads = 1;
-  service s(c);
+  auto s = service::create(c).value();
   CHECK(call(s, "GET", "/v2/models/text-embed").status == 404);
   auto l = call(s, "POST", "/v2/repository/models/text-embed/load",
                 R"({"parameters": {"version": "3", "text_dim": "32", "max_batch_size": "4", "text_max_length": 16}})");
@@ -394,8 +386,7 @@ TEST_CASE("server: repository load / unload over HTTP with parameters") {
 TEST_CASE("server: bearer token required on every route but health") {
   server_config c = three_models();
   c.auth_token = "s3cret";
-  service s(c);
-  REQUIRE(s.load_configured());
+  auto s = service::create(c).value();
   CHECK(call(s, "GET", "/v2/health/live").status == 200);
   CHECK(call(s, "GET", "/v2/health/ready").status == 200);
   CHECK(call(s, "GET", "/v2").status == 401);
@@ -410,8 +401,7 @@ TEST_CASE("server: bearer token required on every route but health") {
 }
 
 TEST_CASE("server: shut down service answers 503") {
-  service s(three_models());
-  REQUIRE(s.load_configured());
+  auto s = service::create(three_models()).value();
   s.shutdown();
   CHECK(call(s, "GET", "/v2/health/ready").status == 503);
   auto r = infer(s, "text-embed", bytes_request("text", {"x"}));

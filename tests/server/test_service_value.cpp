@@ -77,7 +77,7 @@ TEST_CASE("a handler taken before a move serves after it; the moved-into service
   const auto r = call_handler(handler, "POST", "/v2/models/text-embed/infer", req.body, req.headers);
   CHECK(r.status == 200);
   CHECK(s.loaded().size() == 1);
-  service t(server_config{});
+  auto t = service::create(server_config{}).value();
   t = std::move(s);  // the empty service t held is shut down, t now serves text-embed
   CHECK(call_handler(handler, "POST", "/v2/models/text-embed/infer", req.body, req.headers).status == 200);
   CHECK(t.ready());

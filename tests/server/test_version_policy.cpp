@@ -54,7 +54,7 @@ bool has_inflight(service& s, const std::string& version) {
 service make_service() {
   server_config c;
   c.preprocess_threads = 2;
-  return service(c);
+  return service::create(c).value();
 }
 
 }  // namespace
@@ -62,7 +62,7 @@ service make_service() {
 TEST_CASE("version_policy latest 1 (default): loading v2 serves v2 at once, v1's in-flight request finishes, then v1 is unloaded") {
   server_config c;
   c.preprocess_threads = 2;
-  service s(c);
+  auto s = service::create(c).value();
   REQUIRE(s.load(text("1", {}, 300'000)));  // each v1 batch takes 300 ms
   const auto req = bytes_request("text", {"in flight"});
   auto slow = send(s, "POST", "/v2/models/text-embed/infer", req.body, req.headers);
@@ -98,7 +98,7 @@ TEST_CASE("version_policy latest 1 (default): loading v2 serves v2 at once, v1's
 TEST_CASE("version_policy latest 1 under load: a chain of loads, zero failed requests, one version left") {
   server_config c;
   c.preprocess_threads = 2;
-  service s(c);
+  auto s = service::create(c).value();
   REQUIRE(s.load(text("1", {}, 2000)));
   std::atomic<bool> stop{false};
   std::atomic<int> failures{0}, total{0};

@@ -20,74 +20,81 @@
 
 namespace jitembed::server {
 
-// A movable value (docs/api.md): the registry, batchers and preprocessing threads live behind one pointer
-// that moves with it, so a handler from as_handler() stays valid across a move (not past destruction).
+// A movable value (docs/api.md): the registry, batchers and preprocessing threads live behind one shared
+// pointer that moves with it and that every handler from as_handler() shares, so a handler stays valid
+// across a move and past the service's destruction.
 // A moved-from service may only be destroyed or assigned to. Thread-safe.
 class service final : public model_loader {
  public:
   using clock = std::chrono::steady_clock;
 
-  // A service with the models of `cfg.models` loaded (each made by `factory`, warmed). Errors: the first
-  // model that fails to load (invalid_argument for bad parameters, not_found for an unknown model name,
-  // resource_exhausted, ...); the models loaded before it are unloaded again.
+  // A service with the models of `cfg.models` loaded (each made by `factory`, warmed; versions of one model
+  // oldest first, so that a version policy keeps the newest). An empty `cfg.models` makes an empty service
+  // (models come later from load() or an attached repository). Errors: the first model that fails to load
+  // (invalid_argument for bad parameters, not_found for an unknown model name, resource_exhausted, ...);
+  // the models loaded before it are unloaded again.
   static result<service> create(server_config cfg, model_factory factory = make_reference) {
-    service s(std::move(cfg), std::move(factory));
-    JITEMBED_TRY(s.load_configured());
+    service s(std::make_shared<detail::service_core>(std::move(cfg), std::move(factory)));
+    JITEMBED_TRY(s.core_->registry().load_all(s.core_->config().models));
     return s;
   }
 
-  // An empty service (cannot fail): nothing is loaded until load_configured() or load().
-  explicit service(server_config cfg, model_factory factory = make_reference)
-      : core_(std::make_unique<detail::service_core>(std::move(cfg), std::move(factory))) {}
   service(service&&) noexcept = default;
-  service& operator=(service&&) noexcept = default;  // the replaced service shuts down (drains) first
+  // The replaced service shuts down (drains) first.
+  service& operator=(service&& other) noexcept {
+    if (this != &other) {
+      if (core_) core_->registry().shutdown();
+      core_ = std::move(other.core_);
+    }
+    return *this;
+  }
   service(const service&) = delete;
   service& operator=(const service&) = delete;
-  ~service() = default;  // shutdown(): drains every admitted request, then unloads
-
-  // Loads every model of the configuration (versions of one model oldest first, so that a version policy
-  // keeps the newest); stops at the first failure.
-  result<void> load_configured() { return core_->load_configured(); }
+  // shutdown(): drains every admitted request, then unloads. Handlers from as_handler() stay callable and
+  // answer like a draining service (503 unavailable).
+  ~service() {
+    if (core_) core_->registry().shutdown();
+  }
 
   // Loads (or reloads in place) one model version made by the factory from cfg.params; params sleep_us /
   // sleep_us_per_row wrap the model in models::emulated_latency, whatever the factory.
-  result<void> load(const model_config& cfg) { return core_->load(cfg); }
+  result<void> load(const model_config& cfg) { return core_->registry().load(cfg); }
 
   // Loads `m` as cfg.name / cfg.version: warms it (one dummy batch), then switches atomically: new requests
   // go to it; a version it replaces, and the versions cfg.policy no longer keeps (latest 1: every older
   // one), stop getting requests and are drained (their in-flight requests finish) and destroyed before load
   // returns. No request fails during the swap. A version the policy would not keep is refused
   // (invalid_argument) before the warm-up.
-  result<void> load(model_config cfg, models::any_model m) override { return core_->load(std::move(cfg), std::move(m)); }
+  result<void> load(model_config cfg, models::any_model m) override { return core_->registry().load(std::move(cfg), std::move(m)); }
 
   // Unloads one version, or every version when `version` is empty; each is drained first. not_found when
   // the model (version) is not loaded.
-  result<void> unload(std::string_view name, std::string_view version = {}) override { return core_->unload(name, version); }
+  result<void> unload(std::string_view name, std::string_view version = {}) override { return core_->registry().unload(name, version); }
 
   // Starts draining: from now on the readiness routes answer 503 and new infer requests get 503
   // unavailable; requests already admitted finish normally. shutdown() (or the destructor) completes it.
-  void begin_drain() { core_->begin_drain(); }
+  void begin_drain() { core_->registry().begin_drain(); }
 
   // Stops serving (begin_drain()), waits for every admitted request, then unloads everything. Idempotent.
-  void shutdown() { core_->shutdown(); }
+  void shutdown() { core_->registry().shutdown(); }
 
   // False once draining or shut down.
-  bool ready() const { return core_->ready(); }
+  bool ready() const { return core_->registry().ready(); }
 
   // (name, version) of every loaded model version.
-  std::vector<std::pair<std::string, std::string>> loaded() const override { return core_->loaded(); }
+  std::vector<std::pair<std::string, std::string>> loaded() const override { return core_->registry().loaded(); }
 
   // Attaches a model repository (server::model_repository, component jitembed::repository): the
   // /v2/repository routes then index, load and unload its models from its directory (re-read on every
   // call); other models keep the parameter-driven load route. nullptr detaches.
-  void attach(std::shared_ptr<model_source> source) { core_->attach(std::move(source)); }
+  void attach(std::shared_ptr<model_source> source) { core_->registry().attach(std::move(source)); }
 
   // What GET/POST /v2/repository/index answers: the attached repository's models (loaded versions,
   // failures with their reason, models never loaded), then every other loaded version.
-  std::vector<repository_entry> repository_index() const { return core_->repository_index(); }
+  std::vector<repository_entry> repository_index() const { return core_->registry().repository_index(); }
 
   // Queue depth, admitted rows and counters of every loaded version.
-  std::vector<model_status> status() const { return core_->status(); }
+  std::vector<model_status> status() const { return core_->registry().status(); }
 
   // The Prometheus text of GET /metrics.
   std::string metrics() const { return core_->metrics(); }
@@ -97,13 +104,17 @@ class service final : public model_loader {
   // The http::handler: every route of docs/server.md. Never blocks on model work.
   void handle(net::http::request&& req, net::http::responder respond) { core_->handle(std::move(req), std::move(respond)); }
 
-  // As a net::http::handler value; valid while this service (or the one it is moved into) lives.
+  // As a net::http::handler value. It shares ownership of the service's state: it stays valid across a
+  // move and after the service is destroyed (then it answers like a draining service: 503 unavailable;
+  // the state goes with the last handler).
   net::http::handler as_handler() {
-    return [core = core_.get()](net::http::request&& r, net::http::responder respond) { core->handle(std::move(r), std::move(respond)); };
+    return [core = core_](net::http::request&& r, net::http::responder respond) { core->handle(std::move(r), std::move(respond)); };
   }
 
  private:
-  std::unique_ptr<detail::service_core> core_;
+  explicit service(std::shared_ptr<detail::service_core> core) noexcept : core_(std::move(core)) {}
+
+  std::shared_ptr<detail::service_core> core_;
 };
 
 }  // namespace jitembed::server

@@ -1,0 +1,278 @@
+// The service's inference pipeline: admission, KServe request decoding, preprocessing on the pool, the
+// model's dynamic batcher, response encoding. It knows no HTTP: a front end (the HTTP routes of
+// server/detail/service_core.hpp, a gRPC service) hands it the request bytes and gets the encoded KServe
+// response or an error_info whose errc decides the status.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "jitembed/core/buffer.hpp"
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/thread_pool.hpp"
+#include "jitembed/models/sample_input.hpp"
+#include "jitembed/net/kserve/decode.hpp"
+#include "jitembed/net/kserve/encode.hpp"
+#include "jitembed/net/kserve/status.hpp"
+#include "jitembed/server/config.hpp"
+#include "jitembed/server/detail/registry.hpp"
+#include "jitembed/server/detail/render.hpp"
+#include "jitembed/server/model_instance.hpp"
+
+namespace jitembed::server::detail {
+
+inline std::uint64_t now_ms() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+// One inference request as a front end received it.
+struct infer_input {
+  std::string name;           // the model
+  std::string version;        // empty: the highest loaded version
+  std::string body;           // KServe JSON header + binary tensors; the decoded tensors view into it
+  std::string header_length;  // Inference-Header-Content-Length as received (empty: the body is all JSON)
+};
+
+// The encoded KServe response: `header` (JSON), then the `binary` pieces, which `owner` keeps valid.
+struct infer_output {
+  std::string header;
+  std::vector<bytes_view> binary;
+  std::optional<std::size_t> header_length;  // set when binary tensors follow the header
+  jitembed::keep_alive owner;
+};
+
+// Called once per request, on a pool or batcher thread (or the caller's, for an answer at once).
+using infer_completion = std::function<void(result<infer_output>)>;
+
+// Thread-safe. The registry must outlive the pipeline; the pool's threads stop in the destructor.
+class inference_pipeline {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  inference_pipeline(model_registry& registry, const server_config& cfg)
+      : registry_(registry),
+        config_(cfg),
+        pool_(cfg.preprocess_threads ? cfg.preprocess_threads : std::max(1u, std::thread::hardware_concurrency())) {}
+  inference_pipeline(const inference_pipeline&) = delete;
+  inference_pipeline& operator=(const inference_pipeline&) = delete;
+
+  // Runs one request. Errors: unavailable (draining, admission bound reached), not_found (model or
+  // version), the decoder's and the model's errors, timeout (the request's KServe "timeout" passed).
+  // Never blocks on model work.
+  void infer(infer_input in, infer_completion done) {
+    const auto start = clock::now();
+    if (!registry_.ready()) return done(not_ready());
+    auto found = registry_.find(in.name, in.version, /*acquire=*/true);
+    if (!found) {
+      if (!registry_.ready()) return done(not_ready());
+      return done(as_error(net::kserve::model_not_found(in.name, in.version)));
+    }
+    auto inst = std::move(*found);
+    // Admission, before any work (decoding included): past max_inflight_rows the answer is 503 at once.
+    if (!inst->try_admit()) {
+      inst->counters().rejected_admission.fetch_add(1, std::memory_order_relaxed);
+      inst->counters().failure.fetch_add(1, std::memory_order_relaxed);
+      done(fail(errc::unavailable, "model '" + inst->name() + "' version " + inst->version() + " is at max_inflight_rows " +
+                                       std::to_string(inst->max_inflight_rows())));
+      return registry_.release(*inst);
+    }
+    auto call = std::make_shared<infer_call>();
+    call->inst = std::move(inst);
+    call->owner = this;
+    call->input = std::move(in);  // the body lives in the call: decoded tensors view into it
+    call->done = std::move(done);
+    call->start = start;
+    call->admitted = 1;
+    auto rows = decode_rows(*call);
+    if (!rows) return finish_error(*call, rows.error());
+    const std::size_t n = rows->size();
+    call->inst->admit_more(n - 1);
+    call->admitted = n;
+    call->rows.resize(n);
+    call->remaining.store(n, std::memory_order_relaxed);
+    if (const auto timeout = net::kserve::timeout_us(call->req); timeout && *timeout > 0)
+      call->deadline = start + std::chrono::microseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(*timeout, 1ull << 40)));
+    const bool is_sample = call->req.inputs.front().name == "sample";
+    for (std::size_t i = 0; i < n; ++i) {
+      pool_.submit([this, call, i, raw = (*rows)[i], is_sample] {
+        // A row whose deadline passed while it waited for a preprocessing thread is not decoded at all.
+        if (call->deadline && clock::now() >= *call->deadline)
+          return call->row_done(i, fail(errc::timeout, "timeout: deadline passed before preprocessing"));
+        auto item = preprocess(*call->inst, raw, is_sample);
+        if (!item) return call->row_done(i, std::move(item).error());
+        batching::submit_options<shape_bucket> opts;
+        opts.bucket = bucket_of(*item);
+        opts.deadline = call->deadline;
+        call->inst->batcher().submit(row_item{std::move(*item)}, std::move(opts),
+                                     [call, i](result<models::named_tensors> r) { call->row_done(i, std::move(r)); });
+      });
+    }
+  }
+
+  // What a request gets while the service drains.
+  static error_info not_ready() { return as_error(net::kserve::unavailable(net::kserve::unavailable_reason::not_ready, "shutting down")); }
+
+ private:
+  static error_info as_error(const net::kserve::protocol_error& e) { return fail(e.code, e.message); }
+
+  // State shared by the rows of one inference request.
+  struct infer_call {
+    std::shared_ptr<model_instance> inst;
+    inference_pipeline* owner = nullptr;
+    infer_input input;
+    net::kserve::infer_request req;
+    infer_completion done;
+    clock::time_point start;
+    std::optional<clock::time_point> deadline;  // the request's KServe "timeout", counted from its arrival
+    std::size_t admitted = 0;                   // rows counted against the instance's max_inflight_rows
+    std::vector<models::named_tensors> rows;
+    std::atomic<std::size_t> remaining{0};
+    std::mutex err_mu;
+    std::optional<error_info> first_error;
+
+    void row_done(std::size_t i, result<models::named_tensors> r) {
+      if (r) {
+        rows[i] = std::move(*r);
+      } else {
+        std::lock_guard lock(err_mu);
+        if (!first_error) first_error = std::move(r).error();
+      }
+      if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) owner->finish(*this);
+    }
+  };
+
+  static result<std::optional<std::size_t>> parse_header_length(std::string_view h) {
+    if (h.empty()) return std::optional<std::size_t>{};
+    std::size_t v = 0;
+    for (char ch : h) {
+      if (ch < '0' || ch > '9' || v > (std::size_t{1} << 40))
+        return fail(errc::invalid_argument, "Inference-Header-Content-Length '" + std::string(h) + "' is not a valid length");
+      v = v * 10 + static_cast<std::size_t>(ch - '0');
+    }
+    return std::optional<std::size_t>{v};
+  }
+
+  // Checks the request's single BYTES input ("image" | "video" | "text" as the model's modality, or
+  // "sample") and returns its rows.
+  result<std::vector<std::string_view>> decode_rows(infer_call& c) {
+    JITEMBED_ASSIGN_OR_RETURN(const auto header_length, parse_header_length(c.input.header_length));
+    JITEMBED_ASSIGN_OR_RETURN(c.req, net::kserve::decode_request(c.input.body, header_length, config_.protocol));
+    const auto& m = c.inst->model();
+    const std::string_view expected = input_name(m.input_modality());
+    if (c.req.inputs.size() != 1)
+      return fail(errc::invalid_argument, "model '" + c.inst->name() + "' expects 1 input ('" + std::string(expected) + "' or 'sample'), got " +
+                                              std::to_string(c.req.inputs.size()));
+    const auto& in = c.req.inputs.front();
+    if (in.name != expected && in.name != "sample")
+      return fail(errc::invalid_argument,
+                  "unexpected input '" + in.name + "' for model '" + c.inst->name() + "' (expects '" + std::string(expected) + "' or 'sample')");
+    if (in.type != net::kserve::datatype::bytes)
+      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " + std::string(net::kserve::to_string(in.type)) + ", expected BYTES");
+    const bool shape_ok = (in.shape.size() == 1 && in.shape[0] >= 1) || (in.shape.size() == 2 && in.shape[0] >= 1 && in.shape[1] == 1);
+    if (!shape_ok)
+      return fail(errc::invalid_argument,
+                  "input '" + in.name + "' has shape " + net::kserve::detail::shape_string(in.shape) + ", expected [batch] or [batch,1]");
+    if (static_cast<std::uint64_t>(in.shape[0]) > config_.max_rows_per_request)
+      return fail(errc::limit_exceeded, "input '" + in.name + "': " + std::to_string(in.shape[0]) + " rows > max_rows_per_request " +
+                                            std::to_string(config_.max_rows_per_request));
+    for (const auto& o : c.req.outputs) {
+      const auto outs = m.outputs();
+      if (std::none_of(outs.begin(), outs.end(), [&](const models::tensor_meta& t) { return t.name == o.name; }))
+        return fail(errc::invalid_argument, "unknown output '" + o.name + "' requested from model '" + c.inst->name() + "'");
+    }
+    return in.strings();
+  }
+
+  // The model's input from a row: raw field bytes, or a record's first field of the model's kind (shared
+  // with the client's local mode).
+  result<tensor> preprocess(const model_instance& inst, std::string_view raw, bool is_sample) const {
+    const bytes_view bytes(reinterpret_cast<const std::byte*>(raw.data()), raw.size());
+    return models::preprocess_input(inst.model(), bytes, is_sample, config_.decode);
+  }
+
+  static std::uint64_t elapsed_ns(clock::time_point start) {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count());
+  }
+
+  void finish_error(infer_call& c, const error_info& e) {
+    auto& inst = *c.inst;
+    inst.counters().failure.fetch_add(1, std::memory_order_relaxed);
+    inst.counters().failure_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
+    auto done = std::move(c.done);
+    inst.release_rows(c.admitted);  // before answering: the client may send its next request at once
+    done(e);
+    registry_.release(inst);
+  }
+
+  // All rows are done: encode the response (or the first error) and answer.
+  void finish(infer_call& c) {
+    if (c.first_error) return finish_error(c, *c.first_error);
+    auto encoded = encode(c);
+    if (!encoded) return finish_error(c, encoded.error());
+    auto& inst = *c.inst;
+    inst.counters().success.fetch_add(1, std::memory_order_relaxed);
+    inst.counters().inferences.fetch_add(c.rows.size(), std::memory_order_relaxed);
+    inst.counters().success_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
+    inst.counters().last_inference_ms.store(now_ms(), std::memory_order_relaxed);
+    auto done = std::move(c.done);
+    inst.release_rows(c.admitted);  // before answering: the client may send its next request at once
+    done(std::move(*encoded));
+    registry_.release(inst);
+  }
+
+  // Stacks the rows' outputs into [rows, ...] tensors and encodes the KServe response.
+  result<infer_output> encode(infer_call& c) {
+    const auto& m = c.inst->model();
+    auto resp = std::make_shared<net::kserve::infer_response>();
+    resp->model_name = c.inst->name();
+    resp->model_version = c.inst->version();
+    resp->id = c.req.id;
+    const auto metas = m.outputs();
+    for (std::size_t k = 0; k < metas.size(); ++k) {
+      const auto& meta = metas[k];
+      if (!c.req.outputs.empty() &&
+          std::none_of(c.req.outputs.begin(), c.req.outputs.end(), [&](const auto& o) { return o.name == meta.name; }))
+        continue;
+      const tensor* first = models::find_output(c.rows.front(), meta.name);
+      if (!first) return fail(errc::internal, "model '" + c.inst->name() + "' did not produce output '" + meta.name + "'");
+      std::vector<std::int64_t> shape{static_cast<std::int64_t>(c.rows.size())};
+      for (auto d : first->shape()) shape.push_back(d);
+      byte_buffer bytes(first->nbytes() * c.rows.size());
+      for (std::size_t i = 0; i < c.rows.size(); ++i) {
+        const tensor* t = models::find_output(c.rows[i], meta.name);
+        if (!t || t->dtype() != first->dtype() || !(t->shape() == first->shape()) || !t->is_contiguous())
+          return fail(errc::invalid_argument, "output '" + meta.name + "' of row " + std::to_string(i) +
+                                                  " differs in dtype or shape from row 0: rows of one request must share a shape");
+        if (t->nbytes()) std::memcpy(bytes.data() + i * first->nbytes(), t->data(), t->nbytes());
+      }
+      const auto dt = net::kserve::from_dtype(first->dtype());
+      resp->outputs.push_back(net::kserve::infer_tensor::owned(meta.name, dt, std::move(shape), std::move(bytes),
+                                                               net::kserve::wants_binary(c.req, meta.name, dt)));
+    }
+    JITEMBED_ASSIGN_OR_RETURN(auto msg, net::kserve::encode_response(*resp));
+    return infer_output{.header = std::move(msg.header),
+                        .binary = std::move(msg.binary),
+                        .header_length = msg.header_length,
+                        .owner = std::move(resp)};
+  }
+
+  model_registry& registry_;
+  const server_config& config_;
+  thread_pool pool_;  // last: its threads stop first
+};
+
+}  // namespace jitembed::server::detail

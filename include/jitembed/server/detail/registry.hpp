@@ -1,0 +1,277 @@
+// The service's model registry: loaded model versions (hot load / unload with warm-up, atomic switch and
+// drain, Triton's version policy), the attached model repository and its index. It knows no HTTP: the
+// HTTP routes (server/detail/service_core.hpp) and any other front end (gRPC) call it.
+#pragma once
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "jitembed/core/error.hpp"
+#include "jitembed/net/kserve/status.hpp"
+#include "jitembed/server/config.hpp"
+#include "jitembed/server/detail/version_policy.hpp"
+#include "jitembed/server/model_instance.hpp"
+#include "jitembed/server/model_source.hpp"
+#include "jitembed/server/model_status.hpp"
+
+namespace jitembed::server::detail {
+
+// Invariants: a version in `models_` serves new requests; a version taken out of it (replaced, unloaded,
+// shut down) is retired: retire() waits until its `active` count (requests routed to it and not yet
+// answered) is 0, then stops its batcher. `active` is guarded by drain_mu_, the maps by reg_mu_; reg_mu_
+// may be held while taking drain_mu_, never the reverse. Thread-safe.
+class model_registry final : public model_loader {
+ public:
+  using instance_ptr = std::shared_ptr<model_instance>;
+
+  explicit model_registry(model_factory factory) : factory_(std::move(factory)) {}
+  model_registry(const model_registry&) = delete;
+  model_registry& operator=(const model_registry&) = delete;
+  ~model_registry() { shutdown(); }
+
+  // Loads every model of `models`; stops at the first failure. Versions of one model load oldest first, so
+  // that a version policy (latest 1) keeps the newest instead of refusing an older version listed after a
+  // newer one.
+  result<void> load_all(const std::vector<model_config>& models) {
+    std::vector<const model_config*> order;
+    for (const auto& m : models) order.push_back(&m);
+    std::stable_sort(order.begin(), order.end(), [](const model_config* a, const model_config* b) {
+      if (a->name != b->name) return a->name < b->name;
+      return version_less(a->version, b->version);
+    });
+    for (const auto* m : order) JITEMBED_TRY(load(*m));
+    return {};
+  }
+
+  // Loads (or reloads in place) one model version made by the factory from cfg.params.
+  // params sleep_us / sleep_us_per_row wrap the model in models::emulated_latency, whatever the factory.
+  result<void> load(const model_config& cfg) {
+    JITEMBED_ASSIGN_OR_RETURN(auto m, factory_(cfg.name, cfg.params));
+    JITEMBED_ASSIGN_OR_RETURN(auto slow, with_latency_params(std::move(m), cfg.params));
+    return load(cfg, std::move(slow));
+  }
+
+  // Loads `m` as cfg.name / cfg.version: warms it (one dummy batch), then switches atomically: new requests
+  // go to it; a version it replaces, and the versions cfg.policy no longer keeps (latest 1: every older one),
+  // stop getting requests and are drained (their in-flight requests finish) and destroyed before load
+  // returns. No request fails during the swap. cfg.policy becomes the model's policy; a version it would not
+  // keep is refused (invalid_argument) before the warm-up.
+  result<void> load(model_config cfg, models::any_model m) override {
+    if (!m) return fail(errc::invalid_argument, "load: no model for '" + cfg.name + "'");
+    if (cfg.name.empty() || cfg.version.empty()) return fail(errc::invalid_argument, "load: empty model name or version");
+    if (!ready()) return fail(errc::unavailable, "load: the service is shutting down");  // before a warm-up
+    JITEMBED_TRY(check_admitted(cfg.name, cfg.version, versions_of(cfg.name), cfg.policy));
+    instance_ptr inst;
+    try {
+      inst = std::make_shared<model_instance>(std::move(m), std::move(cfg));
+    } catch (const jitembed::error& e) {
+      return fail(e.code(), e.message());
+    }
+    JITEMBED_TRY(inst->warm());
+    std::vector<instance_ptr> gone;
+    {
+      std::lock_guard lock(reg_mu_);
+      if (stopping_) return fail(errc::unavailable, "load: the service is shutting down");
+      auto& versions = models_[inst->name()];
+      const auto& policy = inst->config().policy;
+      if (auto r = install_version(versions, inst->name(), inst->version(), inst, policy, gone); !r) {
+        if (versions.empty()) models_.erase(inst->name());
+        return r;  // a load that raced this one made the version too old; inst is dropped unused
+      }
+      policies_[inst->name()] = policy;
+    }
+    for (auto& g : gone) retire(std::move(g));
+    return {};
+  }
+
+  // Unloads one version, or every version when `version` is empty; each is drained first.
+  result<void> unload(std::string_view name, std::string_view version = {}) override {
+    std::vector<instance_ptr> gone;
+    {
+      std::lock_guard lock(reg_mu_);
+      const auto it = models_.find(std::string(name));
+      if (it == models_.end()) return fail(errc::not_found, net::kserve::model_not_found(name).message);
+      if (version.empty()) {
+        for (auto& [v, inst] : it->second) gone.push_back(std::move(inst));
+        models_.erase(it);
+        policies_.erase(std::string(name));
+      } else {
+        const auto vit = it->second.find(std::string(version));
+        if (vit == it->second.end()) return fail(errc::not_found, net::kserve::model_not_found(name, version).message);
+        gone.push_back(std::move(vit->second));
+        it->second.erase(vit);
+        if (it->second.empty()) {
+          models_.erase(it);
+          policies_.erase(std::string(name));
+        }
+      }
+    }
+    for (auto& g : gone) retire(std::move(g));
+    return {};
+  }
+
+  // From now on ready() is false: find() still finds versions, load() refuses.
+  void begin_drain() {
+    std::lock_guard lock(reg_mu_);
+    stopping_ = true;
+  }
+
+  // begin_drain(), then retires every version (waits for their admitted requests). Idempotent.
+  void shutdown() {
+    std::map<std::string, std::map<std::string, instance_ptr, version_order>> all;
+    {
+      std::lock_guard lock(reg_mu_);
+      stopping_ = true;
+      all.swap(models_);
+    }
+    for (auto& [n, vs] : all)
+      for (auto& [v, inst] : vs) retire(std::move(inst));
+  }
+
+  bool ready() const {
+    std::lock_guard lock(reg_mu_);
+    return !stopping_;
+  }
+
+  // (name, version) of every loaded model version.
+  std::vector<std::pair<std::string, std::string>> loaded() const override {
+    std::lock_guard lock(reg_mu_);
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [n, vs] : models_)
+      for (const auto& [v, inst] : vs) out.emplace_back(n, v);
+    return out;
+  }
+
+  // The loaded versions of `name`, in version order.
+  std::vector<std::string> versions_of(std::string_view name) const {
+    std::lock_guard lock(reg_mu_);
+    std::vector<std::string> out;
+    if (const auto it = models_.find(std::string(name)); it != models_.end())
+      for (const auto& [v, inst] : it->second) out.push_back(v);
+    return out;
+  }
+
+  // The version_policy the model's last load set (`fallback` once it is unloaded).
+  version_policy policy_of(std::string_view name, const version_policy& fallback) const {
+    std::lock_guard lock(reg_mu_);
+    const auto it = policies_.find(std::string(name));
+    return it == policies_.end() ? fallback : it->second;
+  }
+
+  // The named version, or the highest one when version is empty. With `acquire` it counts as active
+  // (retire() waits for it) until release().
+  std::optional<instance_ptr> find(std::string_view name, std::string_view version, bool acquire = false) {
+    std::lock_guard lock(reg_mu_);
+    const auto it = models_.find(std::string(name));
+    if (it == models_.end() || it->second.empty()) return std::nullopt;
+    instance_ptr inst;
+    if (version.empty()) {
+      inst = it->second.rbegin()->second;
+    } else {
+      const auto vit = it->second.find(std::string(version));
+      if (vit == it->second.end()) return std::nullopt;
+      inst = vit->second;
+    }
+    if (acquire) {
+      std::lock_guard dl(drain_mu_);
+      ++inst->active;
+    }
+    return inst;
+  }
+
+  // Ends what find(..., acquire = true) started.
+  void release(model_instance& inst) {
+    {
+      std::lock_guard dl(drain_mu_);
+      --inst.active;
+    }
+    drain_cv_.notify_all();
+  }
+
+  // The loaded versions of `name` (every model when empty) whose version is `version` (any when empty).
+  std::vector<instance_ptr> select(std::string_view name = {}, std::string_view version = {}) const {
+    std::lock_guard lock(reg_mu_);
+    std::vector<instance_ptr> held;
+    for (const auto& [n, vs] : models_) {
+      if (!name.empty() && n != name) continue;
+      for (const auto& [v, inst] : vs)
+        if (version.empty() || v == version) held.push_back(inst);
+    }
+    return held;
+  }
+
+  // One row per loaded version: what an autoscaler or a health probe reads (queue depth, admitted rows).
+  std::vector<model_status> status() const {
+    const auto held = select();
+    std::vector<model_status> out;
+    out.reserve(held.size());
+    for (const auto& inst : held) {
+      const auto b = inst->batcher().load();  // two integers, not stats()' histogram copies
+      const auto& c = inst->counters();
+      out.push_back({.name = inst->name(),
+                     .version = inst->version(),
+                     .queued_rows = b.queued,
+                     .running_rows = b.in_flight,
+                     .admitted_rows = inst->admitted_rows(),
+                     .max_inflight_rows = inst->max_inflight_rows(),
+                     .success = c.success.load(std::memory_order_relaxed),
+                     .failure = c.failure.load(std::memory_order_relaxed),
+                     .rejected_admission = c.rejected_admission.load(std::memory_order_relaxed)});
+    }
+    return out;
+  }
+
+  // The model repository whose models the repository calls delegate to (nullptr: none).
+  void attach(std::shared_ptr<model_source> source) {
+    std::lock_guard lock(source_mu_);
+    source_ = std::move(source);
+  }
+  std::shared_ptr<model_source> source() const {
+    std::lock_guard lock(source_mu_);
+    return source_;
+  }
+
+  // The repository index: the attached source's models (loaded versions, failures, never loaded), then
+  // every other loaded version (READY).
+  std::vector<repository_entry> repository_index() const {
+    std::vector<repository_entry> out;
+    const auto src = source();
+    if (src) out = src->index(*this);
+    for (const auto& [name, v] : loaded()) {
+      if (src && src->has(name)) continue;
+      out.push_back({.name = name, .version = v, .state = "READY"});
+    }
+    return out;
+  }
+
+ private:
+  // Waits until no request routed to `inst` is unanswered, then stops its batcher; the caller drops it.
+  void retire(instance_ptr inst) {
+    {
+      std::unique_lock dl(drain_mu_);
+      drain_cv_.wait(dl, [&] { return inst->active == 0; });
+    }
+    inst->batcher().shutdown(true);
+  }
+
+  model_factory factory_;
+  mutable std::mutex reg_mu_;
+  bool stopping_ = false;
+  std::map<std::string, std::map<std::string, instance_ptr, version_order>> models_;
+  std::map<std::string, version_policy> policies_;  // per name: the policy of its last load
+  std::mutex drain_mu_;
+  std::condition_variable drain_cv_;
+  mutable std::mutex source_mu_;
+  std::shared_ptr<model_source> source_;
+};
+
+}  // namespace jitembed::server::detail

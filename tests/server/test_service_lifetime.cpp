@@ -1,0 +1,75 @@
+// as_handler() shares ownership of the service's state: a handler copy kept after the service is destroyed
+// still answers (503 unavailable, like a draining service) instead of touching freed memory. Run under ASan
+// (build/asan) to see the difference.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <optional>
+#include <utility>
+
+#include "server_test_util.hpp"
+
+using namespace server_test;
+using jitembed::server::model_config;
+using jitembed::server::server_config;
+using jitembed::server::service;
+
+namespace {
+
+reply call_handler(const jitembed::net::http::handler& h, std::string method, std::string target, std::string body = {},
+                   http::header_list headers = {}) {
+  std::promise<reply> p;
+  auto fut = p.get_future();
+  http::request req;
+  req.method = std::move(method);
+  req.target = std::move(target);
+  req.body = std::move(body);
+  req.headers = std::move(headers);
+  h(std::move(req), [&p](http::response r) { p.set_value(flatten(std::move(r))); });
+  REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  return fut.get();
+}
+
+server_config text_config() {
+  server_config c;
+  c.preprocess_threads = 1;
+  model_config m;
+  m.name = "text-embed";
+  m.params = nlohmann::json{{"text_dim", 8}, {"text_max_length", 8}};
+  c.models.push_back(m);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a handler kept after its service is destroyed answers 503 unavailable, not a dangling call") {
+  const auto req = bytes_request("text", {"row"});
+  jitembed::net::http::handler kept;
+  {
+    auto s = service::create(text_config()).value();
+    kept = s.as_handler();
+    CHECK(call_handler(kept, "POST", "/v2/models/text-embed/infer", req.body, req.headers).status == 200);
+  }  // the service is destroyed: drained and unloaded; `kept` still owns its state
+  const auto r = call_handler(kept, "POST", "/v2/models/text-embed/infer", req.body, req.headers);
+  CHECK(r.status == 503);
+  CHECK(r.header("Retry-After") == "1");
+  CHECK(nlohmann::json::parse(r.body).at("errc") == "unavailable");
+  CHECK(call_handler(kept, "GET", "/v2/health/ready").status == 503);
+  CHECK(call_handler(kept, "GET", "/v2/models/text-embed/ready").status == 503);
+  CHECK(call_handler(kept, "GET", "/v2/health/live").status == 200);
+  // a copy of the copy, and the last one dropped: the state goes with it
+  auto copy = kept;
+  kept = nullptr;
+  CHECK(call_handler(copy, "POST", "/v2/models/text-embed/infer", req.body, req.headers).status == 503);
+}
+
+TEST_CASE("a handler of a moved-from and destroyed service keeps serving through the service it moved into") {
+  const auto req = bytes_request("text", {"row"});
+  std::optional<service> first(service::create(text_config()).value());
+  const auto h = first->as_handler();
+  service second = std::move(*first);
+  first.reset();  // the moved-from shell goes; the state lives in `second`
+  CHECK(call_handler(h, "POST", "/v2/models/text-embed/infer", req.body, req.headers).status == 200);
+  second.shutdown();
+  CHECK(call_handler(h, "POST", "/v2/models/text-embed/infer", req.body, req.headers).status == 503);
+}

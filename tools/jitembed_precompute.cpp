@@ -416,7 +416,7 @@ int main(int argc, char** argv) {
       r.max_batch = rows_per_request;
       r.client = &*service;
     } else {
-      auto m = models::make_reference_model(name, ref);
+      auto m = models::reference_model::create(name, ref);
       if (!m) {
         std::fprintf(stderr, "error: %s: %s\n", std::string(to_string(m.code())).c_str(), m.error().message.c_str());
         return 2;

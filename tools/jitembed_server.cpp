@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
 
   server::server_config cfg;
   if (!config_file.empty()) {
-    auto c = server::load_server_config(config_file);
+    auto c = server::server_config::open(config_file);
     if (!c) return fail_exit(std::string(to_string(c.code())) + ": " + c.error().message);
     cfg = std::move(*c);
   }
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
       if (device == "gpu") return fail(errc::not_found, "this jitembed-server was built without the CUDA component");
 #endif
     }
-    return models::make_reference_model(name, *o);
+    return models::reference_model::create(name, *o);
   };
   auto svc_made = server::service::create(cfg, factory);
   if (!svc_made) return fail_exit(std::string(to_string(svc_made.code())) + ": " + svc_made.error().message);

@@ -72,7 +72,7 @@ struct model_set {
     model_set m;
     const auto ref = s.reference();
     for (auto [name, dst] : {std::pair{"image-latent", &m.image}, std::pair{"video-latent", &m.video}, std::pair{"text-embed", &m.text}}) {
-      auto r = models::make_reference_model(name, ref);
+      auto r = models::reference_model::create(name, ref);
       if (!r) return r.error();
       *dst = std::move(*r);
       if (with_latency && (s.sleep_us > 0 || s.sleep_us_per_row > 0))

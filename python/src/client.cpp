@@ -50,7 +50,7 @@ struct py_client {
 // as sleep_us / sleep_us_per_row ask.
 models::any_model local_model(std::string_view spec) {
   const server::model_config cfg = unwrap(server::parse_model_spec(spec));
-  auto m = unwrap(server::make_reference(cfg.name, cfg.params));
+  auto m = unwrap(server::reference_factory(cfg.name, cfg.params));
   return unwrap(server::with_latency_params(std::move(m), cfg.params));
 }
 

@@ -389,19 +389,19 @@ TEST_CASE("text-embed: options change the version, bad tokens and options fail")
   CHECK(text_embed::create({.hash_buckets = 0}).code() == errc::invalid_argument);
 }
 
-TEST_CASE("models: make_reference_model by name") {
+TEST_CASE("models: reference_model::create by name") {
   for (auto name : kReferenceModelNames) {
-    auto m = make_reference_model(name, {.image_bucket = 32, .video_bucket = 32, .video_frames = 4, .text_dim = 16});
+    auto m = reference_model::create(name, {.image_bucket = 32, .video_bucket = 32, .video_frames = 4, .text_dim = 16});
     REQUIRE(m);
     CHECK(m->name() == name);
   }
-  auto img = make_reference_model("image-latent", {.image_bucket = 32});
+  auto img = reference_model::create("image-latent", {.image_bucket = 32});
   REQUIRE(img);
   REQUIRE(img->get_if<image_latent>() != nullptr);
   CHECK(img->get_if<image_latent>()->options().bucket == 32);
   CHECK(img->get_if<text_embed>() == nullptr);
-  CHECK(make_reference_model("clip-vit").code() == errc::not_found);
-  CHECK(make_reference_model("image-latent", {.image_bucket = 9}).code() == errc::invalid_argument);
+  CHECK(reference_model::create("clip-vit").code() == errc::not_found);
+  CHECK(reference_model::create("image-latent", {.image_bucket = 9}).code() == errc::invalid_argument);
 }
 
 TEST_CASE("models: concurrent run() on one model gives the single-threaded outputs") {

@@ -88,7 +88,7 @@ int make_video(int frames, int w, int h, const std::string& out) {
 }
 
 int embed(const std::string& name, const std::string& input, const std::string& prefix) {
-  auto m = models::make_reference_model(name);
+  auto m = models::reference_model::create(name);
   if (!m) return fail_with(m.error());
   std::vector<std::byte> raw;
   if (!read_file(input, raw)) {

@@ -91,7 +91,7 @@ TEST_CASE("README: codecs, format, cache, models") {
   std::filesystem::remove_all(dir);
 
   // models
-  auto m = models::make_reference_model("image-latent").value();
+  auto m = models::reference_model::create("image-latent").value();
   tensor x = m.preprocess(jpeg_bytes, decode_limits{}).value();
   auto outputs = m.run(std::span(&x, 1)).value();
   CHECK(outputs.size() == 1);

@@ -228,7 +228,7 @@ TEST_CASE("server admission: past max_inflight_rows a request is 503 at once, be
 TEST_CASE("server admission: the default bound is twice the queue size") {
   CHECK(server::default_inflight_rows(1024) == 2048);
   CHECK(server::default_inflight_rows(0) == 4096);
-  auto cfg = server::model_config_from_json(nlohmann::json::parse(R"({"name": "m", "max_inflight_rows": 7, "idle_dispatch": false})"));
+  auto cfg = server::model_config::parse(nlohmann::json::parse(R"({"name": "m", "max_inflight_rows": 7, "idle_dispatch": false})"));
   REQUIRE(cfg);
   CHECK(cfg->max_inflight_rows == 7);
   CHECK_FALSE(cfg->idle_dispatch);
@@ -282,7 +282,7 @@ TEST_CASE("server metadata: parameters carry the model's fingerprint and preproc
   m.params = nlohmann::json{{"text_dim", 32}, {"text_max_length", 16}};
   c.models = {m};
   auto s = service::create(c).value();
-  const auto ref = server::make_reference("text-embed", m.params).value();
+  const auto ref = server::reference_factory("text-embed", m.params).value();
   auto j = nlohmann::json::parse(call(s, "GET", "/v2/models/text-embed").body);
   CHECK(j["parameters"]["fingerprint"] == std::string(ref.version()));
   CHECK(j["parameters"]["preprocess_key"] == std::string(ref.preprocess_key()));
@@ -309,7 +309,7 @@ TEST_CASE("server sleep_us: each batch takes at least sleep_us (+ sleep_us_per_r
   const auto& ci = st["inference_stats"]["compute_infer"];
   REQUIRE(ci["count"].get<std::uint64_t>() >= 1);
   CHECK(ci["ns"].get<std::uint64_t>() / ci["count"].get<std::uint64_t>() >= 20'000'000u);
-  auto plain = server::make_reference("text-embed", nlohmann::json{{"text_dim", 16}, {"text_max_length", 16}}).value();
+  auto plain = server::reference_factory("text-embed", nlohmann::json{{"text_dim", 16}, {"text_max_length", 16}}).value();
   auto meta = nlohmann::json::parse(call(s, "GET", "/v2/models/text-embed").body);
   CHECK(meta["parameters"]["fingerprint"] == std::string(plain.version()));
 

@@ -33,7 +33,7 @@ server_config three_models() {
 
 // The model's outputs for `raw`, computed in-process, stacked over rows in output order.
 std::vector<std::pair<std::string, std::vector<std::byte>>> reference(const model_config& cfg, const std::vector<std::string>& raws) {
-  auto m = server::make_reference(cfg.name, cfg.params).value();
+  auto m = server::reference_factory(cfg.name, cfg.params).value();
   std::vector<std::pair<std::string, std::vector<std::byte>>> out;
   for (const auto& meta : m.outputs()) out.emplace_back(meta.name, std::vector<std::byte>{});
   for (const auto& raw : raws) {
@@ -416,7 +416,7 @@ TEST_CASE("server: server_config from JSON is strict") {
   auto j = nlohmann::json::parse(R"({"host": "0.0.0.0", "port": 9000, "auth_token": "t",
       "models": [{"name": "image-latent", "version": 2, "instances": 2, "max_batch_size": 8,
                   "max_queue_delay_us": 100, "queue_size": 10, "params": {"work": 1}}]})");
-  auto c = server::server_config_from_json(j);
+  auto c = server::server_config::parse(j);
   REQUIRE(c);
   CHECK(c->host == "0.0.0.0");
   CHECK(c->port == 9000);
@@ -424,12 +424,12 @@ TEST_CASE("server: server_config from JSON is strict") {
   CHECK(c->models[0].version == "2");
   CHECK(c->models[0].instances == 2);
   CHECK(c->models[0].params["work"] == 1);
-  auto bad_key = server::server_config_from_json(nlohmann::json::parse(R"({"prot": 1})"));
+  auto bad_key = server::server_config::parse(nlohmann::json::parse(R"({"prot": 1})"));
   CHECK(bad_key.code() == errc::invalid_argument);
   CHECK(bad_key.error().message == "config: unknown key config.prot");
-  auto bad_port = server::server_config_from_json(nlohmann::json::parse(R"({"port": 70000})"));
+  auto bad_port = server::server_config::parse(nlohmann::json::parse(R"({"port": 70000})"));
   CHECK(bad_port.error().message == "config: config.port = 70000 is out of range");
-  auto bad_model = server::server_config_from_json(nlohmann::json::parse(R"({"models": [{"name": "x", "instances": 0}]})"));
+  auto bad_model = server::server_config::parse(nlohmann::json::parse(R"({"models": [{"name": "x", "instances": 0}]})"));
   CHECK(bad_model.error().message == "config: models[0].instances 0 not in [1, 1024]");
-  CHECK(server::load_server_config("/nonexistent/x.json").code() == errc::io_error);
+  CHECK(server::server_config::open("/nonexistent/x.json").code() == errc::io_error);
 }

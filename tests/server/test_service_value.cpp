@@ -59,8 +59,8 @@ TEST_CASE("service::create loads and warms the configured models, or fails with 
   bad_params.models[0].params["text_dim"] = "wide";
   CHECK(service::create(bad_params).code() == jitembed::errc::invalid_argument);
 
-  // batching settings the batcher refuses fail the load with invalid_argument (model_instance's constructor
-  // throws it; the service turns it into the result)
+  // batching settings the batcher refuses fail the load with invalid_argument (model_instance::create
+  // returns it)
   auto no_instances = text_config();
   no_instances.models[0].instances = 0;
   auto z = service::create(no_instances);

@@ -203,21 +203,23 @@ TEST_CASE("version_policy over HTTP: the repository load parameter in flag and T
 }
 
 TEST_CASE("version_policy in the JSON configuration and the flag form") {
-  using jitembed::server::model_config_from_json;
+  using jitembed::server::version_policy;
   using jitembed::server::parse_version_policy;
-  CHECK(model_config_from_json(nlohmann::json{{"name", "m"}}).value().policy == latest(1));
-  CHECK(model_config_from_json(nlohmann::json::parse(R"({"name": "m", "version_policy": {"latest": {"num_versions": 3}}})")).value().policy == latest(3));
-  CHECK(model_config_from_json(nlohmann::json::parse(R"({"name": "m", "version_policy": {"all": {}}})")).value().policy == all());
-  CHECK(model_config_from_json(nlohmann::json::parse(R"({"name": "m", "version_policy": {"specific": {"versions": [1, "7"]}}})")).value().policy ==
+  CHECK(jitembed::server::model_config::parse(nlohmann::json{{"name", "m"}}).value().policy == latest(1));
+  CHECK(jitembed::server::model_config::parse(nlohmann::json::parse(R"({"name": "m", "version_policy": {"latest": {"num_versions": 3}}})")).value().policy == latest(3));
+  CHECK(jitembed::server::model_config::parse(nlohmann::json::parse(R"({"name": "m", "version_policy": {"all": {}}})")).value().policy == all());
+  CHECK(jitembed::server::model_config::parse(nlohmann::json::parse(R"({"name": "m", "version_policy": {"specific": {"versions": [1, "7"]}}})")).value().policy ==
         specific({"1", "7"}));
-  CHECK(model_config_from_json(nlohmann::json::parse(R"({"name": "m", "version_policy": "specific:2+5"})")).value().policy == specific({"2", "5"}));
+  CHECK(jitembed::server::model_config::parse(nlohmann::json::parse(R"({"name": "m", "version_policy": "specific:2+5"})")).value().policy == specific({"2", "5"}));
   for (const char* bad : {R"({"latest": {"num_versions": 0}})", R"({"latest": {"n": 1}})", R"({"newest": {}})", R"({"specific": {"versions": []}})",
                           R"({"all": {}, "latest": {}})", R"([1])", R"("latest0")"}) {
-    auto r = model_config_from_json(nlohmann::json{{"name", "m"}, {"version_policy", nlohmann::json::parse(bad)}}, "models[0]");
+    auto r = jitembed::server::model_config::parse(nlohmann::json{{"name", "m"}, {"version_policy", nlohmann::json::parse(bad)}}, "models[0]");
     REQUIRE_FALSE(r);
     CHECK(r.code() == jitembed::errc::invalid_argument);
     CHECK(r.error().message.find("models[0].version_policy") != std::string::npos);
+    CHECK(version_policy::parse(nlohmann::json::parse(bad), "m").code() == jitembed::errc::invalid_argument);
   }
+  CHECK(version_policy::parse(nlohmann::json::parse(R"({"all": {}})"), "m").value() == all());
   CHECK(parse_version_policy("latest").value() == latest(1));
   CHECK(parse_version_policy("latest2").value() == latest(2));
   CHECK(parse_version_policy("latest:5").value() == latest(5));

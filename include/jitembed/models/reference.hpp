@@ -53,8 +53,13 @@ inline text_embed_options to_text_embed_options(const reference_options& o) {
   return to;
 }
 
-// A reference model by name; errc::not_found for an unknown name, errc::invalid_argument for bad settings.
-inline result<any_model> make_reference_model(std::string_view name, const reference_options& o = {}) {
+// The reference models by name (kReferenceModelNames).
+struct reference_model {
+  // errc::not_found for an unknown name, errc::invalid_argument for bad settings.
+  static result<any_model> create(std::string_view name, const reference_options& o = {});
+};
+
+inline result<any_model> reference_model::create(std::string_view name, const reference_options& o) {
   if (name == image_latent::kName) {
     JITEMBED_ASSIGN_OR_RETURN(auto m, image_latent::create(to_image_latent_options(o)));
     return any_model(std::move(m));
@@ -68,6 +73,13 @@ inline result<any_model> make_reference_model(std::string_view name, const refer
     return any_model(std::move(m));
   }
   return fail(errc::not_found, "unknown model '" + std::string(name) + "' (image-latent, video-latent, text-embed)");
+}
+
+// The old spelling, kept for this round's other branches (tools/, server/repository_backends.hpp); removed
+// once they are merged.
+[[deprecated("use models::reference_model::create(name, options)")]] inline result<any_model> make_reference_model(
+    std::string_view name, const reference_options& o = {}) {
+  return reference_model::create(name, o);
 }
 
 }  // namespace jitembed::models

@@ -76,9 +76,10 @@ inline result<models::reference_options> parse_reference_params(const nlohmann::
   return o;
 }
 
-inline result<models::any_model> make_reference(std::string_view name, const nlohmann::json& params) {
+// The service's default model_factory: models::reference_model::create(name, parse_reference_params(params)).
+inline result<models::any_model> reference_factory(std::string_view name, const nlohmann::json& params) {
   JITEMBED_ASSIGN_OR_RETURN(auto o, parse_reference_params(params));
-  return models::make_reference_model(name, o);
+  return models::reference_model::create(name, o);
 }
 
 // The emulated latency that params ask for: sleep_us per batch, sleep_us_per_row per row (integers or
@@ -128,91 +129,107 @@ struct model_counters {
   std::atomic<std::uint64_t> last_inference_ms{0};
 };
 
+// One loaded model version. A movable value: its state (the model the batcher's runners call, the counters)
+// lives behind one pointer, so a move leaves the runners' view of the model valid.
 class model_instance {
  public:
-  // Builds the batcher around `m` (one runner thread per instance). Throws jitembed::error on bad settings.
-  model_instance(models::any_model m, model_config cfg) : model_(std::move(m)), config_(std::move(cfg)) {
+  // Builds the batcher around `m` (one runner thread per instance). Errors: invalid_argument for batcher
+  // settings the batcher refuses (instances 0, ...).
+  static result<model_instance> create(models::any_model m, model_config cfg) {
+    auto s = std::make_unique<state>();
+    s->model = std::move(m);
+    s->config = std::move(cfg);
+    const auto& c = s->config;
     batching::batcher_options o;
-    const std::size_t model_max = std::max<std::size_t>(model_.max_batch_size(), 1);
-    o.max_batch_size = config_.max_batch_size ? std::min(config_.max_batch_size, model_max) : model_max;
-    o.max_queue_delay = std::chrono::microseconds(config_.max_queue_delay_us);
-    o.idle_dispatch = config_.idle_dispatch;
-    o.max_queue_size = config_.queue_size;
-    o.runner_threads = config_.instances;
-    o.default_timeout = std::chrono::microseconds(config_.timeout_us);
-    for (auto p : config_.preferred_batch_sizes) o.preferred_batch_sizes.push_back(std::min(p, o.max_batch_size));
-    batch_options_ = o;
-    max_inflight_rows_ = config_.max_inflight_rows ? config_.max_inflight_rows : default_inflight_rows(config_.queue_size);
-    const models::any_model* model = &model_;
-    batcher_.emplace(row_batcher::create(
-        o, [model](std::span<row_item> in, std::span<result<models::named_tensors>> out) {
-          std::vector<tensor> batch;
-          batch.reserve(in.size());
-          for (auto& r : in) batch.push_back(std::move(r.input));
-          auto res = model->run(batch);
-          if (!res) {
-            for (auto& o2 : out) o2 = res.error();
-            return;
-          }
-          if (res->size() != in.size()) {
-            for (auto& o2 : out) o2 = fail(errc::internal, "model returned " + std::to_string(res->size()) + " results for a batch of " + std::to_string(in.size()));
-            return;
-          }
-          for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::move((*res)[i]);
-        }).value());
+    const std::size_t model_max = std::max<std::size_t>(s->model.max_batch_size(), 1);
+    o.max_batch_size = c.max_batch_size ? std::min(c.max_batch_size, model_max) : model_max;
+    o.max_queue_delay = std::chrono::microseconds(c.max_queue_delay_us);
+    o.idle_dispatch = c.idle_dispatch;
+    o.max_queue_size = c.queue_size;
+    o.runner_threads = c.instances;
+    o.default_timeout = std::chrono::microseconds(c.timeout_us);
+    for (auto p : c.preferred_batch_sizes) o.preferred_batch_sizes.push_back(std::min(p, o.max_batch_size));
+    s->batch_options = o;
+    s->max_inflight_rows = c.max_inflight_rows ? c.max_inflight_rows : default_inflight_rows(c.queue_size);
+    const models::any_model* model = &s->model;  // stays put: `s` moves as a pointer
+    JITEMBED_ASSIGN_OR_RETURN(auto b, row_batcher::create(o, [model](std::span<row_item> in, std::span<result<models::named_tensors>> out) {
+      std::vector<tensor> batch;
+      batch.reserve(in.size());
+      for (auto& r : in) batch.push_back(std::move(r.input));
+      auto res = model->run(batch);
+      if (!res) {
+        for (auto& o2 : out) o2 = res.error();
+        return;
+      }
+      if (res->size() != in.size()) {
+        for (auto& o2 : out) o2 = fail(errc::internal, "model returned " + std::to_string(res->size()) + " results for a batch of " + std::to_string(in.size()));
+        return;
+      }
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::move((*res)[i]);
+    }));
+    s->batcher.emplace(std::move(b));
+    return model_instance(std::move(s));
   }
+  model_instance(model_instance&&) noexcept = default;
+  model_instance& operator=(model_instance&&) noexcept = default;
   model_instance(const model_instance&) = delete;
   model_instance& operator=(const model_instance&) = delete;
 
   // Runs one dummy batch (zeros shaped like inputs(), variable extents = 1) before the version serves.
   result<void> warm() const {
-    const auto ins = model_.inputs();
+    const auto ins = model().inputs();
     if (ins.empty()) return {};
     std::vector<std::int64_t> dims;
     for (auto d : ins[0].shape) dims.push_back(d < 0 ? 1 : d);
     tensor t = tensor::zeros(jitembed::shape(std::span<const std::int64_t>(dims)), ins[0].type);
-    auto r = model_.run(std::span<const tensor>(&t, 1));
-    if (!r) return fail(r.error().code, "warm-up of '" + config_.name + "' version " + config_.version + " failed: " + r.error().message);
+    auto r = model().run(std::span<const tensor>(&t, 1));
+    if (!r) return fail(r.error().code, "warm-up of '" + name() + "' version " + version() + " failed: " + r.error().message);
     return {};
   }
 
-  const models::any_model& model() const noexcept { return model_; }
-  const model_config& config() const noexcept { return config_; }
-  const std::string& name() const noexcept { return config_.name; }
-  const std::string& version() const noexcept { return config_.version; }
-  const batching::batcher_options& batch_options() const noexcept { return batch_options_; }
-  row_batcher& batcher() noexcept { return *batcher_; }
-  const row_batcher& batcher() const noexcept { return *batcher_; }
-  model_counters& counters() noexcept { return counters_; }
-  const model_counters& counters() const noexcept { return counters_; }
+  const models::any_model& model() const noexcept { return s_->model; }
+  const model_config& config() const noexcept { return s_->config; }
+  const std::string& name() const noexcept { return s_->config.name; }
+  const std::string& version() const noexcept { return s_->config.version; }
+  const batching::batcher_options& batch_options() const noexcept { return s_->batch_options; }
+  row_batcher& batcher() noexcept { return *s_->batcher; }
+  const row_batcher& batcher() const noexcept { return *s_->batcher; }
+  model_counters& counters() noexcept { return s_->counters; }
+  const model_counters& counters() const noexcept { return s_->counters; }
 
   // Admission: rows of requests routed here, from before their decoding until their response is sent.
   // try_admit() takes one row when fewer than max_inflight_rows() are admitted (so admitted rows never
   // exceed the bound by more than one request's rows); admit_more() adds the rest of the request's rows
   // once they are known; release() gives them all back.
   bool try_admit() noexcept {
-    std::size_t cur = admitted_.load(std::memory_order_relaxed);
+    std::size_t cur = s_->admitted.load(std::memory_order_relaxed);
     do {
-      if (cur >= max_inflight_rows_) return false;
-    } while (!admitted_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed));
+      if (cur >= s_->max_inflight_rows) return false;
+    } while (!s_->admitted.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed));
     return true;
   }
-  void admit_more(std::size_t rows) noexcept { admitted_.fetch_add(rows, std::memory_order_relaxed); }
-  void release_rows(std::size_t rows) noexcept { admitted_.fetch_sub(rows, std::memory_order_relaxed); }
-  std::size_t admitted_rows() const noexcept { return admitted_.load(std::memory_order_relaxed); }
-  std::size_t max_inflight_rows() const noexcept { return max_inflight_rows_; }
+  void admit_more(std::size_t rows) noexcept { s_->admitted.fetch_add(rows, std::memory_order_relaxed); }
+  void release_rows(std::size_t rows) noexcept { s_->admitted.fetch_sub(rows, std::memory_order_relaxed); }
+  std::size_t admitted_rows() const noexcept { return s_->admitted.load(std::memory_order_relaxed); }
+  std::size_t max_inflight_rows() const noexcept { return s_->max_inflight_rows; }
 
-  // Requests routed to this version and not yet answered (guarded by the service's drain mutex).
-  std::size_t active = 0;
+  // Requests routed to this version and not yet answered (guarded by the registry's drain mutex).
+  std::size_t& active() noexcept { return s_->active; }
 
  private:
-  models::any_model model_;
-  model_config config_;
-  batching::batcher_options batch_options_;
-  std::size_t max_inflight_rows_ = 0;
-  std::atomic<std::size_t> admitted_{0};
-  model_counters counters_;
-  std::optional<row_batcher> batcher_;  // last: destroyed (drained) first
+  struct state {
+    models::any_model model;
+    model_config config;
+    batching::batcher_options batch_options;
+    std::size_t max_inflight_rows = 0;
+    std::atomic<std::size_t> admitted{0};
+    std::size_t active = 0;
+    model_counters counters;
+    std::optional<row_batcher> batcher;  // last: destroyed (drained) first
+  };
+  explicit model_instance(std::unique_ptr<state> s) noexcept : s_(std::move(s)) {}
+
+  std::unique_ptr<state> s_;
 };
 
 }  // namespace jitembed::server

@@ -53,7 +53,7 @@ inline result<model_config> parse_model_spec(std::string_view spec, const model_
       m.params[k] = value;
     }
   }
-  JITEMBED_ASSIGN_OR_RETURN(auto parsed, model_config_from_json(cfg, where));
+  JITEMBED_ASSIGN_OR_RETURN(auto parsed, model_config::parse(cfg, where));
   // Keep the defaults for the batcher keys the spec did not name.
   if (cfg.contains("instances")) m.instances = parsed.instances;
   if (cfg.contains("max_batch_size")) m.max_batch_size = parsed.max_batch_size;

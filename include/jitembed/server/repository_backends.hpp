@@ -56,7 +56,7 @@ inline result<models::any_model> make_jitembed_backend_model(const models::backe
   const std::string kind = c.parameters.count("model") ? c.parameters.at("model") : c.name;
   auto o = parse_reference_params(params);
   if (!o) return fail(o.error().code, file + ": " + o.error().message);
-  auto m = models::make_reference_model(kind, *o);
+  auto m = models::reference_model::create(kind, *o);
   if (!m) return fail(m.error().code, file + ": " + m.error().message + " (set parameters 'model')");
   if (!c.inputs.empty()) {
     const std::string_view want = models::to_string(m->input_modality());

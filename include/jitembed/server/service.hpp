@@ -33,7 +33,7 @@ class service final : public model_loader {
   // (models come later from load() or an attached repository). Errors: the first model that fails to load
   // (invalid_argument for bad parameters, not_found for an unknown model name, resource_exhausted, ...);
   // the models loaded before it are unloaded again.
-  static result<service> create(server_config cfg, model_factory factory = make_reference) {
+  static result<service> create(server_config cfg, model_factory factory = reference_factory) {
     service s(std::make_shared<detail::service_core>(std::move(cfg), std::move(factory)));
     JITEMBED_TRY(s.core_->registry().load_all(s.core_->config().models));
     return s;

@@ -17,9 +17,12 @@ namespace jitembed::server::detail {
 // Prometheus text for a set of model versions.
 inline std::string metrics_text(const std::vector<const model_instance*>& insts) {
   std::string out;
-  const auto labels = [](const model_instance& i) { return "{model=\"" + i.name() + "\",version=\"" + i.version() + "\"}"; };
+  const auto labels = [](const model_instance& i) {
+    return "{model=\"" + i.name() + "\",version=\"" + i.version() + "\"}";
+  };
   const auto family = [&](std::string_view name, std::string_view type, std::string_view help, auto&& value_of) {
-    out += "# HELP " + std::string(name) + " " + std::string(help) + "\n# TYPE " + std::string(name) + " " + std::string(type) + "\n";
+    out += "# HELP " + std::string(name) + " " + std::string(help) + "\n# TYPE " + std::string(name) + " " +
+           std::string(type) + "\n";
     for (const auto* i : insts) out += std::string(name) + labels(*i) + " " + value_of(*i) + "\n";
   };
   std::vector<batching::batcher_stats> stats;
@@ -55,7 +58,8 @@ inline std::string metrics_text(const std::vector<const model_instance*>& insts)
          [&](const model_instance& i) { return num(stat(i).rejected_queue_full); });
   family("jitembed_inflight_rows", "gauge", "Rows admitted (decode to response); bounded by max_inflight_rows",
          [&](const model_instance& i) { return num(i.admitted_rows()); });
-  family("jitembed_admission_rejected_total", "counter", "Requests answered 503 at once because max_inflight_rows was reached",
+  family("jitembed_admission_rejected_total", "counter",
+         "Requests answered 503 at once because max_inflight_rows was reached",
          [&](const model_instance& i) { return num(i.counters().rejected_admission.load()); });
   out += "# HELP jitembed_batch_size Rows per batch run by the model\n# TYPE jitembed_batch_size histogram\n";
   for (std::size_t k = 0; k < insts.size(); ++k) {

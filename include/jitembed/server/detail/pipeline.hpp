@@ -36,7 +36,8 @@ namespace jitembed::server::detail {
 
 inline std::uint64_t now_ms() {
   return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
 }
 
 // One inference request as a front end received it.
@@ -86,8 +87,8 @@ class inference_pipeline {
     if (!inst->try_admit()) {
       inst->counters().rejected_admission.fetch_add(1, std::memory_order_relaxed);
       inst->counters().failure.fetch_add(1, std::memory_order_relaxed);
-      done(fail(errc::unavailable, "model '" + inst->name() + "' version " + inst->version() + " is at max_inflight_rows " +
-                                       std::to_string(inst->max_inflight_rows())));
+      done(fail(errc::unavailable, "model '" + inst->name() + "' version " + inst->version() +
+                                       " is at max_inflight_rows " + std::to_string(inst->max_inflight_rows())));
       return registry_.release(*inst);
     }
     auto call = std::make_shared<infer_call>();
@@ -105,7 +106,8 @@ class inference_pipeline {
     call->rows.resize(n);
     call->remaining.store(n, std::memory_order_relaxed);
     if (const auto timeout = net::kserve::timeout_us(call->req); timeout && *timeout > 0)
-      call->deadline = start + std::chrono::microseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(*timeout, 1ull << 40)));
+      call->deadline =
+          start + std::chrono::microseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(*timeout, 1ull << 40)));
     const bool is_sample = call->req.inputs.front().name == "sample";
     for (std::size_t i = 0; i < n; ++i) {
       pool_.submit([this, call, i, raw = (*rows)[i], is_sample] {
@@ -124,7 +126,9 @@ class inference_pipeline {
   }
 
   // What a request gets while the service drains.
-  static error_info not_ready() { return as_error(net::kserve::unavailable(net::kserve::unavailable_reason::not_ready, "shutting down")); }
+  static error_info not_ready() {
+    return as_error(net::kserve::unavailable(net::kserve::unavailable_reason::not_ready, "shutting down"));
+  }
 
  private:
   static error_info as_error(const net::kserve::protocol_error& e) { return fail(e.code, e.message); }
@@ -160,7 +164,8 @@ class inference_pipeline {
     std::size_t v = 0;
     for (char ch : h) {
       if (ch < '0' || ch > '9' || v > (std::size_t{1} << 40))
-        return fail(errc::invalid_argument, "Inference-Header-Content-Length '" + std::string(h) + "' is not a valid length");
+        return fail(errc::invalid_argument,
+                    "Inference-Header-Content-Length '" + std::string(h) + "' is not a valid length");
       v = v * 10 + static_cast<std::size_t>(ch - '0');
     }
     return std::optional<std::size_t>{v};
@@ -174,25 +179,30 @@ class inference_pipeline {
     const auto& m = c.inst->model();
     const std::string_view expected = input_name(m.input_modality());
     if (c.req.inputs.size() != 1)
-      return fail(errc::invalid_argument, "model '" + c.inst->name() + "' expects 1 input ('" + std::string(expected) + "' or 'sample'), got " +
-                                              std::to_string(c.req.inputs.size()));
+      return fail(errc::invalid_argument, "model '" + c.inst->name() + "' expects 1 input ('" + std::string(expected) +
+                                              "' or 'sample'), got " + std::to_string(c.req.inputs.size()));
     const auto& in = c.req.inputs.front();
     if (in.name != expected && in.name != "sample")
-      return fail(errc::invalid_argument,
-                  "unexpected input '" + in.name + "' for model '" + c.inst->name() + "' (expects '" + std::string(expected) + "' or 'sample')");
+      return fail(errc::invalid_argument, "unexpected input '" + in.name + "' for model '" + c.inst->name() +
+                                              "' (expects '" + std::string(expected) + "' or 'sample')");
     if (in.type != net::kserve::datatype::bytes)
-      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " + std::string(net::kserve::to_string(in.type)) + ", expected BYTES");
-    const bool shape_ok = (in.shape.size() == 1 && in.shape[0] >= 1) || (in.shape.size() == 2 && in.shape[0] >= 1 && in.shape[1] == 1);
+      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " +
+                                            std::string(net::kserve::to_string(in.type)) + ", expected BYTES");
+    const bool shape_ok =
+        (in.shape.size() == 1 && in.shape[0] >= 1) || (in.shape.size() == 2 && in.shape[0] >= 1 && in.shape[1] == 1);
     if (!shape_ok)
-      return fail(errc::invalid_argument,
-                  "input '" + in.name + "' has shape " + net::kserve::detail::shape_string(in.shape) + ", expected [batch] or [batch,1]");
+      return fail(errc::invalid_argument, "input '" + in.name + "' has shape " +
+                                              net::kserve::detail::shape_string(in.shape) +
+                                              ", expected [batch] or [batch,1]");
     if (static_cast<std::uint64_t>(in.shape[0]) > config_.max_rows_per_request)
-      return fail(errc::limit_exceeded, "input '" + in.name + "': " + std::to_string(in.shape[0]) + " rows > max_rows_per_request " +
+      return fail(errc::limit_exceeded, "input '" + in.name + "': " + std::to_string(in.shape[0]) +
+                                            " rows > max_rows_per_request " +
                                             std::to_string(config_.max_rows_per_request));
     for (const auto& o : c.req.outputs) {
       const auto outs = m.outputs();
       if (std::none_of(outs.begin(), outs.end(), [&](const models::tensor_meta& t) { return t.name == o.name; }))
-        return fail(errc::invalid_argument, "unknown output '" + o.name + "' requested from model '" + c.inst->name() + "'");
+        return fail(errc::invalid_argument,
+                    "unknown output '" + o.name + "' requested from model '" + c.inst->name() + "'");
     }
     return in.strings();
   }
@@ -205,7 +215,8 @@ class inference_pipeline {
   }
 
   static std::uint64_t elapsed_ns(clock::time_point start) {
-    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count());
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count());
   }
 
   void finish_error(infer_call& c, const error_info& e) {
@@ -248,15 +259,17 @@ class inference_pipeline {
           std::none_of(c.req.outputs.begin(), c.req.outputs.end(), [&](const auto& o) { return o.name == meta.name; }))
         continue;
       const tensor* first = models::find_output(c.rows.front(), meta.name);
-      if (!first) return fail(errc::internal, "model '" + c.inst->name() + "' did not produce output '" + meta.name + "'");
+      if (!first)
+        return fail(errc::internal, "model '" + c.inst->name() + "' did not produce output '" + meta.name + "'");
       std::vector<std::int64_t> shape{static_cast<std::int64_t>(c.rows.size())};
       for (auto d : first->shape()) shape.push_back(d);
       byte_buffer bytes(first->nbytes() * c.rows.size());
       for (std::size_t i = 0; i < c.rows.size(); ++i) {
         const tensor* t = models::find_output(c.rows[i], meta.name);
         if (!t || t->dtype() != first->dtype() || !(t->shape() == first->shape()) || !t->is_contiguous())
-          return fail(errc::invalid_argument, "output '" + meta.name + "' of row " + std::to_string(i) +
-                                                  " differs in dtype or shape from row 0: rows of one request must share a shape");
+          return fail(errc::invalid_argument,
+                      "output '" + meta.name + "' of row " + std::to_string(i) +
+                          " differs in dtype or shape from row 0: rows of one request must share a shape");
         if (t->nbytes()) std::memcpy(bytes.data() + i * first->nbytes(), t->data(), t->nbytes());
       }
       const auto dt = net::kserve::from_dtype(first->dtype());

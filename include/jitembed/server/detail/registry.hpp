@@ -67,15 +67,12 @@ class model_registry final : public model_loader {
   // keep is refused (invalid_argument) before the warm-up.
   result<void> load(model_config cfg, models::any_model m) override {
     if (!m) return fail(errc::invalid_argument, "load: no model for '" + cfg.name + "'");
-    if (cfg.name.empty() || cfg.version.empty()) return fail(errc::invalid_argument, "load: empty model name or version");
+    if (cfg.name.empty() || cfg.version.empty())
+      return fail(errc::invalid_argument, "load: empty model name or version");
     if (!ready()) return fail(errc::unavailable, "load: the service is shutting down");  // before a warm-up
     JITEMBED_TRY(check_admitted(cfg.name, cfg.version, versions_of(cfg.name), cfg.policy));
-    instance_ptr inst;
-    try {
-      inst = std::make_shared<model_instance>(std::move(m), std::move(cfg));
-    } catch (const jitembed::error& e) {
-      return fail(e.code(), e.message());
-    }
+    JITEMBED_ASSIGN_OR_RETURN(auto made, model_instance::create(std::move(m), std::move(cfg)));
+    auto inst = std::make_shared<model_instance>(std::move(made));
     JITEMBED_TRY(inst->warm());
     std::vector<instance_ptr> gone;
     {
@@ -183,7 +180,7 @@ class model_registry final : public model_loader {
     }
     if (acquire) {
       std::lock_guard dl(drain_mu_);
-      ++inst->active;
+      ++inst->active();
     }
     return inst;
   }
@@ -192,7 +189,7 @@ class model_registry final : public model_loader {
   void release(model_instance& inst) {
     {
       std::lock_guard dl(drain_mu_);
-      --inst.active;
+      --inst.active();
     }
     drain_cv_.notify_all();
   }
@@ -258,7 +255,7 @@ class model_registry final : public model_loader {
   void retire(instance_ptr inst) {
     {
       std::unique_lock dl(drain_mu_);
-      drain_cv_.wait(dl, [&] { return inst->active == 0; });
+      drain_cv_.wait(dl, [&] { return inst->active() == 0; });
     }
     inst->batcher().shutdown(true);
   }

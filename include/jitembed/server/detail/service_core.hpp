@@ -46,7 +46,9 @@ inline http::response text_response(int status, std::string body, std::string_vi
   r.headers.emplace_back("Content-Type", std::string(type));
   return r;
 }
-inline http::response json_response(int status, const ojson& j) { return text_response(status, j.dump(), "application/json"); }
+inline http::response json_response(int status, const ojson& j) {
+  return text_response(status, j.dump(), "application/json");
+}
 
 // Every error answer: {"error": message, "errc": name}, and Retry-After where the errc says "later".
 inline http::response error_response(int status, std::string_view message, errc code) {
@@ -54,9 +56,13 @@ inline http::response error_response(int status, std::string_view message, errc 
   if (net::kserve::wants_retry_after(code)) r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
   return r;
 }
-inline http::response error_response(const net::kserve::protocol_error& e) { return error_response(e.http_status, e.message, e.code); }
+inline http::response error_response(const net::kserve::protocol_error& e) {
+  return error_response(e.http_status, e.message, e.code);
+}
 // A failed request: the status follows the errc alone (kserve::http_status).
-inline http::response error_response(const error_info& e) { return error_response(net::kserve::http_status(e.code), e.message, e.code); }
+inline http::response error_response(const error_info& e) {
+  return error_response(net::kserve::http_status(e.code), e.message, e.code);
+}
 inline http::response not_found_route() { return error_response(404, "Not Found", errc::not_found); }
 inline http::response method_not_allowed() { return error_response(405, "method not allowed", errc::invalid_argument); }
 
@@ -79,7 +85,8 @@ inline http::response to_response(result<infer_output> r) {
 
 // A load request's JSON body as a model_config: batcher settings and the model's own parameters come in
 // one "parameters" object (Triton sends every value as a string). `version` is the "version" parameter.
-inline result<model_config> load_request_config(const std::string& name, const std::string& version, const nlohmann::json& params) {
+inline result<model_config> load_request_config(const std::string& name, const std::string& version,
+                                                const nlohmann::json& params) {
   nlohmann::json cfgj = nlohmann::json::object();
   cfgj["name"] = name;
   if (!version.empty()) cfgj["version"] = version;
@@ -87,11 +94,12 @@ inline result<model_config> load_request_config(const std::string& name, const s
   for (auto it = params.begin(); it != params.end(); ++it) {
     const std::string& k = it.key();
     if (k == "version") continue;
-    if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us" ||
-        k == "max_inflight_rows") {
+    if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" ||
+        k == "timeout_us" || k == "max_inflight_rows") {
       if (it->is_string()) {
         auto v = int_param(params, k);
-        if (!v || *v < 0) return fail(errc::invalid_argument, "repository parameter '" + k + "' is not a non-negative integer");
+        if (!v || *v < 0)
+          return fail(errc::invalid_argument, "repository parameter '" + k + "' is not a non-negative integer");
         cfgj[k] = *v;
       } else {
         cfgj[k] = *it;
@@ -99,22 +107,26 @@ inline result<model_config> load_request_config(const std::string& name, const s
     } else if (k == "version_policy") {
       cfgj[k] = *it;  // the flag form ("latest2", "all", "specific:1+3") or Triton's object
     } else if (k == "idle_dispatch") {
-      if (it->is_string() && (*it == "true" || *it == "false")) cfgj[k] = *it == "true";  // Triton sends strings
-      else cfgj[k] = *it;
+      if (it->is_string() && (*it == "true" || *it == "false"))
+        cfgj[k] = *it == "true";  // Triton sends strings
+      else
+        cfgj[k] = *it;
     } else {
       model_params[k] = *it;
     }
   }
   cfgj["params"] = model_params;
-  return model_config_from_json(cfgj, "parameters");
+  return model_config::parse(cfgj, "parameters");
 }
-
 
 class service_core final {
  public:
   // Builds the service; models in `cfg.models` are not loaded here: call registry().load_all(...).
   service_core(server_config cfg, model_factory factory)
-      : config_(std::move(cfg)), auth_(config_.auth_token), registry_(std::move(factory)), pipeline_(registry_, config_) {
+      : config_(std::move(cfg)),
+        auth_(config_.auth_token),
+        registry_(std::move(factory)),
+        pipeline_(registry_, config_) {
     add_routes();
   }
   service_core(const service_core&) = delete;
@@ -154,15 +166,18 @@ class service_core final {
   // A route answered at once from the match alone.
   template <class F>
   void add_sync(methods m, std::string_view pattern, F f) {
-    routes_.add(m, pattern, [f = std::move(f)](http::request&&, http::responder respond, const route_match& p) { respond(f(p)); });
+    routes_.add(m, pattern,
+                [f = std::move(f)](http::request&&, http::responder respond, const route_match& p) { respond(f(p)); });
   }
 
   void add_routes() {
-    add_sync(methods::get, "/metrics", [this](const route_match&) { return text_response(200, metrics(), "text/plain; version=0.0.4"); });
+    add_sync(methods::get, "/metrics",
+             [this](const route_match&) { return text_response(200, metrics(), "text/plain; version=0.0.4"); });
     add_sync(methods::get, "/v2", [](const route_match&) {
       return json_response(200, ojson{{"name", "jitembed"},
                                       {"version", kServerVersion},
-                                      {"extensions", ojson::array({"binary_tensor_data", "statistics", "model_configuration", "model_repository"})}});
+                                      {"extensions", ojson::array({"binary_tensor_data", "statistics",
+                                                                   "model_configuration", "model_repository"})}});
     });
     add_sync(methods::get, "/v2/health/live", [](const route_match&) { return text_response(200, "", "text/plain"); });
     add_sync(methods::get, "/v2/health/ready", [this](const route_match&) { return ready_or_not(); });
@@ -181,9 +196,10 @@ class service_core final {
     // /v2/models/{m}[/versions/{v}][/action]: POST is infer, every other action is read with any other method.
     for (const std::string_view base : {"/v2/models/{model}", "/v2/models/{model}/versions/{version}"}) {
       const std::string b(base);
-      routes_.add(methods::post, b + "/infer", [this](http::request&& req, http::responder respond, const route_match& p) {
-        infer(std::string(p["model"]), std::string(p["version"]), std::move(req), std::move(respond));
-      });
+      routes_.add(methods::post, b + "/infer",
+                  [this](http::request&& req, http::responder respond, const route_match& p) {
+                    infer(std::string(p["model"]), std::string(p["version"]), std::move(req), std::move(respond));
+                  });
       add_sync(methods::post, b, [](const route_match&) { return method_not_allowed(); });
       add_sync(methods::post, b + "/{action}", [](const route_match&) { return method_not_allowed(); });
       add_sync(methods::any, b + "/stats", [this](const route_match& p) { return stats(p["model"], p["version"]); });
@@ -197,7 +213,9 @@ class service_core final {
         });
       });
       add_sync(methods::any, b, [this](const route_match& p) {
-        return with_model(p, [&](const model_instance& inst) { return json_response(200, model_metadata(inst, registry_.versions_of(p["model"]))); });
+        return with_model(p, [&](const model_instance& inst) {
+          return json_response(200, model_metadata(inst, registry_.versions_of(p["model"])));
+        });
       });
       add_sync(methods::any, b + "/{action}", [this](const route_match& p) {  // unknown action: 404 for a known model
         return with_model(p, [](const model_instance&) { return not_found_route(); });
@@ -221,7 +239,8 @@ class service_core final {
                    .version = std::move(version),
                    .body = std::move(req.body),
                    .header_length = std::string(http::find_header(req.headers, "inference-header-content-length"))};
-    pipeline_.infer(std::move(in), [respond = std::move(respond)](result<infer_output> r) { respond(to_response(std::move(r))); });
+    pipeline_.infer(std::move(in),
+                    [respond = std::move(respond)](result<infer_output> r) { respond(to_response(std::move(r))); });
   }
 
   http::response stats(std::string_view name, std::string_view version) {
@@ -251,9 +270,13 @@ class service_core final {
       // A repository model: its config.pbtxt is the configuration; the directory is read again.
       if (!body.empty()) {
         auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-        if (j.is_discarded() || !j.is_object()) return error_response(400, "repository request body is not a JSON object", errc::invalid_argument);
+        if (j.is_discarded() || !j.is_object())
+          return error_response(400, "repository request body is not a JSON object", errc::invalid_argument);
         if (auto it = j.find("parameters"); it != j.end() && !(it->is_object() && it->empty()))
-          return error_response(400, "model '" + name + "' comes from the model repository: its config.pbtxt is its configuration (load/unload take no parameters)",
+          return error_response(400,
+                                "model '" + name +
+                                    "' comes from the model repository: its config.pbtxt is its configuration "
+                                    "(load/unload take no parameters)",
                                 errc::invalid_argument);
       }
       auto r = load ? src->load(registry_, name) : src->unload(registry_, name);
@@ -262,17 +285,23 @@ class service_core final {
     nlohmann::json params = nlohmann::json::object();
     if (!body.empty()) {
       auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object()) return error_response(400, "repository request body is not a JSON object", errc::invalid_argument);
+      if (j.is_discarded() || !j.is_object())
+        return error_response(400, "repository request body is not a JSON object", errc::invalid_argument);
       if (auto it = j.find("parameters"); it != j.end()) {
-        if (!it->is_object()) return error_response(400, "repository request 'parameters' is not an object", errc::invalid_argument);
+        if (!it->is_object())
+          return error_response(400, "repository request 'parameters' is not an object", errc::invalid_argument);
         params = *it;
       }
     }
     std::string version;
     if (auto it = params.find("version"); it != params.end()) {
-      if (it->is_string()) version = it->get<std::string>();
-      else if (it->is_number_unsigned()) version = std::to_string(it->get<std::uint64_t>());
-      else return error_response(400, "repository parameter 'version' is not a string or an unsigned integer", errc::invalid_argument);
+      if (it->is_string())
+        version = it->get<std::string>();
+      else if (it->is_number_unsigned())
+        version = std::to_string(it->get<std::uint64_t>());
+      else
+        return error_response(400, "repository parameter 'version' is not a string or an unsigned integer",
+                              errc::invalid_argument);
     }
     if (!load) {
       auto r = registry_.unload(name, version);

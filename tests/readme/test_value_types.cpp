@@ -102,6 +102,8 @@ static_assert(!std::is_move_constructible_v<net::http::client>);  // "not movabl
 #endif
 #if defined(JITEMBED_HAS_SERVER)
 static_assert(movable_value<server::service>);
+static_assert(movable_value<server::model_instance>);
+static_assert(!std::is_constructible_v<server::service, server::server_config>);  // service::create only
 #endif
 #if defined(JITEMBED_HAS_CLIENT)
 static_assert(copyable_handle<client::jit_client>);

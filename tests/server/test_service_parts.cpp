@@ -95,6 +95,24 @@ TEST_CASE("registry + pipeline without HTTP: infer, unknown model, draining") {
   CHECK(st[0].success == 1);
   CHECK(st[0].admitted_rows == 0);
 
+  // a request the front end decoded itself (what a gRPC front end hands over): tensors view into `storage`
+  {
+    const auto e = bytes_request("text", {"x", "y", "z"});
+    auto storage = std::make_shared<const std::string>(e.body);
+    const auto hl = http::find_header(e.headers, "inference-header-content-length");
+    auto req = ks::decode_request(*storage, std::stoull(std::string(hl))).value();
+    std::promise<jitembed::result<sd::infer_output>> p;
+    auto fut = p.get_future();
+    pipeline.infer("text-embed", "1", std::move(req), storage,
+                   [&p](jitembed::result<sd::infer_output> r) { p.set_value(std::move(r)); });
+    REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    auto r = fut.get();
+    REQUIRE(r);
+    std::string b = r->header;
+    for (auto piece : r->binary) b.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+    CHECK(ks::decode_response(b, r->header_length).value().outputs.front().shape.front() == 3);
+  }
+
   CHECK(run("no-such-model").code() == errc::not_found);
   registry.begin_drain();
   const auto drained = run("text-embed");

@@ -71,58 +71,27 @@ class inference_pipeline {
   inference_pipeline(const inference_pipeline&) = delete;
   inference_pipeline& operator=(const inference_pipeline&) = delete;
 
-  // Runs one request. Errors: unavailable (draining, admission bound reached), not_found (model or
-  // version), the decoder's and the model's errors, timeout (the request's KServe "timeout" passed).
-  // Never blocks on model work.
+  // Runs one request from its bytes (KServe JSON + Triton's binary extension, as the HTTP routes get it).
+  // Errors: unavailable (draining, admission bound reached), not_found (model or version), the decoder's
+  // and the model's errors, timeout (the request's KServe "timeout" passed). Never blocks on model work.
   void infer(infer_input in, infer_completion done) {
-    const auto start = clock::now();
-    if (!registry_.ready()) return done(not_ready());
-    auto found = registry_.find(in.name, in.version, /*acquire=*/true);
-    if (!found) {
-      if (!registry_.ready()) return done(not_ready());
-      return done(as_error(net::kserve::model_not_found(in.name, in.version)));
-    }
-    auto inst = std::move(*found);
-    // Admission, before any work (decoding included): past max_inflight_rows the answer is 503 at once.
-    if (!inst->try_admit()) {
-      inst->counters().rejected_admission.fetch_add(1, std::memory_order_relaxed);
-      inst->counters().failure.fetch_add(1, std::memory_order_relaxed);
-      done(fail(errc::unavailable, "model '" + inst->name() + "' version " + inst->version() +
-                                       " is at max_inflight_rows " + std::to_string(inst->max_inflight_rows())));
-      return registry_.release(*inst);
-    }
-    auto call = std::make_shared<infer_call>();
-    call->inst = std::move(inst);
-    call->owner = this;
+    auto call = admit(in.name, in.version, done);
+    if (!call) return;
     call->input = std::move(in);  // the body lives in the call: decoded tensors view into it
-    call->done = std::move(done);
-    call->start = start;
-    call->admitted = 1;
-    auto rows = decode_rows(*call);
-    if (!rows) return finish_error(*call, rows.error());
-    const std::size_t n = rows->size();
-    call->inst->admit_more(n - 1);
-    call->admitted = n;
-    call->rows.resize(n);
-    call->remaining.store(n, std::memory_order_relaxed);
-    if (const auto timeout = net::kserve::timeout_us(call->req); timeout && *timeout > 0)
-      call->deadline =
-          start + std::chrono::microseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(*timeout, 1ull << 40)));
-    const bool is_sample = call->req.inputs.front().name == "sample";
-    for (std::size_t i = 0; i < n; ++i) {
-      pool_.submit([this, call, i, raw = (*rows)[i], is_sample] {
-        // A row whose deadline passed while it waited for a preprocessing thread is not decoded at all.
-        if (call->deadline && clock::now() >= *call->deadline)
-          return call->row_done(i, fail(errc::timeout, "timeout: deadline passed before preprocessing"));
-        auto item = preprocess(*call->inst, raw, is_sample);
-        if (!item) return call->row_done(i, std::move(item).error());
-        batching::submit_options<shape_bucket> opts;
-        opts.bucket = bucket_of(*item);
-        opts.deadline = call->deadline;
-        call->inst->batcher().submit(row_item{std::move(*item)}, std::move(opts),
-                                     [call, i](result<models::named_tensors> r) { call->row_done(i, std::move(r)); });
-      });
-    }
+    auto decoded = decode(*call);
+    if (!decoded) return finish_error(*call, decoded.error());
+    dispatch(std::move(call));
+  }
+
+  // Runs one request a front end decoded itself (a gRPC front end from its protobuf): `req`'s tensors view
+  // into bytes that `storage` keeps valid until `done` is called. Errors: as above.
+  void infer(std::string name, std::string version, net::kserve::infer_request req, jitembed::keep_alive storage,
+             infer_completion done) {
+    auto call = admit(name, version, done);
+    if (!call) return;
+    call->req = std::move(req);
+    call->storage = std::move(storage);
+    dispatch(std::move(call));
   }
 
   // What a request gets while the service drains.
@@ -137,8 +106,9 @@ class inference_pipeline {
   struct infer_call {
     std::shared_ptr<model_instance> inst;
     inference_pipeline* owner = nullptr;
-    infer_input input;
-    net::kserve::infer_request req;
+    infer_input input;               // the bytes of a request decoded here
+    jitembed::keep_alive storage;    // the bytes of a request decoded by the front end
+    net::kserve::infer_request req;  // views into `input.body` or `storage`
     infer_completion done;
     clock::time_point start;
     std::optional<clock::time_point> deadline;  // the request's KServe "timeout", counted from its arrival
@@ -171,11 +141,77 @@ class inference_pipeline {
     return std::optional<std::size_t>{v};
   }
 
-  // Checks the request's single BYTES input ("image" | "video" | "text" as the model's modality, or
-  // "sample") and returns its rows.
-  result<std::vector<std::string_view>> decode_rows(infer_call& c) {
+  // The call for a request to name / version, admitted (counted active and against max_inflight_rows);
+  // nullptr when `done` was already called (draining, unknown model, admission bound reached).
+  std::shared_ptr<infer_call> admit(std::string_view name, std::string_view version, infer_completion& done) {
+    const auto start = clock::now();
+    if (!registry_.ready()) {
+      done(not_ready());
+      return nullptr;
+    }
+    auto found = registry_.find(name, version, /*acquire=*/true);
+    if (!found) {
+      done(registry_.ready() ? as_error(net::kserve::model_not_found(name, version)) : not_ready());
+      return nullptr;
+    }
+    auto inst = std::move(*found);
+    // Admission, before any work (decoding included): past max_inflight_rows the answer is 503 at once.
+    if (!inst->try_admit()) {
+      inst->counters().rejected_admission.fetch_add(1, std::memory_order_relaxed);
+      inst->counters().failure.fetch_add(1, std::memory_order_relaxed);
+      done(fail(errc::unavailable, "model '" + inst->name() + "' version " + inst->version() +
+                                       " is at max_inflight_rows " + std::to_string(inst->max_inflight_rows())));
+      registry_.release(*inst);
+      return nullptr;
+    }
+    auto call = std::make_shared<infer_call>();
+    call->inst = std::move(inst);
+    call->owner = this;
+    call->done = std::move(done);
+    call->start = start;
+    call->admitted = 1;
+    return call;
+  }
+
+  // Checks the decoded request, then preprocesses its rows on the pool and submits them to the batcher.
+  void dispatch(std::shared_ptr<infer_call> call) {
+    auto rows = check_rows(*call);
+    if (!rows) return finish_error(*call, rows.error());
+    const std::size_t n = rows->size();
+    call->inst->admit_more(n - 1);
+    call->admitted = n;
+    call->rows.resize(n);
+    call->remaining.store(n, std::memory_order_relaxed);
+    if (const auto timeout = net::kserve::timeout_us(call->req); timeout && *timeout > 0)
+      call->deadline = call->start + std::chrono::microseconds(
+                                         static_cast<std::int64_t>(std::min<std::uint64_t>(*timeout, 1ull << 40)));
+    const bool is_sample = call->req.inputs.front().name == "sample";
+    for (std::size_t i = 0; i < n; ++i) {
+      pool_.submit([this, call, i, raw = (*rows)[i], is_sample] {
+        // A row whose deadline passed while it waited for a preprocessing thread is not decoded at all.
+        if (call->deadline && clock::now() >= *call->deadline)
+          return call->row_done(i, fail(errc::timeout, "timeout: deadline passed before preprocessing"));
+        auto item = preprocess(*call->inst, raw, is_sample);
+        if (!item) return call->row_done(i, std::move(item).error());
+        batching::submit_options<shape_bucket> opts;
+        opts.bucket = bucket_of(*item);
+        opts.deadline = call->deadline;
+        call->inst->batcher().submit(row_item{std::move(*item)}, std::move(opts),
+                                     [call, i](result<models::named_tensors> r) { call->row_done(i, std::move(r)); });
+      });
+    }
+  }
+
+  // The request's bytes into c.req.
+  result<void> decode(infer_call& c) const {
     JITEMBED_ASSIGN_OR_RETURN(const auto header_length, parse_header_length(c.input.header_length));
     JITEMBED_ASSIGN_OR_RETURN(c.req, net::kserve::decode_request(c.input.body, header_length, config_.protocol));
+    return {};
+  }
+
+  // Checks the request's single BYTES input ("image" | "video" | "text" as the model's modality, or
+  // "sample") and returns its rows.
+  result<std::vector<std::string_view>> check_rows(infer_call& c) {
     const auto& m = c.inst->model();
     const std::string_view expected = input_name(m.input_modality());
     if (c.req.inputs.size() != 1)

@@ -52,7 +52,7 @@ declare -A component_debs=(
   [models]=""
   [models_image]=""
   [models_video]=""
-  [torch]="libsentencepiece-dev"
+  [torch]=""
   [server]=""
   [repository]="libprotobuf-dev libprotoc-dev"
   [client]=""
@@ -90,7 +90,7 @@ declare -A component_requires=(
 # msgpack-c is bench_format's baseline)
 declare -A development_debs=(
   [tools]="libcli11-dev nlohmann-json3-dev"
-  [tests]="doctest-dev clang-14"
+  [tests]="doctest-dev clang-14 libsentencepiece-dev"
   [benchmarks]="libbenchmark-dev libmsgpack-dev libprotobuf-dev protobuf-compiler"
 )
 build_debs="build-essential cmake pkg-config ninja-build ccache"

@@ -267,7 +267,8 @@ struct preprocess_spec {
     };
     const auto refuse_others = [&](std::string_view prefix_a, std::string_view prefix_b, const char* why) -> result<void> {
       for (const auto& [k, v] : params)
-        if (k != "modality" && (k.starts_with(prefix_a) || k.starts_with(prefix_b) || k == "sentencepiece_model"))
+        if (k != "modality" && (k.starts_with(prefix_a) || k.starts_with(prefix_b) ||
+                                (k == "sentencepiece_model" && s.input_modality != modality::text)))
           return fail(errc::invalid_argument, file + ": parameters '" + k + "' " + why);
       return {};
     };

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "jitembed/codec/video_encode.hpp"
 #include "jitembed/models/preprocess.hpp"
 #include "jitembed/models/tokenizer.hpp"
 
@@ -178,4 +179,42 @@ TEST_CASE("preprocess: bad parameters and SentencePiece files fail with their er
   REQUIRE(!corrupt);
   CHECK(corrupt.error().code == errc::decode_failed);
   CHECK(corrupt.error().message.find("odd_300x200.jpg") != std::string::npos);
+}
+
+TEST_CASE("preprocess: video -> [3, T, H, W], frames 0, s, 2s, ... each preprocessed as an image") {
+  // 6 frames of 64x48, frame t a gradient offset by 30 t (lossy H.264 at crf 0 keeps them distinct)
+  tensor clip = tensor::empty(shape{6, 48, 64, 3}, dtype::u8);
+  auto* px = clip.data<std::uint8_t>();
+  for (int t = 0; t < 6; ++t)
+    for (int y = 0; y < 48; ++y)
+      for (int x = 0; x < 64; ++x)
+        for (int c = 0; c < 3; ++c) px[((t * 48 + y) * 64 + x) * 3 + c] = static_cast<std::uint8_t>(30 * t + x + c * 10);
+  codec::video_encode_options eo;
+  eo.crf = 0;
+  auto mp4 = codec::encode_video(clip.view(), eo);
+  REQUIRE_MESSAGE(mp4, why(mp4.error()));
+  auto spec = preprocess_spec::parse({{"modality", "video"}, {"video_frames", "4"}, {"video_frame_stride", "2"},
+                                      {"image_resize", "shorter_side_crop"}, {"image_normalize", "signed"}},
+                                     dtype::f32, {3, 4, 32, 32}, ".", "v/config.pbtxt");
+  REQUIRE_MESSAGE(spec, why(spec.error()));
+  CHECK(spec->key().find("video_frame_stride=2;") != std::string::npos);
+  auto out = preprocess_video(bytes_view(mp4->data(), mp4->size()), spec->video, spec->image, {});
+  REQUIRE_MESSAGE(out, why(out.error()));
+  REQUIRE(out->shape() == shape{3, 4, 32, 32});
+  codec::video_decode_options all;
+  all.num_frames = 0;
+  auto frames = codec::decode_video(bytes_view(mp4->data(), mp4->size()), all, {});
+  REQUIRE_MESSAGE(frames, why(frames.error()));
+  REQUIRE(frames->shape()[0] == 6);
+  const std::int64_t want_index[] = {0, 2, 4, 5};  // 6 is past the end: the last frame
+  const std::size_t plane = 32 * 32, frame_px = 48 * 64 * 3;
+  for (std::size_t t = 0; t < 4; ++t) {
+    const tensor one = tensor::copy_of(bytes_view(reinterpret_cast<const std::byte*>(frames->data<std::uint8_t>() + want_index[t] * frame_px), frame_px),
+                                       dtype::u8, shape{48, 64, 3});
+    auto img = transform_image(one.view(), spec->image);
+    REQUIRE(img);
+    for (std::size_t c = 0; c < 3; ++c)
+      CHECK_MESSAGE(std::memcmp(out->data<float>() + (c * 4 + t) * plane, img->data<float>() + c * plane, plane * sizeof(float)) == 0,
+                    "frame " << t << " channel " << c);
+  }
 }

@@ -35,10 +35,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// served_output vs run(): TorchScript runs eager's ATen ops; AOTInductor its own fused kernels (measured below).
+// served_output vs run(), batches of 1, 7 and 32: TorchScript runs eager's ATen ops (measured max abs 1.4e-7);
+// AOTInductor its own fused kernels (measured 5.1e-7, asserted at 1e-6).
 constexpr float kScriptTolerance = 1e-5f;
-constexpr float kAotiTolerance = 1e-4f;
-// served_input vs preprocess (images): exact-size JPEGs, so ToTensor + Normalize(0.5, 0.5) only.
+constexpr float kAotiTolerance = 1e-6f;
+// served_input vs preprocess (images): exact-size JPEGs, so ToTensor + Normalize(0.5, 0.5) only (measured 0).
 constexpr float kInputTolerance = 1e-6f;
 
 std::string slurp(const fs::path& p) {
@@ -198,7 +199,8 @@ TEST_CASE("served: bad repository content fails that model only, with its errc a
   };
   fs::remove(d.path / "t5_encoder" / "spiece.model");
   std::ofstream(d.path / "t5_corrupt" / "spiece.model", std::ios::binary | std::ios::trunc) << "not a sentencepiece model";
-  std::ofstream(d.path / "t5_corrupt" / "config.pbtxt", std::ios::trunc) << rename("t5_corrupt");
+  const std::string t5_cfg = rename("t5_corrupt");  // read before the ofstream truncates it
+  std::ofstream(d.path / "t5_corrupt" / "config.pbtxt", std::ios::trunc) << t5_cfg;
   {
     std::string cfg = rename("vae_bad_resize");
     const auto p = cfg.find("\"stretch\"");
@@ -209,7 +211,8 @@ TEST_CASE("served: bad repository content fails that model only, with its errc a
   {
     const std::string pt2 = slurp(src / "vae_encoder_aoti" / "1" / "model.pt2");
     std::ofstream(d.path / "vae_truncated" / "1" / "model.pt2", std::ios::binary | std::ios::trunc) << pt2.substr(0, pt2.size() / 2);
-    std::ofstream(d.path / "vae_truncated" / "config.pbtxt", std::ios::trunc) << rename("vae_truncated");
+    const std::string cfg = rename("vae_truncated");
+    std::ofstream(d.path / "vae_truncated" / "config.pbtxt", std::ios::trunc) << cfg;
   }
   auto repo = server::model_repository::open(d.path, torch_options());
   REQUIRE(repo);

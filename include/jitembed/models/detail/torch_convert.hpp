@@ -147,7 +147,7 @@ inline result<std::vector<tensor>> split_output(std::string_view model, torch::T
                                     std::to_string(n));
   if (!shape_matches(meta.shape, {got.data() + 1, got.size() - 1}))
     return fail(errc::internal, where + " has item shape " + shape_string({got.data() + 1, got.size() - 1}) +
-                                    " (batch " + shape_string({got.data(), got.size()}) + "), declared " + shape_string(meta.shape));
+                                    ", declared " + shape_string(meta.shape) + " (batch " + shape_string({got.data(), got.size()}) + ")");
   if (y.scalar_type() != to_torch_dtype(meta.type)) {
     // Between floating types (f64/f32/f16/bf16) the declared dtype is a cast; any other disagreement (an
     // integer or bool output declared floating, or the reverse) means the module and its config disagree.

@@ -1,8 +1,8 @@
 // The model repository's torch backends: TorchScript (platform "pytorch_libtorch" / backend "pytorch",
 // <version>/model.pt) and AOTInductor (platform "torch_aoti", <version>/model.pt2), models::backend_factory
 // values that open the file with torch_model::open and preprocess as the config's parameters say
-// (models/preprocess.hpp, models/tokenizer.hpp). Register both with add_torch_backends(backends) or
-// repository_backends::add("pytorch_libtorch", models::torch_script_backend()) and
+// (models/preprocess.hpp; text models need models/tokenizer.hpp, compiled in with JITEMBED_WITH_SENTENCEPIECE=1).
+// Register both: repository_backends::add("pytorch_libtorch", models::torch_script_backend()) and
 // add("torch_aoti", models::torch_aoti_backend()). Component jitembed::torch.
 #pragma once
 

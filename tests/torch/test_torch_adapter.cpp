@@ -447,7 +447,7 @@ TEST_CASE("torch_model: bad batches and bad options are error results, never exc
     auto r = w->run(std::vector<tensor>{random_image(8, 8, 1)});
     REQUIRE_FALSE(r);
     CHECK(r.code() == errc::internal);
-    CHECK(r.error().message == "tiny-encoder: output 'embed' has item shape [6], declared [7]");
+    CHECK(r.error().message == "tiny-encoder: output 'embed' has item shape [6], declared [7] (batch [1,6])");
     o.outputs.pop_back();
     auto one = torch_model::create(net, o);
     REQUIRE(one);

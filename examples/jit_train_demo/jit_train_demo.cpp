@@ -416,6 +416,14 @@ int run(cli_options& o) {
   const auto per_rank_batch = static_cast<std::size_t>(o.batch / o.tp);
   if (o.mode == "jit") {
     client::client_options co;
+    for (const auto& f : o.identities) {
+      auto id = client::parse_identity_flag(f);
+      if (!id) {
+        std::fprintf(stderr, "error: %s\n", id.error().message.c_str());
+        return 2;
+      }
+      co.identities[id->first] = std::move(id->second);
+    }
     if (!o.endpoints_file.empty()) {
       co.endpoints.file = o.endpoints_file;
       rec.endpoints = "the servers listed in " + o.endpoints_file;
@@ -432,14 +440,6 @@ int run(cli_options& o) {
       } else {
         rec.endpoints = o.endpoints;
       }
-    }
-    for (const auto& f : o.identities) {
-      auto id = client::parse_identity_flag(f);
-      if (!id) {
-        std::fprintf(stderr, "error: %s\n", id.error().message.c_str());
-        return 2;
-      }
-      co.identities[id->first] = std::move(id->second);
     }
     cl = client::jit_client::create(std::move(co)).value();
     cache_log.emplace(make_cache(o).value());

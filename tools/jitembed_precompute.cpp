@@ -367,6 +367,11 @@ int main(int argc, char** argv) {
   std::size_t rows_per_request = 32;
   app.add_option("--endpoints", endpoints, "embed through these jitembed/Triton servers (comma-separated http://host:port)");
   app.add_option("--endpoints-file", endpoints_file, "embed through the servers listed in this file (re-read when it changes)");
+  std::vector<std::string> identity_flags;
+  app.add_option("--identity", identity_flags,
+                 "MODEL[:INPUT]=FINGERPRINT,PREPROCESS_KEY: the cache-key identity of a model whose server publishes none "
+                 "(a Triton model without the config parameters fingerprint / preprocess_key); INPUT (image, video or text) "
+                 "says which fields it embeds; repeatable");
   app.add_option("--rows-per-request", rows_per_request, "rows per request through the service")->check(CLI::Range(1, 4096));
   CLI11_PARSE(app, argc, argv);
   if (data.empty()) return app.exit(CLI::RequiredError("DATA"));
@@ -384,6 +389,14 @@ int main(int argc, char** argv) {
     if (!endpoints.empty()) co.endpoints.list = split_list(endpoints);
     co.endpoints.file = endpoints_file;
     co.request_timeout = std::chrono::minutes(2);
+    for (const auto& f : identity_flags) {
+      auto id = client::parse_identity_flag(f);
+      if (!id) {
+        std::fprintf(stderr, "error: %s: %s\n", std::string(to_string(id.code())).c_str(), id.error().message.c_str());
+        return 2;
+      }
+      co.identities[id->first] = std::move(id->second);
+    }
     auto c = client::jit_client::create(std::move(co));
     if (!c) {
       std::fprintf(stderr, "error: %s: %s\n", std::string(to_string(c.code())).c_str(), c.error().message.c_str());
@@ -405,6 +418,11 @@ int main(int argc, char** argv) {
                        : id->input == "video" ? std::optional(models::modality::video)
                        : id->input == "text"  ? std::optional(models::modality::text)
                                               : std::nullopt;
+      if (!mod && id->input.empty()) {
+        std::fprintf(stderr, "error: invalid_argument: model '%s': say which input it takes: --identity %s:image=... (or :video, :text)\n",
+                     name.c_str(), name.c_str());
+        return 2;
+      }
       if (!mod) {
         std::fprintf(stderr, "error: invalid_argument: model '%s' takes input '%s', not image/video/text\n", name.c_str(),
                      id->input.c_str());

@@ -77,6 +77,7 @@ struct cli_options {
   denoiser_config model;
   model_settings embed;
   std::string endpoints, endpoints_file, server_bin = JIT_TRAIN_DEMO_SERVER_BIN;
+  std::vector<std::string> identities;  // --identity MODEL[:INPUT]=FINGERPRINT,PREPROCESS_KEY (Triton models)
   int servers = 1, server_instances = 2;
   std::size_t samples_per_request = 8, requests_in_flight = 8, workers = 2;
   std::size_t cache_mb = 256;
@@ -415,6 +416,14 @@ int run(cli_options& o) {
   const auto per_rank_batch = static_cast<std::size_t>(o.batch / o.tp);
   if (o.mode == "jit") {
     client::client_options co;
+    for (const auto& f : o.identities) {
+      auto id = client::parse_identity_flag(f);
+      if (!id) {
+        std::fprintf(stderr, "error: %s\n", id.error().message.c_str());
+        return 2;
+      }
+      co.identities[id->first] = std::move(id->second);
+    }
     if (!o.endpoints_file.empty()) {
       co.endpoints.file = o.endpoints_file;
       rec.endpoints = "the servers listed in " + o.endpoints_file;
@@ -543,6 +552,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 10000000));
   app.add_option("--endpoints", o.endpoints, "comma-separated server URLs (http://host:port); default: start a local jitembed-server");
   app.add_option("--endpoints-file", o.endpoints_file, "file with one server URL per line (re-read when it changes)");
+  app.add_option("--identity", o.identities,
+                 "MODEL[:INPUT]=FINGERPRINT,PREPROCESS_KEY: the cache-key identity of a model whose server publishes none "
+                 "(a Triton model without the config parameters fingerprint / preprocess_key); repeatable");
   app.add_option("--server-bin", o.server_bin, "jitembed-server to start")->capture_default_str();
   app.add_option("--servers", o.servers, "local servers to start")->check(CLI::Range(1, 16));
   app.add_option("--server-instances", o.server_instances, "runner threads per model in each local server")->check(CLI::Range(1, 64));

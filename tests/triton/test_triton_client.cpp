@@ -225,3 +225,42 @@ TEST_CASE("triton: identity() needs client_options.identities for a Triton model
   CHECK(id->fingerprint == "triton-jit_embed-v1");
   CHECK(id->preprocess_key == "raw-bytes");
 }
+
+TEST_CASE("triton: identity() reads parameters.fingerprint / preprocess_key from the model config") {
+  REQUIRE(!triton_url().empty());
+  auto c = jit_client::create(options(true));
+  REQUIRE(c.has_value());
+  auto id = c->identity("jit_text_identity");  // Triton's metadata has no parameters; its /config has them
+  REQUIRE_MESSAGE(id.has_value(), (id ? std::string() : id.error().message));
+  CHECK(id->fingerprint == "triton-jit_text-v1");
+  CHECK(id->preprocess_key == "utf8;max_bytes=4096;");
+  CHECK(id->input == "text");
+  // Without the parameters: not_found, and the message names both ways to supply them.
+  auto none = c->identity("jit_text");
+  REQUIRE_FALSE(none.has_value());
+  CHECK(none.code() == errc::not_found);
+  CHECK(none.error().message.find("publishes no parameters.fingerprint / preprocess_key") != std::string::npos);
+  CHECK(none.error().message.find("--identity jit_text[:INPUT]=FINGERPRINT,PREPROCESS_KEY") != std::string::npos);
+  // An unknown model is Triton's 404 on the metadata, not the missing-identity message.
+  auto unknown = c->identity("no_such_model");
+  REQUIRE_FALSE(unknown.has_value());
+  CHECK(unknown.code() == errc::not_found);
+  CHECK(unknown.error().message.find("publishes no") == std::string::npos);
+}
+
+TEST_CASE("triton: parse_identity_flag, the programs' --identity") {
+  auto a = client::parse_identity_flag("jit_text:text=fp-1,mean=0.5,0.5;size=256;");
+  REQUIRE(a.has_value());
+  CHECK(a->first == "jit_text");
+  CHECK(a->second.fingerprint == "fp-1");
+  CHECK(a->second.preprocess_key == "mean=0.5,0.5;size=256;");  // the key is the rest: ',' '=' ';' kept
+  CHECK(a->second.input == "text");
+  auto b = client::parse_identity_flag("m=f,k");
+  REQUIRE(b.has_value());
+  CHECK(b->first == "m");
+  CHECK(b->second.input.empty());
+  for (const char* bad : {"m", "=f,k", "m=f", "m=,k", "m=f,", "m:=f,k"}) {
+    auto r = client::parse_identity_flag(bad);
+    CHECK_MESSAGE(r.code() == errc::invalid_argument, bad);
+  }
+}

@@ -7,8 +7,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "jitembed/core/error.hpp"
 #include "jitembed/models/any_model.hpp"
 
 namespace jitembed::client {
@@ -30,6 +33,32 @@ struct model_identity {
   std::string preprocess_key;
   std::string input;  // the model's input name from its metadata ("image", "video", "text"; "INPUT0" on Triton), if known
 };
+
+// The programs' --identity flag: "MODEL[:INPUT]=FINGERPRINT,PREPROCESS_KEY" -> {MODEL, identity}, for a
+// model whose server publishes no identity (a Triton model without the config parameters "fingerprint" and
+// "preprocess_key"). The key is everything after the first comma (keys hold ',', '=' and ';'); INPUT is the
+// model's input name (image / video / text for the programs). invalid_argument naming the flag otherwise.
+inline result<std::pair<std::string, model_identity>> parse_identity_flag(std::string_view flag) {
+  const auto bad = [&](const char* why) {
+    return fail(errc::invalid_argument, "--identity '" + std::string(flag) + "': " + why +
+                                            " (expected MODEL[:INPUT]=FINGERPRINT,PREPROCESS_KEY)");
+  };
+  const auto eq = flag.find('=');
+  if (eq == std::string_view::npos) return bad("no '='");
+  std::string_view name = flag.substr(0, eq), input;
+  if (const auto colon = name.find(':'); colon != std::string_view::npos) {
+    input = name.substr(colon + 1);
+    name = name.substr(0, colon);
+    if (input.empty()) return bad("an empty INPUT after ':'");
+  }
+  if (name.empty()) return bad("an empty MODEL");
+  const std::string_view rest = flag.substr(eq + 1);
+  const auto comma = rest.find(',');
+  if (comma == std::string_view::npos) return bad("no ',' between the fingerprint and the preprocess key");
+  if (comma == 0 || comma + 1 == rest.size()) return bad("an empty fingerprint or preprocess key");
+  model_identity id{std::string(rest.substr(0, comma)), std::string(rest.substr(comma + 1)), std::string(input)};
+  return std::pair<std::string, model_identity>(std::string(name), std::move(id));
+}
 
 struct retry_options {
   int max_attempts = 5;                          // per request, counting the first; hedges not counted

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "jitembed/client/detail/client_common.hpp"
+#include "jitembed/client/detail/client_identity.hpp"
 #include "jitembed/client/detail/client_local.hpp"
 #include "jitembed/client/detail/client_remote.hpp"
 #include "jitembed/net/http/client.hpp"
@@ -160,39 +161,15 @@ class client_state {
     }
     error_info last = fail(errc::unavailable, "client: no endpoint to ask for model '" + model + "' metadata");
     for (const auto& a : eps) {
-      net::http::client_options ho;
-      ho.connect_timeout = opts_.connect_timeout;
-      ho.io_timeout = std::chrono::milliseconds(std::min<std::int64_t>(opts_.request_timeout.count(), 10000));
-      net::http::client hc(a.host, a.port, ho);
-      net::http::header_list h;
-      if (!opts_.auth_token.empty()) h.emplace_back("Authorization", "Bearer " + opts_.auth_token);
-      auto r = hc.get("/v2/models/" + model, h);
-      if (!r) {
-        last = r.error();
+      auto id = fetch_identity(a, model, opts_);
+      if (!id) {
+        last = id.error();
         continue;
       }
-      if (r->status != 200) {
-        last = http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);
-        continue;
-      }
-      auto j = nlohmann::json::parse(r->body, nullptr, false);
-      const nlohmann::json* p = nullptr;
-      if (!j.is_discarded() && j.is_object()) {
-        if (auto it = j.find("parameters"); it != j.end() && it->is_object()) p = &*it;
-      }
-      if (!p || !p->contains("fingerprint") || !(*p)["fingerprint"].is_string() || !p->contains("preprocess_key") ||
-          !(*p)["preprocess_key"].is_string()) {
-        return fail(errc::not_found, "model '" + model + "' on " + a.url +
-                                         " publishes no parameters.fingerprint / preprocess_key: supply client_options.identities");
-      }
-      model_identity id{(*p)["fingerprint"].get<std::string>(), (*p)["preprocess_key"].get<std::string>(), {}};
-      if (auto in = j.find("inputs"); in != j.end() && in->is_array() && !in->empty() && (*in)[0].is_object() &&
-                                      (*in)[0].contains("name") && (*in)[0]["name"].is_string()) {
-        id.input = (*in)[0]["name"].get<std::string>();
-      }
+      if (!*id) return no_identity_error(model, a.url);  // the endpoint answered: it publishes no identity
       std::lock_guard lk(mu_);
-      identities_[model] = id;
-      return id;
+      identities_[model] = **id;
+      return **id;
     }
     return last;
   }

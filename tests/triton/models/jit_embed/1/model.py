@@ -12,7 +12,8 @@
 # M and K come from the model's config.pbtxt parameters "modulus" and "scale_log2"; the output dtype from
 # its EMBEDDING output. Every value is exactly representable, so a C++ test can recompute it bit for bit
 # (e.g. uint64 s = sum b[i] * ((i + 1 + j) % M) % M, then float(s) / float(1 << K)).
-# An empty row gives zeros. This file is shared by both models (jit_embed_fp16/1/model.py is a symlink).
+# An empty row gives zeros. The input is the config's first input (INPUT0, or "text" for the identity
+# models). This file is shared by every model here (the others' model.py are symlinks).
 import json
 
 import numpy as np
@@ -38,11 +39,12 @@ class TritonPythonModel:
         self.scale_log2 = int(params.get("scale_log2", "8"))
         out_cfg = pb_utils.get_output_config_by_name(config, "EMBEDDING")
         self.dtype = pb_utils.triton_string_to_numpy(out_cfg["data_type"])
+        self.input_name = config["input"][0]["name"]  # INPUT0; "text" for the identity models
 
     def execute(self, requests):
         responses = []
         for request in requests:
-            rows = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()  # object array, (N, 1)
+            rows = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()  # object array, (N, 1)
             rows = rows.reshape(rows.shape[0], -1)
             out = np.empty((rows.shape[0], EMBED_DIM), dtype=self.dtype)
             for r in range(rows.shape[0]):

@@ -1,0 +1,78 @@
+// A remote model's cache-key identity (client_options::identities documents it), read from one endpoint:
+// GET /v2/models/<m> (jitembed-server publishes parameters.fingerprint / preprocess_key as strings there);
+// when the metadata has none, GET /v2/models/<m>/config, whose `parameters` Triton publishes in its JSON
+// form, {"fingerprint": {"string_value": ".."}, "preprocess_key": {"string_value": ".."}}, so a Triton
+// model whose config.pbtxt carries both parameters needs no client_options.identities.
+#pragma once
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "jitembed/client/detail/client_policy.hpp"
+#include "jitembed/client/endpoints.hpp"
+#include "jitembed/client/options.hpp"
+#include "jitembed/net/http/client.hpp"
+
+namespace jitembed::client::detail {
+
+// parameters.<key> as a string: a plain string (jitembed metadata) or {"string_value": ".."} (model config).
+inline std::optional<std::string> identity_parameter(const nlohmann::json& doc, const char* key) {
+  if (!doc.is_object()) return std::nullopt;
+  const auto p = doc.find("parameters");
+  if (p == doc.end() || !p->is_object()) return std::nullopt;
+  const auto v = p->find(key);
+  if (v == p->end()) return std::nullopt;
+  if (v->is_string()) return v->get<std::string>();
+  if (v->is_object()) {
+    const auto s = v->find("string_value");
+    if (s != v->end() && s->is_string()) return s->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+// What the client says when an endpoint serves `model` but publishes no identity for it.
+inline error_info no_identity_error(const std::string& model, const std::string& url) {
+  return fail(errc::not_found, "model '" + model + "' on " + url +
+                                   " publishes no parameters.fingerprint / preprocess_key: supply client_options.identities"
+                                   " (the programs: --identity " + model + "[:INPUT]=FINGERPRINT,PREPROCESS_KEY), or add both"
+                                   " parameters to its config.pbtxt");
+}
+
+// The identity of `model` on the endpoint `a`: an error when it cannot be asked (transport, HTTP status: the
+// caller tries the next endpoint), nullopt when the endpoint answers but publishes no identity.
+inline result<std::optional<model_identity>> fetch_identity(const endpoint_address& a, const std::string& model, const client_options& opts) {
+  net::http::client_options ho;
+  ho.connect_timeout = opts.connect_timeout;
+  ho.io_timeout = std::chrono::milliseconds(std::min<std::int64_t>(opts.request_timeout.count(), 10000));
+  net::http::client hc(a.host, a.port, ho);
+  net::http::header_list h;
+  if (!opts.auth_token.empty()) h.emplace_back("Authorization", "Bearer " + opts.auth_token);
+  auto r = hc.get("/v2/models/" + model, h);
+  if (!r) return r.error();
+  if (r->status != 200) return http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);
+  const auto meta = nlohmann::json::parse(r->body, nullptr, false);
+  auto fp = identity_parameter(meta, "fingerprint");
+  auto key = identity_parameter(meta, "preprocess_key");
+  if (!fp || !key) {  // Triton: the model config's parameters
+    auto rc = hc.get("/v2/models/" + model + "/config", h);
+    if (rc && rc->status == 200) {
+      const auto cfg = nlohmann::json::parse(rc->body, nullptr, false);
+      fp = identity_parameter(cfg, "fingerprint");
+      key = identity_parameter(cfg, "preprocess_key");
+    }
+  }
+  if (!fp || !key) return std::optional<model_identity>{};
+  model_identity id{std::move(*fp), std::move(*key), {}};
+  if (meta.is_object()) {
+    if (auto in = meta.find("inputs"); in != meta.end() && in->is_array() && !in->empty() && (*in)[0].is_object() &&
+                                       (*in)[0].contains("name") && (*in)[0]["name"].is_string()) {
+      id.input = (*in)[0]["name"].get<std::string>();
+    }
+  }
+  return std::optional<model_identity>(std::move(id));
+}
+
+}  // namespace jitembed::client::detail

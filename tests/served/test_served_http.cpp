@@ -1,0 +1,182 @@
+// Real encoders end to end (label models): jitembed-server --model-repository <the exported repository> on
+// 127.0.0.1 (a child process, free port), every served_<i>.jpg of reference/served.json
+// sent through jit_client, compared with served_output (eager PyTorch on the same preprocessed input):
+// TorchScript within kScriptTolerance max abs, AOTInductor within kAotiTolerance; the rows of one request
+// agree with single-row requests, rows from concurrent requests (batched together by the server) too; two
+// servers given the same batch composition agree bitwise
+// (AOTInductor; TorchScript within the tolerance, see below). The measured max abs differences are printed.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jitembed/client/jit_client.hpp"
+#include "batching/eventually.hpp"
+#include "loader/server_process.hpp"
+
+namespace {
+
+using namespace jitembed;
+namespace fs = std::filesystem;
+using client::embed_request;
+using client::jit_client;
+
+constexpr float kScriptTolerance = 1e-5f;
+constexpr float kAotiTolerance = 1e-3f;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  REQUIRE_MESSAGE(f.good(), "cannot read " << p.string());
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+struct served_case {
+  std::string model;
+  std::vector<std::string> rows;  // JPEG bytes or UTF-8 captions, as a user sends them
+  std::vector<float> want;        // served_output, rows x per_row
+  std::size_t per_row = 0;
+};
+
+served_case load_case(const std::string& model) {
+  const fs::path dir = fs::path(JITEMBED_MODEL_REPOSITORY) / model / "reference";
+  const auto j = nlohmann::json::parse(slurp(dir / "served.json"));
+  served_case c;
+  c.model = model;
+  if (j.contains("jpegs"))
+    for (const auto& f : j["jpegs"]) c.rows.push_back(slurp(dir / f.get<std::string>()));
+  if (j.contains("texts"))
+    for (const auto& t : j["texts"]) c.rows.push_back(t.get<std::string>());
+  const auto out = slurp(dir / j["output"]["file"].get<std::string>());
+  c.want.resize(out.size() / 4);
+  std::memcpy(c.want.data(), out.data(), c.want.size() * 4);
+  REQUIRE(!c.rows.empty());
+  c.per_row = c.want.size() / c.rows.size();
+  REQUIRE(c.per_row * c.rows.size() == c.want.size());
+  return c;
+}
+
+client::client_options options(const std::vector<std::string>& urls) {
+  client::client_options o;
+  o.endpoints.list = urls;
+  o.hedge.enabled = false;  // one attempt per request: batch compositions are what the test sets up
+  o.request_timeout = std::chrono::seconds(120);
+  return o;
+}
+
+// The rows [first, first + n) of `c` in one request: n x per_row floats.
+std::vector<float> embed(jit_client& cl, const served_case& c, const std::string& input, std::size_t first, std::size_t n) {
+  embed_request req;
+  req.model = c.model;
+  req.input = input;
+  for (std::size_t i = first; i < first + n; ++i)
+    req.rows.push_back(std::as_bytes(std::span<const char>(c.rows[i].data(), c.rows[i].size())));
+  auto r = cl.embed(std::move(req)).get();
+  REQUIRE_MESSAGE(r.has_value(), c.model << ": " << (r ? std::string() : r.error().message));
+  REQUIRE(r->row_errors.empty());
+  REQUIRE(r->outputs.size() == 1);
+  const tensor& t = r->outputs.front().second;
+  REQUIRE(t.dtype() == dtype::f32);
+  REQUIRE(t.is_contiguous());
+  REQUIRE(static_cast<std::size_t>(t.numel()) == n * c.per_row);
+  std::vector<float> v(n * c.per_row);
+  std::memcpy(v.data(), t.data(), v.size() * 4);
+  return v;
+}
+
+float max_abs(const float* a, const float* b, std::size_t n) {
+  float m = 0;
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// The model's input name once the server serves it (its repository loads before it listens: at once).
+std::string wait_ready(jit_client& cl, const std::string& model) {
+  std::string input, why;
+  const bool ok = test::eventually([&] {
+    auto id = cl.identity(model);
+    if (id) input = id->input;
+    else why = id.error().message;
+    return id.has_value();
+  }, std::chrono::seconds(120));
+  REQUIRE_MESSAGE(ok, model << " not served: " << why);
+  return input;
+}
+
+}  // namespace
+
+TEST_CASE("served: exported encoders through jitembed-server and jit_client equal eager PyTorch") {
+  const std::vector<std::string> args{"--host", "127.0.0.1", "--port", "0", "--model-repository", JITEMBED_MODEL_REPOSITORY};
+  loader_test::server_process a, b;
+  a.start(JITEMBED_SERVER_BIN, args, std::chrono::seconds(180));
+  b.start(JITEMBED_SERVER_BIN, args, std::chrono::seconds(180));
+  auto ca = jit_client::create(options({a.url()}));
+  auto cb = jit_client::create(options({b.url()}));
+  REQUIRE(ca.has_value());
+  REQUIRE(cb.has_value());
+  // The text encoders (t5_encoder, t5_encoder_aoti) are not here: jitembed-server is built without the
+  // SentencePiece tokenizer (Debian's libsentencepiece embeds protobuf 3.14, which cannot share a process with
+  // the repository's libprotobuf 3.21), so they fail to load; their captions run in process in
+  // tests/torch/models/test_served_repository.cpp.
+  for (const std::string model : {"vae_encoder", "vae_encoder_aoti"}) {
+    CAPTURE(model);
+    const bool aoti = model.ends_with("_aoti");
+    const float tol = aoti ? kAotiTolerance : kScriptTolerance;
+    const auto c = load_case(model);
+    const auto input = wait_ready(*ca, model);
+    wait_ready(*cb, model);
+    const std::size_t n = c.rows.size();
+    // All rows in one request, vs eager.
+    const auto all = embed(*ca, c, input, 0, n);
+    const float d_eager = max_abs(all.data(), c.want.data(), all.size());
+    // One row per request, sequentially (each its own batch), vs the batched rows.
+    float d_single = 0, d_single_eager = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto one = embed(*ca, c, input, i, 1);
+      d_single = std::max(d_single, max_abs(one.data(), all.data() + i * c.per_row, c.per_row));
+      d_single_eager = std::max(d_single_eager, max_abs(one.data(), c.want.data() + i * c.per_row, c.per_row));
+    }
+    // Rows from concurrent single-row requests, batched together by the server's dynamic batcher.
+    std::vector<std::future<std::vector<float>>> fs;
+    for (std::size_t i = 0; i < n; ++i)
+      fs.push_back(std::async(std::launch::async, [&, i] { return embed(*ca, c, input, i, 1); }));
+    float d_concurrent = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto one = fs[i].get();
+      d_concurrent = std::max(d_concurrent, max_abs(one.data(), all.data() + i * c.per_row, c.per_row));
+    }
+    // Two servers, the same batch composition: bitwise.
+    const auto all_b = embed(*cb, c, input, 0, n);
+    const bool bitwise = std::memcmp(all.data(), all_b.data(), all.size() * 4) == 0;
+    const auto again_a = embed(*ca, c, input, 0, n);
+    const auto again_b = embed(*cb, c, input, 0, n);
+    const bool bitwise_again = std::memcmp(again_a.data(), again_b.data(), all.size() * 4) == 0;
+    const float d_servers = max_abs(all.data(), all_b.data(), all.size());
+    const float d_repeat = max_abs(all.data(), again_a.data(), all.size());
+    MESSAGE(model << ": " << n << " rows; max abs vs eager " << d_eager << " (batched), " << d_single_eager
+                  << " (single rows); single vs batched " << d_single << "; concurrent vs batched " << d_concurrent
+                  << "; two servers: first call max abs " << d_servers << ", bitwise " << std::string(bitwise ? "yes" : "no")
+                  << ", after warm-up bitwise " << std::string(bitwise_again ? "yes" : "no") << "; repeat on one server max abs " << d_repeat);
+    CHECK(d_eager <= tol);
+    CHECK(d_single_eager <= tol);
+    CHECK(d_single <= tol);
+    CHECK(d_concurrent <= tol);
+    // Measured: AOTInductor bitwise across servers and repeats; TorchScript not (the same 8-row batch differs by
+    // ~1.4e-7 between two servers and between two calls on one server, even the first calls), so for it the
+    // servers agree within the tolerance and the bitwise result is reported, an open finding.
+    CHECK(d_servers <= tol);
+    CHECK(d_repeat <= tol);
+    if (aoti) {
+      CHECK(bitwise);
+      CHECK(bitwise_again);
+    }
+  }
+}

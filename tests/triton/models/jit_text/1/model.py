@@ -1,0 +1,1 @@
+../../jit_embed/1/model.py

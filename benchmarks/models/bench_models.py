@@ -251,11 +251,23 @@ class Servers:
                 if self.procs["c"].poll() is not None:
                     raise SystemExit(f"bench_models: tritonserver failed; see {self.work / 'tritonserver.log'}")
                 self.urls["c"] = (self.work / "triton.url").read_text().strip()
-            wait_for(lambda: self.procs[arm].poll() is not None or all(http_ok(f"{self.urls[arm]}/v2/models/{m}/ready") for m in models),
-                     300, f"arm {arm}")
+            wait_for(lambda: self.procs[arm].poll() is not None or (arm == "b" and self.failed_models(models)) or
+                     all(http_ok(f"{self.urls[arm]}/v2/models/{m}/ready") for m in models), 300, f"arm {arm}")
+            if arm == "b" and self.failed_models(models):
+                raise SystemExit(f"bench_models: jitembed-server: {self.failed_models(models)}")
             if self.procs[arm].poll() is not None:
                 raise SystemExit(f"bench_models: arm {arm} exited with {self.procs[arm].returncode} (logs in {self.work})")
             log(f"arm {arm} ready at {self.urls[arm]}")
+
+    def failed_models(self, models: list) -> str:
+        """jitembed-server's repository index: the reasons of the models that failed to load."""
+        try:
+            req = urllib.request.Request(f"{self.urls['b']}/v2/repository/index", data=b"{}", method="POST")
+            with urllib.request.urlopen(req, timeout=2) as r:
+                index = json.loads(r.read())
+        except Exception:
+            return ""
+        return "; ".join(e.get("reason", "") for e in index if e.get("name") in models and e.get("state") == "UNAVAILABLE")
 
     def start_ray(self) -> None:
         from jitembed.ray.local import local_cluster
@@ -356,9 +368,9 @@ def u8_config(name: str, size: int, out: list) -> str:
             'parameters { key: "batch_transform" value: { string_value: "nchw_signed" } }\n')
 
 
-def metadata_input(url: str, model: str) -> str:
+def metadata(url: str, model: str) -> dict:
     with urllib.request.urlopen(f"{url}/v2/models/{model}", timeout=10) as r:
-        return json.loads(r.read())["inputs"][0]["name"]
+        return json.loads(r.read())
 
 
 TARGETS = {"vae": [("b", "a", 0.9)], "light": [("b", "c", 1.3), ("b", "d", 3.0)]}
@@ -466,10 +478,15 @@ def main() -> int:
             flavour = "u8"
             servers = Servers(args, work, wls_all)
             servers.start(arms)
-        info["jitembed_config"] = "exported" if flavour == "auto" else flavour
+        if "b" in arms:
+            info["jitembed_config"] = "exported" if flavour == "auto" else flavour
         log(f"servers up after {time.monotonic() - t_start:.0f} s")
         for wname, wl in wls.items():
-            inputs = {"b": metadata_input(servers.urls["b"], wl["model"])} if "b" in arms else {}
+            inputs = {}
+            if "b" in arms:
+                meta = metadata(servers.urls["b"], wl["model"])
+                inputs["b"] = meta["inputs"][0]["name"]
+                info[f"{wname}_jitembed_preprocess_key"] = meta.get("parameters", {}).get("preprocess_key")
             eager = Eager(args, wname, wl) if ("a" in arms or "a_ts" in arms) else None
             if eager:
                 info[f"{wname}_eager_vs_torchscript_max_abs"] = eager.info["eager_vs_torchscript_max_abs"]

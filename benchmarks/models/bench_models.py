@@ -224,15 +224,11 @@ class Servers:
         self.env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
         self.urls = {}
 
-    def start(self, arms: list) -> None:
-        if "b" in arms:
-            port = free_port()
-            logf = open(self.work / "jitembed-server.log", "wb")
-            self.procs["b"] = subprocess.Popen(pinned(self.args.server_cores, [
-                self.args.server, "--model-repository", str(self.work / "repo"), "--host", "127.0.0.1", "--port", str(port),
-                "--io-threads", "1", "--preprocess-threads", "1"]), stdout=logf, stderr=subprocess.STDOUT, env=self.env)
-            self.urls["b"] = f"http://127.0.0.1:{port}"
-        if "c" in arms:
+    def start(self, arms: list, fallback=None) -> None:
+        """Starts the arms; when jitembed-server fails to load a model, calls fallback(reason) (which rewrites
+        the configs, or raises) and starts it once more."""
+        models = [w["model"] for w in self.wls.values()]
+        if "c" in arms:  # the slowest start (torch in every stub): first, in the background
             tr = write_triton_repo(self.work, self.wls, self.args.threads)
             url_file = self.work / "triton.url"
             url_file.unlink(missing_ok=True)
@@ -241,23 +237,52 @@ class Servers:
                 "--models", str(tr), "--url-file", str(url_file), "--log", str(self.work / "tritonserver.log"), "--start-timeout", "300",
                 "--server-arg=--backend-config=python,shm-default-byte-size=16777216"]),
                 stdout=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        if "b" in arms:
+            reason = self.start_b(models)
+            if reason:
+                if fallback is None:
+                    raise SystemExit(f"bench_models: jitembed-server: {reason}")
+                fallback(reason)
+                self.stop_one("b")
+                reason = self.start_b(models)
+                if reason:
+                    raise SystemExit(f"bench_models: jitembed-server: {reason}")
         if "d" in arms:
             self.start_ray()
-        for arm, models in (("b", [w["model"] for w in self.wls.values()]), ("c", [w["model"] for w in self.wls.values()])):
-            if arm not in self.procs:
-                continue
-            if arm == "c":
-                wait_for(lambda: (self.work / "triton.url").is_file() or self.procs["c"].poll() is not None, 300, "tritonserver")
-                if self.procs["c"].poll() is not None:
-                    raise SystemExit(f"bench_models: tritonserver failed; see {self.work / 'tritonserver.log'}")
-                self.urls["c"] = (self.work / "triton.url").read_text().strip()
-            wait_for(lambda: self.procs[arm].poll() is not None or (arm == "b" and self.failed_models(models)) or
-                     all(http_ok(f"{self.urls[arm]}/v2/models/{m}/ready") for m in models), 300, f"arm {arm}")
-            if arm == "b" and self.failed_models(models):
-                raise SystemExit(f"bench_models: jitembed-server: {self.failed_models(models)}")
-            if self.procs[arm].poll() is not None:
-                raise SystemExit(f"bench_models: arm {arm} exited with {self.procs[arm].returncode} (logs in {self.work})")
-            log(f"arm {arm} ready at {self.urls[arm]}")
+        if "c" in arms:
+            wait_for(lambda: (self.work / "triton.url").is_file() or self.procs["c"].poll() is not None, 300, "tritonserver")
+            if self.procs["c"].poll() is not None:
+                raise SystemExit(f"bench_models: tritonserver failed; see {self.work / 'tritonserver.log'}")
+            self.urls["c"] = (self.work / "triton.url").read_text().strip()
+            wait_for(lambda: all(http_ok(f"{self.urls['c']}/v2/models/{m}/ready") for m in models), 300, "Triton's models")
+            log(f"arm c ready at {self.urls['c']}")
+
+    def start_b(self, models: list) -> str:
+        """jitembed-server on the repository; '' when every model is ready, else why not."""
+        port = free_port()
+        with open(self.work / "jitembed-server.log", "ab") as logf:
+            self.procs["b"] = subprocess.Popen(pinned(self.args.server_cores, [
+                self.args.server, "--model-repository", str(self.work / "repo"), "--host", "127.0.0.1", "--port", str(port),
+                "--io-threads", "1", "--preprocess-threads", "1"]), stdout=logf, stderr=subprocess.STDOUT, env=self.env)
+        self.urls["b"] = f"http://127.0.0.1:{port}"
+        p = self.procs["b"]
+        wait_for(lambda: p.poll() is not None or self.failed_models(models) or
+                 all(http_ok(f"{self.urls['b']}/v2/models/{m}/ready") for m in models), 300, "jitembed-server")
+        if p.poll() is not None:
+            return f"exited with {p.returncode} (log {self.work / 'jitembed-server.log'})"
+        reason = self.failed_models(models)
+        if not reason:
+            log(f"arm b ready at {self.urls['b']}")
+        return reason
+
+    def stop_one(self, arm: str) -> None:
+        p = self.procs.pop(arm, None)
+        if p and p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
     def failed_models(self, models: list) -> str:
         """jitembed-server's repository index: the reasons of the models that failed to load."""
@@ -466,18 +491,17 @@ def main() -> int:
     results, info = [], {"server_cores": args.server_cores, "client_cores": args.client_cores, "torch_threads": args.threads,
                          "rounds": args.rounds, "seconds": args.seconds, "min_batches": args.min_batches}
     try:
-        try:
-            servers.start(arms)
-        except (TimeoutError, SystemExit) as e:
-            if "b" not in arms or flavour != "auto":
-                raise
-            log(f"jitembed-server did not serve the exported configs ({e}); falling back to the u8 + batch_transform configs")
-            servers.stop()
+        def fallback(reason: str) -> None:
+            nonlocal flavour
+            if flavour != "auto":
+                raise SystemExit(f"bench_models: jitembed-server: {reason}")
+            log(f"jitembed-server does not serve the exported configs ({reason}); "
+                "falling back to the u8 + batch_transform configs")
             for w in wls_all.values():
                 (work / "repo" / w["model"] / "config.pbtxt").write_text(u8_config(w["model"], w["size"], w["out"]))
             flavour = "u8"
-            servers = Servers(args, work, wls_all)
-            servers.start(arms)
+
+        servers.start(arms, fallback)
         if "b" in arms:
             info["jitembed_config"] = "exported" if flavour == "auto" else flavour
         log(f"servers up after {time.monotonic() - t_start:.0f} s")

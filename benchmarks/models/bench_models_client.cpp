@@ -58,18 +58,30 @@ int main(int argc, char** argv) {
   long timeout_ms = 120000;
   bool fixed_identity = false;
   int min_batches = 2;
-  bench::command_line cli{"bench_models_client: closed-loop JPEG requests through jit_client to one KServe v2 endpoint"};
+  bench::command_line cli{
+      "bench_models_client: closed-loop JPEG requests through jit_client to one KServe v2 endpoint"};
   cli.app.add_option("--endpoint", endpoint, "http://host:port")->required();
   cli.app.add_option("--model", model, "model name")->required();
   cli.app.add_option("--input", input, "input tensor name")->capture_default_str();
   cli.app.add_option("--image", image_files, "JPEG file (repeatable; sent in turn)")->required();
-  cli.app.add_option("--concurrency", concurrency, "requests in flight")->check(CLI::Range(1, 4096))->capture_default_str();
-  cli.app.add_option("--seconds", seconds, "measured seconds (at least)")->check(CLI::PositiveNumber)->capture_default_str();
-  cli.app.add_option("--warmup-s", warmup_s, "warm-up seconds (at least)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cli.app.add_option("--timeout-ms", timeout_ms, "request deadline")->check(CLI::Range(1L, 3600000L))->capture_default_str();
-  cli.app.add_option("--io-threads", io_threads, "jit_client I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
+  cli.app.add_option("--concurrency", concurrency, "requests in flight")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cli.app.add_option("--seconds", seconds, "measured seconds (at least)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cli.app.add_option("--warmup-s", warmup_s, "warm-up seconds (at least)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cli.app.add_option("--timeout-ms", timeout_ms, "request deadline")
+      ->check(CLI::Range(1L, 3600000L))
+      ->capture_default_str();
+  cli.app.add_option("--io-threads", io_threads, "jit_client I/O threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cli.app.add_option("--min-batches", min_batches, "warm-up and measure at least this many x C completions")
-      ->check(CLI::Range(1, 100))->capture_default_str();
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   cli.app.add_flag("--identity", fixed_identity, "supply a fixed model identity (Triton, Ray: no published one)");
   CLI11_PARSE(cli.app, argc, argv);
 
@@ -118,7 +130,8 @@ int main(int argc, char** argv) {
         if (failed++ == 0) first_error = !res ? res.error().message : res->row_errors.front().message;
       } else {
         if (out_shape.empty() && !res->outputs.empty()) {
-          for (auto d : res->outputs.front().second.shape()) out_shape += (out_shape.empty() ? "" : "x") + std::to_string(d);
+          for (auto d : res->outputs.front().second.shape())
+            out_shape += (out_shape.empty() ? "" : "x") + std::to_string(d);
         }
         if (started >= measure_from) measured.push_back({started, 1e3 * (done - started)});
       }
@@ -163,7 +176,8 @@ int main(int argc, char** argv) {
   }
   std::vector<double> lat;
   for (const auto& s : got) lat.push_back(s.latency_ms);
-  const double mean_ms = lat.empty() ? 0 : std::accumulate(lat.begin(), lat.end(), 0.0) / static_cast<double>(lat.size());
+  const double mean_ms =
+      lat.empty() ? 0 : std::accumulate(lat.begin(), lat.end(), 0.0) / static_cast<double>(lat.size());
   const nlohmann::json j = {{"endpoint", endpoint},
                             {"model", model},
                             {"concurrency", concurrency},

@@ -96,9 +96,6 @@ def prepare(work: Path, model_repo: Path) -> dict:
         d = repo / "vae_encoder_light"
         (d / "1").mkdir(parents=True)
         s = LIGHT["size"]
-        (d / "config.pbtxt").write_text(em.pbtxt("vae_encoder_light", "pytorch_libtorch", [("INPUT__0", "TYPE_FP32", [3, s, s])],
-                                                 [("OUTPUT__0", "TYPE_FP32", [4, s // 8, s // 8])],
-                                                 {"modality": "image", "image_resize": "shorter_side_crop", "image_normalize": "signed"}))
         torch.manual_seed(em.SEED)
         m = build_module(torch, "light")
         import warnings
@@ -117,6 +114,12 @@ def prepare(work: Path, model_repo: Path) -> dict:
             (work / "images" / "light" / f"img_{i:02d}.jpg").write_bytes(buf.getvalue())
         (work / ".stamp").write_text(stamp)
         log(f"exported vae_encoder_light and wrote the images into {work}")
+    # the configs every run starts from (a run's u8 fallback rewrites them): the export's, and light's alike
+    shutil.copy(src / "config.pbtxt", repo / "vae_encoder" / "config.pbtxt")
+    s = LIGHT["size"]
+    (repo / "vae_encoder_light" / "config.pbtxt").write_text(em.pbtxt(
+        "vae_encoder_light", "pytorch_libtorch", [("INPUT__0", "TYPE_FP32", [3, s, s])], [("OUTPUT__0", "TYPE_FP32", [4, s // 8, s // 8])],
+        {"modality": "image", "image_resize": "shorter_side_crop", "image_normalize": "signed"}))
     return {
         "vae": {"model": "vae_encoder", "file": repo / "vae_encoder/1/model.pt", "size": 256, "out": [4, 32, 32],
                 "images": sorted((work / "images" / "vae").glob("*.jpg"))},

@@ -121,20 +121,24 @@ if(JITEMBED_WITH_ZSTD)
     LINK jitembed::core jitembed::zstd jitembed::format)
   if(JITEMBED_WITH_JPEG)
     jitembed_component(models_image GLOBS models/image_latent.hpp LINK jitembed::models jitembed::jpeg)
+  endif()
+  if(JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
+    # models/preprocess.hpp: the real encoders' image / video preprocessing (torchvision's PIL pipeline).
+    jitembed_component(models_video
+      GLOBS models/video_latent.hpp models/reference.hpp models/preprocess.hpp models/detail/pil_resample.hpp
+      LINK jitembed::models_image jitembed::video)
     if(JITEMBED_WITH_TORCH)
-      # LibTorch adapters (TorchScript, AOTInductor packages, torch::nn modules as models). Heavy: not linked
-      # by the umbrella target. `torch` is TorchConfig.cmake's imported target (it brings torch_cpu, c10 and,
+      # LibTorch adapters (TorchScript, AOTInductor packages, torch::nn modules as models). models/tokenizer.hpp
+      # (libsentencepiece) is not linked here: Debian's libsentencepiece.so.0 exports the protobuf 3.14 it embeds
+      # and crashes any process that also loads libprotobuf.so.32 (the repository component) at start-up; a
+      # program links SentencePiece::SentencePiece itself and defines JITEMBED_WITH_SENTENCEPIECE=1. Heavy: not
+      # linked by the umbrella target. `torch` is TorchConfig.cmake's imported target (it brings torch_cpu, c10 and,
       # in a CUDA build of LibTorch, torch_cuda); TORCH_LIBRARIES would bake absolute paths into the export.
       jitembed_component(torch
         GLOBS models/torch*.hpp models/detail/torch*.hpp
-        LINK jitembed::models_image torch
+        LINK jitembed::models_video torch
         NOT_IN_UMBRELLA)
     endif()
-  endif()
-  if(JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
-    jitembed_component(models_video
-      GLOBS models/video_latent.hpp models/reference.hpp
-      LINK jitembed::models_image jitembed::video)
   endif()
 endif()
 

@@ -79,7 +79,7 @@ declare -A component_requires=(
   [models]="core zstd format"
   [models_image]="models jpeg"
   [models_video]="models_image video"
-  [torch]="models_image"
+  [torch]="models_video"
   [server]="kserve batching models_video format"
   [repository]="server"
   [client]="http kserve models cache format"
@@ -92,7 +92,7 @@ declare -A component_requires=(
 # msgpack-c is bench_format's baseline)
 declare -A development_debs=(
   [tools]="libcli11-dev nlohmann-json3-dev"
-  [tests]="doctest-dev clang-14"
+  [tests]="doctest-dev clang-14 libsentencepiece-dev"
   [benchmarks]="libbenchmark-dev libmsgpack-dev libprotobuf-dev protobuf-compiler"
 )
 build_debs="build-essential cmake pkg-config ninja-build ccache"

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
     ro.log = [](const std::string& line) { std::fprintf(stderr, "jitembed-server: %s\n", line.c_str()); };
 #if defined(JITEMBED_HAS_TORCH)
     ro.backends.add("pytorch_libtorch", models::torch_script_backend());
+    ro.backends.add("torch_aoti", models::torch_aoti_backend());
 #endif
     auto repo = server::model_repository::open(cfg.model_repository, std::move(ro));
     if (!repo) return fail_exit(std::string(to_string(repo.code())) + ": " + repo.error().message);

@@ -109,6 +109,7 @@ std::string proj_config(const std::string& input_dims = "4", const std::string& 
 repository_options torch_options() {
   repository_options o;
   o.backends.add("pytorch_libtorch", models::torch_script_backend());
+  o.backends.add("torch_aoti", models::torch_aoti_backend());
   return o;
 }
 

@@ -44,6 +44,9 @@ struct video_info {
 // Frames are decoded sequentially from the start (no seeking).
 struct video_decode_options {
   int num_frames = 8;             // T frames at uniform stride over the whole clip; 0 = all frames
+  // > 0: frames 0, s, 2s, ... from the start instead (num_frames >= 1 of them; an index past the last frame
+  // gives the last frame, so a short clip repeats its last frame); ignored with timestamps.
+  int frame_stride = 0;
   std::vector<double> timestamps; // if non-empty: the frame at (nearest at-or-after) each time, seconds
   int width = 0, height = 0;      // 0 = native; else swscale (bicubic) resize to exactly this (both or neither)
   int threads = 0;                // decoder threads (frame + slice threading); 0 = auto

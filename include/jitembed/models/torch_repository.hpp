@@ -1,6 +1,9 @@
-// The model repository's TorchScript backend (platform "pytorch_libtorch" / backend "pytorch"): a
-// models::backend_factory that opens <version>/model.pt with torch_model::open. Register it with
-// server::repository_backends::add("pytorch_libtorch", models::torch_script_backend()). Component jitembed::torch.
+// The model repository's torch backends: TorchScript (platform "pytorch_libtorch" / backend "pytorch",
+// <version>/model.pt) and AOTInductor (platform "torch_aoti", <version>/model.pt2), models::backend_factory
+// values that open the file with torch_model::open and preprocess as the config's parameters say
+// (models/preprocess.hpp, models/tokenizer.hpp). Register both with add_torch_backends(backends) or
+// repository_backends::add("pytorch_libtorch", models::torch_script_backend()) and
+// add("torch_aoti", models::torch_aoti_backend()). Component jitembed::torch.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +19,10 @@
 #include "jitembed/models/any_model.hpp"
 #include "jitembed/models/backend_config.hpp"
 #include "jitembed/models/model.hpp"
+#include "jitembed/models/preprocess.hpp"
+#if JITEMBED_WITH_SENTENCEPIECE
+#include "jitembed/models/tokenizer.hpp"
+#endif
 #include "jitembed/models/torch_adapter.hpp"
 
 namespace jitembed::models {
@@ -43,55 +50,90 @@ inline result<tensor_meta> torch_meta(const backend_tensor& t, const std::string
 
 }  // namespace detail
 
-// One TorchScript model version from its repository config. Parameters (strings):
-//   modality         image | video | text (default image): which sample field feeds it; image models with a
-//                    TYPE_UINT8 [H, W, 3] input get the reference JPEG preprocessing (decode + stretch)
-//   batch_transform  none | nchw_unit | nchw_signed (default none): [N, H, W, 3] u8 -> [N, 3, H, W] f32
-//                    in [0, 1] or [-1, 1] before forward
-//   version          the user's version string (part of the fingerprint; default empty)
-// Config: max_batch_size >= 1 (forward gets [N, dims...]); one input; outputs in forward's order (Triton's
-// OUTPUT__<k> names give the position; else the order declared). The module file is model.pt, or
-// default_model_filename. Errors: invalid_argument (settings), not_found (no file), decode_failed (a file
-// LibTorch does not load).
-inline result<any_model> open_torch_script_model(const backend_config& c) {
+namespace detail {
+
+inline constexpr std::string_view kTorchOwnParameters[] = {"batch_transform", "version"};
+
+inline bool is_torch_parameter(const std::string& k) {
+  for (auto p : kTorchOwnParameters)
+    if (k == p) return true;
+  for (auto p : kPreprocessParameters)
+    if (k == p) return true;
+  return false;
+}
+
+// The preprocess a spec asks for, into the options (and its key); text models load their tokenizer here.
+inline result<void> set_preprocess(const preprocess_spec& spec, torch_model_options& o, const std::string& file) {
+  if (!spec.active) return {};
+  if (o.batch_transform)
+    return fail(errc::invalid_argument, file + ": parameters 'batch_transform' applies to TYPE_UINT8 [H, W, 3] inputs; this input is "
+                                               "made by the image / video / text preprocessing already");
+  if (spec.input_modality == modality::text) {
+#if !JITEMBED_WITH_SENTENCEPIECE
+    return fail(errc::unsupported_format, file + ": parameters 'sentencepiece_model': this program is built without the "
+                                               "SentencePiece tokenizer (models/tokenizer.hpp; JITEMBED_WITH_SENTENCEPIECE): Debian's "
+                                               "libsentencepiece embeds protobuf 3.14 and cannot share a process with libprotobuf");
+#else
+    auto tok = t5_tokenizer::open(spec.text);
+    if (!tok) return fail(tok.error().code, file + ": parameters 'sentencepiece_model': " + tok.error().message);
+    o.preprocess_key = spec.key(tok->model_hash());
+    o.preprocess = [t = std::move(*tok)](bytes_view raw, const decode_limits& limits) { return t.encode(raw, limits); };
+#endif
+  } else if (spec.input_modality == modality::video) {
+    o.preprocess_key = spec.key();
+    o.preprocess = [v = spec.video, p = spec.image](bytes_view raw, const decode_limits& limits) {
+      return preprocess_video(raw, v, p, limits);
+    };
+  } else {
+    o.preprocess_key = spec.key();
+    o.preprocess = [p = spec.image](bytes_view raw, const decode_limits& limits) { return preprocess_image(raw, p, limits); };
+  }
+  return {};
+}
+
+// One model version of a torch backend (TorchScript or AOTInductor) from its repository config.
+inline result<any_model> open_torch_repository_model(const backend_config& c, bool aoti) {
   const std::string& file = c.config_file;
+  const std::string backend = aoti ? "torch_aoti" : "pytorch";
   torch_model_options o;
   o.name = c.name;
   for (const auto& [k, v] : c.parameters) {
-    if (k == "modality") {
-      if (v == "image") o.input_modality = modality::image;
-      else if (v == "video") o.input_modality = modality::video;
-      else if (v == "text") o.input_modality = modality::text;
-      else return fail(errc::invalid_argument, file + ": parameters 'modality' is '" + v + "', not image, video or text");
-    } else if (k == "batch_transform") {
+    if (k == "batch_transform") {
       if (v == "nchw_unit") o.batch_transform = torch_image_to_nchw_unit;
       else if (v == "nchw_signed") o.batch_transform = torch_image_to_nchw_signed;
       else if (v != "none") return fail(errc::invalid_argument, file + ": parameters 'batch_transform' is '" + v + "', not none, nchw_unit or nchw_signed");
     } else if (k == "version") {
       o.version = v;
-    } else {
-      return fail(errc::invalid_argument, file + ": parameters '" + k + "' is not a parameter of the pytorch backend (modality, batch_transform, version)");
+    } else if (!is_torch_parameter(k)) {
+      std::string known;
+      for (auto p : kTorchOwnParameters) known += std::string(known.empty() ? "" : ", ") + std::string(p);
+      for (auto p : kPreprocessParameters) known += ", " + std::string(p);
+      return fail(errc::invalid_argument, file + ": parameters '" + k + "' is not a parameter of the " + backend + " backend (" + known + ")");
     }
   }
   if (c.max_batch_size < 1)
-    return fail(errc::invalid_argument, file + ": max_batch_size 0 (a model without a batch dimension) is not supported by the pytorch backend: "
-                                               "set max_batch_size >= 1");
+    return fail(errc::invalid_argument, file + ": max_batch_size 0 (a model without a batch dimension) is not supported by the " + backend +
+                                               " backend: set max_batch_size >= 1");
   o.max_batch_size = c.max_batch_size;
   if (c.inputs.size() != 1)
-    return fail(errc::invalid_argument, file + ": the pytorch backend takes exactly one input, the config declares " + std::to_string(c.inputs.size()));
-  if (const auto p = detail::torch_position(c.inputs.front().name); p > 0)
+    return fail(errc::invalid_argument, file + ": the " + backend + " backend takes exactly one input, the config declares " + std::to_string(c.inputs.size()));
+  if (const auto p = torch_position(c.inputs.front().name); p > 0)
     return fail(errc::invalid_argument, file + ": input '" + c.inputs.front().name + "' is forward's argument " + std::to_string(p) +
                                             "; the one input is INPUT__0");
-  auto in = detail::torch_meta(c.inputs.front(), file, "input");
+  auto in = torch_meta(c.inputs.front(), file, "input");
   if (!in) return in.error();
+  auto spec = preprocess_spec::parse(c.parameters, in->type, std::vector<std::int64_t>(in->shape.begin(), in->shape.end()),
+                                     c.version_dir.parent_path(), file);
+  if (!spec) return spec.error();
+  o.input_modality = spec->input_modality;
   o.input = std::move(*in);
   if (c.outputs.empty()) return fail(errc::invalid_argument, file + ": no output declared");
   std::vector<std::pair<std::int64_t, tensor_meta>> outs;
   std::size_t positioned = 0;
   for (std::size_t i = 0; i < c.outputs.size(); ++i) {
-    auto m = detail::torch_meta(c.outputs[i], file, "output");
+    auto m = torch_meta(c.outputs[i], file, "output");
     if (!m) return m.error();
-    const auto p = detail::torch_position(c.outputs[i].name);
+    const auto p = torch_position(c.outputs[i].name);
     if (p >= 0) ++positioned;
     outs.emplace_back(p >= 0 ? p : static_cast<std::int64_t>(i), std::move(*m));
   }
@@ -105,14 +147,42 @@ inline result<any_model> open_torch_script_model(const backend_config& c) {
     return fail(errc::invalid_argument, file + ": some outputs are named <name>__<k> and some are not");
   }
   for (auto& [p, m] : outs) o.outputs.push_back(std::move(m));
+  JITEMBED_TRY(set_preprocess(*spec, o, file));
   o.dev = c.dev;
   o.hash_parameters = false;  // the repository fingerprints the file's bytes
-  const std::string filename = c.model_filename.empty() ? "model.pt" : c.model_filename;
+  o.file_format = aoti ? torch_file_format::aoti_package : torch_file_format::torchscript;
+  const std::string filename = c.model_filename.empty() ? (aoti ? "model.pt2" : "model.pt") : c.model_filename;
   auto m = torch_model::open(c.version_dir / filename, std::move(o));
   if (!m) return fail(m.error().code, file + ": " + m.error().message);
   return any_model(std::move(*m));
 }
 
+}  // namespace detail
+
+// One TorchScript model version from its repository config (platform "pytorch_libtorch" / backend
+// "pytorch"; the module file is model.pt, or default_model_filename). Parameters (strings):
+//   modality         image | video | text (default image): which sample field feeds it
+//   preprocessing    image_resize, image_normalize, image_mean, image_std (image / video models with a
+//                    TYPE_FP32 [3, H, W] / [3, T, H, W] input), video_frames, video_frame_stride, and
+//                    sentencepiece_model, text_max_length, text_padding, text_truncation, text_append_eos
+//                    (text models with a TYPE_INT64 [2, L] input): preprocess_spec::parse, docs/models.md.
+//                    Image models with a TYPE_UINT8 [H, W, 3] input get the reference JPEG preprocessing
+//                    (decode + stretch) instead
+//   batch_transform  none | nchw_unit | nchw_signed (default none): [N, H, W, 3] u8 -> [N, 3, H, W] f32
+//                    in [0, 1] or [-1, 1] before forward (u8 inputs only)
+//   version          the user's version string (part of the fingerprint; default empty)
+// Config: max_batch_size >= 1 (forward gets [N, dims...]); one input; outputs in forward's order (Triton's
+// OUTPUT__<k> names give the position; else the order declared), in the declared dtype (floating outputs
+// are cast). Errors: invalid_argument (settings, naming the parameter and the file), not_found (no model
+// file, no sentencepiece_model file), decode_failed (a file LibTorch or SentencePiece does not load).
+inline result<any_model> open_torch_script_model(const backend_config& c) { return detail::open_torch_repository_model(c, false); }
+
+// One AOTInductor package version (platform "torch_aoti"; model.pt2, or default_model_filename): the same
+// parameters and errors as open_torch_script_model. The package must be compiled for the instances' device
+// (CPU packages for KIND_CPU), with a dynamic batch dimension up to max_batch_size.
+inline result<any_model> open_torch_aoti_model(const backend_config& c) { return detail::open_torch_repository_model(c, true); }
+
 inline backend_factory torch_script_backend() { return open_torch_script_model; }
+inline backend_factory torch_aoti_backend() { return open_torch_aoti_model; }
 
 }  // namespace jitembed::models

@@ -1,7 +1,9 @@
 // The model repository's backends: platform / backend name -> models::backend_factory. Always there:
 // "jitembed" (the built-in reference models, so one repository holds both kinds) and "torch_aoti" (a
-// placeholder that refuses until an AOTInductor loader is linked); the TorchScript backend
-// ("pytorch_libtorch" / "pytorch") comes from models/torch_repository.hpp (component jitembed::torch).
+// placeholder that refuses until the torch component's backend replaces it); the TorchScript
+// ("pytorch_libtorch" / "pytorch") and AOTInductor ("torch_aoti") backends come from
+// models/torch_repository.hpp (component jitembed::torch): add("pytorch_libtorch", models::torch_script_backend())
+// and add("torch_aoti", models::torch_aoti_backend()).
 #pragma once
 
 #include <algorithm>
@@ -79,9 +81,10 @@ inline result<models::any_model> make_jitembed_backend_model(const models::backe
   return m;
 }
 
-// platform "torch_aoti" until an AOTInductor loader is linked.
+// platform "torch_aoti" until models::torch_aoti_backend() (component jitembed::torch) is added.
 inline result<models::any_model> no_torch_aoti_backend(const models::backend_config& c) {
-  return fail(errc::unsupported_format, c.config_file + ": platform 'torch_aoti': no torch_aoti backend linked");
+  return fail(errc::unsupported_format, c.config_file + ": platform 'torch_aoti': no torch_aoti backend linked "
+                                                        "(a program built without the torch component)");
 }
 
 // The backends a model_repository chooses from, by the config's backend (or platform) name.

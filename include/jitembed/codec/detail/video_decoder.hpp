@@ -362,6 +362,9 @@ struct video_decode_plan {
 inline result<video_decode_plan> plan_video_decode(bytes_view data, const video_decode_options& opts, const decode_limits& limits,
                                                    const video_policy& policy) {
   if (opts.num_frames < 0) return fail(errc::invalid_argument, "video: num_frames " + std::to_string(opts.num_frames) + " < 0");
+  if (opts.frame_stride < 0) return fail(errc::invalid_argument, "video: frame_stride " + std::to_string(opts.frame_stride) + " < 0");
+  if (opts.frame_stride > 0 && opts.num_frames == 0 && opts.timestamps.empty())
+    return fail(errc::invalid_argument, "video: frame_stride needs num_frames >= 1");
   if (opts.width < 0 || opts.height < 0 || (opts.width == 0) != (opts.height == 0))
     return fail(errc::invalid_argument, "video: output size " + wh_string(opts.width, opts.height) + " (give both or neither)");
   if (opts.threads < 0) return fail(errc::invalid_argument, "video: threads " + std::to_string(opts.threads) + " < 0");
@@ -412,8 +415,10 @@ inline result<video_decode_plan> plan_video_decode(bytes_view data, const video_
                                             std::to_string(limits.max_video_frames));
     T = opts.num_frames == 0 ? static_cast<std::size_t>(n) : static_cast<std::size_t>(opts.num_frames);
     plan.index.resize(T);
-    for (std::size_t i = 0; i < T; ++i)  // round(i * (n-1) / (T-1)), half up, in integers
-      plan.index[i] = T == 1 ? 0 : static_cast<std::int64_t>((2 * static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(n - 1) + (T - 1)) / (2 * (T - 1)));
+    for (std::size_t i = 0; i < T; ++i)  // round(i * (n-1) / (T-1)), half up, in integers; or i * stride
+      plan.index[i] = opts.frame_stride > 0
+                          ? std::min<std::int64_t>(static_cast<std::int64_t>(i) * opts.frame_stride, n - 1)
+                          : T == 1 ? 0 : static_cast<std::int64_t>((2 * static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(n - 1) + (T - 1)) / (2 * (T - 1)));
     if (T) plan.packet_budget = 2 * (plan.index.back() + 1) + 256;
   }
   if (T == 0) return fail(errc::invalid_argument, "video: no frames requested");

@@ -147,8 +147,16 @@ inline result<std::vector<tensor>> split_output(std::string_view model, torch::T
                                     std::to_string(n));
   if (!shape_matches(meta.shape, {got.data() + 1, got.size() - 1}))
     return fail(errc::internal, where + " has item shape " + shape_string({got.data() + 1, got.size() - 1}) +
-                                    ", declared " + shape_string(meta.shape));
-  if (y.scalar_type() != to_torch_dtype(meta.type)) y = y.to(to_torch_dtype(meta.type));
+                                    " (batch " + shape_string({got.data(), got.size()}) + "), declared " + shape_string(meta.shape));
+  if (y.scalar_type() != to_torch_dtype(meta.type)) {
+    // Between floating types (f64/f32/f16/bf16) the declared dtype is a cast; any other disagreement (an
+    // integer or bool output declared floating, or the reverse) means the module and its config disagree.
+    if (!c10::isFloatingType(y.scalar_type()) || !c10::isFloatingType(to_torch_dtype(meta.type)))
+      return fail(errc::internal, where + " has dtype " + std::string(c10::toString(y.scalar_type())) + " " +
+                                      shape_string({got.data(), got.size()}) + ", declared " + std::string(to_string(meta.type)) + " " +
+                                      shape_string(meta.shape) + " (only floating outputs are cast)");
+    y = y.to(to_torch_dtype(meta.type));
+  }
   if (to_cpu && !y.device().is_cpu()) y = y.to(c10::Device(c10::DeviceType::CPU));
   y = y.contiguous();
   auto whole = try_from_dlpack(at::toDLPack(y));

@@ -1,0 +1,354 @@
+// The preprocessing a real encoder's input needs, from a model repository config's `parameters`, without
+// LibTorch: JPEG -> [3, H, W] f32 (resize as torchvision's PIL pipeline: Pillow's antialiased bilinear,
+// shorter side + centre crop or stretch, then ToTensor + Normalize), video -> [3, T, H, W] f32 (T frames at
+// a stride, each frame as an image), and the settings of the T5-style tokenization (models/tokenizer.hpp
+// runs it). preprocess_spec::key() names every setting (part of every cache key). Component models_video.
+#pragma once
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "jitembed/codec/jpeg.hpp"
+#include "jitembed/codec/video_decode.hpp"
+#include "jitembed/core/error.hpp"
+#include "jitembed/core/limits.hpp"
+#include "jitembed/core/preprocess_params.hpp"
+#include "jitembed/core/tensor.hpp"
+#include "jitembed/models/detail/pil_resample.hpp"
+#include "jitembed/models/model.hpp"
+
+namespace jitembed::models {
+
+// image_resize: stretch (to H x W, aspect ratio not kept) or shorter_side_crop (the shorter side to
+// max(H, W), the longer one to int(size * long / short) as torchvision's Resize(int), then a centre crop
+// to H x W with torchvision's CenterCrop offsets, round((in - out) / 2) half to even).
+enum class image_resize_mode : std::uint8_t { stretch, shorter_side_crop };
+// image_normalize: unit ([0, 1], ToTensor), signed ([-1, 1], Normalize(0.5, 0.5)), mean_std (Normalize(mean, std)).
+enum class image_normalize_mode : std::uint8_t { unit, signed_range, mean_std };
+
+inline constexpr std::array<float, 3> kImagenetMean{0.485f, 0.456f, 0.406f};
+inline constexpr std::array<float, 3> kImagenetStd{0.229f, 0.224f, 0.225f};
+
+struct image_preprocess {
+  std::int64_t height = 256, width = 256;  // the output [3, height, width]
+  image_resize_mode resize = image_resize_mode::stretch;
+  image_normalize_mode normalize = image_normalize_mode::unit;
+  std::array<float, 3> mean = kImagenetMean, stdev = kImagenetStd;  // mean_std only
+};
+
+struct video_preprocess {
+  std::int64_t frames = 8;  // T
+  int frame_stride = 1;     // frames 0, s, 2s, ... (the last frame repeats when the clip is shorter)
+};
+
+// T5's rules: ids of SentencePiece's encode, truncated to max_length - 1 (truncation), EOS appended
+// (append_eos), padded with the pad id to max_length; row 1 the attention mask (1 real, 0 padding).
+struct text_preprocess {
+  std::filesystem::path sentencepiece_model;  // absolute (resolved against the model directory)
+  std::int64_t max_length = 32;
+  bool truncation = true;   // false: a longer caption is invalid_argument
+  bool append_eos = true;
+};
+
+// Every parameter parse() reads (the backends refuse others).
+inline constexpr std::string_view kPreprocessParameters[] = {
+    "modality", "image_resize", "image_normalize", "image_mean", "image_std", "video_frames", "video_frame_stride",
+    "sentencepiece_model", "text_max_length", "text_padding", "text_truncation", "text_append_eos"};
+
+namespace detail {
+
+inline error_info bad_param(const std::string& file, std::string_view key, const std::string& value, std::string_view why) {
+  return fail(errc::invalid_argument, file + ": parameters '" + std::string(key) + "' is '" + value + "': " + std::string(why));
+}
+
+inline result<std::int64_t> param_int(const std::string& file, std::string_view key, const std::string& v, std::int64_t lo,
+                                      std::int64_t hi) {
+  std::int64_t x = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (r.ec != std::errc() || r.ptr != v.data() + v.size() || x < lo || x > hi)
+    return bad_param(file, key, v, "not an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+  return x;
+}
+
+inline result<bool> param_bool(const std::string& file, std::string_view key, const std::string& v) {
+  if (v == "true") return true;
+  if (v == "false") return false;
+  return bad_param(file, key, v, "not true or false");
+}
+
+inline result<std::array<float, 3>> param_floats3(const std::string& file, std::string_view key, const std::string& v, bool positive) {
+  std::array<float, 3> out{};
+  std::size_t pos = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::size_t end = i < 2 ? v.find(',', pos) : v.size();
+    if (end == std::string::npos) return bad_param(file, key, v, "not 3 comma-separated numbers");
+    std::string_view part(v.data() + pos, end - pos);
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+    const auto r = std::from_chars(part.data(), part.data() + part.size(), out[static_cast<std::size_t>(i)]);
+    if (r.ec != std::errc() || r.ptr != part.data() + part.size() || !std::isfinite(out[static_cast<std::size_t>(i)]) ||
+        (positive && !(out[static_cast<std::size_t>(i)] > 0)))
+      return bad_param(file, key, v, positive ? "not 3 comma-separated positive numbers" : "not 3 comma-separated numbers");
+    pos = end + 1;
+  }
+  return out;
+}
+
+// Per channel and byte value: (v / 255 - mean) / std in f32, the operations torchvision's ToTensor +
+// Normalize run, in their order.
+inline std::array<std::array<float, 256>, 3> normalize_table(const image_preprocess& p) {
+  std::array<std::array<float, 256>, 3> t{};
+  for (std::size_t c = 0; c < 3; ++c)
+    for (int v = 0; v < 256; ++v) {
+      const float x = static_cast<float>(v) / 255.0f;
+      switch (p.normalize) {
+        case image_normalize_mode::unit: t[c][static_cast<std::size_t>(v)] = x; break;
+        case image_normalize_mode::signed_range: t[c][static_cast<std::size_t>(v)] = (x - 0.5f) / 0.5f; break;
+        case image_normalize_mode::mean_std: t[c][static_cast<std::size_t>(v)] = (x - p.mean[c]) / p.stdev[c]; break;
+      }
+    }
+  return t;
+}
+
+// One RGB u8 image (rows `pitch` bytes apart) -> planes dst[c * plane_stride + y * W + x].
+inline result<void> transform_rgb_into(const std::uint8_t* src, int w, int h, std::ptrdiff_t pitch, const image_preprocess& p,
+                                       const decode_limits& limits, float* dst, std::size_t plane_stride) {
+  const auto H = static_cast<int>(p.height), W = static_cast<int>(p.width);
+  int rw = W, rh = H;  // the resized image, before the crop
+  if (p.resize == image_resize_mode::shorter_side_crop) {
+    const std::int64_t size = std::max(p.height, p.width);
+    const int shorter = std::min(w, h), longer = std::max(w, h);
+    const double l = static_cast<double>(size) * longer / shorter;  // torchvision: int(size * long / short)
+    if (!(l < 1e9)) return fail(errc::limit_exceeded, "image: resized side " + std::to_string(l) + " too large");
+    const auto new_long = static_cast<std::int64_t>(l);
+    rw = static_cast<int>(w <= h ? size : new_long);
+    rh = static_cast<int>(w <= h ? new_long : size);
+    if (static_cast<std::uint64_t>(rw) * static_cast<std::uint64_t>(rh) > limits.max_image_pixels)
+      return fail(errc::limit_exceeded, "image: " + std::to_string(w) + "x" + std::to_string(h) + " resized to " + std::to_string(rw) +
+                                            "x" + std::to_string(rh) + " > max_image_pixels " + std::to_string(limits.max_image_pixels));
+  }
+  std::vector<std::uint8_t> resized;
+  const std::uint8_t* img = src;
+  std::ptrdiff_t img_pitch = pitch;
+  if (rw != w || rh != h) {
+    resized = pil_resize_bilinear(src, w, h, pitch, 3, rw, rh);
+    img = resized.data();
+    img_pitch = static_cast<std::ptrdiff_t>(rw) * 3;
+  }
+  const int top = static_cast<int>(std::nearbyint((rh - H) / 2.0));  // half to even, as Python's round
+  const int left = static_cast<int>(std::nearbyint((rw - W) / 2.0));
+  const auto table = normalize_table(p);
+  for (int y = 0; y < H; ++y) {
+    const std::uint8_t* row = img + static_cast<std::ptrdiff_t>(y + top) * img_pitch + static_cast<std::ptrdiff_t>(left) * 3;
+    for (std::size_t c = 0; c < 3; ++c) {
+      float* d = dst + c * plane_stride + static_cast<std::size_t>(y) * static_cast<std::size_t>(W);
+      for (int x = 0; x < W; ++x) d[x] = table[c][row[static_cast<std::size_t>(x) * 3 + c]];
+    }
+  }
+  return {};
+}
+
+}  // namespace detail
+
+// An RGB u8 [h, w, 3] CPU image (rows may be padded) -> a new [3, H, W] f32 tensor.
+inline result<tensor> transform_image(const tensor_view& rgb, const image_preprocess& p, const decode_limits& limits = {}) {
+  if (!rgb.dev().is_cpu() || rgb.dtype() != dtype::u8 || rgb.rank() != 3 || rgb.shape()[2] != 3 || rgb.shape()[0] < 1 ||
+      rgb.shape()[1] < 1 || rgb.strides()[2] != 1 || rgb.strides()[1] != 3)
+    return fail(errc::invalid_argument, "image: transform_image takes an interleaved RGB u8 [H, W, 3] CPU image, got " +
+                                            std::string(to_string(rgb.dtype())) + rgb.shape().to_string());
+  if (p.height < 1 || p.width < 1 || p.height > 65535 || p.width > 65535)
+    return fail(errc::invalid_argument, "image: output " + std::to_string(p.height) + "x" + std::to_string(p.width) + " out of range");
+  tensor out = tensor::empty(shape{3, p.height, p.width}, dtype::f32);
+  JITEMBED_TRY(detail::transform_rgb_into(rgb.data<std::uint8_t>(), static_cast<int>(rgb.shape()[1]), static_cast<int>(rgb.shape()[0]),
+                                          rgb.strides()[0], p, limits, out.data<float>(),
+                                          static_cast<std::size_t>(p.height * p.width)));
+  return out;
+}
+
+// Untrusted JPEG bytes -> [3, H, W] f32: decoded at native size as RGB (grayscale replicated, as Pillow's
+// convert("RGB")), strict, then transform_image. Errors: decode_jpeg's, limit_exceeded.
+inline result<tensor> preprocess_image(bytes_view jpeg, const image_preprocess& p, const decode_limits& limits) {
+  codec::jpeg_decode_options o;
+  o.format = codec::pixel_format::rgb;
+  o.dct_scaling = codec::jpeg_dct_scaling::off;
+  JITEMBED_ASSIGN_OR_RETURN(auto rgb, codec::decode_jpeg(jpeg, o, limits));
+  return transform_image(rgb.view(), p, limits);
+}
+
+// Untrusted video bytes -> [3, T, H, W] f32: T frames 0, s, 2s, ... (codec::video_decode_options::frame_stride)
+// at native size, each resized and normalised as an image.
+inline result<tensor> preprocess_video(bytes_view data, const video_preprocess& v, const image_preprocess& p,
+                                       const decode_limits& limits) {
+  codec::video_decode_options o;
+  o.num_frames = static_cast<int>(v.frames);
+  o.frame_stride = v.frame_stride;
+  JITEMBED_ASSIGN_OR_RETURN(auto frames, codec::decode_video(data, o, limits));
+  const auto T = frames.shape()[0], h = frames.shape()[1], w = frames.shape()[2];
+  tensor out = tensor::empty(shape{3, T, p.height, p.width}, dtype::f32);
+  const auto plane = static_cast<std::size_t>(p.height * p.width);
+  for (std::int64_t t = 0; t < T; ++t)
+    JITEMBED_TRY(detail::transform_rgb_into(frames.data<std::uint8_t>() + static_cast<std::size_t>(t * h * w * 3), static_cast<int>(w),
+                                            static_cast<int>(h), static_cast<std::ptrdiff_t>(w) * 3, p, limits,
+                                            out.data<float>() + static_cast<std::size_t>(t) * plane, static_cast<std::size_t>(T) * plane));
+  return out;
+}
+
+// What a model's parameters ask of its preprocessing.
+struct preprocess_spec {
+  modality input_modality = modality::image;
+  bool active = false;  // false: none of these settings apply (the backend's own defaults)
+  image_preprocess image;  // image models, and each frame of video models
+  video_preprocess video;
+  text_preprocess text;
+
+  // The canonical preprocess_params string of every setting; text models pass their SentencePiece model
+  // file's hash (t5_tokenizer::model_hash), so a new vocabulary changes the key.
+  std::string key(std::string_view sentencepiece_hash = {}) const {
+    preprocess_params k;
+    k.set("modality", to_string(input_modality));
+    if (input_modality == modality::text) {
+      k.set("tokenizer", "sentencepiece-t5").set("text_max_length", text.max_length).set("text_padding", "max_length");
+      k.set("text_truncation", text.truncation).set("text_append_eos", text.append_eos);
+      k.set("sentencepiece_model", text.sentencepiece_model.filename().string());
+      if (!sentencepiece_hash.empty()) k.set("sentencepiece_xxh3", sentencepiece_hash);
+      return k.str();
+    }
+    k.set("decode", input_modality == modality::video ? "ffmpeg-rgb-native" : "turbojpeg-rgb-native-strict");
+    k.set("size", {image.height, image.width});
+    k.set("image_resize", image.resize == image_resize_mode::stretch ? "stretch" : "shorter_side_crop");
+    k.set("resample", "pil-bilinear-aa");
+    k.set("image_normalize", image.normalize == image_normalize_mode::unit ? "unit"
+                             : image.normalize == image_normalize_mode::signed_range ? "signed" : "mean_std");
+    if (image.normalize == image_normalize_mode::mean_std) {
+      std::string m, s;
+      for (std::size_t c = 0; c < 3; ++c) {
+        m += (c ? "," : "") + preprocess_params::format_number(image.mean[c]);
+        s += (c ? "," : "") + preprocess_params::format_number(image.stdev[c]);
+      }
+      k.set("image_mean", m).set("image_std", s);
+    }
+    if (input_modality == modality::video) k.set("video_frames", video.frames).set("video_frame_stride", video.frame_stride);
+    return k.str();
+  }
+
+  // From a config's parameters (keys not in kPreprocessParameters are ignored here) and the one input's
+  // declared dtype and item dims: image needs f32 [3, H, W], video f32 [3, T, H, W] (video_frames must be T),
+  // text with sentencepiece_model i64 [2, L] (text_max_length must be L). `active` is set for f32 image /
+  // video inputs and for text with sentencepiece_model; image_* / video_* / text_* settings on another input
+  // are refused. Errors: invalid_argument naming the parameter and `file`.
+  static result<preprocess_spec> parse(const std::map<std::string, std::string>& params, dtype in_type,
+                                       const std::vector<std::int64_t>& in_dims, const std::filesystem::path& model_dir,
+                                       const std::string& file) {
+    preprocess_spec s;
+    const auto get = [&](std::string_view k) -> const std::string* {
+      const auto it = params.find(std::string(k));
+      return it == params.end() ? nullptr : &it->second;
+    };
+    if (const auto* v = get("modality")) {
+      if (*v == "image") s.input_modality = modality::image;
+      else if (*v == "video") s.input_modality = modality::video;
+      else if (*v == "text") s.input_modality = modality::text;
+      else return detail::bad_param(file, "modality", *v, "not image, video or text");
+    }
+    const auto dims_text = [&] {
+      std::string d = "[";
+      for (std::size_t i = 0; i < in_dims.size(); ++i) d += (i ? ", " : "") + std::to_string(in_dims[i]);
+      return std::string(to_string(in_type)) + " " + d + "]";
+    };
+    const auto refuse_others = [&](std::string_view prefix_a, std::string_view prefix_b, const char* why) -> result<void> {
+      for (const auto& [k, v] : params)
+        if (k != "modality" && (k.starts_with(prefix_a) || k.starts_with(prefix_b) ||
+                                (k == "sentencepiece_model" && s.input_modality != modality::text)))
+          return fail(errc::invalid_argument, file + ": parameters '" + k + "' " + why);
+      return {};
+    };
+    if (s.input_modality == modality::text) {
+      JITEMBED_TRY(refuse_others("image_", "video_", "does not apply to a text model"));
+      const auto* model = get("sentencepiece_model");
+      if (!model) {
+        for (const auto& [k, v] : params)
+          if (k.starts_with("text_")) return fail(errc::invalid_argument, file + ": parameters '" + k + "' needs sentencepiece_model");
+        return s;
+      }
+      if (in_type != dtype::i64 || in_dims.size() != 2 || in_dims[0] != 2 || in_dims[1] < 2)
+        return fail(errc::invalid_argument, file + ": sentencepiece_model makes TYPE_INT64 [2, L] (ids, attention mask), input is " + dims_text());
+      s.active = true;
+      if (model->empty()) return detail::bad_param(file, "sentencepiece_model", *model, "empty");
+      s.text.sentencepiece_model = std::filesystem::path(*model).is_absolute() ? std::filesystem::path(*model) : model_dir / *model;
+      s.text.max_length = in_dims[1];
+      if (const auto* v = get("text_max_length")) {
+        JITEMBED_ASSIGN_OR_RETURN(auto n, detail::param_int(file, "text_max_length", *v, 2, 1 << 20));
+        if (n != in_dims[1]) return detail::bad_param(file, "text_max_length", *v, "the input declares L = " + std::to_string(in_dims[1]));
+      }
+      if (const auto* v = get("text_padding"); v && *v != "max_length")
+        return detail::bad_param(file, "text_padding", *v, "only max_length (the input has a fixed length)");
+      if (const auto* v = get("text_truncation")) {
+        JITEMBED_ASSIGN_OR_RETURN(s.text.truncation, detail::param_bool(file, "text_truncation", *v));
+      }
+      if (const auto* v = get("text_append_eos")) {
+        JITEMBED_ASSIGN_OR_RETURN(s.text.append_eos, detail::param_bool(file, "text_append_eos", *v));
+      }
+      return s;
+    }
+    JITEMBED_TRY(refuse_others("text_", "text_", "does not apply to an image or video model"));
+    if (s.input_modality == modality::image) JITEMBED_TRY(refuse_others("video_", "video_", "does not apply to an image model"));
+    const bool video = s.input_modality == modality::video;
+    const std::size_t rank = video ? 4 : 3;
+    const bool f32_input = in_type == dtype::f32 && in_dims.size() == rank && in_dims[0] == 3;
+    if (!f32_input) {
+      for (const auto& [k, v] : params)
+        if (k.starts_with("image_") || k.starts_with("video_"))
+          return fail(errc::invalid_argument, file + ": parameters '" + k + "' makes TYPE_FP32 " + (video ? "[3, T, H, W]" : "[3, H, W]") +
+                                                  ", input is " + dims_text());
+      return s;
+    }
+    for (std::size_t d = 1; d < rank; ++d)
+      if (in_dims[d] < 1 || in_dims[d] > 65535)
+        return fail(errc::invalid_argument, file + ": preprocessing makes fixed extents 1..65535, input is " + dims_text());
+    s.active = true;
+    s.image.height = in_dims[rank - 2];
+    s.image.width = in_dims[rank - 1];
+    if (const auto* v = get("image_resize")) {
+      if (*v == "stretch") s.image.resize = image_resize_mode::stretch;
+      else if (*v == "shorter_side_crop") s.image.resize = image_resize_mode::shorter_side_crop;
+      else return detail::bad_param(file, "image_resize", *v, "not stretch or shorter_side_crop");
+    }
+    if (const auto* v = get("image_normalize")) {
+      if (*v == "unit") s.image.normalize = image_normalize_mode::unit;
+      else if (*v == "signed") s.image.normalize = image_normalize_mode::signed_range;
+      else if (*v == "mean_std") s.image.normalize = image_normalize_mode::mean_std;
+      else return detail::bad_param(file, "image_normalize", *v, "not unit, signed or mean_std");
+    }
+    for (const char* k : {"image_mean", "image_std"})
+      if (const auto* v = get(k)) {
+        if (s.image.normalize != image_normalize_mode::mean_std) return detail::bad_param(file, k, *v, "needs image_normalize mean_std");
+        const bool is_std = std::string_view(k) == "image_std";
+        JITEMBED_ASSIGN_OR_RETURN(auto f, detail::param_floats3(file, k, *v, is_std));
+        (is_std ? s.image.stdev : s.image.mean) = f;
+      }
+    if (video) {
+      s.video.frames = in_dims[1];
+      if (const auto* v = get("video_frames")) {
+        JITEMBED_ASSIGN_OR_RETURN(auto n, detail::param_int(file, "video_frames", *v, 1, 65535));
+        if (n != in_dims[1]) return detail::bad_param(file, "video_frames", *v, "the input declares T = " + std::to_string(in_dims[1]));
+      }
+      if (const auto* v = get("video_frame_stride")) {
+        JITEMBED_ASSIGN_OR_RETURN(auto n, detail::param_int(file, "video_frame_stride", *v, 1, 1 << 20));
+        s.video.frame_stride = static_cast<int>(n);
+      }
+    }
+    return s;
+  }
+};
+
+}  // namespace jitembed::models

@@ -430,7 +430,7 @@ def report(results: list, arms: list, concs: list, wls: dict, info: dict, elapse
                        "server_cpu_ms_per_image": round(r["server_cpu_ms_per_image"], 2) if "server_cpu_ms_per_image" in r else None,
                        "encoder_cpu_ms_per_image": round(enc, 2) if enc else None,
                        **{f"ratio_vs_{o}": round(v, 3) for o, v in vs.items() if v is not None and o != arm}}
-                if arm == "a":
+                if arm in ("a", "a_ts"):
                     row["cpu_ms_per_image"] = round(r["cpu_ms_per_image"], 2)
                 rows.append(row)
                 f = lambda v: f"{v:6.2f}" if v is not None and v != 1.0 else "     -"  # noqa: E731

@@ -60,10 +60,10 @@ int main(int argc, char** argv) {
   int min_batches = 2;
   bench::command_line cli{
       "bench_models_client: closed-loop JPEG requests through jit_client to one KServe v2 endpoint"};
-  cli.app.add_option("--endpoint", endpoint, "http://host:port")->required();
-  cli.app.add_option("--model", model, "model name")->required();
+  cli.app.add_option("--endpoint", endpoint, "http://host:port (required)");
+  cli.app.add_option("--model", model, "model name (required)");
   cli.app.add_option("--input", input, "input tensor name")->capture_default_str();
-  cli.app.add_option("--image", image_files, "JPEG file (repeatable; sent in turn)")->required();
+  cli.app.add_option("--image", image_files, "JPEG file (required; repeatable; sent in turn)");
   cli.app.add_option("--concurrency", concurrency, "requests in flight")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -84,6 +84,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cli.app.add_flag("--identity", fixed_identity, "supply a fixed model identity (Triton, Ray: no published one)");
   CLI11_PARSE(cli.app, argc, argv);
+  // checked after parsing, so that an unknown flag is what a wrong command line is told first
+  if (endpoint.empty() || model.empty() || image_files.empty())
+    return std::fprintf(stderr, "bench_models_client: --endpoint, --model and --image are required (--help)\n"), 2;
 
   std::vector<std::string> images;
   for (const auto& f : image_files) {

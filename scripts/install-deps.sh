@@ -30,6 +30,8 @@
 #   python       the jitembed Python module (python/) built and installed into .venv with its test deps
 #                (nanobind, scikit-build-core, pytest, numpy, msgpack, msgpack-numpy, Pillow); skipped when its
 #                sources are unchanged since the last install; part of `test` (not of `demo`)
+#   bench-models benchmarks/models/bench_models.py: the test set (torch, Ray, the Triton peer) and, for its
+#                Triton arm, the pinned torch (with torchvision, Pillow) importable in .venv-triton (optional)
 #   all          test
 # The per-component Debian packages follow cmake/components.json (ctest packaging/graph checks them).
 set -euo pipefail
@@ -107,6 +109,7 @@ components=()
 dev=()
 with_test_peers=0
 with_ray=0
+with_bench_models=0
 for s in "${sets[@]}"; do
   case "$s" in
     build) ;;
@@ -114,6 +117,7 @@ for s in "${sets[@]}"; do
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
     ray) components+=(server client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
     tools) components+=(server repository client lmdb redis); dev+=(tools) ;;
+    bench-models) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1; with_bench_models=1 ;;
     demo) components+=(server repository client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
     *)
       if [ -n "${component_requires[$s]+x}" ]; then
@@ -125,7 +129,7 @@ for s in "${sets[@]}"; do
   esac
 done
 with_python=0
-case " ${sets[*]} " in *" python "* | *" test "* | *" all "* | *" ray "*) with_python=1 ;; esac
+case " ${sets[*]} " in *" python "* | *" test "* | *" all "* | *" ray "* | *" bench-models "*) with_python=1 ;; esac
 if [ "$with_python" = 1 ]; then packages_python="python3-venv"; else packages_python=""; fi
 # closure over the component graph
 closed=()
@@ -347,3 +351,30 @@ elif ! setup_triton; then
   exit 1
 fi
 # --- end Triton test peer -----------------------------------------------------------------------------------
+
+# --- torch in .venv-triton (set bench-models: benchmarks/models, Triton's Python-backend arm) ----------------
+# The Triton arm's model.py imports the pinned torch 2.15.0 (+ torchvision, Pillow). `pip install torch==2.15.0`
+# into .venv-triton would fetch the CUDA 13 wheels again (about 3 GB of nvidia-* wheels; no pip cache here, and
+# only PyPI is reachable, not the CPU-only index). Both venvs run CPython 3.11, so the wheels .venv installed
+# (the torch set, the same pinned files) serve .venv-triton too: a .pth appends .venv's site-packages to
+# .venv-triton's sys.path, after its own, so its numpy 1.26.4 (what the Python backend stub needs) still wins.
+# Checked: numpy is 1.26.4 from .venv-triton, torch is 2.15.0. Skipped when already so.
+if [ "$with_bench_models" = 1 ]; then
+  tv="$root/.venv-triton"
+  torch_sp="$("$root/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  check_triton_torch() {
+    "$tv/bin/python" - "$tv" <<'PY' 2>/dev/null
+import sys, numpy, torch, torchvision, PIL
+assert numpy.__version__ == "1.26.4" and numpy.__file__.startswith(sys.argv[1]), numpy.__file__
+assert torch.__version__.split("+")[0] == "2.15.0", torch.__version__
+PY
+  }
+  if check_triton_torch; then
+    echo "install-deps: .venv-triton imports torch 2.15.0 (with numpy 1.26.4 of its own)"
+  else
+    echo "$torch_sp" > "$tv/lib/python3.11/site-packages/zz-jitembed-torch.pth"
+    check_triton_torch ||
+      { echo "install-deps: error: .venv-triton cannot import torch 2.15.0 from $torch_sp with its numpy 1.26.4" >&2; exit 1; }
+    echo "install-deps: .venv-triton imports torch 2.15.0 from $torch_sp (zz-jitembed-torch.pth)"
+  fi
+fi

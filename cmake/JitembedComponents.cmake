@@ -129,15 +129,25 @@ if(JITEMBED_WITH_ZSTD)
       LINK jitembed::models_image jitembed::video)
     if(JITEMBED_WITH_TORCH)
       # LibTorch adapters (TorchScript, AOTInductor packages, torch::nn modules as models). models/tokenizer.hpp
-      # (libsentencepiece) is not linked here: Debian's libsentencepiece.so.0 exports the protobuf 3.14 it embeds
-      # and crashes any process that also loads libprotobuf.so.32 (the repository component) at start-up; a
-      # program links SentencePiece::SentencePiece itself and defines JITEMBED_WITH_SENTENCEPIECE=1. Heavy: not
-      # linked by the umbrella target. `torch` is TorchConfig.cmake's imported target (it brings torch_cpu, c10 and,
-      # in a CUDA build of LibTorch, torch_cuda); TORCH_LIBRARIES would bake absolute paths into the export.
+      # (SentencePiece: the repository's text models) joins it when SentencePiece is found, i.e. the build
+      # scripts/install-deps.sh makes against the system protobuf (cmake/FindSentencePiece.cmake: Debian's
+      # libsentencepiece embeds protobuf 3.14 and crashes next to libprotobuf.so.32); it then defines
+      # JITEMBED_WITH_SENTENCEPIECE=1 in the build tree (an installed package leaves linking it to the consumer).
+      # Heavy: not linked by the umbrella target. `torch` is TorchConfig.cmake's imported target (it brings
+      # torch_cpu, c10 and, in a CUDA build of LibTorch, torch_cuda); TORCH_LIBRARIES would bake absolute paths
+      # into the export.
+      set(_torch_globs models/torch*.hpp models/detail/torch*.hpp)
+      if(TARGET SentencePiece::SentencePiece)
+        list(APPEND _torch_globs models/tokenizer.hpp)
+      endif()
       jitembed_component(torch
-        GLOBS models/torch*.hpp models/detail/torch*.hpp
+        GLOBS ${_torch_globs}
         LINK jitembed::models_video torch
         NOT_IN_UMBRELLA)
+      if(TARGET SentencePiece::SentencePiece)
+        target_link_libraries(jitembed_torch INTERFACE $<BUILD_INTERFACE:SentencePiece::SentencePiece>)
+        target_compile_definitions(jitembed_torch INTERFACE $<BUILD_INTERFACE:JITEMBED_WITH_SENTENCEPIECE=1>)
+      endif()
     endif()
   endif()
 endif()

@@ -47,7 +47,7 @@ if(JITEMBED_WITH_TORCH)
   set(JITEMBED_TORCH_PYTHON "${_jitembed_default_python}" CACHE FILEPATH
       "Python with the pinned PyTorch wheel (scripts/install-deps.sh torch): its LibTorch, and scripts/export_models.py")
   find_package(Torch 2.6 REQUIRED)
-  find_package(SentencePiece)  # models/tokenizer.hpp (Debian: libsentencepiece-dev), optional: see JitembedComponents.cmake
+  find_package(SentencePiece)  # models/tokenizer.hpp (install-deps builds it: cmake/FindSentencePiece.cmake says why not Debian's)
 endif()
 if(JITEMBED_WITH_LMDB)
   find_package(LMDB REQUIRED)

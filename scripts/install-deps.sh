@@ -92,7 +92,7 @@ declare -A component_requires=(
 # msgpack-c is bench_format's baseline)
 declare -A development_debs=(
   [tools]="libcli11-dev nlohmann-json3-dev"
-  [tests]="doctest-dev clang-14 libsentencepiece-dev"
+  [tests]="doctest-dev clang-14"
   [benchmarks]="libbenchmark-dev libmsgpack-dev libprotobuf-dev protobuf-compiler"
 )
 build_debs="build-essential cmake pkg-config ninja-build ccache"
@@ -147,7 +147,8 @@ if [ "$with_test_peers" = 1 ]; then packages+=($test_peer_debs); fi
 packages+=($packages_python)
 if [ "$with_ray" = 1 ]; then packages+=(python3-venv); fi
 with_torch=0
-case " ${closed[*]} " in *" torch "*) with_torch=1; packages+=(python3-venv) ;; esac
+# (the torch set also builds SentencePiece against the system protobuf: libprotobuf-dev, protoc)
+case " ${closed[*]} " in *" torch "*) with_torch=1; packages+=(python3-venv libprotobuf-dev protobuf-compiler) ;; esac
 mapfile -t packages < <(printf '%s\n' "${packages[@]}" | awk 'NF && !seen[$0]++')
 echo "install-deps: sets ${sets[*]}: components ${closed[*]}"
 if [ "${JITEMBED_INSTALL_DEPS_LIST:-0}" = "1" ]; then  # print the Debian packages and stop (for measurements)
@@ -257,6 +258,41 @@ PY
     pip_retry "$torch_venv/bin/python" $torch_pins ||
       { echo "install-deps: error: could not install $torch_pins into .venv" >&2; exit 1; }
     echo "install-deps: installed $torch_pins into .venv"
+  fi
+fi
+# SentencePiece for models/tokenizer.hpp (the repository's text models), built here from its PyPI sdist as a
+# static PIC library against the system protobuf, into .deps/sentencepiece (cmake/FindSentencePiece.cmake
+# searches only there). Not Debian's libsentencepiece-dev: its libsentencepiece.so.0 embeds protobuf 3.14 and
+# exports those symbols, so a process that also loads libprotobuf.so.32 (config.pbtxt) crashes at start-up.
+# 0.2.0 is the last sdist that bundles abseil (0.2.1+ fetch it from GitHub at configure time). ~15 s of build.
+spm_version=0.2.0
+spm_prefix="$root/.deps/sentencepiece"
+if [ "$with_torch" = 1 ]; then
+  if [ -f "$spm_prefix/lib/libsentencepiece.a" ] && [ "$(cat "$spm_prefix/VERSION" 2>/dev/null)" = "$spm_version" ]; then
+    echo "install-deps: .deps has SentencePiece $spm_version"
+  else
+    spm_tmp="$(mktemp -d)"
+    for attempt in 1 2 3; do
+      if "$torch_venv/bin/python" -m pip download -q --disable-pip-version-check --timeout 30 --retries 3 --no-deps \
+           --no-binary :all: -d "$spm_tmp" "sentencepiece==$spm_version"; then break; fi
+      if [ "$attempt" = 3 ]; then echo "install-deps: error: could not download the sentencepiece $spm_version sdist" >&2; exit 1; fi
+      sleep $((attempt * 10))
+    done
+    tar -xzf "$spm_tmp/sentencepiece-$spm_version.tar.gz" -C "$spm_tmp"
+    spm_src="$spm_tmp/sentencepiece-$spm_version/sentencepiece"
+    cmake -S "$spm_src" -B "$spm_tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPM_PROTOBUF_PROVIDER=package \
+      -DSPM_ENABLE_SHARED=OFF -DSPM_ENABLE_TCMALLOC=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON >"$spm_tmp/configure.log" 2>&1 &&
+      cmake --build "$spm_tmp/build" --target sentencepiece-static -j "${JOBS:-2}" >"$spm_tmp/build.log" 2>&1 ||
+      { tail -n 30 "$spm_tmp/configure.log" "$spm_tmp/build.log" >&2 || true
+        echo "install-deps: error: could not build SentencePiece $spm_version" >&2; exit 1; }
+    rm -rf "$spm_prefix"
+    mkdir -p "$spm_prefix/include" "$spm_prefix/lib"
+    cp "$spm_src/src/sentencepiece_processor.h" "$spm_prefix/include/"
+    cp "$spm_tmp/build/src/libsentencepiece.a" "$spm_prefix/lib/"
+    cp "$spm_src/LICENSE" "$spm_prefix/" 2>/dev/null || true
+    echo "$spm_version" >"$spm_prefix/VERSION"
+    rm -rf "$spm_tmp"
+    echo "install-deps: built SentencePiece $spm_version (static, system protobuf) into .deps/sentencepiece"
   fi
 fi
 # --- end PyTorch --------------------------------------------------------------------------------------------

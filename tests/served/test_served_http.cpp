@@ -122,11 +122,14 @@ TEST_CASE("served: exported encoders through jitembed-server and jit_client equa
   auto cb = jit_client::create(options({b.url()}));
   REQUIRE(ca.has_value());
   REQUIRE(cb.has_value());
-  // The text encoders (t5_encoder, t5_encoder_aoti) are not here: jitembed-server is built without the
-  // SentencePiece tokenizer (Debian's libsentencepiece embeds protobuf 3.14, which cannot share a process with
-  // the repository's libprotobuf 3.21), so they fail to load; their captions run in process in
-  // tests/torch/models/test_served_repository.cpp.
-  for (const std::string model : {"vae_encoder", "vae_encoder_aoti"}) {
+  // The text encoders need jitembed-server built with the SentencePiece tokenizer (the build install-deps
+  // makes against the system protobuf: cmake/FindSentencePiece.cmake); without it they fail to load and
+  // only the image encoders run here.
+  std::vector<std::string> models{"vae_encoder", "vae_encoder_aoti"};
+#if JITEMBED_SERVER_TOKENIZES
+  models.insert(models.end(), {"t5_encoder", "t5_encoder_aoti"});
+#endif
+  for (const std::string& model : models) {
     CAPTURE(model);
     const bool aoti = model.ends_with("_aoti");
     const float tol = aoti ? kAotiTolerance : kScriptTolerance;
@@ -153,6 +156,17 @@ TEST_CASE("served: exported encoders through jitembed-server and jit_client equa
       const auto one = fs[i].get();
       d_concurrent = std::max(d_concurrent, max_abs(one.data(), all.data() + i * c.per_row, c.per_row));
     }
+    // Batches of 1, 7 and 32 rows in one request (rows repeat cyclically), vs eager.
+    float d_sizes = 0;
+    for (const std::size_t rows : {std::size_t{1}, std::size_t{7}, std::size_t{32}}) {
+      served_case big = c;
+      big.rows.clear();
+      for (std::size_t i = 0; i < rows; ++i) big.rows.push_back(c.rows[i % n]);
+      const auto got = embed(*ca, big, input, 0, rows);
+      for (std::size_t i = 0; i < rows; ++i)
+        d_sizes = std::max(d_sizes, max_abs(got.data() + i * c.per_row, c.want.data() + (i % n) * c.per_row, c.per_row));
+    }
+    CHECK(d_sizes <= tol);
     // Two servers, the same batch composition: bitwise.
     const auto all_b = embed(*cb, c, input, 0, n);
     const bool bitwise = std::memcmp(all.data(), all_b.data(), all.size() * 4) == 0;
@@ -163,7 +177,7 @@ TEST_CASE("served: exported encoders through jitembed-server and jit_client equa
     const float d_repeat = max_abs(all.data(), again_a.data(), all.size());
     MESSAGE(model << ": " << n << " rows; max abs vs eager " << d_eager << " (batched), " << d_single_eager
                   << " (single rows); single vs batched " << d_single << "; concurrent vs batched " << d_concurrent
-                  << "; two servers: first call max abs " << d_servers << ", bitwise " << std::string(bitwise ? "yes" : "no")
+                  << "; batches of 1/7/32 vs eager " << d_sizes << "; two servers: first call max abs " << d_servers << ", bitwise " << std::string(bitwise ? "yes" : "no")
                   << ", after warm-up bitwise " << std::string(bitwise_again ? "yes" : "no") << "; repeat on one server max abs " << d_repeat);
     CHECK(d_eager <= tol);
     CHECK(d_single_eager <= tol);

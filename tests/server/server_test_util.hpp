@@ -2,8 +2,11 @@
 // generated JPEG / MP4 / record inputs.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <chrono>
 #include <future>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -49,6 +52,21 @@ inline std::future<reply> send(server::service& s, std::string method, std::stri
   req.headers = std::move(headers);
   s.handle(std::move(req), [p](http::response r) { p->set_value(flatten(std::move(r))); });
   return fut;
+}
+
+// Calls a handler (service::as_handler()) with one request and waits for its response.
+inline reply call_handler(const http::handler& h, std::string method, std::string target, std::string body = {},
+                          http::header_list headers = {}) {
+  auto p = std::make_shared<std::promise<reply>>();
+  auto fut = p->get_future();
+  http::request req;
+  req.method = std::move(method);
+  req.target = std::move(target);
+  req.body = std::move(body);
+  req.headers = std::move(headers);
+  h(std::move(req), [p](http::response r) { p->set_value(flatten(std::move(r))); });
+  REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  return fut.get();
 }
 
 // Sends one request and waits for its response (the service answers from any thread).

@@ -16,20 +16,6 @@ using jitembed::server::service;
 
 namespace {
 
-reply call_handler(const jitembed::net::http::handler& h, std::string method, std::string target, std::string body = {},
-                   http::header_list headers = {}) {
-  std::promise<reply> p;
-  auto fut = p.get_future();
-  http::request req;
-  req.method = std::move(method);
-  req.target = std::move(target);
-  req.body = std::move(body);
-  req.headers = std::move(headers);
-  h(std::move(req), [&p](http::response r) { p.set_value(flatten(std::move(r))); });
-  REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
-  return fut.get();
-}
-
 server_config text_config() {
   server_config c;
   c.preprocess_threads = 1;

@@ -27,20 +27,6 @@ server_config text_config(std::int64_t sleep_us = 0) {
   return c;
 }
 
-reply call_handler(const jitembed::net::http::handler& h, std::string method, std::string target, std::string body = {},
-                   http::header_list headers = {}) {
-  std::promise<reply> p;
-  auto fut = p.get_future();
-  http::request req;
-  req.method = std::move(method);
-  req.target = std::move(target);
-  req.body = std::move(body);
-  req.headers = std::move(headers);
-  h(std::move(req), [&p](http::response r) { p.set_value(flatten(std::move(r))); });
-  REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
-  return fut.get();
-}
-
 }  // namespace
 
 TEST_CASE("service::create loads and warms the configured models, or fails with the first model's error") {

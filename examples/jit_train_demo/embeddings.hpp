@@ -3,6 +3,8 @@
 // baseline and for --verify.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -16,6 +18,11 @@
 #include "jitembed/format/dataset.hpp"
 #include "jitembed/models/emulated_latency.hpp"
 #include "jitembed/models/reference.hpp"
+#if JIT_TRAIN_DEMO_HAS_REPOSITORY
+#include "jitembed/models/torch_repository.hpp"
+#include "jitembed/server/local_models.hpp"
+#include "jitembed/server/model_repository.hpp"
+#endif
 
 namespace jit_train_demo {
 
@@ -58,15 +65,29 @@ inline constexpr const char* kImageLatent = "image_latent";
 inline constexpr const char* kVideoLatent = "video_latent";
 inline constexpr const char* kCaption = "caption";
 
-inline std::vector<client::embedding_spec> embedding_specs() {
-  return {{kImageLatent, "image-latent", models::modality::image, "latent", ""},
-          {kVideoLatent, "video-latent", models::modality::video, "latent", ""},
-          {kCaption, "text-embed", models::modality::text, "pooled", ""}};
+// Which served models give the three embeddings, and which of their outputs: the reference models by
+// default; with --model-repository the exported encoders (scripts/export_models.py: the VAE, the per-frame
+// video VAE and the T5 encoder), whose first output is the embedding.
+struct model_names {
+  std::string image = "image-latent", video = "video-latent", text = "text-embed";
+  std::string image_output = "latent", video_output = "latent", text_output = "pooled";  // empty: the first output
+
+  static model_names repository() {
+    return {"vae_encoder", "video_encoder", "t5_encoder", "", "", ""};
+  }
+};
+
+inline std::vector<client::embedding_spec> embedding_specs(const model_names& n = {}) {
+  return {{kImageLatent, n.image, models::modality::image, n.image_output, ""},
+          {kVideoLatent, n.video, models::modality::video, n.video_output, ""},
+          {kCaption, n.text, models::modality::text, n.text_output, ""}};
 }
 
-// The three models in-process, with or without the emulated latency.
+// The three models in-process: the reference models (with or without the emulated latency), or the
+// repository's encoders on LibTorch (open_repository).
 struct model_set {
   models::any_model image, video, text;
+  model_names names;
 
   static result<model_set> create(const model_settings& s, bool with_latency) {
     model_set m;
@@ -81,14 +102,34 @@ struct model_set {
     }
     return m;
   }
+
+#if JIT_TRAIN_DEMO_HAS_REPOSITORY
+  // The models `n` names from the model repository at `dir`, loaded here as jitembed-server loads them
+  // (the same backends, preprocessing and fingerprints): LibTorch in this process.
+  static result<model_set> open_repository(const std::string& dir, const model_names& n) {
+    server::repository_options ro;
+    ro.backends.add("pytorch_libtorch", models::torch_script_backend());
+    ro.backends.add("torch_aoti", models::torch_aoti_backend());
+    JITEMBED_ASSIGN_OR_RETURN(auto repo, server::model_repository::open(dir, std::move(ro)));
+    server::local_models local;
+    model_set m;
+    m.names = n;
+    for (auto [name, dst] : {std::pair{&n.image, &m.image}, std::pair{&n.video, &m.video}, std::pair{&n.text, &m.text}}) {
+      JITEMBED_TRY(repo.load(local, *name));
+      *dst = *local.find(*name);
+    }
+    return m;
+  }
+#endif
 };
 
 namespace detail {
 
-// Runs `m` on the preprocessed rows (in batches of its max_batch_size) and stores output `output` of row
-// k as embedding `name` of samples[owner[k]]; a failed batch fails its samples.
-inline void run_rows(const models::any_model& m, const char* output, const char* name, std::vector<tensor>& rows,
+// Runs `m` on the preprocessed rows (in batches of its max_batch_size) and stores output `output` (empty:
+// the first) of row k as embedding `name` of samples[owner[k]]; a failed batch fails its samples.
+inline void run_rows(const models::any_model& m, const std::string& output, const char* name, std::vector<tensor>& rows,
                      const std::vector<std::size_t>& owner, std::vector<client::loaded_sample>& samples) {
+  const std::string& want = output.empty() ? m.outputs().front().name : output;
   const std::size_t step = std::max<std::size_t>(m.max_batch_size(), 1);
   for (std::size_t at = 0; at < rows.size(); at += step) {
     const std::size_t n = std::min(step, rows.size() - at);
@@ -101,7 +142,7 @@ inline void run_rows(const models::any_model& m, const char* output, const char*
         continue;
       }
       for (auto& [oname, t] : (*out)[k])
-        if (oname == output) s.embeddings.emplace_back(name, t);
+        if (oname == want) s.embeddings.emplace_back(name, t);
     }
   }
 }
@@ -143,16 +184,17 @@ inline std::vector<client::loaded_sample> embed_in_process(const format::dataset
       else add(m.text, as_bytes_view(*text), text_rows, text_owner);
     }
   }
-  detail::run_rows(m.image, "latent", kImageLatent, image_rows, image_owner, out);
-  detail::run_rows(m.video, "latent", kVideoLatent, video_rows, video_owner, out);
-  detail::run_rows(m.text, "pooled", kCaption, text_rows, text_owner, out);
+  detail::run_rows(m.image, m.names.image_output, kImageLatent, image_rows, image_owner, out);
+  detail::run_rows(m.video, m.names.video_output, kVideoLatent, video_rows, video_owner, out);
+  detail::run_rows(m.text, m.names.text_output, kCaption, text_rows, text_owner, out);
   for (auto& s : out)
     if (s.error) s.embeddings.clear();
   return out;
 }
 
-// Bitwise: same names, dtypes, shapes and bytes.
-inline bool same_embeddings(const client::loaded_sample& a, const client::loaded_sample& b, std::string* why) {
+// Same names, dtypes and shapes, and values bitwise equal (tolerance 0) or within `tolerance` max abs
+// (f32 embeddings; other dtypes compare bitwise).
+inline bool same_embeddings(const client::loaded_sample& a, const client::loaded_sample& b, std::string* why, float tolerance = 0) {
   if (a.embeddings.size() != b.embeddings.size()) {
     *why = std::to_string(a.embeddings.size()) + " embeddings, reference has " + std::to_string(b.embeddings.size());
     return false;
@@ -165,7 +207,19 @@ inline bool same_embeddings(const client::loaded_sample& a, const client::loaded
                     std::string(to_string(t.dtype())) + t.shape().to_string(),
              false;
     const tensor dc = d->is_contiguous() ? *d : d->clone();
-    if (std::memcmp(dc.data(), t.data(), t.nbytes()) != 0) return *why = "'" + name + "' differs from the reference", false;
+    const tensor tc = t.is_contiguous() ? t : t.clone();
+    if (tolerance > 0 && t.dtype() == dtype::f32) {
+      const float* x = dc.data<const float>();
+      const float* y = tc.data<const float>();
+      float worst = 0;
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(t.numel()); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
+      if (!(worst <= tolerance))
+        return *why = "'" + name + "' differs from the reference by " + std::to_string(worst) + " (max abs; tolerance " +
+                      std::to_string(tolerance) + ")",
+               false;
+    } else if (std::memcmp(dc.data(), tc.data(), t.nbytes()) != 0) {
+      return *why = "'" + name + "' differs from the reference", false;
+    }
   }
   return true;
 }

@@ -13,8 +13,18 @@
 // (the loader's deterministic plan) and so print the same per-epoch losses for the same --seed.
 // --tp 2 trains the MLP tensor-parallel on two Gloo ranks (threads): each rank loads its own share of every
 // step (rank / world_size), the ranks all-gather the batch, and the TP MLP runs over it.
+// --model-repository DIR: real encoders instead of the reference models: the Triton-layout repository
+// scripts/export_models.py writes (a diffusers VAE, the per-frame video VAE, a T5 encoder; TorchScript on
+// LibTorch). jit mode starts its servers with --model-repository DIR and takes the embedding shapes from
+// the served models' metadata; inline mode (and --verify) loads the same models in this process as the
+// server does. Real encoders are not bitwise reproducible across batch compositions, so --verify compares
+// within --verify-tolerance (1e-5 max abs by default there; bitwise for the reference models).
 //
 // Ends with a summary table, an HTML report with SVG charts (--report) and one JSON line.
+#if JIT_TRAIN_DEMO_HAS_REPOSITORY
+#include "jitembed/models/torch_repository.hpp"  // LibTorch first (its glog macros)
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -76,6 +86,9 @@ struct cli_options {
   std::uint64_t seed = 1;
   denoiser_config model;
   model_settings embed;
+  model_names names;                 // the served models and outputs (model_names::repository() with --model-repository)
+  std::string model_repository;      // real encoders (TorchScript / AOTInductor) from a Triton-layout repository
+  float verify_tolerance = -1;       // --verify: max abs; < 0: 0 (bitwise) for the reference models, 1e-5 for a repository
   std::string endpoints, endpoints_file, server_bin = JIT_TRAIN_DEMO_SERVER_BIN;
   std::vector<std::string> identities;  // --identity MODEL[:INPUT]=FINGERPRINT,PREPROCESS_KEY (Triton models)
   int servers = 1, server_instances = 2;
@@ -174,7 +187,8 @@ std::string server_flags(const model_settings& m) {
 }
 
 // The model input of one sample: [noisy latent, pooled caption, noise level] and the noise. The noise and
-// its level come from (seed, epoch, sample id), so every mode and rank layout draws the same ones.
+// its level come from (seed, epoch, sample id), so every mode and rank layout draws the same ones. A
+// caption embedding of several positions ([L, C]: a T5 encoder's last hidden state) is mean-pooled over them.
 void sample_features(const cli_options& o, std::uint64_t epoch, const std::string& id, const tensor& latent, const tensor& caption,
                      float* x, float* eps) {
   const std::int64_t L = o.model.latent_dim, C = o.model.cond_dim;
@@ -186,18 +200,27 @@ void sample_features(const cli_options& o, std::uint64_t epoch, const std::strin
     eps[i] = r.normal();
     x[i] = sa * z[i] + sn * eps[i];
   }
-  std::memcpy(x + L, caption.data<const float>(), static_cast<std::size_t>(C) * sizeof(float));
+  const float* c = caption.data<const float>();
+  const std::int64_t positions = static_cast<std::int64_t>(caption.numel()) / C;
+  if (positions == 1) {
+    std::memcpy(x + L, c, static_cast<std::size_t>(C) * sizeof(float));
+  } else {
+    for (std::int64_t j = 0; j < C; ++j) {
+      double sum = 0;
+      for (std::int64_t p = 0; p < positions; ++p) sum += c[p * C + j];
+      x[L + j] = static_cast<float>(sum / static_cast<double>(positions));
+    }
+  }
   x[L + C] = a;
 }
 
 // One rank's training loop.
 void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_store> store, batch_source& src,
-              const format::dataset& ds, shared_state& sh, clock_type::time_point t0) {
+              const format::dataset& ds, const model_set* reference, shared_state& sh, clock_type::time_point t0) {
   math::set_blas_threads(1);
   auto comm = comm_t::create(store, rank, o.tp).value();
   denoiser<comm_t> model(comm, o.model);
-  std::optional<model_set> reference;
-  if (o.verify) reference = model_set::create(o.embed, false).value();
+  const float tolerance = o.verify_tolerance;
   if (rank == 0) sh.rec.parameters = model.parameter_count();
   const std::int64_t L = o.model.latent_dim, C = o.model.cond_dim, D = o.model.input_dim();
   double last_progress = -1;
@@ -228,7 +251,7 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
           }
         }
       }
-      if (reference) {
+      if (reference) {  // the in-process encoders on the same samples
         std::vector<std::uint64_t> idx;
         for (const auto& s : samples)
           if (s.ok()) idx.push_back(s.index);
@@ -239,7 +262,7 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
         for (const auto& s : samples) {
           if (!s.ok()) continue;
           std::string why;
-          if (want[k].ok() && want[k].id == s.id && same_embeddings(s, want[k], &why)) ++ok;
+          if (want[k].ok() && want[k].id == s.id && same_embeddings(s, want[k], &why, tolerance)) ++ok;
           else ++bad, why_all.push_back("sample " + s.id + ": " + (want[k].ok() ? why : "reference failed"));
           ++k;
         }
@@ -258,12 +281,15 @@ void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_sto
         const tensor* cap = s.find(kCaption);
         if (!lat || !cap) continue;  // a sample without media or caption is delivered but not trained on
         if (lat->dtype() != dtype::f32 || static_cast<std::int64_t>(lat->numel()) != L || cap->dtype() != dtype::f32 ||
-            static_cast<std::int64_t>(cap->numel()) != C || !lat->is_contiguous() || !cap->is_contiguous())
+            cap->rank() < 1 || cap->shape()[cap->rank() - 1] != C || !lat->is_contiguous() || !cap->is_contiguous())
           throw error(errc::invalid_argument,
                       "sample " + s.id + ": latent " + lat->shape().to_string() + " / caption " + cap->shape().to_string() +
                           " do not match the model (" + std::to_string(L) + " latent values, " + std::to_string(C) +
-                          "-dim caption, f32): the servers serve other model settings; start each jitembed-server with " +
-                          server_flags(o.embed) + " (what this demo passes to the servers it starts without --endpoints)");
+                          "-dim caption, f32): the servers serve other model settings; " +
+                          (o.model_repository.empty()
+                               ? "start each jitembed-server with " + server_flags(o.embed) +
+                                     " (what this demo passes to the servers it starts without --endpoints)"
+                               : std::string("the served models' metadata gave other shapes than their outputs")));
         usable.push_back(&s);
       }
       const auto n = static_cast<std::int64_t>(usable.size());
@@ -371,15 +397,89 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// The item shape of a served output (its metadata's shape without the batch dimension).
+std::vector<std::int64_t> item_shape(const client::served_tensor& t) {
+  std::vector<std::int64_t> s = t.shape;
+  if (!s.empty() && s.front() == -1) s.erase(s.begin());
+  return s;
+}
+
+std::int64_t numel_of(const std::vector<std::int64_t>& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+// The denoiser's sizes from the encoders' output shapes: the latent (image and video latents flatten to the
+// same size) and the caption's last extent (the pooled dimension).
+void set_dims(cli_options& o, const std::vector<std::int64_t>& image, const std::vector<std::int64_t>& video,
+              const std::vector<std::int64_t>& text) {
+  const auto str = [](const std::vector<std::int64_t>& v) { return jitembed::shape(v).to_string(); };
+  if (image.empty() || text.empty() || numel_of(image) < 1 || text.back() < 1)
+    throw error(errc::invalid_argument, "the encoders' outputs " + str(image) + " / " + str(text) + " have no fixed size");
+  if (numel_of(video) != numel_of(image))
+    throw error(errc::invalid_argument, "image latent " + str(image) + " and video latent " + str(video) +
+                                            " differ in size: the denoiser takes both");
+  o.model.latent_dim = numel_of(image);
+  o.model.cond_dim = text.back();
+}
+
+// The models' output shapes from the servers' metadata (--model-repository in jit mode), and the output
+// names when they were left to the model (its first output).
+void dims_from_metadata(cli_options& o, client::jit_client& cl) {
+  std::vector<std::int64_t> shapes[3];
+  std::string* outputs[3] = {&o.names.image_output, &o.names.video_output, &o.names.text_output};
+  const std::string* models[3] = {&o.names.image, &o.names.video, &o.names.text};
+  for (int i = 0; i < 3; ++i) {
+    auto md = cl.metadata(*models[i]);
+    if (!md) throw error(md.code(), "metadata of '" + *models[i] + "': " + md.error().message);
+    const auto* t = md->output(*outputs[i]);
+    if (!t) throw error(errc::not_found, "model '" + *models[i] + "' has no output '" + *outputs[i] + "'");
+    *outputs[i] = t->name;
+    shapes[i] = item_shape(*t);
+  }
+  set_dims(o, shapes[0], shapes[1], shapes[2]);
+}
+
+// The same from models loaded in this process.
+void dims_from_models(cli_options& o, const model_set& m) {
+  const auto shape_of = [](const models::any_model& mod, const std::string& output) {
+    for (const auto& t : mod.outputs())
+      if (output.empty() || t.name == output) return std::vector<std::int64_t>(t.shape.begin(), t.shape.end());
+    throw error(errc::not_found, "model '" + std::string(mod.name()) + "' has no output '" + output + "'");
+  };
+  set_dims(o, shape_of(m.image, m.names.image_output), shape_of(m.video, m.names.video_output), shape_of(m.text, m.names.text_output));
+}
+
 int run(cli_options& o) {
   namespace fs = std::filesystem;
   if (o.mode != "jit" && o.mode != "inline") throw error(errc::invalid_argument, "--mode must be jit or inline");
   if (o.tp < 1 || o.batch % o.tp != 0) throw error(errc::invalid_argument, "--batch must be a multiple of --tp");
-  if (o.embed.video_latent_dim() != o.embed.latent_dim())
+  const bool repository = !o.model_repository.empty();
+  if (!repository && o.embed.video_latent_dim() != o.embed.latent_dim())
     throw error(errc::invalid_argument, "image and video latents must have the same size (image bucket, video bucket and frames)");
-  o.model.latent_dim = o.embed.latent_dim();
-  o.model.cond_dim = o.embed.text_dim;
+  if (repository) {
+    o.embed.sleep_us = o.embed.sleep_us_per_row = 0;  // real encoders take their own time
+  } else {
+    o.model.latent_dim = o.embed.latent_dim();
+    o.model.cond_dim = o.embed.text_dim;
+  }
+  if (o.verify_tolerance < 0) o.verify_tolerance = repository ? 1e-5f : 0.f;
   o.model.seed = o.seed;
+
+  // The encoders in this process: the inline baseline's and --verify's. With a repository, LibTorch here.
+  std::optional<model_set> local, reference;
+  if (repository && (o.mode == "inline" || o.verify)) {
+#if JIT_TRAIN_DEMO_HAS_REPOSITORY
+    local = model_set::open_repository(o.model_repository, o.names).value();
+    dims_from_models(o, *local);
+#else
+    throw error(errc::invalid_argument, "--model-repository with --mode inline or --verify runs the encoders in this process: this "
+                                        "jit_train_demo is built without LibTorch or the repository component (JITEMBED_WITH_TORCH, "
+                                        "JITEMBED_WITH_REPOSITORY); --mode jit without --verify needs neither");
+#endif
+  }
+  if (o.verify) reference = repository ? *local : model_set::create(o.embed, false).value();
   fs::create_directories(o.out_dir);
 
   // Data: --data as given, or the generated set (made on first run).
@@ -407,6 +507,7 @@ int run(cli_options& o) {
   rec.batch = o.batch;
   rec.sleep_us = o.embed.sleep_us;
   rec.sleep_us_per_row = o.embed.sleep_us_per_row;
+  rec.models = repository ? o.names.image + ", " + o.names.video + ", " + o.names.text + " from " + o.model_repository : "";
 
   // jit: the servers (unless given), the client, the shared cache and one loader per rank.
   std::vector<server_process> servers;
@@ -430,10 +531,17 @@ int run(cli_options& o) {
     } else {
       co.endpoints.list = split_list(o.endpoints);
       if (co.endpoints.list.empty()) {
-        std::vector<std::string> args{"--host", "127.0.0.1", "--port", "0", "--instances", std::to_string(o.server_instances)};
-        for (auto& a : o.embed.server_model_args()) args.push_back(a);
+        std::vector<std::string> args{"--host", "127.0.0.1", "--port", "0"};
+        if (repository) {
+          args.insert(args.end(), {"--model-repository", o.model_repository});  // instances: the configs' instance_group
+        } else {
+          args.insert(args.end(), {"--instances", std::to_string(o.server_instances)});
+          for (auto& a : o.embed.server_model_args()) args.push_back(a);
+        }
+        // A repository's models load before the server listens (LibTorch and the model files: seconds).
+        const auto start_timeout = repository ? std::chrono::seconds(180) : std::chrono::seconds(20);
         for (int i = 0; i < o.servers; ++i) {
-          servers.push_back(server_process::create(o.server_bin, args).value());
+          servers.push_back(server_process::create(o.server_bin, args, start_timeout).value());
           co.endpoints.list.push_back(servers.back().url());
         }
         rec.endpoints = std::to_string(o.servers) + " local jitembed-server (" + co.endpoints.list.front() + (o.servers > 1 ? ", ..." : "") + ")";
@@ -442,10 +550,11 @@ int run(cli_options& o) {
       }
     }
     cl = client::jit_client::create(std::move(co)).value();
+    if (repository) dims_from_metadata(o, *cl);
     cache_log.emplace(make_cache(o).value());
     for (int r = 0; r < o.tp; ++r) {
       client::loader_options lo;
-      lo.embeddings = embedding_specs();
+      lo.embeddings = embedding_specs(o.names);
       lo.batch_size = per_rank_batch;
       lo.samples_per_request = o.samples_per_request;
       lo.requests_in_flight = o.requests_in_flight;
@@ -460,8 +569,8 @@ int run(cli_options& o) {
     }
   } else {
     for (int r = 0; r < o.tp; ++r)
-      sources.push_back(std::make_unique<inline_source>(ds, model_set::create(o.embed, true).value(), r, o.tp, per_rank_batch, o.seed,
-                                                        o.shuffle));
+      sources.push_back(std::make_unique<inline_source>(ds, repository ? *local : model_set::create(o.embed, true).value(), r, o.tp,
+                                                        per_rank_batch, o.seed, o.shuffle));
   }
 
   // Train: one thread per rank (Gloo over loopback).
@@ -471,7 +580,7 @@ int run(cli_options& o) {
   for (int r = 0; r < o.tp; ++r) {
     threads.emplace_back([&, r] {
       try {
-        run_rank(r, o, store, *sources[static_cast<std::size_t>(r)], ds, sh, t0);
+        run_rank(r, o, store, *sources[static_cast<std::size_t>(r)], ds, reference ? &*reference : nullptr, sh, t0);
       } catch (const std::exception& e) {
         std::lock_guard lock(sh.mu);
         if (!sh.failed_run.exchange(true)) sh.fatal = e.what();
@@ -555,6 +664,16 @@ int main(int argc, char** argv) {
   app.add_option("--identity", o.identities,
                  "MODEL[:INPUT]=FINGERPRINT,PREPROCESS_KEY: the cache-key identity of a model whose server publishes none "
                  "(a Triton model without the config parameters fingerprint / preprocess_key); repeatable");
+  app.add_option("--model-repository", o.model_repository,
+                 "real encoders: a Triton-layout model repository (scripts/export_models.py --out DIR): jit mode starts its servers "
+                 "on it, inline mode and --verify load its models here (LibTorch)");
+  std::string image_model, video_model, text_model;
+  app.add_option("--image-model", image_model, "image encoder (default: image-latent, or vae_encoder with --model-repository)");
+  app.add_option("--video-model", video_model, "video encoder (default: video-latent, or video_encoder with --model-repository)");
+  app.add_option("--text-model", text_model, "caption encoder (default: text-embed, or t5_encoder with --model-repository)");
+  app.add_option("--verify-tolerance", o.verify_tolerance,
+                 "--verify: max abs difference allowed (default 0, bitwise, for the reference models; 1e-5 with --model-repository)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--server-bin", o.server_bin, "jitembed-server to start")->capture_default_str();
   app.add_option("--servers", o.servers, "local servers to start")->check(CLI::Range(1, 16));
   app.add_option("--server-instances", o.server_instances, "runner threads per model in each local server")->check(CLI::Range(1, 64));
@@ -564,11 +683,15 @@ int main(int argc, char** argv) {
   app.add_option("--cache-mb", o.cache_mb, "memory cache budget (MiB)");
   app.add_option("--cache-dir", o.cache_dir, "LMDB cache directory (kept across runs)");
   app.add_flag("!--no-shuffle", o.shuffle, "dataset order instead of a per-epoch permutation");
-  app.add_flag("--verify", o.verify, "check every delivered embedding against the in-process reference (bitwise)");
+  app.add_flag("--verify", o.verify, "check every delivered embedding against the same encoders run in this process (--verify-tolerance)");
   app.add_flag("!--no-progress", o.progress, "no live progress line");
   app.add_option("--out", o.out_dir, "output directory (generated data, report)")->capture_default_str();
   app.add_option("--report", o.report, "HTML report file (default: OUT/report-MODE.html)");
   CLI11_PARSE(app, argc, argv);
+  if (!o.model_repository.empty()) o.names = model_names::repository();
+  if (!image_model.empty()) o.names.image = image_model, o.names.image_output = "";
+  if (!video_model.empty()) o.names.video = video_model, o.names.video_output = "";
+  if (!text_model.empty()) o.names.text = text_model, o.names.text_output = "";
   try {
     return run(o);
   } catch (const std::exception& e) {

@@ -40,6 +40,7 @@ struct run_record {
   int tp = 1;
   std::string data_dir;
   std::string endpoints;
+  std::string models;  // the encoders: "reference models", or the repository's models and directory
   std::int64_t dataset_size = 0;
   std::int64_t batch = 0;
   std::int64_t sleep_us = 0, sleep_us_per_row = 0;
@@ -75,6 +76,7 @@ inline nlohmann::json to_json(const run_record& r) {
   j["samples"] = r.samples;
   j["dataset_samples"] = r.dataset_size;
   j["batch"] = r.batch;
+  j["models"] = r.models;
   j["sleep_us"] = r.sleep_us;
   j["sleep_us_per_row"] = r.sleep_us_per_row;
   j["wall_s"] = std::round(r.wall_s * 1000) / 1000;
@@ -108,7 +110,8 @@ inline nlohmann::json to_json(const run_record& r) {
 inline std::string summary_table(const run_record& r) {
   std::ostringstream o;
   o << "\njit_train_demo: mode " << r.mode << ", tp " << r.tp << ", " << r.dataset_size << " samples, batch " << r.batch
-    << ", emulated encoder " << r.sleep_us << " us/batch + " << r.sleep_us_per_row << " us/row, " << r.parameters << " parameters per rank\n";
+    << ", " << (r.models.empty() ? "reference models" : r.models) << ", emulated encoder " << r.sleep_us << " us/batch + "
+    << r.sleep_us_per_row << " us/row, " << r.parameters << " parameters per rank\n";
   o << "  epoch   loss            samples   seconds   samples/s   stall   requests   cache hit\n";
   for (std::size_t e = 0; e < r.epochs.size(); ++e) {
     const auto& ep = r.epochs[e];

@@ -62,6 +62,10 @@ class jit_client {
   // The cache-key identity of `model`: client_options.identities when given, else the metadata of the
   // first endpoint that serves it (cached), or the local model's version() / preprocess_key(). Blocks.
   result<model_identity> identity(const std::string& model);
+  // The KServe metadata of `model` (names, datatypes and shapes of its inputs and outputs) from the first
+  // endpoint that answers for it, or from the local model. not_found when an endpoint answers that it does
+  // not serve the model; the last endpoint's error when none answers. Blocks; not cached.
+  result<model_metadata> metadata(const std::string& model);
 
   client_stats stats() const;
   std::vector<std::string> endpoints() const;  // current (not draining) endpoint URLs

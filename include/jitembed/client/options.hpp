@@ -34,6 +34,30 @@ struct model_identity {
   std::string input;  // the model's input name from its metadata ("image", "video", "text"; "INPUT0" on Triton), if known
 };
 
+// One tensor of a served model's KServe metadata (GET /v2/models/<m>): its name, KServe datatype ("FP32",
+// "BYTES", ...) and shape as the server reports it, the batch dimension (-1) in front when the model batches.
+struct served_tensor {
+  std::string name;
+  std::string datatype;
+  std::vector<std::int64_t> shape;
+};
+
+// A served model's KServe metadata, as jit_client::metadata() reads it from an endpoint (or from a local model).
+struct model_metadata {
+  std::string name;
+  std::string platform;
+  std::vector<std::string> versions;
+  std::vector<served_tensor> inputs, outputs;
+
+  // The output called `name` (the first output when `name` is empty), or nullptr.
+  const served_tensor* output(std::string_view name = {}) const noexcept {
+    if (name.empty()) return outputs.empty() ? nullptr : &outputs.front();
+    for (const auto& o : outputs)
+      if (o.name == name) return &o;
+    return nullptr;
+  }
+};
+
 // The programs' --identity flag: "MODEL[:INPUT]=FINGERPRINT,PREPROCESS_KEY" -> {MODEL, identity}, for a
 // model whose server publishes no identity (a Triton model without the config parameters "fingerprint" and
 // "preprocess_key"). The key is everything after the first comma (keys hold ',', '=' and ';'); INPUT is the

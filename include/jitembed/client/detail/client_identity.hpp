@@ -2,12 +2,15 @@
 // GET /v2/models/<m> (jitembed-server publishes parameters.fingerprint / preprocess_key as strings there);
 // when the metadata has none, GET /v2/models/<m>/config, whose `parameters` Triton publishes in its JSON
 // form, {"fingerprint": {"string_value": ".."}, "preprocess_key": {"string_value": ".."}}, so a Triton
-// model whose config.pbtxt carries both parameters needs no client_options.identities.
+// model whose config.pbtxt carries both parameters needs no client_options.identities. Also a model's whole
+// KServe metadata (jit_client::metadata) from the same GET.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -73,6 +76,58 @@ inline result<std::optional<model_identity>> fetch_identity(const endpoint_addre
     }
   }
   return std::optional<model_identity>(std::move(id));
+}
+
+// GET /v2/models/<m> on the endpoint `a` as model_metadata: the transport's or the HTTP status's error
+// (404: not_found), or decode_failed naming the field when the body is not KServe model metadata.
+inline result<model_metadata> fetch_metadata(const endpoint_address& a, const std::string& model, const client_options& opts) {
+  net::http::client_options ho;
+  ho.connect_timeout = opts.connect_timeout;
+  ho.io_timeout = std::chrono::milliseconds(std::min<std::int64_t>(opts.request_timeout.count(), 10000));
+  net::http::client hc(a.host, a.port, ho);
+  net::http::header_list h;
+  if (!opts.auth_token.empty()) h.emplace_back("Authorization", "Bearer " + opts.auth_token);
+  auto r = hc.get("/v2/models/" + model, h);
+  if (!r) return r.error();
+  if (r->status != 200) return http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);
+  const auto doc = nlohmann::json::parse(r->body, nullptr, false);
+  const auto bad = [&](const std::string& what) {
+    return fail(errc::decode_failed, "metadata of '" + model + "' from " + a.url + ": " + what);
+  };
+  if (!doc.is_object()) return bad("not a JSON object");
+  model_metadata md;
+  const auto str = [](const nlohmann::json& j, const char* k) -> std::optional<std::string> {
+    const auto it = j.find(k);
+    if (it == j.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  };
+  md.name = str(doc, "name").value_or(model);
+  md.platform = str(doc, "platform").value_or("");
+  if (auto v = doc.find("versions"); v != doc.end() && v->is_array())
+    for (const auto& e : *v)
+      if (e.is_string()) md.versions.push_back(e.get<std::string>());
+  for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}}) {
+    const auto list = doc.find(key);
+    if (list == doc.end()) continue;
+    if (!list->is_array()) return bad(std::string("'") + key + "' is not an array");
+    for (const auto& t : *list) {
+      if (!t.is_object()) return bad(std::string("an entry of '") + key + "' is not an object");
+      served_tensor st;
+      auto name = str(t, "name");
+      auto dt = str(t, "datatype");
+      const auto shp = t.find("shape");
+      if (!name || !dt || shp == t.end() || !shp->is_array())
+        return bad(std::string("an entry of '") + key + "' lacks name, datatype or shape");
+      st.name = std::move(*name);
+      st.datatype = std::move(*dt);
+      for (const auto& d : *shp) {
+        if (!d.is_number_integer()) return bad("tensor '" + st.name + "' has a non-integer dimension");
+        st.shape.push_back(d.get<std::int64_t>());
+      }
+      dst->push_back(std::move(st));
+    }
+  }
+  return md;
 }
 
 }  // namespace jitembed::client::detail

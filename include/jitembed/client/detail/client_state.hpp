@@ -174,6 +174,37 @@ class client_state {
     return last;
   }
 
+  result<model_metadata> metadata(const std::string& model) {
+    if (local_) {
+      const auto* m = local_->find(model);
+      if (!m) return fail(errc::not_found, "client: no local model '" + model + "'");
+      model_metadata md;
+      md.name = model;
+      md.platform = "jitembed";
+      md.versions = {std::string(m->version())};
+      md.inputs.push_back({std::string(models::to_string(m->input_modality())), "BYTES", {-1, 1}});
+      for (const auto& o : m->outputs()) {
+        served_tensor t{o.name, std::string(kserve::to_string(kserve::from_dtype(o.type))), {-1}};
+        t.shape.insert(t.shape.end(), o.shape.begin(), o.shape.end());
+        md.outputs.push_back(std::move(t));
+      }
+      return md;
+    }
+    std::vector<endpoint_address> eps;
+    {
+      std::lock_guard lk(mu_);
+      for (const auto& e : endpoints_)
+        if (!e->draining) eps.push_back(e->addr);
+    }
+    error_info last = fail(errc::unavailable, "client: no endpoint to ask for model '" + model + "' metadata");
+    for (const auto& a : eps) {
+      auto md = fetch_metadata(a, model, opts_);
+      if (md) return md;
+      last = md.error();
+    }
+    return last;
+  }
+
   // --- stats, endpoints, close -------------------------------------------------------------------------
 
   client_stats stats() const {

@@ -144,6 +144,9 @@ if(JITEMBED_WITH_ZSTD)
         GLOBS ${_torch_globs}
         LINK jitembed::models_video torch
         NOT_IN_UMBRELLA)
+      # A CUDA LibTorch (torch_cuda): GPU models stage batches through pinned memory on per-instance streams
+      # (models/detail/torch_cuda_staging.hpp).
+      target_compile_definitions(jitembed_torch INTERFACE $<$<TARGET_EXISTS:torch_cuda>:JITEMBED_TORCH_CUDA=1>)
       if(TARGET SentencePiece::SentencePiece)
         target_link_libraries(jitembed_torch INTERFACE $<BUILD_INTERFACE:SentencePiece::SentencePiece>)
         target_compile_definitions(jitembed_torch INTERFACE $<BUILD_INTERFACE:JITEMBED_WITH_SENTENCEPIECE=1>)

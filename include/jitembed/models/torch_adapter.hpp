@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -33,6 +34,7 @@
 #include "jitembed/models/detail/kernels.hpp"
 #include "jitembed/models/detail/torch_backends.hpp"
 #include "jitembed/models/detail/torch_convert.hpp"
+#include "jitembed/models/detail/torch_cuda_staging.hpp"
 #include "jitembed/models/model.hpp"
 
 namespace jitembed::models {
@@ -202,12 +204,33 @@ class torch_model {
     if (batch.empty()) return out;
     try {
       c10::InferenceMode guard;
+#if JITEMBED_TORCH_CUDA
+      // A GPU model: pinned staging, the copy on this runner's copy stream, forward on its compute stream
+      // (detail/torch_cuda_staging.hpp), so one instance's copy overlaps another's compute.
+      std::optional<c10::cuda::CUDAGuard> on_device;
+      std::optional<c10::cuda::CUDAStreamGuard> on_compute;
+      detail::cuda_stream_pair* streams = nullptr;
+      if (s_->torch_dev.is_cuda()) {
+        on_device.emplace(s_->torch_dev);
+        streams = &detail::thread_streams(s_->torch_dev.index());
+        on_compute.emplace(streams->compute);
+      }
+      auto x = streams ? detail::stage_to_device(o.name, batch, o.input, s_->torch_dev, *streams)
+                       : detail::stack_items(o.name, batch, o.input, s_->torch_dev);
+#else
       auto x = detail::stack_items(o.name, batch, o.input, s_->torch_dev);
+#endif
       if (!x) return x.error();
       torch::Tensor arg = o.batch_transform ? o.batch_transform(*x) : std::move(*x);
       const c10::IValue y = s_->backend->forward(std::move(arg));
       auto ys = detail::unpack_outputs(o.name, y, o.outputs);
       if (!ys) return ys.error();
+#if JITEMBED_TORCH_CUDA
+      if (streams && o.outputs_to_cpu) {  // every output into pinned host memory, then one wait
+        for (std::size_t k = 0; k < ys->size(); ++k) (*ys)[k] = detail::output_to_pinned_host((*ys)[k], o.outputs[k]);
+        streams->compute.synchronize();
+      }
+#endif
       for (std::size_t k = 0; k < ys->size(); ++k) {
         auto items = detail::split_output(o.name, std::move((*ys)[k]), o.outputs[k], batch.size(), o.outputs_to_cpu);
         if (!items) return items.error();

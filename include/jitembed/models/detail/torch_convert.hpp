@@ -64,10 +64,11 @@ inline bool shape_matches(std::span<const std::int64_t> want, std::span<const st
 }
 
 // Items (already checked against the input meta: same dtype, contiguous, CPU) -> one [N, item...] tensor on
-// `dev`. Each item is copied exactly once: memcpy into CPU storage, or one host-to-device copy per item.
-// Variable extents (-1) must agree across the batch.
+// `dev`. Each item is copied exactly once: memcpy into CPU storage (page-locked with `pinned`: the staging
+// buffer of a host-to-device copy, torch_cuda_staging.hpp), or one host-to-device copy per item (a CUDA
+// device without JITEMBED_TORCH_CUDA). Variable extents (-1) must agree across the batch.
 inline result<torch::Tensor> stack_items(std::string_view model, std::span<const tensor> batch, const tensor_meta& in,
-                                         c10::Device dev) {
+                                         c10::Device dev, bool pinned = false) {
   const tensor& first = batch.front();
   for (std::size_t i = 1; i < batch.size(); ++i)
     if (!(batch[i].shape() == first.shape()))
@@ -76,7 +77,8 @@ inline result<torch::Tensor> stack_items(std::string_view model, std::span<const
                                               first.shape().to_string() + " (items of one batch must agree)");
   std::vector<std::int64_t> sizes{static_cast<std::int64_t>(batch.size())};
   sizes.insert(sizes.end(), first.shape().begin(), first.shape().end());
-  const auto opts = torch::TensorOptions().dtype(to_torch_dtype(in.type)).device(dev);
+  auto opts = torch::TensorOptions().dtype(to_torch_dtype(in.type)).device(dev);
+  if (pinned && dev.is_cpu()) opts = opts.pinned_memory(true);
   torch::Tensor x = torch::empty(sizes, opts);
   const std::size_t item_bytes = first.nbytes();
   if (item_bytes == 0) return x;

@@ -267,8 +267,21 @@ def write_preprocess_reference(np, torch, out, texts, sp, t5_tok):
         for sname, size, resize, normalize in settings:
             pil = pipeline(size, resize, normalize, False)(img)
             ten = pipeline(size, resize, normalize, True)(as_tensor)
+            # image_decode "draft": Pillow's Image.draft to the size the resize makes (before the crop), then
+            # the same PIL pipeline (what a user's loader does with draft() before transforms)
+            if resize == "stretch":
+                want = (size[1], size[0])
+            else:
+                s0 = size[0]
+                want = (s0, int(s0 * h / w)) if w <= h else (int(s0 * w / h), s0)
+            drafted = Image.open(io.BytesIO(buf.getvalue()))
+            drafted.draft(drafted.mode, want)
+            drafted = drafted.convert("RGB")
+            draft = pipeline(size, resize, normalize, False)(drafted)
             entry["outputs"][sname] = {"pil": save_array(np, d, f"{name}.{sname}.pil", pil.numpy()),
-                                       "tensor": save_array(np, d, f"{name}.{sname}.tensor", ten.numpy())}
+                                       "tensor": save_array(np, d, f"{name}.{sname}.tensor", ten.numpy()),
+                                       "pil_draft": save_array(np, d, f"{name}.{sname}.pil_draft", draft.numpy()),
+                                       "draft_size": list(drafted.size)}
         doc["images"].append(entry)
     # captions: the sentencepiece package and T5Tokenizer, at the exported length and at 512 (no truncation of
     # most), T5's conventions (EOS appended, pad 0)

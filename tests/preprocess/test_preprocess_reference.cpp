@@ -111,6 +111,48 @@ TEST_CASE("preprocess: JPEG -> [3, H, W] equals torchvision's PIL pipeline (and 
   MESSAGE("worst max abs: PIL " << worst_pil << ", v2 tensor " << worst_tensor);
 }
 
+TEST_CASE("preprocess: image_decode draft equals Pillow's draft() + the PIL pipeline, and stays near exact") {
+  const fs::path dir = reference_dir();
+  const auto doc = nlohmann::json::parse(slurp(dir / "preprocess.json"));
+  float worst_draft = 0, worst_vs_exact = 0;
+  int reduced = 0;
+  for (const auto& img : doc.at("images")) {
+    const std::string name = img.at("name");
+    const std::string jpeg = slurp(dir / img.at("file").get<std::string>());
+    for (const auto& st : doc.at("settings")) {
+      const std::string sname = st.at("name");
+      const std::string normalize = st.at("image_normalize");
+      const auto size = st.at("size").get<std::vector<std::int64_t>>();
+      const auto& refs = img.at("outputs").at(sname);
+      REQUIRE_MESSAGE(refs.contains("pil_draft"), "the export predates image_decode draft (rerun ctest models/export)");
+      std::map<std::string, std::string> params = {{"modality", "image"},
+                                                   {"image_resize", st.at("image_resize")},
+                                                   {"image_normalize", normalize},
+                                                   {"image_decode", "draft"}};
+      auto spec = preprocess_spec::parse(params, dtype::f32, {3, size[0], size[1]}, dir, "config.pbtxt");
+      REQUIRE_MESSAGE(spec, why(spec.error()));
+      CHECK(spec->key().find("decode=turbojpeg-rgb-pil-draft-strict;") != std::string::npos);
+      auto out = preprocess_image(as_bytes_view(jpeg), spec->image, {});
+      REQUIRE_MESSAGE(out, why(out.error()));
+      const float dd = max_abs(*out, read_raw<float>(dir, refs.at("pil_draft")));
+      const float de = max_abs(*out, read_raw<float>(dir, refs.at("pil")));
+      const auto ds = refs.at("draft_size").get<std::vector<int>>();
+      if (ds[0] != img.at("width").get<int>()) ++reduced;
+      MESSAGE(name << " " << sname << " (draft " << ds[0] << "x" << ds[1] << "): max abs vs Pillow draft " << dd << ", vs exact " << de);
+      CHECK_MESSAGE(dd <= tolerance(kPilLevels, normalize), name << " " << sname << " vs Pillow draft: " << dd);
+      worst_draft = std::max(worst_draft, dd);
+      worst_vs_exact = std::max(worst_vs_exact, de * (normalize == "mean_std" ? 0.224f : normalize == "signed" ? 0.5f : 1.0f) * 255.0f);
+    }
+  }
+  CHECK(reduced >= 3);  // the large image at every setting is decoded reduced
+  MESSAGE("draft: worst max abs vs Pillow draft " << worst_draft << "; vs exact decoding up to " << worst_vs_exact << " u8 levels");
+  // image_decode applies to images only, and takes exact or draft
+  CHECK(preprocess_spec::parse({{"modality", "image"}, {"image_decode", "fast"}}, dtype::f32, {3, 32, 32}, dir, "f").error().code ==
+        errc::invalid_argument);
+  CHECK(preprocess_spec::parse({{"modality", "video"}, {"image_decode", "draft"}}, dtype::f32, {3, 4, 32, 32}, dir, "f").error().message.find(
+            "'image_decode'") != std::string::npos);
+}
+
 TEST_CASE("preprocess: T5 tokenization equals sentencepiece / T5Tokenizer at both max lengths") {
   const fs::path dir = reference_dir();
   const auto doc = nlohmann::json::parse(slurp(dir / "preprocess.json"));

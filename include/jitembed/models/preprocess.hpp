@@ -5,6 +5,7 @@
 // runs it). preprocess_spec::key() names every setting (part of every cache key). Component models_video.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -35,6 +36,11 @@ namespace jitembed::models {
 enum class image_resize_mode : std::uint8_t { stretch, shorter_side_crop };
 // image_normalize: unit ([0, 1], ToTensor), signed ([-1, 1], Normalize(0.5, 0.5)), mean_std (Normalize(mean, std)).
 enum class image_normalize_mode : std::uint8_t { unit, signed_range, mean_std };
+// image_decode (JPEG images): exact (default; decoded at native size, as torchvision's PIL pipeline) or draft
+// (Pillow's Image.draft before the resize: TurboJPEG decodes at the largest DCT scale 1/8, 1/4, 1/2 that keeps
+// the image at least as large as the resize target, then the same resize: ~3x less decoding for a photo
+// much larger than the model's input, results a few u8 levels from exact; docs/models.md has the figures).
+enum class image_decode_mode : std::uint8_t { exact, draft };
 
 inline constexpr std::array<float, 3> kImagenetMean{0.485f, 0.456f, 0.406f};
 inline constexpr std::array<float, 3> kImagenetStd{0.229f, 0.224f, 0.225f};
@@ -44,6 +50,7 @@ struct image_preprocess {
   image_resize_mode resize = image_resize_mode::stretch;
   image_normalize_mode normalize = image_normalize_mode::unit;
   std::array<float, 3> mean = kImagenetMean, stdev = kImagenetStd;  // mean_std only
+  image_decode_mode decode = image_decode_mode::exact;               // JPEG images only (not video frames)
 };
 
 struct video_preprocess {
@@ -62,7 +69,7 @@ struct text_preprocess {
 
 // Every parameter parse() reads (the backends refuse others).
 inline constexpr std::string_view kPreprocessParameters[] = {
-    "modality", "image_resize", "image_normalize", "image_mean", "image_std", "video_frames", "video_frame_stride",
+    "modality", "image_resize", "image_normalize", "image_mean", "image_std", "image_decode", "video_frames", "video_frame_stride",
     "sentencepiece_model", "text_max_length", "text_padding", "text_truncation", "text_append_eos"};
 
 namespace detail {
@@ -120,11 +127,10 @@ inline std::array<std::array<float, 256>, 3> normalize_table(const image_preproc
   return t;
 }
 
-// One RGB u8 image (rows `pitch` bytes apart) -> planes dst[c * plane_stride + y * W + x].
-inline result<void> transform_rgb_into(const std::uint8_t* src, int w, int h, std::ptrdiff_t pitch, const image_preprocess& p,
-                                       const decode_limits& limits, float* dst, std::size_t plane_stride) {
+// The size a w x h image is resized to before the crop: H x W (stretch), or the shorter side to max(H, W).
+inline result<std::pair<int, int>> resized_size(int w, int h, const image_preprocess& p, const decode_limits& limits) {
   const auto H = static_cast<int>(p.height), W = static_cast<int>(p.width);
-  int rw = W, rh = H;  // the resized image, before the crop
+  int rw = W, rh = H;
   if (p.resize == image_resize_mode::shorter_side_crop) {
     const std::int64_t size = std::max(p.height, p.width);
     const int shorter = std::min(w, h), longer = std::max(w, h);
@@ -137,6 +143,15 @@ inline result<void> transform_rgb_into(const std::uint8_t* src, int w, int h, st
       return fail(errc::limit_exceeded, "image: " + std::to_string(w) + "x" + std::to_string(h) + " resized to " + std::to_string(rw) +
                                             "x" + std::to_string(rh) + " > max_image_pixels " + std::to_string(limits.max_image_pixels));
   }
+  return std::pair{rw, rh};
+}
+
+// One RGB u8 image (rows `pitch` bytes apart) -> planes dst[c * plane_stride + y * W + x].
+inline result<void> transform_rgb_into(const std::uint8_t* src, int w, int h, std::ptrdiff_t pitch, const image_preprocess& p,
+                                       const decode_limits& limits, float* dst, std::size_t plane_stride) {
+  const auto H = static_cast<int>(p.height), W = static_cast<int>(p.width);
+  JITEMBED_ASSIGN_OR_RETURN(const auto size, resized_size(w, h, p, limits));
+  const auto [rw, rh] = size;  // the resized image, before the crop
   std::vector<std::uint8_t> resized;
   const std::uint8_t* img = src;
   std::ptrdiff_t img_pitch = pitch;
@@ -175,12 +190,32 @@ inline result<tensor> transform_image(const tensor_view& rgb, const image_prepro
   return out;
 }
 
-// Untrusted JPEG bytes -> [3, H, W] f32: decoded at native size as RGB (grayscale replicated, as Pillow's
-// convert("RGB")), strict, then transform_image. Errors: decode_jpeg's, limit_exceeded.
+// Untrusted JPEG bytes -> [3, H, W] f32: decoded as RGB (grayscale replicated, as Pillow's convert("RGB")),
+// strict, at native size (exact) or at Pillow's draft scale (draft), then transform_image. Errors:
+// decode_jpeg's, limit_exceeded.
 inline result<tensor> preprocess_image(bytes_view jpeg, const image_preprocess& p, const decode_limits& limits) {
   codec::jpeg_decode_options o;
   o.format = codec::pixel_format::rgb;
   o.dct_scaling = codec::jpeg_dct_scaling::off;
+  if (p.decode == image_decode_mode::draft) {
+    // Pillow's JpegImageFile.draft: scale = min(w // rw, h // rh), the largest of 8, 4, 2, 1 not above it;
+    // TurboJPEG's scaled size is ceil(w / scale) as libjpeg's, so asking for it picks exactly that scale.
+    JITEMBED_ASSIGN_OR_RETURN(const auto info, codec::probe_jpeg(jpeg));
+    if (info.width < 1 || info.height < 1) return fail(errc::decode_failed, "jpeg: empty image");
+    JITEMBED_ASSIGN_OR_RETURN(const auto target, detail::resized_size(info.width, info.height, p, limits));
+    const int fit = std::min(info.width / target.first, info.height / target.second);
+    int scale = 1;
+    for (int s : {8, 4, 2})
+      if (fit >= s) {
+        scale = s;
+        break;
+      }
+    if (scale > 1) {
+      o.dct_scaling = codec::jpeg_dct_scaling::pow2;
+      o.target_width = (info.width + scale - 1) / scale;
+      o.target_height = (info.height + scale - 1) / scale;
+    }
+  }
   JITEMBED_ASSIGN_OR_RETURN(auto rgb, codec::decode_jpeg(jpeg, o, limits));
   return transform_image(rgb.view(), p, limits);
 }
@@ -223,7 +258,9 @@ struct preprocess_spec {
       if (!sentencepiece_hash.empty()) k.set("sentencepiece_xxh3", sentencepiece_hash);
       return k.str();
     }
-    k.set("decode", input_modality == modality::video ? "ffmpeg-rgb-native" : "turbojpeg-rgb-native-strict");
+    k.set("decode", input_modality == modality::video                ? "ffmpeg-rgb-native"
+                    : image.decode == image_decode_mode::draft ? "turbojpeg-rgb-pil-draft-strict"
+                                                               : "turbojpeg-rgb-native-strict");
     k.set("size", {image.height, image.width});
     k.set("image_resize", image.resize == image_resize_mode::stretch ? "stretch" : "shorter_side_crop");
     k.set("resample", "pil-bilinear-aa");
@@ -322,6 +359,12 @@ struct preprocess_spec {
       if (*v == "stretch") s.image.resize = image_resize_mode::stretch;
       else if (*v == "shorter_side_crop") s.image.resize = image_resize_mode::shorter_side_crop;
       else return detail::bad_param(file, "image_resize", *v, "not stretch or shorter_side_crop");
+    }
+    if (const auto* v = get("image_decode")) {
+      if (video) return detail::bad_param(file, "image_decode", *v, "applies to JPEG images, not to video frames");
+      if (*v == "exact") s.image.decode = image_decode_mode::exact;
+      else if (*v == "draft") s.image.decode = image_decode_mode::draft;
+      else return detail::bad_param(file, "image_decode", *v, "not exact or draft");
     }
     if (const auto* v = get("image_normalize")) {
       if (*v == "unit") s.image.normalize = image_normalize_mode::unit;

@@ -5,7 +5,10 @@
   (b) jitembed-server --model-repository + the JIT client (bench_models_client, C++),
   (c) a real Triton (the nvidia-pytriton wheel's tritonserver, Python backend: triton_model.py, PIL +
       torchvision preprocessing, dynamic batching),
-  (d) Ray Serve (ray_encoder.py: @serve.batch around the module, PIL + torchvision preprocessing).
+  (d) Ray Serve (ray_encoder.py: @serve.batch around the module, PIL + torchvision preprocessing),
+  (b_draft, light only) (b) with the config parameter image_decode: draft (Pillow's Image.draft before the resize:
+      the JPEG decoded at a DCT scale of 1/2 .. 1/8, a few u8 levels from exact; the same server, its own model
+      entry on the same model file).
 (b), (c) and (d) load the same TorchScript file (model.pt) and are driven by the same C++ client (one JPEG per
 request, closed loop at concurrency 1, 8, 32); (a) runs the eager nn.Module built by scripts/export_models.py's
 code with the same seed (identical weights). Dynamic batching alike in the three servers: max batch 32, 2 ms
@@ -19,11 +22,11 @@ Workloads:
          (compute-bound). Target: b >= 0.9 a.
   light  vae_encoder_light, exported here (the same architecture at widths (8, 16, 16, 16), 128x128 ->
          [4, 16, 16]), on 640x480 JPEGs: shorter side to 128 + centre crop; the encoder costs about what
-         decoding + resizing costs. Targets: b >= 1.3 c, b >= 3 d.
+         decoding + resizing costs. Targets: b >= 1.3 c, b >= 3 d (and the same for b_draft).
 CPU per image: the server's process tree (user + system, warm-up included) beside the encoder's own (a's).
 
   .venv/bin/python benchmarks/models/bench_models.py [--quick] [--build build/release] [--workloads vae,light]
-      [--arms a,b,c,d] [--rounds R] [--seconds S]
+      [--arms a,b,b_draft,c,d] [--rounds R] [--seconds S]
 --quick: one round, short windows (about 3 minutes); default: 2 rounds (about 10-15 minutes).
 Prints a table, then one JSON object per result line.
 """
@@ -117,13 +120,22 @@ def prepare(work: Path, model_repo: Path) -> dict:
     # the configs every run starts from (a run's u8 fallback rewrites them): the export's, and light's alike
     shutil.copy(src / "config.pbtxt", repo / "vae_encoder" / "config.pbtxt")
     s = LIGHT["size"]
+    light_params = {"modality": "image", "image_resize": "shorter_side_crop", "image_normalize": "signed"}
     (repo / "vae_encoder_light" / "config.pbtxt").write_text(em.pbtxt(
         "vae_encoder_light", "pytorch_libtorch", [("INPUT__0", "TYPE_FP32", [3, s, s])], [("OUTPUT__0", "TYPE_FP32", [4, s // 8, s // 8])],
-        {"modality": "image", "image_resize": "shorter_side_crop", "image_normalize": "signed"}))
+        light_params))
+    # b_draft: the same module with image_decode draft
+    dd = repo / "vae_encoder_light_draft"
+    (dd / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copy(repo / "vae_encoder_light" / "1" / "model.pt", dd / "1" / "model.pt")
+    (dd / "config.pbtxt").write_text(em.pbtxt(
+        "vae_encoder_light_draft", "pytorch_libtorch", [("INPUT__0", "TYPE_FP32", [3, s, s])],
+        [("OUTPUT__0", "TYPE_FP32", [4, s // 8, s // 8])], {**light_params, "image_decode": "draft"}))
     return {
         "vae": {"model": "vae_encoder", "file": repo / "vae_encoder/1/model.pt", "size": 256, "out": [4, 32, 32],
                 "images": sorted((work / "images" / "vae").glob("*.jpg"))},
-        "light": {"model": "vae_encoder_light", "file": repo / "vae_encoder_light/1/model.pt", "size": LIGHT["size"],
+        "light": {"model": "vae_encoder_light", "draft_model": "vae_encoder_light_draft",
+                  "file": repo / "vae_encoder_light/1/model.pt", "size": LIGHT["size"],
                   "out": [4, LIGHT["size"] // 8, LIGHT["size"] // 8], "images": sorted((work / "images" / "light").glob("*.jpg"))},
     }
 
@@ -230,7 +242,7 @@ class Servers:
     def start(self, arms: list, fallback=None) -> None:
         """Starts the arms; when jitembed-server fails to load a model, calls fallback(reason) (which rewrites
         the configs, or raises) and starts it once more."""
-        models = [w["model"] for w in self.wls.values()]
+        models = [w["model"] for w in self.wls.values()] + [w["draft_model"] for w in self.wls.values() if "draft_model" in w]
         if "c" in arms:  # the slowest start (torch in every stub): first, in the background
             tr = write_triton_repo(self.work, self.wls, self.args.threads)
             url_file = self.work / "triton.url"
@@ -240,7 +252,7 @@ class Servers:
                 "--models", str(tr), "--url-file", str(url_file), "--log", str(self.work / "tritonserver.log"), "--start-timeout", "300",
                 "--server-arg=--backend-config=python,shm-default-byte-size=16777216"]),
                 stdout=subprocess.DEVNULL, env=self.env, start_new_session=True)
-        if "b" in arms:
+        if "b" in arms or "b_draft" in arms:
             reason = self.start_b(models)
             if reason:
                 if fallback is None:
@@ -321,6 +333,7 @@ class Servers:
         wait_for(lambda: http_ok(f"{self.urls['d']}/v2/models/{wl['model']}"), 300, f"Ray deployment of {wl['model']}")
 
     def cpu_s(self, arm: str) -> float:
+        arm = "b" if arm == "b_draft" else arm  # one server
         if arm == "d":
             return tree_cpu_s(lambda: cmdline_pids(self.ray["temp_dir"]))
         p = self.procs.get(arm)
@@ -368,7 +381,8 @@ class Eager:
 
 
 def drive(args, url: str, wl: dict, c: int, input_name: str, identity: bool, servers: Servers, arm: str) -> dict:
-    cmd = [args.client, "--endpoint", url, "--model", wl["model"], "--input", input_name,
+    model = wl["draft_model"] if arm == "b_draft" else wl["model"]
+    cmd = [args.client, "--endpoint", url, "--model", model, "--input", input_name,
            "--concurrency", str(c), "--seconds", str(args.seconds), "--warmup-s", str(args.warmup), "--min-batches", str(args.min_batches),
            *sum((["--image", str(f)] for f in wl["images"]), [])]
     if identity:
@@ -401,8 +415,9 @@ def metadata(url: str, model: str) -> dict:
         return json.loads(r.read())
 
 
-TARGETS = {"vae": [("b", "a", 0.9)], "light": [("b", "c", 1.3), ("b", "d", 3.0)]}
+TARGETS = {"vae": [("b", "a", 0.9)], "light": [("b", "c", 1.3), ("b", "d", 3.0), ("b_draft", "c", 1.3), ("b_draft", "d", 3.0)]}
 NAMES = {"a": "eager PyTorch (in-process)", "a_ts": "TorchScript (in-process)", "b": "jitembed-server + jit_client",
+         "b_draft": "jitembed, image_decode draft",
          "c": "Triton Python backend", "d": "Ray Serve @serve.batch"}
 
 
@@ -461,7 +476,7 @@ def main() -> int:
     ap.add_argument("--triton-venv", type=Path, default=Path(os.environ.get("JITEMBED_TRITON_VENV", ROOT / ".venv-triton")))
     ap.add_argument("--work", type=Path, help="scratch directory (default BUILD/bench_models)")
     ap.add_argument("--workloads", default="vae,light")
-    ap.add_argument("--arms", help="a,a_ts,b,c,d (default: all; --quick: a,b,c,d)")
+    ap.add_argument("--arms", help="a,a_ts,b,b_draft,c,d (default: all; --quick: a,b,b_draft,c,d)")
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 2; --quick 1)")
     ap.add_argument("--seconds", type=float, help="measured seconds per window, at least (default 3; --quick 1.5)")
@@ -478,7 +493,7 @@ def main() -> int:
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.seconds = args.seconds or (1.5 if args.quick else 3.0)
     args.min_batches = args.min_batches or (1 if args.quick else 2)
-    arms = (args.arms or ("a,b,c,d" if args.quick else "a,a_ts,b,c,d")).split(",")
+    arms = (args.arms or ("a,b,b_draft,c,d" if args.quick else "a,a_ts,b,b_draft,c,d")).split(",")
     concs = [int(c) for c in args.concurrency.split(",")]
     args.server = args.server or str(args.build / "tools/jitembed-server")
     args.client = args.client or str(args.build / "benchmarks/models/bench_models_client")
@@ -489,7 +504,8 @@ def main() -> int:
     flavour = args.jitembed_config
     if flavour == "u8":
         for w in wls_all.values():
-            (work / "repo" / w["model"] / "config.pbtxt").write_text(u8_config(w["model"], w["size"], w["out"]))
+            for m in [w["model"]] + [w[k] for k in ("draft_model",) if k in w]:
+                (work / "repo" / m / "config.pbtxt").write_text(u8_config(m, w["size"], w["out"]))
     servers = Servers(args, work, wls_all)
     results, info = [], {"server_cores": args.server_cores, "client_cores": args.client_cores, "torch_threads": args.threads,
                          "rounds": args.rounds, "seconds": args.seconds, "min_batches": args.min_batches}
@@ -501,7 +517,8 @@ def main() -> int:
             log(f"jitembed-server does not serve the exported configs ({reason}); "
                 "falling back to the u8 + batch_transform configs")
             for w in wls_all.values():
-                (work / "repo" / w["model"] / "config.pbtxt").write_text(u8_config(w["model"], w["size"], w["out"]))
+                for m in [w["model"]] + [w[k] for k in ("draft_model",) if k in w]:
+                    (work / "repo" / m / "config.pbtxt").write_text(u8_config(m, w["size"], w["out"]))
             flavour = "u8"
 
         servers.start(arms, fallback)
@@ -510,9 +527,10 @@ def main() -> int:
         log(f"servers up after {time.monotonic() - t_start:.0f} s")
         for wname, wl in wls.items():
             inputs = {}
-            if "b" in arms:
+            if "b" in arms or "b_draft" in arms:
                 meta = metadata(servers.urls["b"], wl["model"])
-                inputs["b"] = meta["inputs"][0]["name"]
+                inputs["b"] = inputs["b_draft"] = meta["inputs"][0]["name"]
+                servers.urls["b_draft"] = servers.urls["b"]
                 info[f"{wname}_jitembed_preprocess_key"] = meta.get("parameters", {}).get("preprocess_key")
             eager = Eager(args, wname, wl) if ("a" in arms or "a_ts" in arms) else None
             if eager:
@@ -523,10 +541,12 @@ def main() -> int:
                 for ci, c in enumerate(concs):
                     k = (rnd + ci) % len(arms)
                     for arm in arms[k:] + arms[:k]:  # the order rotates: drift hits every arm alike
+                        if arm == "b_draft" and "draft_model" not in wl:
+                            continue
                         if arm in ("a", "a_ts"):
                             r = eager.run("eager" if arm == "a" else "ts", c, args.seconds, args.min_batches)
                         else:
-                            r = drive(args, servers.urls[arm], wl, c, inputs.get(arm, "INPUT0"), arm != "b", servers, arm)
+                            r = drive(args, servers.urls[arm], wl, c, inputs.get(arm, "INPUT0"), arm not in ("b", "b_draft"), servers, arm)
                         r.update(workload=wname, arm=arm, concurrency=c, round=rnd)
                         results.append(r)
                         log(f"{wname} c={c} {arm}: {r['images_per_s']:.1f} images/s p50 {r.get('p50_ms', 0):.1f} ms "

@@ -258,8 +258,9 @@ TEST_CASE("served: two servers given the same batch composition agree bitwise") 
     };
     const float tol = model.ends_with("_aoti") ? kAotiTolerance : kScriptTolerance;
     const float d_eager = max_abs(a1.data(), c.want.data(), a1.size());
-    MESSAGE(model << ": " << n << " rows in one batch; two servers bitwise " << (same(a1, b1) ? "yes" : "no") << " (max abs "
-                  << max_abs(a1.data(), b1.data(), a1.size()) << "), repeats bitwise " << (same(a1, a2) && same(b1, b2) ? "yes" : "no")
+    MESSAGE(model << ": " << n << " rows in one batch; two servers bitwise " << std::string(same(a1, b1) ? "yes" : "no") << " (max abs "
+                  << max_abs(a1.data(), b1.data(), a1.size()) << "), repeats bitwise "
+                  << std::string(same(a1, a2) && same(b1, b2) ? "yes" : "no")
                   << "; max abs vs eager " << d_eager);
     CHECK(same(a1, b1));
     CHECK(same(a1, a2));

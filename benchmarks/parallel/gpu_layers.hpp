@@ -109,7 +109,7 @@ inline void run_gpu_steps(reporter& rep) {
   using namespace parallel;
   const std::vector<int> devs = nccl_thread_devices();
   const int n = static_cast<int>(devs.size());
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   std::mutex mu;
   double mlp_ms = 0, uly_ms = 0;
   std::uint64_t mlp_bytes = 0, uly_bytes = 0;

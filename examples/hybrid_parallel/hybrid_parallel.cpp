@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
   const auto ref = hybrid::run_reference(c, params, in);
 
   outcome res;
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   std::vector<std::thread> threads;
   std::mutex err_mu;
   std::string first_error;

@@ -236,7 +236,7 @@ namespace {
 // stream of its own, ordered against the backend's by the layers' events.
 template <class F>
 void run_staged(int n, dtype dt, F fn, bool two_streams = false) {
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   std::vector<std::thread> threads;
   std::mutex mu;
   std::exception_ptr first;
@@ -394,7 +394,7 @@ TEST_CASE_TEMPLATE_INVOKE(sp_gpu, f32_case, bf16_case);
 TEST_CASE("a TP-MLP forward + backward step captures into one CUDA graph at NCCL world size 1") {
   if (!have_device()) return;
   JITEMBED_CUDA_CHECK(cudaSetDevice(0));
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   auto comm = nccl_communicator::create(st, 0, 1, 0).value();
   auto s = jitembed::cuda::stream::create().value();
   comm.set_stream(s.get());  // one stream: the capture follows every collective and copy

@@ -80,6 +80,7 @@ static_assert(movable_value<batching::dynamic_batcher<int, int>>);
 #if defined(JITEMBED_HAS_PARALLEL)
 static_assert(movable_value<parallel::hash_store>);
 static_assert(movable_value<parallel::file_store>);
+static_assert(copyable_handle<parallel::shared_store>);
 static_assert(movable_value<parallel::hybrid_plan>);
 #endif
 #if defined(JITEMBED_HAS_TCP_STORE)

@@ -48,9 +48,10 @@ class gloo_communicator {
   // An empty communicator (what a kNoColor rank gets from split()).
   gloo_communicator() = default;
 
-  // Connects `size` ranks through `st` (every rank calls this with the same store and its own rank).
-  static result<gloo_communicator> create(std::shared_ptr<store> st, int rank, int size, gloo_options opt = {}) {
-    if (!st) return fail(errc::invalid_argument, "gloo: null store");
+  // Connects `size` ranks through `st` (every rank calls this with a copy of the same store handle and its
+  // own rank).
+  static result<gloo_communicator> create(shared_store st, int rank, int size, gloo_options opt = {}) {
+    if (!st) return fail(errc::invalid_argument, "gloo: empty store");
     detail::ignore_sigpipe();
     if (size <= 0 || rank < 0 || rank >= size) {
       return fail(errc::invalid_argument, "gloo: rank " + std::to_string(rank) + " of " + std::to_string(size));
@@ -277,11 +278,11 @@ class gloo_communicator {
   }
 
  private:
-  result<void> connect(const std::shared_ptr<store>& st, int rank, int size) {
+  result<void> connect(const shared_store& st, int rank, int size) {
     try {
       auto ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
       ctx->setTimeout(s_->opt.timeout);
-      detail::gloo_store_adapter adapter(std::make_shared<prefix_store>(st, s_->prefix + "gloo/"), s_->opt.timeout);
+      detail::gloo_store_adapter adapter(shared_store(prefix_store(st, s_->prefix + "gloo/")), s_->opt.timeout);
       ctx->connectFullMesh(adapter, s_->device);
       // Every rank has connected before any returns: a rank that returned and closed at once could
       // otherwise break a peer that is still connecting to it.
@@ -377,7 +378,7 @@ class gloo_communicator {
 
   // Everything a copy shares: the group, its failure state, the stats, the reduce-scatter scratch.
   struct state {
-    std::shared_ptr<store> rendezvous;
+    shared_store rendezvous;
     gloo_options opt;
     std::unique_ptr<std::byte[]> scratch;
     std::size_t scratch_size = 0;

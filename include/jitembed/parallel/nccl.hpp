@@ -91,9 +91,9 @@ class nccl_communicator : public detail::nccl_base {
   // Every rank calls this with the same store and key. Rank 0 makes the unique id and publishes it under
   // `key`; the others wait for it (errc::timeout after opt.timeout). The comm is initialised non-blocking
   // and polled: if a peer never joins within opt.timeout it is aborted and timeout is returned.
-  static result<nccl_communicator> create(std::shared_ptr<store> st, int rank, int size, int cuda_device,
+  static result<nccl_communicator> create(shared_store st, int rank, int size, int cuda_device,
                                           comm_options opt = {}, std::string key = "nccl/uid") {
-    if (!st) return fail(errc::invalid_argument, "nccl: create: null store");
+    if (!st) return fail(errc::invalid_argument, "nccl: create: empty store");
     if (size <= 0 || rank < 0 || rank >= size) {
       return fail(errc::invalid_argument, "nccl: create: rank " + std::to_string(rank) + " outside [0, " +
                                               std::to_string(size) + ")");
@@ -111,9 +111,9 @@ class nccl_communicator : public detail::nccl_base {
       JITEMBED_TRY(detail::check_cuda_device(cuda_device, "create"));
       const ncclResult_t r = ncclGetUniqueId(&id);
       if (r != ncclSuccess) return fail(errc::comm_failed, "nccl: create: ncclGetUniqueId: " + detail::nccl_error_text(r, nullptr));
-      JITEMBED_TRY(st->set(key, std::span<const std::byte>(reinterpret_cast<const std::byte*>(&id), sizeof id)));
+      JITEMBED_TRY(st.set(key, std::span<const std::byte>(reinterpret_cast<const std::byte*>(&id), sizeof id)));
     } else {
-      auto v = st->get(key, opt.timeout);
+      auto v = st.get(key, opt.timeout);
       if (!v) {
         return fail(v.code(), "nccl: create: rank " + std::to_string(rank) + " waiting for rank 0's unique id: " +
                                   v.error().message);

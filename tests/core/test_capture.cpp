@@ -1,4 +1,4 @@
-// detail::capture, the one exception -> result ladder (docs/api.md rule 1.1): every rung.
+// core_detail::capture, the one exception -> result ladder (docs/api.md rule 1.1): every rung.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -10,7 +10,7 @@
 #include "jitembed/core/detail/capture.hpp"
 
 using namespace jitembed;
-using jitembed::detail::capture;
+using jitembed::core_detail::capture;
 
 TEST_CASE("capture: values and results pass through, void becomes result<void>") {
   const result<int> v = capture("op", [] { return 7; });
@@ -45,7 +45,8 @@ TEST_CASE("capture: what is thrown becomes the result's errc") {
   CHECK(no_thread.code() == errc::resource_exhausted);
   CHECK(no_thread.error().message.starts_with("start: thread"));
   // Any other system_error is a bug here: internal.
-  const auto other = capture("start", [] { throw std::system_error(std::make_error_code(std::errc::invalid_argument), "x"); });
+  const auto other =
+      capture("start", [] { throw std::system_error(std::make_error_code(std::errc::invalid_argument), "x"); });
   CHECK(other.code() == errc::internal);
 
   const auto logic = capture("op", [] { throw std::logic_error("broken"); });

@@ -59,7 +59,7 @@ class dynamic_batcher {
     }
     // Starting a runner thread may fail (std::system_error: resource_exhausted when the system has no
     // thread to spare), as may the allocations.
-    return jitembed::detail::capture("dynamic_batcher: starting the runner threads", [&] {
+    return jitembed::core_detail::capture("dynamic_batcher: starting the runner threads", [&] {
       return dynamic_batcher(std::make_unique<core>(std::move(options), std::move(run)));
     });
   }

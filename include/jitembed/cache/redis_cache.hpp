@@ -45,7 +45,7 @@ class redis_cache {
   // invalid_argument for a pool_size of 0 or a negative ttl; io_error (with what the server or the socket
   // said) when the server does not answer PING within connect_timeout / io_timeout.
   static result<redis_cache> open(redis_options opts = {}) {
-    return jitembed::detail::capture("redis: open", [&]() -> result<redis_cache> {
+    return jitembed::core_detail::capture("redis: open", [&]() -> result<redis_cache> {
       JITEMBED_TRY(detail::redis_store::check_options(opts));
       auto s = std::make_shared<detail::redis_store>(std::move(opts));
       if (!s->ping()) {

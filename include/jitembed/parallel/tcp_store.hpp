@@ -40,7 +40,7 @@ class tcp_store final : public store {
   static result<tcp_store> open(std::string_view address, tcp_store_options opts = {}) {
     JITEMBED_ASSIGN_OR_RETURN(auto hp, split_address(address));
     JITEMBED_TRY(detail::tcp_store_connection::check_options(opts));
-    return jitembed::detail::capture("tcp_store", [&]() -> result<tcp_store> {
+    return jitembed::core_detail::capture("tcp_store", [&]() -> result<tcp_store> {
       auto c = std::make_unique<detail::tcp_store_connection>(std::move(hp.first), hp.second, opts);
       JITEMBED_TRY(c->open());
       return tcp_store(std::move(c));

@@ -31,7 +31,7 @@ class tcp_store_server {
     if (opts.limits.io_timeout.count() <= 0)
       return fail(errc::invalid_argument,
                   "tcp_store_server: io_timeout " + std::to_string(opts.limits.io_timeout.count()) + " ms must be > 0");
-    return jitembed::detail::capture("tcp_store_server", [&]() -> result<tcp_store_server> {
+    return jitembed::core_detail::capture("tcp_store_server", [&]() -> result<tcp_store_server> {
       auto host = std::make_unique<detail::tcp_store_host>(opts.limits);
       JITEMBED_ASSIGN_OR_RETURN(auto bound, host->start(opts.host, opts.port));
       return tcp_store_server(std::move(host), std::move(opts.host), bound);

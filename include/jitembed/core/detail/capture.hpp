@@ -11,7 +11,7 @@
 
 #include "jitembed/core/error.hpp"
 
-namespace jitembed::detail {
+namespace jitembed::core_detail {
 
 // Runs f (returning result<T>, or T / void, which become result<T> / result<void>) and turns what it throws
 // into the result: a jitembed::error keeps its code and message; std::bad_alloc, and a std::system_error
@@ -43,4 +43,4 @@ auto capture(const char* what, F&& f) {
   }
 }
 
-}  // namespace jitembed::detail
+}  // namespace jitembed::core_detail

@@ -177,7 +177,7 @@ class server {
     accept(st);
     // All or none: a thread that cannot start stops the ones already running (their stop callback stops
     // the io_context they run), and the error is this result (resource_exhausted when no thread is left).
-    return jitembed::detail::capture("http server: starting the I/O threads", [&] {
+    return jitembed::core_detail::capture("http server: starting the I/O threads", [&] {
       st.threads = worker_group(static_cast<std::size_t>(st.opts.io_threads), [&st](std::stop_token token, std::size_t) {
         std::stop_callback wake(token, [&st] { st.ioc.stop(); });
         st.ioc.run();

@@ -21,7 +21,7 @@ namespace jitembed::bench {
 // Runs fn(comm) on n ranks (threads); returns what rank 0's fn returned.
 template <class F>
 double on_gloo_ranks(int n, F fn) {
-  auto st = std::make_shared<parallel::hash_store>();
+  auto st = parallel::shared_store(parallel::hash_store());
   std::vector<std::thread> threads;
   std::vector<double> out(static_cast<std::size_t>(n), 0.0);
   for (int r = 0; r < n; ++r) {

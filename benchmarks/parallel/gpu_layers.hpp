@@ -109,7 +109,7 @@ inline void run_gpu_steps(reporter& rep) {
   using namespace parallel;
   const std::vector<int> devs = nccl_thread_devices();
   const int n = static_cast<int>(devs.size());
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   std::mutex mu;
   double mlp_ms = 0, uly_ms = 0;
   std::uint64_t mlp_bytes = 0, uly_bytes = 0;
@@ -125,8 +125,7 @@ inline void run_gpu_steps(reporter& rep) {
         auto s = jitembed::cuda::stream::create().value();
         comm.set_stream(s.get());
         const cuda_backend be = cuda_backend::create(s, dtype::bf16).value();
-        auto mlp =
-            tensor_parallel_mlp<nccl_communicator, cuda_backend>::create(comm, hidden, ffn, true, false, 0, be).value();
+        auto mlp = tensor_parallel_mlp<nccl_communicator, cuda_backend>::create(comm, hidden, ffn, {}, be).value();
         const tensor x = gpu_detail::device_randn(be, {tokens, hidden}, 10, dtype::bf16);
         const tensor dy = gpu_detail::device_randn(be, {tokens, hidden}, 11, dtype::bf16);
         comm.stats().reset();
@@ -135,8 +134,9 @@ inline void run_gpu_steps(reporter& rep) {
           (void)mlp.backward(dy).value();
         });
         const std::uint64_t mb = comm.stats().total_bytes() / 16;  // 1 warm-up + 3 × 5 steps
-        auto attn =
-            ulysses_attention<nccl_communicator, cuda_backend>::create(comm, static_cast<int>(heads), true, be).value();
+        auto attn = ulysses_attention<nccl_communicator, cuda_backend>::create(comm, static_cast<int>(heads),
+                                                                              {.causal = true}, be)
+                        .value();
         const shape ls{batch, seq / n, heads, dim};
         const tensor q = gpu_detail::device_randn(be, ls, 20, dtype::bf16), k = gpu_detail::device_randn(be, ls, 21, dtype::bf16);
         const tensor v = gpu_detail::device_randn(be, ls, 22, dtype::bf16), go = gpu_detail::device_randn(be, ls, 23, dtype::bf16);

@@ -134,7 +134,7 @@ inline void run_ulysses_steps(reporter& rep) {
       auto lv = std::make_shared<tensor>(parallel::local_chunk(v, 1, n, r));
       auto ld = std::make_shared<tensor>(parallel::local_chunk(dout, 1, n, r));
       auto attn = std::make_shared<parallel::ulysses_attention<parallel::gloo_communicator>>(
-          parallel::ulysses_attention<parallel::gloo_communicator>::create(c, static_cast<int>(heads), true).value());
+          parallel::ulysses_attention<parallel::gloo_communicator>::create(c, static_cast<int>(heads), {.causal = true}).value());
       return [&, lq, lk, lv, ld, attn] {
         c.stats().reset();
         tensor o = attn->forward(*lq, *lk, *lv).value();

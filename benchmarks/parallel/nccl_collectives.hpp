@@ -71,7 +71,7 @@ inline void run_nccl_collectives(reporter& rep, std::span<const std::size_t> siz
   std::vector<double> seconds(kinds_n * sizes_n, 0.0);  // slowest rank's time per call
   std::mutex mu;
   std::string failure;
-  auto st = std::make_shared<parallel::hash_store>();
+  auto st = parallel::shared_store(parallel::hash_store());
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {

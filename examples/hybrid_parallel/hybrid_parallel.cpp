@@ -139,7 +139,7 @@ struct sp_encoder {
     k = linear(a1.y, p.at("enc.k.w"), nullptr);
     v = linear(a1.y, p.at("enc.v.w"), nullptr);
     uly = ulysses_attention<typename Mode::comm, typename Mode::backend>::create(
-              *dev, static_cast<int>(c.enc_heads), /*causal=*/false, mode.be())
+              *dev, static_cast<int>(c.enc_heads), {.causal = false}, mode.be())
               .value();
     const tensor o = uly->forward(mode.up(reshape(q, s4)), mode.up(reshape(k, s4)), mode.up(reshape(v, s4)), c.patches)
                          .value();
@@ -213,21 +213,18 @@ void rank_main(comm_t& world, const hybrid::config& c, const tensors& p, const h
     const backend be = mode.be();
     const auto up = [&](const tensor& t) { return mode.up(t); };
     const auto down = [&](const tensor& t) { return mode.down(t); };
-    auto qkv =
-        column_parallel_linear<dcomm, backend>::create(lmc, hl, 3 * hl, /*bias=*/false, false, false, 0, be).value();
+    auto qkv = column_parallel_linear<dcomm, backend>::create(lmc, hl, 3 * hl, {.bias = false}, be).value();
     qkv.load_full(fuse_qkv(p, tp).view(), nullptr);
-    auto proj = row_parallel_linear<dcomm, backend>::create(lmc, hl, hl, /*bias=*/true, /*input_is_parallel=*/true,
-                                                            false, 0, be)
-                    .value();
+    auto proj = row_parallel_linear<dcomm, backend>::create(lmc, hl, hl, {.input_is_parallel = true}, be).value();
     proj.load_full(p.at("lm.o.w").view(), p.at("lm.o.b").view());
-    auto mlp = tensor_parallel_mlp<dcomm, backend>::create(lmc, hl, c.lm_ffn, true, false, 0, be).value();
+    auto mlp = tensor_parallel_mlp<dcomm, backend>::create(lmc, hl, c.lm_ffn, {}, be).value();
     const tensor_view b1v = p.at("lm.fc1.b").view(), b2v = p.at("lm.fc2.b").view();
     mlp.load_full(p.at("lm.fc1.w").view(), &b1v, p.at("lm.fc2.w").view(), &b2v);
-    auto emb = vocab_parallel_embedding<dcomm, backend>::create(lmc, c.vocab, hl, false, 0, be).value();
+    auto emb = vocab_parallel_embedding<dcomm, backend>::create(lmc, c.vocab, hl, {}, be).value();
     emb.load_full(p.at("lm.embed").view());
-    auto head = column_parallel_linear<dcomm, backend>::create(lmc, hl, c.vocab, /*bias=*/false,
-                                                               /*gather_output=*/true, false, 0, be)
-                    .value();
+    auto head =
+        column_parallel_linear<dcomm, backend>::create(lmc, hl, c.vocab, {.bias = false, .gather_output = true}, be)
+            .value();
     head.load_full(p.at("lm.head.w").view(), nullptr);
 
     const auto [ids_in, targets] = hybrid::split_ids(c, in.ids);
@@ -382,7 +379,7 @@ int main(int argc, char** argv) {
   const auto ref = hybrid::run_reference(c, params, in);
 
   outcome res;
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   std::vector<std::thread> threads;
   std::mutex err_mu;
   std::string first_error;

@@ -48,7 +48,7 @@ class denoiser {
  public:
   // Throws jitembed::error (invalid_argument) when ffn is not divisible by the tensor-parallel degree.
   denoiser(C& comm, const denoiser_config& c)
-      : c_(c), comm_(&comm), mlp_(parallel::tensor_parallel_mlp<C>::create(comm, c.hidden, c.ffn).value()) {
+      : c_(c), mlp_(parallel::tensor_parallel_mlp<C>::create(comm, c.hidden, c.ffn).value()) {
     // Full weights drawn identically on every rank; the TP layers keep their shards.
     rng r(mix(c.seed, 0x6d6f64656c));
     w_in_ = normal_tensor(r, shape{c.hidden, c.input_dim()}, 1.0f / std::sqrt(static_cast<float>(c.input_dim())));
@@ -145,7 +145,6 @@ class denoiser {
   }
 
   denoiser_config c_;
-  C* comm_;
   parallel::tensor_parallel_mlp<C> mlp_;
   tensor w_in_, b_in_, w_out_, b_out_;
   tensor g_w_in_, g_b_in_, g_w_out_, g_b_out_;

@@ -215,8 +215,8 @@ void sample_features(const cli_options& o, std::uint64_t epoch, const std::strin
 }
 
 // One rank's training loop.
-void run_rank(int rank, const cli_options& o, std::shared_ptr<parallel::hash_store> store, batch_source& src,
-              const format::dataset& ds, const model_set* reference, shared_state& sh, clock_type::time_point t0) {
+void run_rank(int rank, const cli_options& o, parallel::shared_store store, batch_source& src, const format::dataset& ds,
+              const model_set* reference, shared_state& sh, clock_type::time_point t0) {
   math::set_blas_threads(1);
   auto comm = comm_t::create(store, rank, o.tp).value();
   denoiser<comm_t> model(comm, o.model);
@@ -574,7 +574,7 @@ int run(cli_options& o) {
   }
 
   // Train: one thread per rank (Gloo over loopback).
-  auto store = std::make_shared<parallel::hash_store>();
+  parallel::shared_store store(parallel::hash_store{});
   const auto t0 = clock_type::now();
   std::vector<std::thread> threads;
   for (int r = 0; r < o.tp; ++r) {

@@ -55,7 +55,7 @@ const std::vector<int>& world_devices() {
 std::string run_world(const std::function<void(nccl_communicator&)>& fn, comm_options opt = {30s}) {
   const auto& devs = world_devices();
   const int n = static_cast<int>(devs.size());
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   std::vector<std::string> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -155,8 +155,8 @@ void all_reduce_closed_form(nccl_communicator& c) {
 // Without a device: argument checks and rendezvous timeouts.
 
 TEST_CASE("create rejects bad arguments before touching CUDA") {
-  auto st = std::make_shared<hash_store>();
-  CHECK(nccl_communicator::create(nullptr, 0, 2, 0).code() == errc::invalid_argument);
+  auto st = shared_store(hash_store());
+  CHECK(nccl_communicator::create(shared_store(), 0, 2, 0).code() == errc::invalid_argument);
   CHECK(nccl_communicator::create(st, 0, 0, 0).code() == errc::invalid_argument);
   CHECK(nccl_communicator::create(st, -1, 2, 0).code() == errc::invalid_argument);
   auto r = nccl_communicator::create(st, 2, 2, 0);
@@ -172,7 +172,7 @@ TEST_CASE("create rejects bad arguments before touching CUDA") {
 }
 
 TEST_CASE("a rank whose rank 0 never publishes the id times out instead of hanging") {
-  std::shared_ptr<store> st = std::make_shared<hash_store>();
+  shared_store st(hash_store{});
   const auto t0 = std::chrono::steady_clock::now();
   auto r = nccl_communicator::create(st, 1, 2, 0, comm_options{200ms});
   const auto waited = std::chrono::steady_clock::now() - t0;
@@ -182,7 +182,7 @@ TEST_CASE("a rank whose rank 0 never publishes the id times out instead of hangi
   CHECK(waited < 5s);
 
   // A value of the wrong size under the key is rejected, not copied.
-  st->set("nccl/bad", std::string_view("short")).value();
+  st.set("nccl/bad", std::string_view("short")).value();
   auto bad = nccl_communicator::create(st, 1, 2, 0, comm_options{200ms}, "nccl/bad");
   CHECK(bad.code() == errc::corrupt_data);
 }
@@ -580,7 +580,7 @@ TEST_CASE("after abort every call fails at once with comm_failed") {
 TEST_CASE("a peer that never joins makes create time out, not hang") {
   if (!have_device()) return;
   // On its own thread, so that a hang (the bug this guards against) fails the test instead of the run.
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   const int dev = world_devices().front();
   auto outcome = std::make_shared<std::promise<error_info>>();
   auto done = outcome->get_future();

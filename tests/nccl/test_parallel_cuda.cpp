@@ -236,7 +236,7 @@ namespace {
 // stream of its own, ordered against the backend's by the layers' events.
 template <class F>
 void run_staged(int n, dtype dt, F fn, bool two_streams = false) {
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   std::vector<std::thread> threads;
   std::mutex mu;
   std::exception_ptr first;
@@ -304,7 +304,7 @@ TEST_CASE_TEMPLATE_DEFINE("TP layers on GPU tensors equal the single-rank CPU re
     CAPTURE(two_streams);
     run_staged(2, dt, [&](host_staged_communicator<gloo_communicator>& comm, cuda_backend& be) {
       auto mlp = tensor_parallel_mlp<host_staged_communicator<gloo_communicator>, cuda_backend>::create(
-                     comm, hidden, ffn, true, sp, 1, be)
+                     comm, hidden, ffn, {.sequence_parallel = sp, .seq_dim = 1}, be)
                      .value();
       mlp.load_full(w1, &b1.view(), w2, &b2.view());
       const tensor xin = sp ? local_chunk(x, 1, 2, comm.rank()) : x;
@@ -325,12 +325,12 @@ TEST_CASE_TEMPLATE_DEFINE("TP layers on GPU tensors equal the single-rank CPU re
   run_staged(2, dt, [&](host_staged_communicator<gloo_communicator>& comm, cuda_backend& be) {
     using staged = host_staged_communicator<gloo_communicator>;
     auto col =
-        column_parallel_linear<staged, cuda_backend>::create(comm, hidden, ffn, true, true, false, 0, be).value();
+        column_parallel_linear<staged, cuda_backend>::create(comm, hidden, ffn, {.gather_output = true}, be).value();
     col.load_full(w1, b1);
     tensor h = tensor::empty(shape{2, tokens / 2, ffn}, dtype::f32);
     nn::linear_forward(x, w1, &b1.view(), h);
     CHECK(rel(be.download(col.forward(be.upload(x)).value()), h) <= tol(dt));
-    auto row = row_parallel_linear<staged, cuda_backend>::create(comm, ffn, hidden, true, false, false, 0, be).value();
+    auto row = row_parallel_linear<staged, cuda_backend>::create(comm, ffn, hidden, {}, be).value();
     row.load_full(w2, b2);
     const tensor hin = in(h);
     tensor y = tensor::empty(x.shape(), dtype::f32), dh = tensor::empty(h.shape(), dtype::f32);
@@ -361,7 +361,7 @@ TEST_CASE_TEMPLATE_DEFINE("vocab-parallel embedding and Ulysses attention on GPU
   nn::embedding_forward(ids, table, want);
   nn::embedding_backward(ids, dout, dtable);
   run_staged(2, dt, [&](staged& comm, cuda_backend& be) {
-    auto emb = vocab_parallel_embedding<staged, cuda_backend>::create(comm, 12, 8, false, 0, be).value();
+    auto emb = vocab_parallel_embedding<staged, cuda_backend>::create(comm, 12, 8, {}, be).value();
     emb.load_full(table);
     const tensor out = emb.forward(be.upload_as(ids, dtype::i64)).value();
     emb.backward(be.upload(dout)).value();
@@ -377,7 +377,7 @@ TEST_CASE_TEMPLATE_DEFINE("vocab-parallel embedding and Ulysses attention on GPU
   const auto saved = nn::attention_forward(q, k, v, true, out);
   nn::attention_backward(q, k, v, saved, go, dq, dk, dv);
   run_staged(2, dt, [&](staged& comm, cuda_backend& be) {
-    auto attn = ulysses_attention<staged, cuda_backend>::create(comm, static_cast<int>(h), true, be).value();
+    auto attn = ulysses_attention<staged, cuda_backend>::create(comm, static_cast<int>(h), {.causal = true}, be).value();
     const auto mine = [&](const tensor& x) { return be.upload(local_chunk(x, 1, 2, comm.rank())); };
     const tensor o = attn.forward(mine(q), mine(k), mine(v), s, s).value();
     const auto g = attn.backward(mine(go)).value();
@@ -394,7 +394,7 @@ TEST_CASE_TEMPLATE_INVOKE(sp_gpu, f32_case, bf16_case);
 TEST_CASE("a TP-MLP forward + backward step captures into one CUDA graph at NCCL world size 1") {
   if (!have_device()) return;
   JITEMBED_CUDA_CHECK(cudaSetDevice(0));
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   auto comm = nccl_communicator::create(st, 0, 1, 0).value();
   auto s = jitembed::cuda::stream::create().value();
   comm.set_stream(s.get());  // one stream: the capture follows every collective and copy
@@ -403,8 +403,7 @@ TEST_CASE("a TP-MLP forward + backward step captures into one CUDA graph at NCCL
   const tensor x = rounded(randn(shape{32, hidden}, 31)), dy = rounded(randn(shape{32, hidden}, 32));
   const tensor w1 = rounded(randn(shape{ffn, hidden}, 33, 0.1f)), b1 = rounded(randn(shape{ffn}, 34, 0.1f));
   const tensor w2 = rounded(randn(shape{hidden, ffn}, 35, 0.1f)), b2 = rounded(randn(shape{hidden}, 36, 0.1f));
-  auto mlp =
-      tensor_parallel_mlp<nccl_communicator, cuda_backend>::create(comm, hidden, ffn, true, false, 0, be).value();
+  auto mlp = tensor_parallel_mlp<nccl_communicator, cuda_backend>::create(comm, hidden, ffn, {}, be).value();
   mlp.load_full(w1, &b1.view(), w2, &b2.view());
   const tensor gx = be.upload(x), gdy = be.upload(dy);
   // One eager step first: cuBLAS and the memory pool set themselves up outside the capture.

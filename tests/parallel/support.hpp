@@ -25,7 +25,7 @@ namespace jitembed::parallel::testing {
 // communicator, so the others fail instead of waiting).
 template <class F>
 void run_ranks(int n, F fn, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   std::vector<std::thread> threads;
   std::mutex mu;
   std::exception_ptr first;

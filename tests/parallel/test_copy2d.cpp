@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "jitembed/parallel/copy2d.hpp"
@@ -210,5 +211,28 @@ TEST_CASE("copy2d: a CPU communicator rejects device tensors in the dim collecti
     REQUIRE(!r.has_value());
     CHECK(r.error().code == errc::invalid_argument);
     CHECK(r.error().message.find("CPU tensors only") != std::string::npos);
+  });
+}
+
+TEST_CASE("host-staged communicator: a copyable handle; a copy keeps working after the original moves") {
+  static_assert(std::is_copy_constructible_v<staged> && std::is_nothrow_move_constructible_v<staged>);
+  static_assert(std::is_same_v<kept_communicator_t<staged>, staged>);
+  run_ranks(2, [](gloo_communicator& g) {
+    host_as_device mem;
+    staged original(g, mem);  // g is a handle too: both share one group
+    staged copy = original;   // what a layer keeps (keep_communicator)
+    staged moved = std::move(original);
+    original = staged(gloo_communicator(), mem);  // the moved-from one reassigned: unrelated to the others
+    CHECK_FALSE(original.valid());
+    const int r = copy.rank();
+    const tensor full = randn(shape{2, 4, 3}, 31);
+    const tensor mine = local_chunk(full, 1, 2, r);
+    g.stats().reset();
+    const tensor got = all_gather_dim(copy, on_device(mine), 1, 4).value();
+    CHECK(equal(on_host(got), full));
+    CHECK(moved.stats()[coll::all_gather].calls == 1);  // the stats are the shared inner communicator's
+    CHECK(g.stats()[coll::all_gather].calls == 1);
+    REQUIRE(copy.synchronize().has_value());
+    REQUIRE(moved.barrier().has_value());
   });
 }

@@ -277,8 +277,8 @@ TEST_CASE("gloo rejects bad arguments before sending: dtype, sizes, counts, peer
     c.all_reduce(tensor_view(&x, dtype::f32, shape{1}), reduce_op::sum).value();
     CHECK(x == 2.f);
   });
-  CHECK(gloo_communicator::create(std::make_shared<hash_store>(), 2, 2).code() == errc::invalid_argument);
-  CHECK(gloo_communicator::create(nullptr, 0, 1).code() == errc::invalid_argument);
+  CHECK(gloo_communicator::create(shared_store(hash_store()), 2, 2).code() == errc::invalid_argument);
+  CHECK(gloo_communicator::create(shared_store(), 0, 1).code() == errc::invalid_argument);
 }
 
 TEST_CASE("gloo: a dead peer makes the others fail with comm_failed, not hang, a missing one times out") {
@@ -303,7 +303,7 @@ TEST_CASE("gloo: a dead peer makes the others fail with comm_failed, not hang, a
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(12));
 
   // A rank that never joins: rendezvous times out.
-  auto st = std::make_shared<hash_store>();
+  auto st = shared_store(hash_store());
   gloo_options opt;
   opt.timeout = std::chrono::milliseconds(300);
   auto lonely = gloo_communicator::create(st, 0, 2, opt);
@@ -315,7 +315,7 @@ TEST_CASE("gloo ranks as processes rendezvous through a file_store") {
   std::filesystem::remove_all(dir);
   constexpr int kRanks = 3;
   const auto statuses = fork_ranks(kRanks, [&](int r) {
-    auto st = std::make_shared<file_store>(file_store::open(dir).value());
+    auto st = shared_store(file_store::open(dir).value());
     gloo_options opt;
     opt.timeout = std::chrono::seconds(20);
     auto c = gloo_communicator::create(st, r, kRanks, opt).value();
@@ -336,7 +336,7 @@ TEST_CASE("gloo: a rank process killed mid-job makes the others fail with an err
   constexpr int kRanks = 3;
   const auto t0 = std::chrono::steady_clock::now();
   const auto statuses = fork_ranks(kRanks, [&](int r) {
-    auto st = std::make_shared<file_store>(file_store::open(dir).value());
+    auto st = shared_store(file_store::open(dir).value());
     gloo_options opt;
     opt.timeout = std::chrono::seconds(10);
     auto c = gloo_communicator::create(st, r, kRanks, opt).value();

@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <memory>
+#include <span>
 #include <thread>
+#include <type_traits>
 
 #include "jitembed/parallel/store.hpp"
 
@@ -16,7 +19,8 @@ using namespace jitembed::parallel;
 namespace {
 std::string as_string(const std::vector<std::byte>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size()); }
 
-void exercise(store& s) {
+template <rendezvous_store S>
+void exercise(S& s) {
   s.set("a/b", std::string_view("hello")).value();
   CHECK(as_string(s.get("a/b", std::chrono::milliseconds(10)).value()) == "hello");
   CHECK(s.check("a/b").value());
@@ -32,7 +36,50 @@ void exercise(store& s) {
   s.set("a/b", std::string_view("")).value();  // overwrite with an empty value
   CHECK(s.get("a/b", std::chrono::milliseconds(10)).value().empty());
 }
+// A store that models rendezvous_store without deriving from `store`: shared_store adapts it.
+struct counting_store {
+  hash_store inner;
+  std::shared_ptr<int> sets = std::make_shared<int>(0);
+  result<void> set(std::string_view key, std::span<const std::byte> value) {
+    ++*sets;
+    return inner.set(key, value);
+  }
+  result<std::vector<std::byte>> get(std::string_view key, std::chrono::milliseconds timeout) {
+    return inner.get(key, timeout);
+  }
+  result<bool> check(std::string_view key) { return inner.check(key); }
+};
 }  // namespace
+
+TEST_CASE("shared_store: copies share one store; empty handles fail; any rendezvous_store fits") {
+  static_assert(std::is_nothrow_move_constructible_v<shared_store> && std::is_copy_constructible_v<shared_store>);
+  shared_store a(hash_store{});
+  exercise(a);
+  shared_store b = a;  // a copy refers to the same table
+  b.set("shared", std::string_view("yes")).value();
+  CHECK(as_string(a.get("shared", std::chrono::milliseconds(10)).value()) == "yes");
+  CHECK(a.target<hash_store>() != nullptr);
+  CHECK(a.target<hash_store>() == b.target<hash_store>());
+  CHECK(a.target<file_store>() == nullptr);
+  // Moving the original leaves the copy working (the table lives behind the handle).
+  shared_store moved = std::move(a);
+  CHECK(b.check("shared").value());
+  CHECK(moved.check("shared").value());
+
+  shared_store in_place(std::in_place_type<hash_store>);
+  CHECK_FALSE(in_place.check("shared").value());  // its own table
+
+  shared_store adapted(counting_store{});
+  exercise(adapted);
+  REQUIRE(adapted.target<counting_store>() != nullptr);
+  CHECK(*adapted.target<counting_store>()->sets == 3);
+
+  shared_store empty;
+  CHECK_FALSE(empty);
+  CHECK(empty.set("k", std::string_view("v")).code() == errc::invalid_argument);
+  CHECK(empty.get("k", std::chrono::milliseconds(1)).code() == errc::invalid_argument);
+  CHECK(empty.check("k").code() == errc::invalid_argument);
+}
 
 TEST_CASE("hash_store and file_store: set/get/check/timeout") {
   hash_store h;
@@ -47,10 +94,10 @@ TEST_CASE("hash_store and file_store: set/get/check/timeout") {
     for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
     CHECK(files == 2);
   }
-  auto base = std::make_shared<hash_store>();
+  shared_store base(hash_store{});
   prefix_store p(base, "group1/");
   p.set("k", std::string_view("v")).value();
-  CHECK(base->check("group1/k").value());
+  CHECK(base.check("group1/k").value());
   std::filesystem::remove_all(dir);
 }
 

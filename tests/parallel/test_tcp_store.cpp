@@ -229,7 +229,7 @@ TEST_CASE("tcp_store: many client threads, and threads sharing one client") {
   CHECK(good.load() == kThreads);
 
   // One connection, many threads: the mutex keeps request/reply pairs together.
-  auto shared = std::make_shared<tcp_store>(tcp_store::open(loopback(server->port())).value());
+  shared_store shared(tcp_store::open(loopback(server->port())).value());
   ts.clear();
   good = 0;
   for (int t = 0; t < 4; ++t) {
@@ -237,8 +237,8 @@ TEST_CASE("tcp_store: many client threads, and threads sharing one client") {
       int ok = 0;
       for (int k = 0; k < kKeys; ++k) {
         const std::string key = "s" + std::to_string(t) + "/" + std::to_string(k);
-        shared->set(key, key + "!").value();
-        auto v = shared->get(key, 1s);
+        shared.set(key, key + "!").value();
+        auto v = shared.get(key, 1s);
         ok += v && as_string(*v) == key + "!";
       }
       if (ok == kKeys) good.fetch_add(1);
@@ -273,15 +273,14 @@ TEST_CASE("tcp_store: clients as forked processes") {
 TEST_CASE("tcp_store: a 3-rank Gloo communicator rendezvouses over it") {
   auto server = listen_store().value();
   const std::string address = server.server.address();
-  auto rank0 = std::make_shared<tcp_store>(std::move(server.store));  // rank 0 shares the hosting process
+  shared_store rank0(std::move(server.store));  // rank 0 shares the hosting process
   constexpr int kRanks = 3;
   std::vector<std::thread> ts;
   std::vector<std::int64_t> sums(kRanks, -1);
   std::vector<int> codes(kRanks, -1);
   for (int r = 0; r < kRanks; ++r) {
     ts.emplace_back([&, r] {
-      std::shared_ptr<store> st = r == 0 ? std::shared_ptr<store>(rank0)
-                                         : std::shared_ptr<store>(std::make_shared<tcp_store>(tcp_store::open(address).value()));
+      shared_store st = r == 0 ? rank0 : shared_store(tcp_store::open(address).value());
       gloo_options opt;
       opt.timeout = 10s;
       auto comm = gloo_communicator::create(st, r, kRanks, opt);

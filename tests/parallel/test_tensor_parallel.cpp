@@ -5,6 +5,7 @@
 
 #include <random>
 #include <string>
+#include <type_traits>
 
 #include "jitembed/nn.hpp"
 #include "jitembed/parallel/tensor_parallel.hpp"
@@ -66,7 +67,7 @@ TEST_CASE("column_parallel_linear equals the single-rank linear (plain and gathe
         const tensor dy = randn(shape{2, 3, out}, 4);
         const auto ref = reference_linear(x, w, &b, dy);
 
-        auto layer = column_parallel_linear<gloo_communicator>::create(c, in, out, true, gather, false).value();
+        auto layer = column_parallel_linear<gloo_communicator>::create(c, in, out, {.gather_output = gather}).value();
         layer.load_full(w, b);
         CHECK(layer.weight().shape() == shape{out / c.size(), in});
         const tensor y = layer.forward(x).value();
@@ -113,7 +114,7 @@ TEST_CASE("column_parallel_linear with sequence parallelism: all-gather forward,
       const tensor dy = randn(shape{s, 2, out}, 8);
       const auto ref = reference_linear(x, w, &b, dy);
 
-      auto layer = column_parallel_linear<gloo_communicator>::create(c, in, out, true, false, true).value();
+      auto layer = column_parallel_linear<gloo_communicator>::create(c, in, out, {.sequence_parallel = true}).value();
       layer.load_full(w, b);
       const tensor y = layer.forward(chunk(x, 0, c)).value();
       CHECK(y.shape() == shape{s, 2, out / c.size()});
@@ -151,8 +152,9 @@ TEST_CASE("row_parallel_linear equals the single-rank linear (parallel / replica
         const tensor dy = randn(shape{s, 2, out}, 12);
         const auto ref = reference_linear(x, w, &b, dy);
 
-        auto layer =
-            row_parallel_linear<gloo_communicator>::create(c, in, out, true, v.input_is_parallel, v.sp).value();
+        auto layer = row_parallel_linear<gloo_communicator>::create(
+                         c, in, out, {.input_is_parallel = v.input_is_parallel, .sequence_parallel = v.sp})
+                         .value();
         layer.load_full(w, b);
         CHECK(layer.weight().shape() == shape{out, in / c.size()});
         const tensor y = layer.forward(v.input_is_parallel ? chunk(x, 2, c) : x).value();
@@ -209,7 +211,7 @@ TEST_CASE("vocab_parallel_embedding equals the single-rank embedding, with and w
         tensor ref_grad = tensor::zeros(shape{vocab, hidden}, dtype::f32);
         nn::embedding_backward(ids, dout, ref_grad);
 
-        auto emb = vocab_parallel_embedding<gloo_communicator>::create(c, vocab, hidden, sp).value();
+        auto emb = vocab_parallel_embedding<gloo_communicator>::create(c, vocab, hidden, {.sequence_parallel = sp}).value();
         emb.load_full(table);
         CHECK(emb.vocab_start() == c.rank() * vocab / c.size());
         const tensor y = emb.forward(ids).value();
@@ -282,7 +284,7 @@ TEST_CASE("tensor_parallel_mlp equals the single-rank MLP, with and without SP (
         const tensor w2 = randn(shape{hidden, ffn}, 19), b2 = randn(shape{hidden}, 20);
         const auto ref = reference_mlp(x, w1, b1, w2, b2, dy);
 
-        auto mlp = tensor_parallel_mlp<gloo_communicator>::create(c, hidden, ffn, true, v.sp, v.seq_dim).value();
+        auto mlp = tensor_parallel_mlp<gloo_communicator>::create(c, hidden, ffn, {.sequence_parallel = v.sp, .seq_dim = v.seq_dim}).value();
         mlp.load_full(w1, &b1.view(), w2, &b2.view());
         const tensor y = mlp.forward(v.sp ? chunk(x, v.seq_dim, c) : x).value();
         CHECK(rel_error(y, v.sp ? chunk(ref.y, v.seq_dim, c) : ref.y) <= kTol);
@@ -333,7 +335,7 @@ TEST_CASE("LayerNorm in an SP region before a column-parallel linear: synced gam
       const tensor x_local = chunk(x, 0, c);
       tensor ln_local = tensor::empty(x_local.shape(), dtype::f32);
       const auto saved_local = nn::layer_norm_forward(x_local, gamma, beta, eps, ln_local);
-      auto fc = column_parallel_linear<gloo_communicator>::create(c, h, out, true, false, true).value();
+      auto fc = column_parallel_linear<gloo_communicator>::create(c, h, out, {.sequence_parallel = true}).value();
       fc.load_full(w, b);
       const tensor y = fc.forward(ln_local).value();
       CHECK(rel_error(y, chunk(lin.y, 2, c)) <= kTol);
@@ -359,10 +361,10 @@ TEST_CASE("LayerNorm in an SP region before a column-parallel linear: synced gam
 TEST_CASE("tensor-parallel layers: create() reports invalid configurations as invalid_argument in the result") {
   using comm_t = gloo_communicator;
   run_ranks(4, [](comm_t& c) {
-    auto e = result_error(column_parallel_linear<comm_t>::create(c, 8, 10, true, false, false));
+    auto e = result_error(column_parallel_linear<comm_t>::create(c, 8, 10));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "out_features 10 not divisible by tensor-parallel degree 4"));
-    e = result_error(row_parallel_linear<comm_t>::create(c, 6, 8, true, true, false));
+    e = result_error(row_parallel_linear<comm_t>::create(c, 6, 8, {.input_is_parallel = true}));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "in_features 6 not divisible by tensor-parallel degree 4"));
     e = result_error(vocab_parallel_embedding<comm_t>::create(c, 30, 8));
@@ -373,17 +375,17 @@ TEST_CASE("tensor-parallel layers: create() reports invalid configurations as in
     CHECK(mentions(e, "column_parallel_linear"));
     CHECK(tensor_parallel_mlp<comm_t>::create(c, 0, 8).code() == errc::invalid_argument);
     CHECK(tensor_parallel_mlp<comm_t>::create(c, 6, 8).has_value());
-    CHECK(column_parallel_linear<comm_t>::create(c, 8, 8, true, true, true).code() == errc::invalid_argument);
-    CHECK(row_parallel_linear<comm_t>::create(c, 8, 8, true, false, true).code() == errc::invalid_argument);
+    CHECK(column_parallel_linear<comm_t>::create(c, 8, 8, {.gather_output = true, .sequence_parallel = true}).code() == errc::invalid_argument);
+    CHECK(row_parallel_linear<comm_t>::create(c, 8, 8, {.sequence_parallel = true}).code() == errc::invalid_argument);
     CHECK(column_parallel_linear<comm_t>::create(c, 0, 8).code() == errc::invalid_argument);
     CHECK(vocab_parallel_embedding<comm_t>::create(c, 16, 0).code() == errc::invalid_argument);
 
     // Sequence not divisible by the degree with SP (full sequence 6 over 4 ranks).
-    auto row = row_parallel_linear<comm_t>::create(c, 8, 8, true, true, true).value();
+    auto row = row_parallel_linear<comm_t>::create(c, 8, 8, {.input_is_parallel = true, .sequence_parallel = true}).value();
     e = result_error(row.forward(randn(shape{6, 2, 2}, 1)));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "sequence length 6 (dim 0) not divisible by sequence-parallel degree 4"));
-    auto emb = vocab_parallel_embedding<comm_t>::create(c, 16, 4, true).value();
+    auto emb = vocab_parallel_embedding<comm_t>::create(c, 16, 4, {.sequence_parallel = true}).value();
     e = result_error(emb.forward(tensor::zeros(shape{6, 2}, dtype::i64)));
     CHECK(e.code() == errc::invalid_argument);
     CHECK(mentions(e, "sequence length 6"));
@@ -429,5 +431,67 @@ TEST_CASE("tensor-parallel layers reject a rank outside the group") {
       CHECK(rel_error(one.backward(x).value(), ref.dx) <= kTol);
       CHECK(sub.stats().total_calls() == 0);
     }
+  });
+}
+
+TEST_CASE("tensor-parallel layers keep a copy of the communicator: moving it after create leaves them valid") {
+  static_assert(std::is_same_v<kept_communicator_t<gloo_communicator>, gloo_communicator>);
+  run_ranks(2, [](gloo_communicator& c) {
+    const std::int64_t s = 4, in = 6, out = 8, vocab = 10;
+    const tensor x = randn(shape{s, 2, in}, 21), w = randn(shape{out, in}, 22), b = randn(shape{out}, 23);
+    const tensor dy = randn(shape{s, 2, out}, 24);
+    const auto ref = reference_linear(x, w, &b, dy);
+    const tensor w2 = randn(shape{in, out}, 25), dy2 = randn(shape{s, 2, in}, 26);
+    const tensor table = randn(shape{vocab, in}, 27);
+
+    auto col = column_parallel_linear<gloo_communicator>::create(c, in, out, {.gather_output = true}).value();
+    auto row = row_parallel_linear<gloo_communicator>::create(c, out, in, {.bias = false}).value();
+    auto mlp = tensor_parallel_mlp<gloo_communicator>::create(c, in, out, {.bias = false}).value();
+    auto emb = vocab_parallel_embedding<gloo_communicator>::create(c, vocab, in).value();
+    col.load_full(w, b);
+    row.load_full(w2, nullptr);
+    mlp.load_full(w, nullptr, w2, nullptr);
+    emb.load_full(table);
+
+    // The caller's communicator moves away (and the moved-from object is reassigned to an empty one): the
+    // layers run on their copies, which share the group, its stats and its failure state with `moved`.
+    gloo_communicator moved = std::move(c);
+    c = gloo_communicator();
+    CHECK_FALSE(c.valid());
+    CHECK(moved.valid());
+    moved.stats().reset();
+
+    const tensor y = col.forward(x).value();
+    CHECK(rel_error(y, ref.y) <= kTol);
+    CHECK(rel_error(col.backward(dy).value(), ref.dx) <= kTol);
+    CHECK(rel_error(col.full_grad_weight().value(), ref.dw) <= kTol);
+    CHECK(moved.stats()[coll::all_gather].calls == 2);  // gather_output + full_grad_weight, seen by the handle
+    CHECK(moved.stats()[coll::all_reduce].calls == 1);  // dx
+
+    // row_parallel_linear (replicated input, split here) against y·w2ᵀ.
+    const auto ref2 = reference_linear(ref.y, w2, nullptr, dy2);
+    CHECK(rel_error(row.forward(ref.y).value(), ref2.y) <= kTol);
+    CHECK(rel_error(row.backward(dy2).value(), ref2.dx) <= kTol);
+
+    // The MLP: fc1 → GELU → fc2, against the nn reference.
+    tensor h = tensor::empty(shape{s, 2, out}, dtype::f32), a = tensor::empty(shape{s, 2, out}, dtype::f32);
+    nn::linear_forward(x, w, nullptr, h);
+    nn::gelu_forward(h, a);
+    tensor want = tensor::empty(shape{s, 2, in}, dtype::f32);
+    nn::linear_forward(a, w2, nullptr, want);
+    CHECK(rel_error(mlp.forward(x).value(), want) <= kTol);
+    CHECK(mlp.backward(dy2).value().shape() == x.shape());
+
+    // The embedding: rows of the full table.
+    tensor ids = tensor::empty(shape{3}, dtype::i64);
+    for (std::int64_t i = 0; i < 3; ++i) ids.data<std::int64_t>()[i] = 3 * i + 1;
+    const tensor e = emb.forward(ids).value();
+    for (std::int64_t i = 0; i < 3; ++i) {
+      for (std::int64_t j = 0; j < in; ++j) {
+        CHECK(e.data<float>()[i * in + j] == table.data<float>()[(3 * i + 1) * in + j]);
+      }
+    }
+    CHECK(emb.backward(e).has_value());
+    moved.barrier().value();
   });
 }

@@ -77,7 +77,7 @@ TEST_CASE("ulysses_attention equals single-rank attention (causal and not), 4 al
         const tensor dout = randn(shape{B, S, H, D}, 4);
         const auto ref = reference_attention(q, k, v, causal, dout);
 
-        auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H), causal).value();
+        auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H), {.causal = causal}).value();
         CHECK(attn.local_heads() == H / n);
         const tensor ql = seq_chunk(q, c);
         const tensor out = attn.forward(ql, seq_chunk(k, c), seq_chunk(v, c)).value();
@@ -114,7 +114,7 @@ TEST_CASE("ulysses_attention with uneven sequence chunks and cross-attention") {
       for (bool causal : {false, true}) {
         CAPTURE(causal);
         const auto ref = reference_attention(q, k, v, causal, dout);
-        auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H), causal).value();
+        auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H), {.causal = causal}).value();
         c.stats().reset();
         const tensor out = attn.forward(seq_chunk(q, c), seq_chunk(k, c), seq_chunk(v, c), Sq, Sk).value();
         CHECK(rel_error(out, seq_chunk(ref.out, c)) <= kTol);
@@ -135,7 +135,7 @@ TEST_CASE("ulysses rejects head counts not divisible by the degree and bad shape
     CAPTURE(n);
     run_ranks(n, [n](gloo_communicator& c) {
       const int heads = n == 2 ? 3 : 6;
-      auto e = result_error(ulysses_attention<gloo_communicator>::create(c, heads, false));
+      auto e = result_error(ulysses_attention<gloo_communicator>::create(c, heads));
       CHECK(e.code() == errc::invalid_argument);
       CHECK(std::string(e.what()).find(std::to_string(heads) + " heads not divisible by sequence-parallel degree " +
                                        std::to_string(n)) != std::string::npos);
@@ -143,7 +143,7 @@ TEST_CASE("ulysses rejects head counts not divisible by the degree and bad shape
       CHECK(e.code() == errc::invalid_argument);
       CHECK(std::string(e.what()).find("seq_to_head") != std::string::npos);
 
-      auto attn = ulysses_attention<gloo_communicator>::create(c, 4, true).value();
+      auto attn = ulysses_attention<gloo_communicator>::create(c, 4, {.causal = true}).value();
       const tensor ok = randn(shape{1, 2, 4, 4}, 1);
       e = result_error(attn.forward(randn(shape{1, 2, 8, 4}, 1), ok, ok));  // 8 heads, expected 4
       CHECK(e.code() == errc::invalid_argument);
@@ -155,4 +155,26 @@ TEST_CASE("ulysses rejects head counts not divisible by the degree and bad shape
       c.barrier().value();
     });
   }
+}
+
+TEST_CASE("ulysses_attention keeps a copy of the communicator: moving it after create leaves the layer valid") {
+  run_ranks(2, [](gloo_communicator& c) {
+    const std::int64_t B = 1, S = 8, H = 4, D = 4;
+    const tensor q = randn(shape{B, S, H, D}, 11), k = randn(shape{B, S, H, D}, 12), v = randn(shape{B, S, H, D}, 13);
+    const tensor dout = randn(shape{B, S, H, D}, 14);
+    const auto ref = reference_attention(q, k, v, true, dout);
+    const tensor ql = seq_chunk(q, c), kl = seq_chunk(k, c), vl = seq_chunk(v, c), dl = seq_chunk(dout, c);
+    const tensor want_out = seq_chunk(ref.out, c), want_dq = seq_chunk(ref.dq, c), want_dv = seq_chunk(ref.dv, c);
+
+    auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H), {.causal = true}).value();
+    gloo_communicator moved = std::move(c);  // the layer's copy shares the group with `moved`
+    moved.stats().reset();
+    CHECK(attn.local_heads() == 2);
+    CHECK(rel_error(attn.forward(ql, kl, vl).value(), want_out) <= kTol);
+    const auto g = attn.backward(dl).value();
+    CHECK(rel_error(g.dq, want_dq) <= kTol);
+    CHECK(rel_error(g.dv, want_dv) <= kTol);
+    CHECK(moved.stats()[coll::all_to_all].calls == 8);
+    moved.barrier().value();
+  });
 }

@@ -120,7 +120,7 @@ TEST_CASE("README: parallel") {
   };
   std::vector<rank_result> res(2);
 
-  auto store = std::make_shared<hash_store>();       // ranks as threads; file_store::open(dir) for processes
+  shared_store store(hash_store{});  // ranks as threads (copies share it); file_store::open(dir) for processes
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {

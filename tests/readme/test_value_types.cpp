@@ -80,6 +80,7 @@ static_assert(movable_value<batching::dynamic_batcher<int, int>>);
 #if defined(JITEMBED_HAS_PARALLEL)
 static_assert(movable_value<parallel::hash_store>);
 static_assert(movable_value<parallel::file_store>);
+static_assert(copyable_handle<parallel::shared_store>);
 static_assert(movable_value<parallel::hybrid_plan>);
 #endif
 #if defined(JITEMBED_HAS_TCP_STORE)
@@ -87,7 +88,7 @@ static_assert(movable_value<parallel::tcp_store>);
 static_assert(movable_value<parallel::tcp_store_server>);
 #endif
 #if defined(JITEMBED_HAS_GLOO)
-static_assert(movable_value<parallel::gloo_communicator>);
+static_assert(copyable_handle<parallel::gloo_communicator>);  // the layers keep a copy
 static_assert(movable_value<parallel::column_parallel_linear<parallel::gloo_communicator>>);
 static_assert(movable_value<parallel::row_parallel_linear<parallel::gloo_communicator>>);
 static_assert(movable_value<parallel::tensor_parallel_mlp<parallel::gloo_communicator>>);

@@ -477,7 +477,7 @@ TEST_CASE("model repository: backends resolve by backend or platform, and a regi
                                        "parameters { key: \"text_dim\" value { string_value: \"8\" } }\n");
   fs::create_directories(d.path / "a" / "1");
   repository_options o;
-  o.backends.add("torch_aoti", [](const models::backend_config& c) { return make_jitembed_backend_model(c); });
+  o.backends.add("torch_aoti", [](const models::backend_config& c) { return jitembed_backend_model::create(c); });
   auto repo = model_repository::open(d.path, o);
   REQUIRE(repo);
   auto s = service::create(server_config{}).value();

@@ -20,6 +20,7 @@
 #include "jitembed/batching/options.hpp"
 #include "jitembed/batching/runner.hpp"
 #include "jitembed/batching/stats.hpp"
+#include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/error.hpp"
 
 namespace jitembed::batching {
@@ -56,15 +57,11 @@ class dynamic_batcher {
       run = [f = std::move(runner)](const batch_context<BucketKey>&, std::span<Request> in,
                                     std::span<result<Response>> out) mutable { f(in, out); };
     }
-    try {
+    // Starting a runner thread may fail (std::system_error: resource_exhausted when the system has no
+    // thread to spare), as may the allocations.
+    return jitembed::core_detail::capture("dynamic_batcher: starting the runner threads", [&] {
       return dynamic_batcher(std::make_unique<core>(std::move(options), std::move(run)));
-    } catch (const std::system_error& e) {
-      return fail(errc::resource_exhausted, std::string("dynamic_batcher: cannot start a runner thread: ") + e.what());
-    } catch (const std::bad_alloc&) {
-      return fail(errc::resource_exhausted, "dynamic_batcher: out of memory");
-    } catch (const std::exception& e) {
-      return fail(errc::internal, std::string("dynamic_batcher: ") + e.what());
-    }
+    });
   }
 
   dynamic_batcher(dynamic_batcher&&) noexcept = default;

@@ -14,6 +14,7 @@
 #include "jitembed/cache/redis_options.hpp"
 #include "jitembed/cache/store.hpp"
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/error.hpp"
 
 namespace jitembed::cache {
@@ -44,7 +45,7 @@ class redis_cache {
   // invalid_argument for a pool_size of 0 or a negative ttl; io_error (with what the server or the socket
   // said) when the server does not answer PING within connect_timeout / io_timeout.
   static result<redis_cache> open(redis_options opts = {}) {
-    try {
+    return jitembed::core_detail::capture("redis: open", [&]() -> result<redis_cache> {
       JITEMBED_TRY(detail::redis_store::check_options(opts));
       auto s = std::make_shared<detail::redis_store>(std::move(opts));
       if (!s->ping()) {
@@ -53,9 +54,7 @@ class redis_cache {
         return fail(errc::io_error, "redis: open " + where + ": " + s->last_error());
       }
       return redis_cache(std::move(s));
-    } catch (const std::bad_alloc&) {
-      return fail(errc::resource_exhausted, "redis: open: out of memory");
-    }
+    });
   }
 
   const redis_options& options() const noexcept { return s_->options(); }

@@ -1,4 +1,5 @@
-// A small fixed-size thread pool: submit() returns a future; parallel_for() splits an index range.
+// A small fixed-size thread pool: submit() returns a future; parallel_for() splits an index range. Its threads
+// are a worker_group (stopped through their stop_token).
 #pragma once
 
 #include <algorithm>
@@ -9,9 +10,12 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "jitembed/core/worker_group.hpp"
 
 namespace jitembed {
 
@@ -21,9 +25,8 @@ class thread_pool {
  public:
   explicit thread_pool(std::size_t threads = std::max(1u, std::thread::hardware_concurrency()))
       : s_(std::make_unique<state>()) {
-    threads = std::max<std::size_t>(threads, 1);
-    s_->workers.reserve(threads);
-    for (std::size_t i = 0; i < threads; ++i) s_->workers.emplace_back([s = s_.get()] { s->run(); });
+    s_->workers = worker_group(std::max<std::size_t>(threads, 1),
+                               [s = s_.get()](std::stop_token token, std::size_t) { s->run(token); });
   }
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
@@ -72,18 +75,17 @@ class thread_pool {
  private:
   struct state {
     std::mutex mu;
-    std::condition_variable cv;
+    std::condition_variable_any cv;  // waits on the workers' stop_token too
     std::deque<std::function<void()>> queue;
-    bool stopping = false;
-    std::vector<std::thread> workers;
+    worker_group workers;  // last: stopped (joined) before the queue it reads goes away
 
-    void run() {
+    void run(const std::stop_token& token) {
       for (;;) {
         std::function<void()> job;
         {
           std::unique_lock lock(mu);
-          cv.wait(lock, [this] { return stopping || !queue.empty(); });
-          if (queue.empty()) return;  // stopping and drained
+          cv.wait(lock, token, [this] { return !queue.empty(); });
+          if (queue.empty()) return;  // stop requested and drained
           job = std::move(queue.front());
           queue.pop_front();
         }
@@ -92,15 +94,11 @@ class thread_pool {
     }
   };
 
-  // Drains the queue and joins the workers (a moved-from pool has nothing to stop).
+  // Drains the queue and joins the workers (a moved-from pool has nothing to stop): a worker asked to stop
+  // still takes jobs until the queue is empty.
   void stop() noexcept {
     if (!s_) return;
-    {
-      std::lock_guard lock(s_->mu);
-      s_->stopping = true;
-    }
-    s_->cv.notify_all();
-    for (auto& t : s_->workers) t.join();
+    s_->workers.stop();
     s_.reset();
   }
 

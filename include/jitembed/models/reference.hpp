@@ -75,11 +75,4 @@ inline result<any_model> reference_model::create(std::string_view name, const re
   return fail(errc::not_found, "unknown model '" + std::string(name) + "' (image-latent, video-latent, text-embed)");
 }
 
-// The old spelling, kept for this round's other branches (tools/, server/repository_backends.hpp); removed
-// once they are merged.
-[[deprecated("use models::reference_model::create(name, options)")]] inline result<any_model> make_reference_model(
-    std::string_view name, const reference_options& o = {}) {
-  return reference_model::create(name, o);
-}
-
 }  // namespace jitembed::models

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "jitembed/core/error.hpp"
@@ -159,6 +160,30 @@ concept communicator = requires(C& c, const C& cc, tensor_view v, std::span<cons
   { cc.stats() } -> std::convertible_to<const comm_stats&>;
   { c.stats() } -> std::same_as<comm_stats&>;
 };
+
+// What a long-lived user of a communicator (a tensor-parallel layer) keeps of it, so that moving the
+// caller's communicator never leaves the user pointing at a moved-from object: a copy of a communicator
+// that is a handle whose copies share one communicator (gloo_communicator, host_staged_communicator over
+// one, nccl_communicator_ref), or, for an owner that cannot be copied, the view its ref() returns
+// (nccl_communicator::ref() shares the ownership of the comm and its stream).
+template <class C>
+concept keepable_communicator =
+    communicator<C> && (std::copy_constructible<C> || requires(const C& c) {
+      { c.ref() } -> communicator;
+    });
+
+template <keepable_communicator C>
+auto keep_communicator(const C& c) {
+  if constexpr (std::copy_constructible<C>) {
+    return C(c);
+  } else {
+    return c.ref();
+  }
+}
+
+// The type keep_communicator(C&) returns: C itself, or its ref() view.
+template <keepable_communicator C>
+using kept_communicator_t = decltype(keep_communicator(std::declval<const C&>()));
 
 namespace detail {
 

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -38,53 +39,58 @@ struct gloo_options : comm_options {
   std::string hostname = "127.0.0.1";  // address the ranks' sockets bind to: loopback unless asked otherwise
 };
 
+// A copyable handle (rule 2.4): copies share one communicator — its group, its failure state, its stats —
+// so a tensor-parallel layer keeps a copy and stays valid when the caller's communicator moves. Driven by
+// one thread at a time, whichever copy it calls through. A moved-from handle may only be destroyed or
+// assigned to.
 class gloo_communicator {
  public:
   // An empty communicator (what a kNoColor rank gets from split()).
   gloo_communicator() = default;
 
-  // Connects `size` ranks through `st` (every rank calls this with the same store and its own rank).
-  static result<gloo_communicator> create(std::shared_ptr<store> st, int rank, int size, gloo_options opt = {}) {
-    if (!st) return fail(errc::invalid_argument, "gloo: null store");
+  // Connects `size` ranks through `st` (every rank calls this with a copy of the same store handle and its
+  // own rank).
+  static result<gloo_communicator> create(shared_store st, int rank, int size, gloo_options opt = {}) {
+    if (!st) return fail(errc::invalid_argument, "gloo: empty store");
     detail::ignore_sigpipe();
     if (size <= 0 || rank < 0 || rank >= size) {
       return fail(errc::invalid_argument, "gloo: rank " + std::to_string(rank) + " of " + std::to_string(size));
     }
     gloo_communicator c;
-    c.store_ = std::move(st);
-    c.opt_ = std::move(opt);
+    c.s_->rendezvous = std::move(st);
+    c.s_->opt = std::move(opt);
     try {
       ::gloo::transport::tcp::attr attr;
-      attr.hostname = c.opt_.hostname;
-      c.device_ = ::gloo::transport::tcp::CreateDevice(attr);
+      attr.hostname = c.s_->opt.hostname;
+      c.s_->device = ::gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
-      return fail(errc::comm_failed, std::string("gloo: cannot create a TCP device on ") + c.opt_.hostname + ": " + e.what());
+      return fail(errc::comm_failed, std::string("gloo: cannot create a TCP device on ") + c.s_->opt.hostname + ": " + e.what());
     }
-    JITEMBED_TRY(c.connect(c.store_, rank, size));
+    JITEMBED_TRY(c.connect(c.s_->rendezvous, rank, size));
     return c;
   }
 
-  int rank() const noexcept { return context_ ? context_->rank : -1; }
-  int size() const noexcept { return context_ ? context_->size : 0; }
-  bool valid() const noexcept { return context_ != nullptr; }
+  int rank() const noexcept { return s_->context ? s_->context->rank : -1; }
+  int size() const noexcept { return s_->context ? s_->context->size : 0; }
+  bool valid() const noexcept { return s_->context != nullptr; }
   jitembed::device device() const noexcept { return jitembed::device::cpu(); }
-  bool failed() const noexcept { return failed_; }
-  const comm_stats& stats() const noexcept { return stats_; }
-  comm_stats& stats() noexcept { return stats_; }
-  const std::shared_ptr<::gloo::Context>& context() const noexcept { return context_; }
+  bool failed() const noexcept { return s_->failed; }
+  const comm_stats& stats() const noexcept { return s_->stats; }
+  comm_stats& stats() noexcept { return s_->stats; }
+  const std::shared_ptr<::gloo::Context>& context() const noexcept { return s_->context; }
 
   result<void> all_reduce(const tensor_view& inout, reduce_op op) {
     JITEMBED_TRY(ready("all_reduce"));
     JITEMBED_TRY(detail::check_buffer(inout, device(), "all_reduce"));
-    stats_.record(coll::all_reduce, inout.nbytes());
+    s_->stats.record(coll::all_reduce, inout.nbytes());
     if (inout.numel() == 0) return {};
     return guarded("all_reduce", [&] {
       detail::visit_dtype(inout.dtype(), [&](auto tag) {
         using T = decltype(tag);
-        ::gloo::AllreduceOptions o(context_);
+        ::gloo::AllreduceOptions o(s_->context);
         o.setOutput(static_cast<T*>(inout.data()), inout.numel());
         o.setReduceFunction(detail::gloo_reduce_fn<T>(op));
-        o.setTimeout(opt_.timeout);
+        o.setTimeout(s_->opt.timeout);
         ::gloo::allreduce(o);
       });
     });
@@ -94,13 +100,13 @@ class gloo_communicator {
     JITEMBED_TRY(ready("all_gather"));
     JITEMBED_TRY(check_pair(in, out, "all_gather"));
     JITEMBED_TRY(detail::check_numel(out.numel(), in.numel() * static_cast<std::uint64_t>(size()), "all_gather output"));
-    stats_.record(coll::all_gather, out.nbytes());
+    s_->stats.record(coll::all_gather, out.nbytes());
     if (out.numel() == 0) return {};
     return guarded("all_gather", [&] {
-      ::gloo::AllgatherOptions o(context_);
+      ::gloo::AllgatherOptions o(s_->context);
       o.setInput(detail::nonnull(in.data()), in.nbytes());
       o.setOutput(static_cast<std::byte*>(out.data()), out.nbytes());
-      o.setTimeout(opt_.timeout);
+      o.setTimeout(s_->opt.timeout);
       ::gloo::allgather(o);
     });
   }
@@ -112,16 +118,16 @@ class gloo_communicator {
     JITEMBED_TRY(detail::check_numel(in.numel(), static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank())]),
                                      "all_gather_v input"));
     JITEMBED_TRY(detail::check_numel(out.numel(), total, "all_gather_v output"));
-    stats_.record(coll::all_gather, out.nbytes());
+    s_->stats.record(coll::all_gather, out.nbytes());
     if (out.numel() == 0) return {};
     const std::size_t es = in.itemsize();
     std::vector<std::size_t> bytes(counts.size());
     for (std::size_t i = 0; i < counts.size(); ++i) bytes[i] = static_cast<std::size_t>(counts[i]) * es;
     return guarded("all_gather_v", [&] {
-      ::gloo::AllgathervOptions o(context_);
+      ::gloo::AllgathervOptions o(s_->context);
       o.setInput(detail::nonnull(in.data()), in.nbytes());
       o.setOutput(static_cast<std::byte*>(out.data()), bytes);
-      o.setTimeout(opt_.timeout);
+      o.setTimeout(s_->opt.timeout);
       ::gloo::allgatherv(o);
     });
   }
@@ -152,13 +158,13 @@ class gloo_communicator {
     JITEMBED_TRY(ready("broadcast"));
     JITEMBED_TRY(detail::check_buffer(inout, device(), "broadcast"));
     JITEMBED_TRY(detail::check_peer(root, size(), "broadcast root"));
-    stats_.record(coll::broadcast, inout.nbytes());
+    s_->stats.record(coll::broadcast, inout.nbytes());
     if (inout.numel() == 0) return {};
     return guarded("broadcast", [&] {
-      ::gloo::BroadcastOptions o(context_);
+      ::gloo::BroadcastOptions o(s_->context);
       o.setOutput(static_cast<std::byte*>(inout.data()), inout.nbytes());
       o.setRoot(root);
-      o.setTimeout(opt_.timeout);
+      o.setTimeout(s_->opt.timeout);
       ::gloo::broadcast(o);
     });
   }
@@ -171,13 +177,13 @@ class gloo_communicator {
       return fail(errc::invalid_argument, "all_to_all: " + std::to_string(in.numel()) + " elements do not split into " +
                                               std::to_string(size()) + " equal chunks");
     }
-    stats_.record(coll::all_to_all, in.nbytes());
+    s_->stats.record(coll::all_to_all, in.nbytes());
     if (in.numel() == 0) return {};
     return guarded("all_to_all", [&] {
-      ::gloo::AlltoallOptions o(context_);
+      ::gloo::AlltoallOptions o(s_->context);
       o.setInput(static_cast<std::byte*>(in.data()), in.nbytes());
       o.setOutput(static_cast<std::byte*>(out.data()), out.nbytes());
-      o.setTimeout(opt_.timeout);
+      o.setTimeout(s_->opt.timeout);
       ::gloo::alltoall(o);
     });
   }
@@ -190,7 +196,7 @@ class gloo_communicator {
     JITEMBED_ASSIGN_OR_RETURN(auto r, detail::check_counts(recv_counts, size(), "all_to_all_v recv"));
     JITEMBED_TRY(detail::check_numel(in.numel(), s, "all_to_all_v input"));
     JITEMBED_TRY(detail::check_numel(out.numel(), r, "all_to_all_v output"));
-    stats_.record(coll::all_to_all, in.nbytes());
+    s_->stats.record(coll::all_to_all, in.nbytes());
     return guarded("all_to_all_v", [&] { alltoallv_bytes(in.data(), send_counts, out.data(), recv_counts, in.itemsize()); });
   }
 
@@ -211,13 +217,13 @@ class gloo_communicator {
       JITEMBED_TRY(detail::check_buffer(op.buffer, device(), "batch_p2p"));
       JITEMBED_TRY(detail::check_peer(op.peer, size(), "batch_p2p"));
     }
-    for (const auto& op : ops) stats_.record(op.op == p2p_op::kind::send ? coll::send : coll::recv, op.buffer.nbytes());
+    for (const auto& op : ops) s_->stats.record(op.op == p2p_op::kind::send ? coll::send : coll::recv, op.buffer.nbytes());
     return guarded("batch_p2p", [&] {
       std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> sends, recvs;
       std::vector<std::uint32_t> sent(static_cast<std::size_t>(size()), 0), received(static_cast<std::size_t>(size()), 0);
       for (const auto& op : ops) {
         if (op.buffer.nbytes() == 0) continue;
-        auto ub = context_->createUnboundBuffer(op.buffer.data(), op.buffer.nbytes());
+        auto ub = s_->context->createUnboundBuffer(op.buffer.data(), op.buffer.nbytes());
         const auto p = static_cast<std::size_t>(op.peer);
         if (op.op == p2p_op::kind::send) {
           ub->send(op.peer, p2p_slot(sent[p]++));
@@ -227,17 +233,17 @@ class gloo_communicator {
           recvs.push_back(std::move(ub));
         }
       }
-      for (auto& ub : recvs) wait_or_throw(ub->waitRecv(opt_.timeout));
-      for (auto& ub : sends) wait_or_throw(ub->waitSend(opt_.timeout));
+      for (auto& ub : recvs) wait_or_throw(ub->waitRecv(s_->opt.timeout));
+      for (auto& ub : sends) wait_or_throw(ub->waitSend(s_->opt.timeout));
     });
   }
 
   result<void> barrier() {
     JITEMBED_TRY(ready("barrier"));
-    stats_.record(coll::barrier, 0);
+    s_->stats.record(coll::barrier, 0);
     return guarded("barrier", [&] {
-      ::gloo::BarrierOptions o(context_);
-      o.setTimeout(opt_.timeout);
+      ::gloo::BarrierOptions o(s_->context);
+      o.setTimeout(s_->opt.timeout);
       ::gloo::barrier(o);
     });
   }
@@ -253,7 +259,7 @@ class gloo_communicator {
     std::vector<std::int32_t> mine{color, key};
     std::vector<std::int32_t> all(2 * static_cast<std::size_t>(size()));
     JITEMBED_TRY(all_gather(tensor_view(mine.data(), dtype::i32, shape{2}), tensor_view(all.data(), dtype::i32, shape{2 * size()})));
-    const int seq = split_seq_++;
+    const int seq = s_->split_seq++;
     if (color == kNoColor) return gloo_communicator();
     std::vector<std::pair<std::int32_t, int>> members;  // (key, parent rank)
     for (int r = 0; r < size(); ++r) {
@@ -263,27 +269,27 @@ class gloo_communicator {
     int new_rank = 0;
     while (members[static_cast<std::size_t>(new_rank)].second != rank()) ++new_rank;
     gloo_communicator c;
-    c.opt_ = opt_;
-    c.device_ = device_;
-    c.prefix_ = prefix_ + "split" + std::to_string(seq) + "/color" + std::to_string(color) + "/";
-    c.store_ = store_;
-    JITEMBED_TRY(c.connect(store_, new_rank, static_cast<int>(members.size())));
+    c.s_->opt = s_->opt;
+    c.s_->device = s_->device;
+    c.s_->prefix = s_->prefix + "split" + std::to_string(seq) + "/color" + std::to_string(color) + "/";
+    c.s_->rendezvous = s_->rendezvous;
+    JITEMBED_TRY(c.connect(s_->rendezvous, new_rank, static_cast<int>(members.size())));
     return c;
   }
 
  private:
-  result<void> connect(const std::shared_ptr<store>& st, int rank, int size) {
+  result<void> connect(const shared_store& st, int rank, int size) {
     try {
       auto ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
-      ctx->setTimeout(opt_.timeout);
-      detail::gloo_store_adapter adapter(std::make_shared<prefix_store>(st, prefix_ + "gloo/"), opt_.timeout);
-      ctx->connectFullMesh(adapter, device_);
+      ctx->setTimeout(s_->opt.timeout);
+      detail::gloo_store_adapter adapter(shared_store(prefix_store(st, s_->prefix + "gloo/")), s_->opt.timeout);
+      ctx->connectFullMesh(adapter, s_->device);
       // Every rank has connected before any returns: a rank that returned and closed at once could
       // otherwise break a peer that is still connecting to it.
       ::gloo::BarrierOptions b(ctx);
-      b.setTimeout(opt_.timeout);
+      b.setTimeout(s_->opt.timeout);
       ::gloo::barrier(b);
-      context_ = std::move(ctx);
+      s_->context = std::move(ctx);
     } catch (const jitembed::error& e) {
       return fail(e.code(), "gloo: rendezvous of rank " + std::to_string(rank) + " of " + std::to_string(size) +
                                 " failed: " + e.message());
@@ -295,8 +301,8 @@ class gloo_communicator {
   }
 
   result<void> ready(const char* what) const {
-    if (!context_) return fail(errc::invalid_argument, std::string(what) + ": empty communicator");
-    if (failed_) return fail(errc::comm_failed, std::string(what) + ": communicator failed earlier: " + failure_);
+    if (!s_->context) return fail(errc::invalid_argument, std::string(what) + ": empty communicator");
+    if (s_->failed) return fail(errc::comm_failed, std::string(what) + ": communicator failed earlier: " + s_->failure);
     return {};
   }
 
@@ -313,11 +319,11 @@ class gloo_communicator {
       f();
       return {};
     } catch (const std::exception& e) {
-      failed_ = true;
-      failure_ = e.what();
-      const bool timed_out = failure_.find("imed out") != std::string::npos || failure_.find("imeout") != std::string::npos;
+      s_->failed = true;
+      s_->failure = e.what();
+      const bool timed_out = s_->failure.find("imed out") != std::string::npos || s_->failure.find("imeout") != std::string::npos;
       return fail(timed_out ? errc::timeout : errc::comm_failed,
-                  std::string(what) + " on rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ": " + failure_);
+                  std::string(what) + " on rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ": " + s_->failure);
     }
   }
 
@@ -336,16 +342,16 @@ class gloo_communicator {
     }
     // No early return when this rank has nothing to move: gloo's alltoallv posts a (possibly empty)
     // message to every peer, and the peers wait for this rank's.
-    ::gloo::AlltoallvOptions o(context_);
+    ::gloo::AlltoallvOptions o(s_->context);
     o.setInput(detail::nonnull(in), sb);
     o.setOutput(detail::nonnull(out), rb);
-    o.setTimeout(opt_.timeout);
+    o.setTimeout(s_->opt.timeout);
     ::gloo::alltoallv(o);
   }
 
   result<void> reduce_scatter_impl(const tensor_view& in, const tensor_view& out, std::span<const std::int64_t> counts,
                                    reduce_op op, const char* what) {
-    stats_.record(coll::reduce_scatter, in.nbytes());
+    s_->stats.record(coll::reduce_scatter, in.nbytes());
     const auto n = static_cast<std::size_t>(size());
     const std::int64_t mine = counts[static_cast<std::size_t>(rank())];
     std::vector<std::int64_t> recv_counts(n, mine);
@@ -363,26 +369,31 @@ class gloo_communicator {
 
   // A grow-only receive buffer for reduce_scatter, kept between calls (no zeroing, no page faults per call).
   std::byte* scratch(std::size_t bytes) {
-    if (bytes > scratch_size_) {
-      scratch_.reset(new std::byte[bytes]);
-      scratch_size_ = bytes;
+    if (bytes > s_->scratch_size) {
+      s_->scratch.reset(new std::byte[bytes]);
+      s_->scratch_size = bytes;
     }
-    return scratch_.get();
+    return s_->scratch.get();
   }
 
-  std::shared_ptr<store> store_;
-  gloo_options opt_;
-  std::unique_ptr<std::byte[]> scratch_;
-  std::size_t scratch_size_ = 0;
-  std::shared_ptr<::gloo::transport::Device> device_;
-  std::shared_ptr<::gloo::Context> context_;
-  std::string prefix_;
-  int split_seq_ = 0;
-  bool failed_ = false;
-  std::string failure_;
-  comm_stats stats_;
+  // Everything a copy shares: the group, its failure state, the stats, the reduce-scatter scratch.
+  struct state {
+    shared_store rendezvous;
+    gloo_options opt;
+    std::unique_ptr<std::byte[]> scratch;
+    std::size_t scratch_size = 0;
+    std::shared_ptr<::gloo::transport::Device> device;
+    std::shared_ptr<::gloo::Context> context;
+    std::string prefix;
+    int split_seq = 0;
+    bool failed = false;
+    std::string failure;
+    comm_stats stats;
+  };
+  std::shared_ptr<state> s_ = std::make_shared<state>();
 };
 
 static_assert(communicator<gloo_communicator>);
+static_assert(std::is_copy_constructible_v<gloo_communicator> && std::is_nothrow_move_constructible_v<gloo_communicator>);
 
 }  // namespace jitembed::parallel

@@ -7,6 +7,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -39,34 +40,28 @@ concept staging_memory = requires(M& m, const M& cm, const shape& s, dtype t, co
 // one host arena on M's stream, waits for that stream (the only host synchronization: C's collective reads
 // host memory), runs C's operation, and enqueues the copies back; it returns before they complete. The
 // arena is reused: the next operation's wait also completes the previous copies back, and it only grows
-// after such a wait. Stats are C's (the bytes C moved: the same sizes as NCCL's). Movable; one thread at a
-// time, like C.
+// after such a wait. Stats are C's (the bytes C moved: the same sizes as NCCL's). A copyable handle when C
+// is one (rule 2.4): copies share C's communicator and one arena, so a layer keeps a copy; one thread at a
+// time, like C. A moved-from one may only be destroyed or assigned to.
 template <communicator C, staging_memory M>
 class basic_host_staged_communicator {
  public:
-  basic_host_staged_communicator(C inner, M memory) : inner_(std::move(inner)), mem_(std::move(memory)) {}
-  basic_host_staged_communicator(basic_host_staged_communicator&&) noexcept = default;
-  basic_host_staged_communicator& operator=(basic_host_staged_communicator&&) noexcept = default;
-  ~basic_host_staged_communicator() {
-    try {
-      if (host_.owner() != nullptr) mem_.synchronize();  // copies back still read the arena
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor does not throw; the device already failed
-    }
-  }
+  basic_host_staged_communicator(C inner, M memory)
+      : inner_(std::move(inner)), s_(std::make_shared<staging>(std::move(memory))) {}
 
   int rank() const noexcept { return inner_.rank(); }
   int size() const noexcept { return inner_.size(); }
   bool valid() const noexcept { return inner_.valid(); }
-  jitembed::device device() const noexcept { return mem_.device(); }
+  jitembed::device device() const noexcept { return s_->mem.device(); }
   const comm_stats& stats() const noexcept { return inner_.stats(); }
   comm_stats& stats() noexcept { return inner_.stats(); }
   C& inner() noexcept { return inner_; }
-  M& memory() noexcept { return mem_; }
+  M& memory() noexcept { return s_->mem; }
 
   // device_memory (copy2d.hpp), on M's stream.
-  tensor empty_tensor(const shape& s, dtype t) { return mem_.empty_tensor(s, t); }
-  void copy2d(const copy2d_desc& d) { mem_.copy2d(d); }
-  void zero_fill(const tensor_view& v) { mem_.zero_fill(v); }
+  tensor empty_tensor(const shape& s, dtype t) { return s_->mem.empty_tensor(s, t); }
+  void copy2d(const copy2d_desc& d) { s_->mem.copy2d(d); }
+  void zero_fill(const tensor_view& v) { s_->mem.zero_fill(v); }
 
   result<void> all_reduce(const tensor_view& inout, reduce_op op) {
     return staged("all_reduce", {&inout, 1}, {&inout, 1}, true,
@@ -124,13 +119,13 @@ class basic_host_staged_communicator {
   }
   // Waits for the copies on M's stream, then for C's queued work.
   result<void> synchronize() {
-    JITEMBED_TRY(detail::capture("host_staged synchronize", [&] { mem_.synchronize(); }));
+    JITEMBED_TRY(detail::capture("host_staged synchronize", [&] { s_->mem.synchronize(); }));
     return inner_.synchronize();
   }
   // C's split, staged through a copy of this memory handle.
   result<basic_host_staged_communicator> split(int color, int key) {
     JITEMBED_ASSIGN_OR_RETURN(auto s, inner_.split(color, key));
-    return basic_host_staged_communicator(std::move(s), mem_);
+    return basic_host_staged_communicator(std::move(s), s_->mem);
   }
 
  private:
@@ -157,19 +152,19 @@ class basic_host_staged_communicator {
       std::vector<tensor_view> host;
       for (auto v : ins) {
         host.emplace_back(at, v.dtype(), v.shape());
-        mem_.copy2d(copy2d_desc{at, v.nbytes(), v.data(), v.nbytes(), v.nbytes(), 1});
+        s_->mem.copy2d(copy2d_desc{at, v.nbytes(), v.data(), v.nbytes(), v.nbytes(), 1});
         at += aligned(v.nbytes());
       }
       for (auto v : all_outs) {
         host.emplace_back(at, v.dtype(), v.shape());
         at += aligned(v.nbytes());
       }
-      mem_.synchronize();  // C reads the host copies (and the arena's previous copies back are done)
+      s_->mem.synchronize();  // C reads the host copies (and the arena's previous copies back are done)
       JITEMBED_TRY(f(std::span<const tensor_view>(host)));
       const std::size_t first_out = in_place ? 0 : ins.size();
       for (std::size_t i = 0; i < outs.size(); ++i) {
         const tensor_view& d = outs[i];
-        mem_.copy2d(copy2d_desc{d.data(), d.nbytes(), host[first_out + i].data(), d.nbytes(), d.nbytes(), 1});
+        s_->mem.copy2d(copy2d_desc{d.data(), d.nbytes(), host[first_out + i].data(), d.nbytes(), d.nbytes(), 1});
       }
       return {};
     });
@@ -179,17 +174,32 @@ class basic_host_staged_communicator {
 
   // At least n bytes of host staging; grows only after the stream is idle (copies back may read it).
   std::byte* arena(std::size_t n) {
-    if (host_.owner() == nullptr || host_.nbytes() < n) {
-      if (host_.owner() != nullptr) mem_.synchronize();
-      host_ = tensor();
-      host_ = mem_.host_buffer(std::max<std::size_t>(n, 1));
+    if (s_->host.owner() == nullptr || s_->host.nbytes() < n) {
+      if (s_->host.owner() != nullptr) s_->mem.synchronize();
+      s_->host = tensor();
+      s_->host = s_->mem.host_buffer(std::max<std::size_t>(n, 1));
     }
-    return static_cast<std::byte*>(host_.data());
+    return static_cast<std::byte*>(s_->host.data());
   }
 
+  // The memory handle and the host arena, shared by copies; the last one waits for the copies back that
+  // still read the arena.
+  struct staging {
+    explicit staging(M m) : mem(std::move(m)) {}
+    staging(const staging&) = delete;
+    staging& operator=(const staging&) = delete;
+    ~staging() {
+      try {
+        if (host.owner() != nullptr) mem.synchronize();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor does not throw; the device already failed
+      }
+    }
+    M mem;
+    tensor host;
+  };
+
   C inner_;
-  M mem_;
-  tensor host_;
+  std::shared_ptr<staging> s_;
 };
 
 }  // namespace jitembed::parallel

@@ -32,9 +32,10 @@
 namespace jitembed::parallel {
 
 // A non-owning view over an ncclComm_t and a stream created elsewhere (e.g. PyTorch's ProcessGroupNCCL),
-// with its own stats. On a timeout or error it fails (comm_failed / timeout) but never aborts the borrowed
-// comm: aborting frees it under its owner. A communicator from split() is owned by the refs copied from
-// it (shared; the last one finalizes it) and uses the parent's stream.
+// with its own stats (shared by its copies). On a timeout or error it fails (comm_failed / timeout) but never
+// aborts the borrowed comm: aborting frees it under its owner. A communicator from split(), or the view
+// nccl_communicator::ref() returns, is owned by the refs copied from it (shared; the last one finalizes
+// it) and uses the parent's stream.
 class nccl_communicator_ref : public detail::nccl_base {
  public:
   nccl_communicator_ref() = default;
@@ -69,7 +70,8 @@ class nccl_communicator_ref : public detail::nccl_base {
   }
 
  private:
-  // A borrowed `comm`, or one `owner` holds (split()).
+  friend class nccl_communicator;  // ref(): a view sharing the owner
+  // A borrowed `comm`, or one `owner` holds (split(), nccl_communicator::ref()).
   nccl_communicator_ref(ncclComm_t comm, std::shared_ptr<detail::nccl_owned_comm> owner, cudaStream_t s, int rank,
                         int size, int dev, std::chrono::milliseconds timeout)
       : nccl_base(comm, std::move(owner), s, rank, size, dev, timeout) {}
@@ -89,9 +91,9 @@ class nccl_communicator : public detail::nccl_base {
   // Every rank calls this with the same store and key. Rank 0 makes the unique id and publishes it under
   // `key`; the others wait for it (errc::timeout after opt.timeout). The comm is initialised non-blocking
   // and polled: if a peer never joins within opt.timeout it is aborted and timeout is returned.
-  static result<nccl_communicator> create(std::shared_ptr<store> st, int rank, int size, int cuda_device,
+  static result<nccl_communicator> create(shared_store st, int rank, int size, int cuda_device,
                                           comm_options opt = {}, std::string key = "nccl/uid") {
-    if (!st) return fail(errc::invalid_argument, "nccl: create: null store");
+    if (!st) return fail(errc::invalid_argument, "nccl: create: empty store");
     if (size <= 0 || rank < 0 || rank >= size) {
       return fail(errc::invalid_argument, "nccl: create: rank " + std::to_string(rank) + " outside [0, " +
                                               std::to_string(size) + ")");
@@ -109,9 +111,9 @@ class nccl_communicator : public detail::nccl_base {
       JITEMBED_TRY(detail::check_cuda_device(cuda_device, "create"));
       const ncclResult_t r = ncclGetUniqueId(&id);
       if (r != ncclSuccess) return fail(errc::comm_failed, "nccl: create: ncclGetUniqueId: " + detail::nccl_error_text(r, nullptr));
-      JITEMBED_TRY(st->set(key, std::span<const std::byte>(reinterpret_cast<const std::byte*>(&id), sizeof id)));
+      JITEMBED_TRY(st.set(key, std::span<const std::byte>(reinterpret_cast<const std::byte*>(&id), sizeof id)));
     } else {
-      auto v = st->get(key, opt.timeout);
+      auto v = st.get(key, opt.timeout);
       if (!v) {
         return fail(v.code(), "nccl: create: rank " + std::to_string(rank) + " waiting for rank 0's unique id: " +
                                   v.error().message);
@@ -154,11 +156,14 @@ class nccl_communicator : public detail::nccl_base {
     }
   }
 
-  // A non-owning view of this communicator (same comm and stream, its own stats); must not outlive it.
+  // A view of this communicator (same comm, stream and stats) that shares the ownership of the comm and its
+  // stream: it stays valid when this communicator moves or is destroyed (what a tensor-parallel layer keeps),
+  // and a failure through it aborts the comm for both. A later set_stream() here does not reach it.
   nccl_communicator_ref ref() const {
     if (!valid() || get() == nullptr) return nccl_communicator_ref();
-    // rank, size and device are this communicator's own (checked by create()): wrap cannot fail here
-    return *nccl_communicator_ref::wrap(get(), stream(), rank(), size(), cuda_device(), comm_options{timeout()});
+    nccl_communicator_ref r(nullptr, owner_handle(), stream(), rank(), size(), cuda_device(), timeout());
+    r.share_stats(stats_handle());
+    return r;
   }
 
   // Aborts now (in-flight work is cancelled); every later call fails with comm_failed.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <cstddef>
 #include <cstring>
@@ -17,6 +18,8 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -25,7 +28,18 @@
 
 namespace jitembed::parallel {
 
-// A store: set() publishes a value; get() waits until the key exists or the timeout passes.
+// A rendezvous store: set() publishes a value; get() waits until the key exists or the timeout passes;
+// check() says without waiting whether the key exists. hash_store, file_store, tcp_store, prefix_store and
+// shared_store model it.
+template <class S>
+concept rendezvous_store = requires(S& s, std::string_view key, std::span<const std::byte> value,
+                                    std::chrono::milliseconds timeout) {
+  { s.set(key, value) } -> std::same_as<result<void>>;
+  { s.get(key, timeout) } -> std::same_as<result<std::vector<std::byte>>>;
+  { s.check(key) } -> std::same_as<result<bool>>;
+};
+
+// The interface the stores below implement (what shared_store erases a rendezvous_store into).
 class store {
  public:
   virtual ~store() = default;
@@ -39,8 +53,8 @@ class store {
   }
 };
 
-// In-process store (ranks as threads); shared through a shared_ptr. Movable (its table lives behind a
-// pointer); a moved-from store may only be destroyed or assigned to.
+// In-process store (ranks as threads); the ranks share it through a shared_store. Movable (its table lives
+// behind a pointer); a moved-from store may only be destroyed or assigned to.
 class hash_store final : public store {
  public:
   using store::set;
@@ -160,22 +174,99 @@ class file_store final : public store {
   std::chrono::milliseconds poll_;
 };
 
+// A copyable handle (rule 2.4) to one rendezvous store: copies refer to the same store, so the ranks of a
+// process (and split(), which rendezvous again on the parent's store) share it by copying the handle. Made
+// from a store moved in (`shared_store(hash_store())`, `shared_store(file_store::open(dir).value())`) or
+// built in place (`shared_store(std::in_place_type<hash_store>)`). An empty handle (default) answers every
+// call with invalid_argument.
+class shared_store {
+ public:
+  shared_store() = default;
+  template <rendezvous_store S>
+    requires(!std::same_as<std::remove_cvref_t<S>, shared_store> && std::move_constructible<std::remove_cvref_t<S>>)
+  explicit shared_store(S&& s) : s_(erase<std::remove_cvref_t<S>>(std::forward<S>(s))) {}
+  // Constructs an S in place.
+  template <rendezvous_store S, class... Args>
+  explicit shared_store(std::in_place_type_t<S>, Args&&... args) : s_(erase<S>(std::forward<Args>(args)...)) {}
+
+  explicit operator bool() const noexcept { return s_ != nullptr; }
+
+  result<void> set(std::string_view key, std::span<const std::byte> value) {
+    if (!s_) return empty();
+    return s_->set(key, value);
+  }
+  result<void> set(std::string_view key, std::string_view value) {
+    return set(key, std::span<const std::byte>(reinterpret_cast<const std::byte*>(value.data()), value.size()));
+  }
+  result<std::vector<std::byte>> get(std::string_view key, std::chrono::milliseconds timeout) {
+    if (!s_) return empty();
+    return s_->get(key, timeout);
+  }
+  result<bool> check(std::string_view key) {
+    if (!s_) return empty();
+    return s_->check(key);
+  }
+
+  // The store behind the handle if it is an S, else nullptr.
+  template <class S>
+  S* target() const noexcept {
+    if constexpr (std::derived_from<S, store>) {
+      return dynamic_cast<S*>(s_.get());
+    } else {
+      auto* m = dynamic_cast<model<S>*>(s_.get());
+      return m ? &m->s : nullptr;
+    }
+  }
+
+ private:
+  // A rendezvous_store that does not derive from store, adapted to it.
+  template <class S>
+  struct model final : store {
+    template <class... Args>
+    explicit model(Args&&... args) : s(std::forward<Args>(args)...) {}
+    using store::set;
+    result<void> set(std::string_view key, std::span<const std::byte> value) override { return s.set(key, value); }
+    result<std::vector<std::byte>> get(std::string_view key, std::chrono::milliseconds timeout) override {
+      return s.get(key, timeout);
+    }
+    result<bool> check(std::string_view key) override { return s.check(key); }
+    S s;
+  };
+
+  template <class S, class... Args>
+  static std::shared_ptr<store> erase(Args&&... args) {
+    if constexpr (std::derived_from<S, store>) {
+      return std::make_shared<S>(std::forward<Args>(args)...);
+    } else {
+      return std::make_shared<model<S>>(std::forward<Args>(args)...);
+    }
+  }
+
+  static error_info empty() { return fail(errc::invalid_argument, "store: empty shared_store"); }
+
+  std::shared_ptr<store> s_;
+};
+
+static_assert(rendezvous_store<shared_store>);
+
 // Prefixes every key ("split/3/" + key), so sub-groups and repeated rendezvous do not collide.
 class prefix_store final : public store {
  public:
   using store::set;
-  prefix_store(std::shared_ptr<store> base, std::string prefix) : base_(std::move(base)), prefix_(std::move(prefix)) {}
+  prefix_store(shared_store base, std::string prefix) : base_(std::move(base)), prefix_(std::move(prefix)) {}
   result<void> set(std::string_view key, std::span<const std::byte> value) override {
-    return base_->set(prefix_ + std::string(key), value);
+    return base_.set(prefix_ + std::string(key), value);
   }
   result<std::vector<std::byte>> get(std::string_view key, std::chrono::milliseconds timeout) override {
-    return base_->get(prefix_ + std::string(key), timeout);
+    return base_.get(prefix_ + std::string(key), timeout);
   }
-  result<bool> check(std::string_view key) override { return base_->check(prefix_ + std::string(key)); }
+  result<bool> check(std::string_view key) override { return base_.check(prefix_ + std::string(key)); }
 
  private:
-  std::shared_ptr<store> base_;
+  shared_store base_;
   std::string prefix_;
 };
+
+static_assert(rendezvous_store<hash_store> && rendezvous_store<file_store> && rendezvous_store<prefix_store>);
 
 }  // namespace jitembed::parallel

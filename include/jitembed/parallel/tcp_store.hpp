@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/parallel/detail/tcp_store_connection.hpp"
 #include "jitembed/parallel/store.hpp"
@@ -39,13 +40,11 @@ class tcp_store final : public store {
   static result<tcp_store> open(std::string_view address, tcp_store_options opts = {}) {
     JITEMBED_ASSIGN_OR_RETURN(auto hp, split_address(address));
     JITEMBED_TRY(detail::tcp_store_connection::check_options(opts));
-    try {
+    return jitembed::core_detail::capture("tcp_store", [&]() -> result<tcp_store> {
       auto c = std::make_unique<detail::tcp_store_connection>(std::move(hp.first), hp.second, opts);
       JITEMBED_TRY(c->open());
       return tcp_store(std::move(c));
-    } catch (const std::bad_alloc&) {
-      return fail(errc::resource_exhausted, "tcp_store: out of memory");
-    }
+    });
   }
 
   tcp_store(tcp_store&&) noexcept = default;

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/parallel/detail/tcp_store_host.hpp"
 #include "jitembed/parallel/tcp_store_options.hpp"
@@ -30,13 +31,11 @@ class tcp_store_server {
     if (opts.limits.io_timeout.count() <= 0)
       return fail(errc::invalid_argument,
                   "tcp_store_server: io_timeout " + std::to_string(opts.limits.io_timeout.count()) + " ms must be > 0");
-    try {
+    return jitembed::core_detail::capture("tcp_store_server", [&]() -> result<tcp_store_server> {
       auto host = std::make_unique<detail::tcp_store_host>(opts.limits);
       JITEMBED_ASSIGN_OR_RETURN(auto bound, host->start(opts.host, opts.port));
       return tcp_store_server(std::move(host), std::move(opts.host), bound);
-    } catch (const std::bad_alloc&) {
-      return fail(errc::resource_exhausted, "tcp_store_server: out of memory");
-    }
+    });
   }
 
   tcp_store_server(tcp_store_server&&) noexcept = default;

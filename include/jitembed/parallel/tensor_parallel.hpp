@@ -9,6 +9,11 @@
 // gradients until zero_grad(). Misuse (a wrong shape, dtype or device, backward() without forward()) is an
 // invalid_argument naming the numbers, returned in the result (load_full, which returns void, throws it);
 // a failed collective returns its own error.
+//
+// Construction: `create(comm, sizes..., options, backend)` with one options struct per layer, written with
+// designated initializers (`{.bias = false, .sequence_parallel = true}`). A layer keeps a copy of the
+// communicator (keep_communicator, communicator.hpp), so moving the caller's communicator afterwards leaves
+// it valid.
 #pragma once
 
 #include "jitembed/parallel/column_parallel_linear.hpp"

@@ -24,15 +24,30 @@ namespace jitembed::parallel {
 // input_is_parallel). Without SP: x and y replicated [..., hidden], one all_reduce forward (fc2) and one
 // backward (fc1). With SP: x and y sharded along seq_dim, one all_gather + one reduce_scatter each way.
 // The math runs on B (backend.hpp), as in the two linear layers.
-template <communicator C, math_backend B = cpu_backend>
+struct tensor_parallel_mlp_options {
+  bool bias = true;                // both linears
+  bool sequence_parallel = false;  // x and y sharded along seq_dim
+  std::size_t seq_dim = 0;
+};
+
+template <keepable_communicator C, math_backend B = cpu_backend>
 class tensor_parallel_mlp {
  public:
   // The errors of column_parallel_linear::create (fc1: ffn divisible by the group size) and
-  // row_parallel_linear::create (fc2). The layer keeps a pointer to comm, which must outlive it.
-  static result<tensor_parallel_mlp> create(C& comm, std::int64_t hidden, std::int64_t ffn, bool bias = true,
-                                            bool sequence_parallel = false, std::size_t seq_dim = 0, B backend = B()) {
-    JITEMBED_ASSIGN_OR_RETURN(auto fc1, column_parallel_linear<C, B>::create(comm, hidden, ffn, bias, false, sequence_parallel, seq_dim, backend));
-    JITEMBED_ASSIGN_OR_RETURN(auto fc2, row_parallel_linear<C, B>::create(comm, ffn, hidden, bias, true, sequence_parallel, seq_dim, backend));
+  // row_parallel_linear::create (fc2). Both keep a copy of comm (keep_communicator): moving comm afterwards
+  // leaves the layer valid.
+  static result<tensor_parallel_mlp> create(const C& comm, std::int64_t hidden, std::int64_t ffn,
+                                            tensor_parallel_mlp_options opt = {}, B backend = B()) {
+    JITEMBED_ASSIGN_OR_RETURN(auto fc1, column_parallel_linear<C, B>::create(
+                                            comm, hidden, ffn,
+                                            {.bias = opt.bias, .sequence_parallel = opt.sequence_parallel, .seq_dim = opt.seq_dim},
+                                            backend));
+    JITEMBED_ASSIGN_OR_RETURN(auto fc2, row_parallel_linear<C, B>::create(comm, ffn, hidden,
+                                                                          {.bias = opt.bias,
+                                                                           .input_is_parallel = true,
+                                                                           .sequence_parallel = opt.sequence_parallel,
+                                                                           .seq_dim = opt.seq_dim},
+                                                                          backend));
     return tensor_parallel_mlp(std::move(fc1), std::move(fc2), std::move(backend));
   }
 

@@ -92,7 +92,11 @@ tensor head_to_seq(C& comm, const tensor_view& x) {
 // the output back), backward 4 (dout to head-sharded, dq, dk, dv back). Each all_to_all moves the local
 // tensor's bytes (nccl-tests size: the send buffer). Saves the head-sharded q, k, v and probabilities.
 // The local attention runs on B (backend.hpp): q, k, v on B's device in B's dtype.
-template <communicator C, math_backend B = cpu_backend>
+struct ulysses_attention_options {
+  bool causal = false;  // query i attends to keys 0..i (global positions)
+};
+
+template <keepable_communicator C, math_backend B = cpu_backend>
 class ulysses_attention {
  public:
   struct grads {
@@ -100,13 +104,14 @@ class ulysses_attention {
   };
 
   // invalid_argument: this rank outside comm's group, heads not a positive multiple of the group size.
-  // The layer keeps a pointer to comm, which must outlive it.
-  static result<ulysses_attention> create(C& comm, int heads, bool causal, B backend = B()) {
+  // The layer keeps a copy of comm (keep_communicator): moving comm afterwards leaves the layer valid.
+  static result<ulysses_attention> create(const C& comm, int heads, ulysses_attention_options opt = {},
+                                          B backend = B()) {
     if (!comm.valid()) {
       return fail(errc::invalid_argument, "ulysses_attention: this rank is not in the communicator's group");
     }
     JITEMBED_TRY(detail::check_heads_divisible(heads, comm.size(), "ulysses_attention"));
-    return detail::capture("ulysses_attention", [&] { return ulysses_attention(comm, heads, causal, std::move(backend)); });
+    return detail::capture("ulysses_attention", [&] { return ulysses_attention(comm, heads, opt, std::move(backend)); });
   }
 
   // q [B, Sq_r, H, D], k and v [B, Sk_r, H, D]: this rank's sequence chunks (torch.chunk layout). seq_len and
@@ -128,23 +133,23 @@ class ulysses_attention {
       return fail(errc::invalid_argument,
                   std::string(what) + ": k " + k.shape().to_string() + " and v " + v.shape().to_string() + " differ");
     }
-    if (seq_len < 0) seq_len = q.size(1) * comm_->size();
-    if (kv_seq_len < 0) kv_seq_len = k.shape() == q.shape() ? seq_len : k.size(1) * comm_->size();
+    if (seq_len < 0) seq_len = q.size(1) * comm_.size();
+    if (kv_seq_len < 0) kv_seq_len = k.shape() == q.shape() ? seq_len : k.size(1) * comm_.size();
     // capture: only what the backend throws (allocation, a device error); the rest returns its error.
     return detail::capture("ulysses_attention forward", [&]() -> result<tensor> {
       q_local_ = q.shape();
       seq_len_ = seq_len;
       kv_seq_len_ = kv_seq_len;
-      be_.before_comm(*comm_);
-      JITEMBED_ASSIGN_OR_RETURN(qh_, try_seq_to_head(*comm_, q, seq_len));
-      JITEMBED_ASSIGN_OR_RETURN(kh_, try_seq_to_head(*comm_, k, kv_seq_len));
-      JITEMBED_ASSIGN_OR_RETURN(vh_, try_seq_to_head(*comm_, v, kv_seq_len));
-      be_.after_comm(*comm_);
+      be_.before_comm(comm_);
+      JITEMBED_ASSIGN_OR_RETURN(qh_, try_seq_to_head(comm_, q, seq_len));
+      JITEMBED_ASSIGN_OR_RETURN(kh_, try_seq_to_head(comm_, k, kv_seq_len));
+      JITEMBED_ASSIGN_OR_RETURN(vh_, try_seq_to_head(comm_, v, kv_seq_len));
+      be_.after_comm(comm_);
       tensor out = be_.empty(qh_.shape(), qh_.dtype());
       saved_ = be_.attention_forward(qh_, kh_, vh_, causal_, out);
-      be_.before_comm(*comm_);
-      JITEMBED_ASSIGN_OR_RETURN(tensor back, try_head_to_seq(*comm_, out));
-      be_.after_comm(*comm_);
+      be_.before_comm(comm_);
+      JITEMBED_ASSIGN_OR_RETURN(tensor back, try_head_to_seq(comm_, out));
+      be_.after_comm(comm_);
       return back;
     });
   }
@@ -159,35 +164,35 @@ class ulysses_attention {
                                               dout.shape().to_string());
     }
     return detail::capture("ulysses_attention backward", [&]() -> result<grads> {
-      be_.before_comm(*comm_);
-      JITEMBED_ASSIGN_OR_RETURN(const tensor gh, try_seq_to_head(*comm_, dout, seq_len_));
-      be_.after_comm(*comm_);
+      be_.before_comm(comm_);
+      JITEMBED_ASSIGN_OR_RETURN(const tensor gh, try_seq_to_head(comm_, dout, seq_len_));
+      be_.after_comm(comm_);
       tensor dq = be_.empty(qh_.shape(), qh_.dtype());
       tensor dk = be_.empty(kh_.shape(), kh_.dtype());
       tensor dv = be_.empty(vh_.shape(), vh_.dtype());
       be_.attention_backward(qh_, kh_, vh_, saved_, gh, dq, dk, dv);
       qh_ = kh_ = vh_ = tensor();
       saved_ = {};
-      be_.before_comm(*comm_);
+      be_.before_comm(comm_);
       grads g;
-      JITEMBED_ASSIGN_OR_RETURN(g.dq, try_head_to_seq(*comm_, dq));
-      JITEMBED_ASSIGN_OR_RETURN(g.dk, try_head_to_seq(*comm_, dk));
-      JITEMBED_ASSIGN_OR_RETURN(g.dv, try_head_to_seq(*comm_, dv));
-      be_.after_comm(*comm_);
+      JITEMBED_ASSIGN_OR_RETURN(g.dq, try_head_to_seq(comm_, dq));
+      JITEMBED_ASSIGN_OR_RETURN(g.dk, try_head_to_seq(comm_, dk));
+      JITEMBED_ASSIGN_OR_RETURN(g.dv, try_head_to_seq(comm_, dv));
+      be_.after_comm(comm_);
       return g;
     });
   }
 
   int heads() const noexcept { return heads_; }
-  int local_heads() const noexcept { return heads_ / comm_->size(); }
+  int local_heads() const noexcept { return heads_ / comm_.size(); }
   bool causal() const noexcept { return causal_; }
 
  private:
   // Arguments checked by create().
-  ulysses_attention(C& comm, int heads, bool causal, B backend)
-      : comm_(&comm), be_(std::move(backend)), heads_(heads), causal_(causal) {}
+  ulysses_attention(const C& comm, int heads, const ulysses_attention_options& opt, B backend)
+      : comm_(keep_communicator(comm)), be_(std::move(backend)), heads_(heads), causal_(opt.causal) {}
 
-  C* comm_;
+  kept_communicator_t<C> comm_;  // a copy of the handle (or its ref() view): valid when the caller's moves
   B be_;
   int heads_;
   bool causal_;

@@ -288,16 +288,6 @@ inline result<server_config> server_config::open(const std::string& path) {
   return parse(j);
 }
 
-// The old spellings, kept for this round's other branches (tools/jitembed_server.cpp, server/model_spec.hpp
-// callers); removed once they are merged.
-[[deprecated("use server::server_config::open(path)")]] inline result<server_config> load_server_config(const std::string& path) {
-  return server_config::open(path);
-}
-[[deprecated("use server::model_config::parse(j, where)")]] inline result<model_config> model_config_from_json(const nlohmann::json& j,
-                                                                                                            std::string_view where = "models[]") {
-  return model_config::parse(j, where);
-}
-
 // Reads the bearer token from auth_token_file into auth_token (surrounding whitespace trimmed).
 inline result<void> load_auth_token(server_config& c) {
   if (c.auth_token_file.empty()) return {};

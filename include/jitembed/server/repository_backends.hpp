@@ -42,8 +42,13 @@ inline std::string dims_string(const std::vector<std::int64_t>& d) {
 // backend "jitembed": a reference model (parameters `model`: image-latent | video-latent | text-embed, the
 // model's name by default; work, image_bucket, ...: parse_reference_params). Inputs and outputs may be
 // omitted; when declared they must be the model's (input: its modality's name, TYPE_STRING, dims [1];
-// outputs: name, data type and dims), else invalid_argument naming both.
-inline result<models::any_model> make_jitembed_backend_model(const models::backend_config& c) {
+// outputs: name, data type and dims), else invalid_argument naming both. `create` is the entry of the
+// backend table (a models::backend_factory), like models::reference_model::create.
+struct jitembed_backend_model {
+  static result<models::any_model> create(const models::backend_config& c);
+};
+
+inline result<models::any_model> jitembed_backend_model::create(const models::backend_config& c) {
   const std::string& file = c.config_file;
   nlohmann::json params = nlohmann::json::object();
   for (const auto& [k, v] : c.parameters) {
@@ -92,7 +97,7 @@ class repository_backends {
  public:
   // "jitembed" and the "torch_aoti" placeholder.
   repository_backends() {
-    add("jitembed", make_jitembed_backend_model);
+    add("jitembed", jitembed_backend_model::create);
     add("torch_aoti", no_torch_aoti_backend);
   }
 

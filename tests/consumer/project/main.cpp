@@ -28,7 +28,7 @@ int main() {
               back.shape().to_string().c_str(), mp4.size(), static_cast<long long>(info.frame_count),
               xxh3_128(jpeg).to_hex().c_str());
   // A one-rank Gloo communicator on loopback (the parallel + gloo components and their dependencies).
-  auto comm = parallel::gloo_communicator::create(std::make_shared<parallel::hash_store>(), 0, 1).value();
+  auto comm = parallel::gloo_communicator::create(parallel::shared_store(parallel::hash_store()), 0, 1).value();
   float x = 2.5f;
   comm.all_reduce(tensor_view(&x, dtype::f32, shape{1}), parallel::reduce_op::sum).value();
   std::printf("consumer: gloo all_reduce on %d rank: %g\n", comm.size(), static_cast<double>(x));

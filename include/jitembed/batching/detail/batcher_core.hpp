@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -34,6 +35,7 @@
 #include "jitembed/batching/runner.hpp"
 #include "jitembed/batching/stats.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/core/worker_group.hpp"
 
 namespace jitembed::batching::detail {
 
@@ -54,20 +56,18 @@ class batcher_core {
   using clock = std::chrono::steady_clock;
 
   // Starts options.runner_threads runner threads. `options` passed validate() (dynamic_batcher::create).
-  // Throws what starting a thread throws (std::system_error), after stopping the threads it started.
+  // Throws what starting a thread throws (std::system_error), after stopping the threads it started (the
+  // worker_group asks them to stop; their stop callback ends them as a shutdown would).
   batcher_core(batcher_options options, runner_type runner) : options_(std::move(options)), runner_(std::move(runner)) {
     std::sort(options_.preferred_batch_sizes.begin(), options_.preferred_batch_sizes.end());
     options_.preferred_batch_sizes.erase(
         std::unique(options_.preferred_batch_sizes.begin(), options_.preferred_batch_sizes.end()),
         options_.preferred_batch_sizes.end());
     batch_sizes_.assign(options_.max_batch_size + 1, 0);
-    workers_.reserve(options_.runner_threads);
-    try {
-      for (std::size_t i = 0; i < options_.runner_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
-    } catch (...) {
-      shutdown(false);
-      throw;
-    }
+    workers_ = worker_group(options_.runner_threads, [this](std::stop_token token, std::size_t i) {
+      std::stop_callback wake(token, [this] { stop_waiting(); });
+      worker_loop(i);
+    });
   }
 
   batcher_core(const batcher_core&) = delete;
@@ -119,11 +119,9 @@ class batcher_core {
     reaper_cv_.notify_all();
     for (auto& e : dropped) finish(std::move(e), detail::cancelled_error());
     std::lock_guard join_lock(join_mu_);
-    for (auto& t : workers_) {
-      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
-    }
+    workers_.join();
     // No submit starts the reaper once stopping_ is set (under mu_, above), so reading it here is safe.
-    if (reaper_.joinable() && reaper_.get_id() != std::this_thread::get_id()) reaper_.join();
+    reaper_.join();
   }
 
   // A consistent snapshot of the counters and summaries.
@@ -299,6 +297,17 @@ class batcher_core {
 
   void worker_loop(std::size_t instance);
 
+  // What a stop request on a runner's or the reaper's stop_token does (only a failed start makes one):
+  // no more waiting for work, as after shutdown(true).
+  void stop_waiting() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    reaper_cv_.notify_all();
+  }
+
   batcher_options options_;
   runner_type runner_;
 
@@ -306,7 +315,7 @@ class batcher_core {
   std::condition_variable cv_;         // runners wait here
   std::condition_variable reaper_cv_;  // the reaper waits here (a separate cv: a notify meant for a runner
                                        // must never be taken by the reaper)
-  std::thread reaper_;                 // started (under mu_) by the first submit with a deadline
+  worker_group reaper_;                // one thread, started (under mu_) by the first submit with a deadline
   std::vector<bucket_queue> buckets_;  // few buckets are expected (e.g. resolution buckets): linear search
   std::multiset<clock::time_point> deadlines_;  // of queued requests that have one
   std::size_t queued_ = 0;
@@ -323,7 +332,7 @@ class batcher_core {
   detail::caller_sequencer<held_completion> sequencer_;
 
   std::mutex join_mu_;
-  std::vector<std::thread> workers_;
+  worker_group workers_;
 };
 
 }  // namespace jitembed::batching::detail

@@ -76,9 +76,12 @@ void batcher_core<Request, Response, BucketKey>::enqueue(Request&& request, opti
   if (deadline != kNoDeadline) {
     deadlines_.insert(deadline);
     // Expiry must not wait for a busy runner: the first request with a deadline starts the reaper.
-    if (!reaper_.joinable()) {
+    if (reaper_.empty()) {
       try {
-        reaper_ = std::thread([this] { reaper_loop(); });
+        reaper_ = worker_group(1, [this](std::stop_token token, std::size_t) {
+          std::stop_callback wake(token, [this] { stop_waiting(); });
+          reaper_loop();
+        });
       } catch (const std::system_error&) {
         // No thread to spare: the runners still expire requests whenever they are free.
       }

@@ -10,12 +10,15 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/core/worker_group.hpp"
 #include "jitembed/net/http/detail/server_connection.hpp"
 #include "jitembed/net/http/message.hpp"
 #include "jitembed/net/http/options.hpp"
@@ -99,8 +102,7 @@ class server {
     for (auto& c : live) c->force_close();
     live.clear();
     st.work.reset();
-    for (auto& t : st.threads) t.join();
-    st.threads.clear();
+    st.threads.join();
     {
       std::lock_guard lk(st.gate->mu);
       st.gate->open = false;
@@ -173,9 +175,14 @@ class server {
     st.started = true;
     st.work.emplace(st.ioc.get_executor());
     accept(st);
-    st.threads.reserve(static_cast<std::size_t>(st.opts.io_threads));
-    for (int i = 0; i < st.opts.io_threads; ++i) st.threads.emplace_back([&st] { st.ioc.run(); });
-    return {};
+    // All or none: a thread that cannot start stops the ones already running (their stop callback stops
+    // the io_context they run), and the error is this result (resource_exhausted when no thread is left).
+    return jitembed::core_detail::capture("http server: starting the I/O threads", [&] {
+      st.threads = worker_group(static_cast<std::size_t>(st.opts.io_threads), [&st](std::stop_token token, std::size_t) {
+        std::stop_callback wake(token, [&st] { st.ioc.stop(); });
+        st.ioc.run();
+      });
+    });
   }
 
   // The accept loop refers to the state, never to the (movable) server.

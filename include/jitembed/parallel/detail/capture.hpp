@@ -1,41 +1,11 @@
 // docs/api.md rule 1.1 for the parallel component: a function that returns result<T> reports every failure
-// through it, including what the helpers it calls throw.
+// through it, including what the helpers it calls throw (core_detail::capture, core/detail/capture.hpp).
 #pragma once
 
-#include <exception>
-#include <new>
-#include <string>
-#include <type_traits>
-#include <utility>
-
-#include "jitembed/core/error.hpp"
+#include "jitembed/core/detail/capture.hpp"
 
 namespace jitembed::parallel::detail {
 
-// Runs f (returning result<T>, or T / void, which become result<T> / result<void>) and turns what it throws
-// into the result: a jitembed::error keeps its code and message, std::bad_alloc is resource_exhausted,
-// anything else internal (`what` names the operation in those two messages).
-template <class F>
-auto capture(const char* what, F&& f) {
-  using R = std::invoke_result_t<F&>;
-  using out = std::conditional_t<std::is_void_v<R>, result<void>,
-                                 std::conditional_t<jitembed::is_result_v<R>, R, result<std::remove_cv_t<R>>>>;
-  try {
-    if constexpr (std::is_void_v<R>) {
-      f();
-      return out();
-    } else {
-      return out(f());
-    }
-  } catch (const error& e) {
-    return out(e.info());
-  } catch (const std::bad_alloc&) {
-    return out(fail(errc::resource_exhausted, std::string(what) + ": out of memory"));
-  } catch (const std::exception& e) {
-    return out(fail(errc::internal, std::string(what) + ": " + e.what()));
-  } catch (...) {
-    return out(fail(errc::internal, std::string(what) + ": unknown exception"));
-  }
-}
+using jitembed::core_detail::capture;
 
 }  // namespace jitembed::parallel::detail

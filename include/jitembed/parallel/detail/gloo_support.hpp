@@ -34,24 +34,24 @@ namespace detail {
 // gloo::rendezvous::Store over a jitembed store (gloo waits, then gets).
 class gloo_store_adapter final : public ::gloo::rendezvous::Store {
  public:
-  gloo_store_adapter(std::shared_ptr<store> s, std::chrono::milliseconds timeout)
+  gloo_store_adapter(shared_store s, std::chrono::milliseconds timeout)
       : store_(std::move(s)), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override {
-    store_->set(key, std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()), data.size())).value();
+    store_.set(key, std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()), data.size())).value();
   }
   std::vector<char> get(const std::string& key) override {
-    auto v = store_->get(key, timeout_).value();
+    auto v = store_.get(key, timeout_).value();
     std::vector<char> out(v.size());
     if (!v.empty()) std::memcpy(out.data(), v.data(), v.size());
     return out;
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    for (const auto& k : keys) (void)store_->get(k, timeout).value();
+    for (const auto& k : keys) (void)store_.get(k, timeout).value();
   }
 
  private:
-  std::shared_ptr<store> store_;
+  shared_store store_;
   std::chrono::milliseconds timeout_;
 };
 

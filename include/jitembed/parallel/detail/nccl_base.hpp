@@ -178,8 +178,9 @@ class nccl_base {
   // True after a failure or abort: every later call fails with comm_failed at once.
   bool failed() const noexcept { return failed_ || (owner_ && owner_->aborted()); }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-  const comm_stats& stats() const noexcept { return stats_; }
-  comm_stats& stats() noexcept { return stats_; }
+  // Shared by copies (and by the view nccl_communicator::ref() returns).
+  const comm_stats& stats() const noexcept { return *stats_; }
+  comm_stats& stats() noexcept { return *stats_; }
 
   // parallel::device_memory (copy2d.hpp): staging tensors and copies of the dim collectives, ordered on
   // stream() with the collectives. The caller's current CUDA device is cuda_device().
@@ -194,7 +195,7 @@ class nccl_base {
     JITEMBED_TRY(check_buf(inout, "all_reduce"));
     JITEMBED_ASSIGN_OR_RETURN(auto dt, nccl_dtype(inout.dtype(), "all_reduce"));
     JITEMBED_TRY(ready("all_reduce"));
-    stats_.record(coll::all_reduce, inout.nbytes());
+    stats_->record(coll::all_reduce, inout.nbytes());
     if (inout.numel() == 0) return {};
     return launch("all_reduce", false, [&](ncclComm_t c) {
       return ncclAllReduce(inout.data(), inout.data(), inout.numel(), dt, nccl_op(op), c, stream_);
@@ -205,7 +206,7 @@ class nccl_base {
     JITEMBED_ASSIGN_OR_RETURN(auto dt, check_pair(in, out, "all_gather"));
     JITEMBED_TRY(check_numel(out.numel(), in.numel() * static_cast<std::uint64_t>(size_), "nccl: all_gather output"));
     JITEMBED_TRY(ready("all_gather"));
-    stats_.record(coll::all_gather, out.nbytes());
+    stats_->record(coll::all_gather, out.nbytes());
     if (out.numel() == 0) return {};
     return launch("all_gather", false,
                   [&](ncclComm_t c) { return ncclAllGather(in.data(), out.data(), in.numel(), dt, c, stream_); });
@@ -219,7 +220,7 @@ class nccl_base {
                              "nccl: all_gather_v input"));
     JITEMBED_TRY(check_numel(out.numel(), total, "nccl: all_gather_v output"));
     JITEMBED_TRY(ready("all_gather_v"));
-    stats_.record(coll::all_gather, out.nbytes());
+    stats_->record(coll::all_gather, out.nbytes());
     if (out.numel() == 0) return {};
     const std::size_t es = in.itemsize();
     return launch("all_gather_v", true, [&](ncclComm_t c) {
@@ -241,7 +242,7 @@ class nccl_base {
     JITEMBED_ASSIGN_OR_RETURN(auto dt, check_pair(in, out, "reduce_scatter"));
     JITEMBED_TRY(check_numel(in.numel(), out.numel() * static_cast<std::uint64_t>(size_), "nccl: reduce_scatter input"));
     JITEMBED_TRY(ready("reduce_scatter"));
-    stats_.record(coll::reduce_scatter, in.nbytes());
+    stats_->record(coll::reduce_scatter, in.nbytes());
     if (in.numel() == 0) return {};
     return launch("reduce_scatter", false, [&](ncclComm_t c) {
       return ncclReduceScatter(in.data(), out.data(), out.numel(), dt, nccl_op(op), c, stream_);
@@ -257,7 +258,7 @@ class nccl_base {
     JITEMBED_TRY(check_numel(out.numel(), static_cast<std::uint64_t>(counts[static_cast<std::size_t>(rank_)]),
                              "nccl: reduce_scatter_v output"));
     JITEMBED_TRY(ready("reduce_scatter_v"));
-    stats_.record(coll::reduce_scatter, in.nbytes());
+    stats_->record(coll::reduce_scatter, in.nbytes());
     if (in.numel() == 0) return {};
     const std::size_t es = in.itemsize();
     return launch("reduce_scatter_v", true, [&](ncclComm_t c) {
@@ -280,7 +281,7 @@ class nccl_base {
     JITEMBED_ASSIGN_OR_RETURN(auto dt, nccl_dtype(inout.dtype(), "broadcast"));
     JITEMBED_TRY(check_peer(root, size_, "nccl: broadcast root"));
     JITEMBED_TRY(ready("broadcast"));
-    stats_.record(coll::broadcast, inout.nbytes());
+    stats_->record(coll::broadcast, inout.nbytes());
     if (inout.numel() == 0) return {};
     return launch("broadcast", false, [&](ncclComm_t c) {
       return ncclBroadcast(inout.data(), inout.data(), inout.numel(), dt, root, c, stream_);
@@ -295,7 +296,7 @@ class nccl_base {
                                               " elements do not split into " + std::to_string(size_) + " equal chunks");
     }
     JITEMBED_TRY(ready("all_to_all"));
-    stats_.record(coll::all_to_all, in.nbytes());
+    stats_->record(coll::all_to_all, in.nbytes());
     if (in.numel() == 0) return {};
     const std::vector<std::int64_t> counts(static_cast<std::size_t>(size_),
                                            static_cast<std::int64_t>(in.numel() / static_cast<std::uint64_t>(size_)));
@@ -310,7 +311,7 @@ class nccl_base {
     JITEMBED_TRY(check_numel(in.numel(), s, "nccl: all_to_all_v input"));
     JITEMBED_TRY(check_numel(out.numel(), r, "nccl: all_to_all_v output"));
     JITEMBED_TRY(ready("all_to_all_v"));
-    stats_.record(coll::all_to_all, in.nbytes());
+    stats_->record(coll::all_to_all, in.nbytes());
     return exchange("all_to_all_v", in, send_counts, out, recv_counts, dt);
   }
 
@@ -329,7 +330,7 @@ class nccl_base {
       JITEMBED_TRY(check_peer(op.peer, size_, "nccl: batch_p2p"));
     }
     JITEMBED_TRY(ready("batch_p2p"));
-    for (const auto& op : ops) stats_.record(op.op == p2p_op::kind::send ? coll::send : coll::recv, op.buffer.nbytes());
+    for (const auto& op : ops) stats_->record(op.op == p2p_op::kind::send ? coll::send : coll::recv, op.buffer.nbytes());
     bool any = false;
     for (const auto& op : ops) any = any || op.buffer.numel() > 0;
     if (!any) return {};
@@ -349,7 +350,7 @@ class nccl_base {
   // A one-element all-reduce, then synchronize(): returns once every rank has reached it.
   result<void> barrier() {
     JITEMBED_TRY(ready("barrier"));
-    stats_.record(coll::barrier, 0);
+    stats_->record(coll::barrier, 0);
     if (!scratch_) {
       void* p = nullptr;
       try {
@@ -474,6 +475,9 @@ class nccl_base {
   }
 
   std::shared_ptr<nccl_owned_comm>& owner() noexcept { return owner_; }
+  const std::shared_ptr<nccl_owned_comm>& owner_handle() const noexcept { return owner_; }
+  const std::shared_ptr<comm_stats>& stats_handle() const noexcept { return stats_; }
+  void share_stats(std::shared_ptr<comm_stats> s) noexcept { stats_ = std::move(s); }
 
  private:
   void take(nccl_base& o) noexcept {
@@ -486,8 +490,7 @@ class nccl_base {
     device_ = o.device_;
     timeout_ = o.timeout_;
     failed_ = std::exchange(o.failed_, false);
-    stats_ = o.stats_;
-    o.stats_.reset();
+    std::swap(stats_, o.stats_);
     scratch_ = std::move(o.scratch_);
   }
 
@@ -587,7 +590,7 @@ class nccl_base {
   int device_ = 0;
   std::chrono::milliseconds timeout_{std::chrono::seconds(60)};
   bool failed_ = false;
-  comm_stats stats_;
+  std::shared_ptr<comm_stats> stats_ = std::make_shared<comm_stats>();
   std::shared_ptr<void> scratch_;  // barrier's one element
 };
 

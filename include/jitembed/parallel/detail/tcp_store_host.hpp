@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/core/worker_group.hpp"
 #include "jitembed/parallel/detail/tcp_store_wire.hpp"
 #include "jitembed/parallel/tcp_store_options.hpp"
 
@@ -295,7 +297,9 @@ class tcp_store_host {
     }
     const std::uint16_t bound = st.acceptor.local_endpoint(ec).port();
     accept();
-    thread_ = std::thread([&st] {
+    thread_ = worker_group(1, [&st](std::stop_token token, std::size_t) {
+      // stop() posts an orderly stop; a bare stop request (the group's destructor) stops the loop at once.
+      std::stop_callback wake(token, [&st] { st.ioc.stop(); });
       for (;;) {
         try {
           st.ioc.run();
@@ -310,7 +314,7 @@ class tcp_store_host {
   // Closes the acceptor and every connection (clients waiting in get() see the connection close), then
   // joins the I/O thread.
   void stop() {
-    if (!thread_.joinable()) return;
+    if (thread_.empty()) return;
     auto& st = *st_;
     boost::asio::post(st.ioc, [&st] {
       st.stopping = true;
@@ -324,7 +328,7 @@ class tcp_store_host {
       st.sessions.clear();
       st.ioc.stop();
     });
-    thread_.join();
+    thread_.join();  // returns once the posted stop ran
   }
 
  private:
@@ -352,7 +356,7 @@ class tcp_store_host {
   }
 
   std::unique_ptr<tcp_store_state> st_;
-  std::thread thread_;
+  worker_group thread_;  // the one I/O thread
 };
 
 }  // namespace jitembed::parallel::detail

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "jitembed/core/worker_group.hpp"
 #include "jitembed/net/http/detail/wire.hpp"
 #include "jitembed/net/http/message.hpp"
 #include "jitembed/net/http/options.hpp"
@@ -74,7 +75,7 @@ struct server_state {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   tcp::acceptor acceptor{asio::make_strand(ioc)};
   asio::steady_timer accept_retry{acceptor.get_executor()};
-  std::vector<std::thread> threads;
+  worker_group threads;  // the I/O threads
 
   // start() / stop() bookkeeping (kept here so that http::server stays movable)
   std::mutex stop_mu;

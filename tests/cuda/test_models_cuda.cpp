@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "jitembed/core/hash.hpp"
@@ -300,4 +301,46 @@ TEST_CASE("models: cuda_text_embed matches text_embed (sequence, mask, pooled)")
   auto r = mt::run_text(o, std::span<const tensor>(&bad, 1));
   CHECK(r.code() == errc::invalid_argument);
   CHECK(r.error().message == "text-embed: batch[0] token 1 = 300 is not a byte");
+}
+
+TEST_CASE("models: the three CUDA models share one GPU, called concurrently from three threads") {
+  if (!have_device()) return;
+  // As jitembed-server runs them: one instance thread per model, all on device 0, each batch checked
+  // against the CPU model (several rounds, so the models' kernels and copies interleave on the device).
+  models::image_latent_options io;
+  io.bucket = 64;
+  models::video_latent_options vo;
+  vo.frames = 8;
+  vo.bucket = 32;
+  models::text_embed_options to;
+  to.dim = 64;
+  std::vector<tensor> images, videos, texts;
+  for (std::uint64_t i = 0; i < 4; ++i) images.push_back(random_u8({64, 64, 3}, 300 + i));
+  for (std::uint64_t i = 0; i < 2; ++i) videos.push_back(random_u8({8, 32, 32, 3}, 400 + i));
+  for (std::string_view t : {"a red circle", "two blue squares on a white background", ""}) texts.push_back(tokens_of(t, 32));
+  const auto want_image = models::image_latent::create(io).value().run(images).value();
+  const auto want_video = models::video_latent::create(vo).value().run(videos).value();
+  const auto want_text = models::text_embed::create(to).value().run(texts).value();
+  constexpr int kRounds = 8;
+  std::vector<result<std::vector<models::named_tensors>>> got_image, got_video, got_text;
+  {
+    std::vector<std::jthread> threads;
+    threads.emplace_back([&] {
+      for (int r = 0; r < kRounds; ++r) got_image.push_back(mt::run_image(io, images));
+    });
+    threads.emplace_back([&] {
+      for (int r = 0; r < kRounds; ++r) got_video.push_back(mt::run_video(vo, videos));
+    });
+    threads.emplace_back([&] {
+      for (int r = 0; r < kRounds; ++r) got_text.push_back(mt::run_text(to, texts));
+    });
+  }
+  for (int r = 0; r < kRounds; ++r) {
+    REQUIRE(got_image[static_cast<std::size_t>(r)].has_value());
+    REQUIRE(got_video[static_cast<std::size_t>(r)].has_value());
+    REQUIRE(got_text[static_cast<std::size_t>(r)].has_value());
+    check_outputs(*got_image[static_cast<std::size_t>(r)], want_image);
+    check_outputs(*got_video[static_cast<std::size_t>(r)], want_video);
+    check_outputs(*got_text[static_cast<std::size_t>(r)], want_text);
+  }
 }

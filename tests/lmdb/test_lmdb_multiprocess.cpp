@@ -52,7 +52,10 @@ TEST_CASE("lmdb_cache: 4 writer + 4 reader processes on one path lose and tear n
       if (!c) return 20;
       std::uint64_t s = static_cast<std::uint64_t>(r) + 100;
       std::uint64_t hits = 0;
-      for (int n = 0; n < 1500; ++n) {
+      // 1500 rounds, and on until the first hit (a reader scheduled before any writer has put a value would
+      // otherwise read nothing and prove nothing; seen under a loaded ctest -j2), at most 30 s.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      for (int n = 0; n < 1500 || (hits == 0 && std::chrono::steady_clock::now() < give_up); ++n) {
         std::vector<cache_key> keys;
         std::vector<std::uint64_t> ids;
         for (int j = 0; j < 4; ++j) {

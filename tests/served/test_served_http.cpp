@@ -18,6 +18,8 @@
 #include <future>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -116,46 +118,62 @@ std::string wait_ready(jit_client& cl, const std::string& model) {
   return input;
 }
 
-}  // namespace
-
-TEST_CASE("served: exported encoders through jitembed-server and jit_client equal eager PyTorch") {
-  const std::vector<std::string> args{"--host", "127.0.0.1", "--port", "0", "--model-repository", JITEMBED_MODEL_REPOSITORY};
-  loader_test::server_process a, b;
-  a.start(JITEMBED_SERVER_BIN, args, std::chrono::seconds(180));
-  b.start(JITEMBED_SERVER_BIN, args, std::chrono::seconds(180));
-  auto ca = jit_client::create(options({a.url()}));
-  auto cb = jit_client::create(options({b.url()}));
-  REQUIRE(ca.has_value());
-  REQUIRE(cb.has_value());
-  // The text encoders need jitembed-server built with the SentencePiece tokenizer (the build install-deps
-  // makes against the system protobuf: cmake/FindSentencePiece.cmake); without it they fail to load and
-  // only the image encoders run here.
+// The encoders served end to end. The text encoders need jitembed-server built with the SentencePiece
+// tokenizer (the build install-deps makes against the system protobuf: cmake/FindSentencePiece.cmake);
+// without it they fail to load and only the image encoders run here.
+std::vector<std::string> served_models() {
   std::vector<std::string> models{"vae_encoder", "vae_encoder_aoti"};
 #if JITEMBED_SERVER_TOKENIZES
   models.insert(models.end(), {"t5_encoder", "t5_encoder_aoti"});
 #endif
-  for (const std::string& model : models) {
+  return models;
+}
+
+// Two jitembed-server processes on the repository `repo` (127.0.0.1, free ports), a client for each.
+struct two_servers {
+  loader_test::server_process a, b;
+  std::optional<jit_client> ca, cb;
+
+  explicit two_servers(const std::string& repo) {
+    const std::vector<std::string> args{"--host", "127.0.0.1", "--port", "0", "--model-repository", repo};
+    a.start(JITEMBED_SERVER_BIN, args, std::chrono::seconds(180));
+    b.start(JITEMBED_SERVER_BIN, args, std::chrono::seconds(180));
+    for (auto [server, client] : {std::pair{&a, &ca}, std::pair{&b, &cb}}) {
+      auto c = jit_client::create(options({server->url()}));
+      REQUIRE(c.has_value());
+      client->emplace(std::move(*c));
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("served: exported encoders through jitembed-server and jit_client equal eager PyTorch") {
+  two_servers s(JITEMBED_MODEL_REPOSITORY);
+  jit_client& ca = *s.ca;
+  jit_client& cb = *s.cb;
+  for (const std::string& model : served_models()) {
     CAPTURE(model);
     const bool aoti = model.ends_with("_aoti");
     const float tol = aoti ? kAotiTolerance : kScriptTolerance;
     const auto c = load_case(model);
-    const auto input = wait_ready(*ca, model);
-    wait_ready(*cb, model);
+    const auto input = wait_ready(ca, model);
+    wait_ready(cb, model);
     const std::size_t n = c.rows.size();
     // All rows in one request, vs eager.
-    const auto all = embed(*ca, c, input, 0, n);
+    const auto all = embed(ca, c, input, 0, n);
     const float d_eager = max_abs(all.data(), c.want.data(), all.size());
     // One row per request, sequentially (each its own batch), vs the batched rows.
     float d_single = 0, d_single_eager = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const auto one = embed(*ca, c, input, i, 1);
+      const auto one = embed(ca, c, input, i, 1);
       d_single = std::max(d_single, max_abs(one.data(), all.data() + i * c.per_row, c.per_row));
       d_single_eager = std::max(d_single_eager, max_abs(one.data(), c.want.data() + i * c.per_row, c.per_row));
     }
     // Rows from concurrent single-row requests, batched together by the server's dynamic batcher.
     std::vector<std::future<std::vector<float>>> fs;
     for (std::size_t i = 0; i < n; ++i)
-      fs.push_back(std::async(std::launch::async, [&, i] { return embed(*ca, c, input, i, 1); }));
+      fs.push_back(std::async(std::launch::async, [&, i] { return embed(ca, c, input, i, 1); }));
     float d_concurrent = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const auto one = fs[i].get();
@@ -167,16 +185,16 @@ TEST_CASE("served: exported encoders through jitembed-server and jit_client equa
       served_case big = c;
       big.rows.clear();
       for (std::size_t i = 0; i < rows; ++i) big.rows.push_back(c.rows[i % n]);
-      const auto got = embed(*ca, big, input, 0, rows);
+      const auto got = embed(ca, big, input, 0, rows);
       for (std::size_t i = 0; i < rows; ++i)
         d_sizes = std::max(d_sizes, max_abs(got.data() + i * c.per_row, c.want.data() + (i % n) * c.per_row, c.per_row));
     }
     CHECK(d_sizes <= tol);
     // Two servers, the same batch composition: bitwise.
-    const auto all_b = embed(*cb, c, input, 0, n);
+    const auto all_b = embed(cb, c, input, 0, n);
     const bool bitwise = std::memcmp(all.data(), all_b.data(), all.size() * 4) == 0;
-    const auto again_a = embed(*ca, c, input, 0, n);
-    const auto again_b = embed(*cb, c, input, 0, n);
+    const auto again_a = embed(ca, c, input, 0, n);
+    const auto again_b = embed(cb, c, input, 0, n);
     const bool bitwise_again = std::memcmp(again_a.data(), again_b.data(), all.size() * 4) == 0;
     const float d_servers = max_abs(all.data(), all_b.data(), all.size());
     const float d_repeat = max_abs(all.data(), again_a.data(), all.size());
@@ -224,10 +242,7 @@ fs::path pinned_repository(const std::vector<std::string>& models, const std::ma
 }  // namespace
 
 TEST_CASE("served: two servers given the same batch composition agree bitwise") {
-  std::vector<std::string> models{"vae_encoder", "vae_encoder_aoti"};
-#if JITEMBED_SERVER_TOKENIZES
-  models.insert(models.end(), {"t5_encoder", "t5_encoder_aoti"});
-#endif
+  const auto models = served_models();
   std::map<std::string, served_case> cases;
   std::map<std::string, std::size_t> rows;
   for (const auto& m : models) {
@@ -235,24 +250,19 @@ TEST_CASE("served: two servers given the same batch composition agree bitwise") 
     rows[m] = cases.at(m).rows.size();
   }
   const fs::path repo = pinned_repository(models, rows);
-  const std::vector<std::string> args{"--host", "127.0.0.1", "--port", "0", "--model-repository", repo.string()};
-  loader_test::server_process a, b;
-  a.start(JITEMBED_SERVER_BIN, args, std::chrono::seconds(180));
-  b.start(JITEMBED_SERVER_BIN, args, std::chrono::seconds(180));
-  auto ca = jit_client::create(options({a.url()}));
-  auto cb = jit_client::create(options({b.url()}));
-  REQUIRE(ca.has_value());
-  REQUIRE(cb.has_value());
+  auto s = std::make_unique<two_servers>(repo.string());
+  jit_client& ca = *s->ca;
+  jit_client& cb = *s->cb;
   for (const auto& model : models) {
     CAPTURE(model);
     const auto& c = cases.at(model);
-    const auto input = wait_ready(*ca, model);
-    wait_ready(*cb, model);
+    const auto input = wait_ready(ca, model);
+    wait_ready(cb, model);
     const std::size_t n = c.rows.size();
-    const auto a1 = embed(*ca, c, input, 0, n);
-    const auto b1 = embed(*cb, c, input, 0, n);
-    const auto a2 = embed(*ca, c, input, 0, n);
-    const auto b2 = embed(*cb, c, input, 0, n);
+    const auto a1 = embed(ca, c, input, 0, n);
+    const auto b1 = embed(cb, c, input, 0, n);
+    const auto a2 = embed(ca, c, input, 0, n);
+    const auto b2 = embed(cb, c, input, 0, n);
     const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
       return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
     };
@@ -267,8 +277,7 @@ TEST_CASE("served: two servers given the same batch composition agree bitwise") 
     CHECK(same(b1, b2));
     CHECK(d_eager <= tol);
   }
-  a.kill_now();
-  b.kill_now();
+  s.reset();  // the servers stop before their repository goes
   std::error_code ec;
   fs::remove_all(repo, ec);
 }

@@ -44,15 +44,25 @@ inline error_info no_identity_error(const std::string& model, const std::string&
                                    " parameters to its config.pbtxt");
 }
 
-// The identity of `model` on the endpoint `a`: an error when it cannot be asked (transport, HTTP status: the
-// caller tries the next endpoint), nullopt when the endpoint answers but publishes no identity.
-inline result<std::optional<model_identity>> fetch_identity(const endpoint_address& a, const std::string& model, const client_options& opts) {
+// The metadata GETs' connection: the client's connect timeout, its request timeout capped at 10 s.
+inline net::http::client_options metadata_http_options(const client_options& opts) {
   net::http::client_options ho;
   ho.connect_timeout = opts.connect_timeout;
   ho.io_timeout = std::chrono::milliseconds(std::min<std::int64_t>(opts.request_timeout.count(), 10000));
-  net::http::client hc(a.host, a.port, ho);
+  return ho;
+}
+
+inline net::http::header_list auth_headers(const client_options& opts) {
   net::http::header_list h;
   if (!opts.auth_token.empty()) h.emplace_back("Authorization", "Bearer " + opts.auth_token);
+  return h;
+}
+
+// The identity of `model` on the endpoint `a`: an error when it cannot be asked (transport, HTTP status: the
+// caller tries the next endpoint), nullopt when the endpoint answers but publishes no identity.
+inline result<std::optional<model_identity>> fetch_identity(const endpoint_address& a, const std::string& model, const client_options& opts) {
+  net::http::client hc(a.host, a.port, metadata_http_options(opts));
+  const auto h = auth_headers(opts);
   auto r = hc.get("/v2/models/" + model, h);
   if (!r) return r.error();
   if (r->status != 200) return http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);
@@ -81,13 +91,8 @@ inline result<std::optional<model_identity>> fetch_identity(const endpoint_addre
 // GET /v2/models/<m> on the endpoint `a` as model_metadata: the transport's or the HTTP status's error
 // (404: not_found), or decode_failed naming the field when the body is not KServe model metadata.
 inline result<model_metadata> fetch_metadata(const endpoint_address& a, const std::string& model, const client_options& opts) {
-  net::http::client_options ho;
-  ho.connect_timeout = opts.connect_timeout;
-  ho.io_timeout = std::chrono::milliseconds(std::min<std::int64_t>(opts.request_timeout.count(), 10000));
-  net::http::client hc(a.host, a.port, ho);
-  net::http::header_list h;
-  if (!opts.auth_token.empty()) h.emplace_back("Authorization", "Bearer " + opts.auth_token);
-  auto r = hc.get("/v2/models/" + model, h);
+  net::http::client hc(a.host, a.port, metadata_http_options(opts));
+  auto r = hc.get("/v2/models/" + model, auth_headers(opts));
   if (!r) return r.error();
   if (r->status != 200) return http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);
   const auto doc = nlohmann::json::parse(r->body, nullptr, false);

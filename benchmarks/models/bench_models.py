@@ -242,7 +242,8 @@ class Servers:
     def start(self, arms: list, fallback=None) -> None:
         """Starts the arms; when jitembed-server fails to load a model, calls fallback(reason) (which rewrites
         the configs, or raises) and starts it once more."""
-        models = [w["model"] for w in self.wls.values()] + [w["draft_model"] for w in self.wls.values() if "draft_model" in w]
+        models = [w["model"] for w in self.wls.values()]  # every arm serves these
+        jitembed_models = models + [w["draft_model"] for w in self.wls.values() if "draft_model" in w]  # (b) also b_draft's
         if "c" in arms:  # the slowest start (torch in every stub): first, in the background
             tr = write_triton_repo(self.work, self.wls, self.args.threads)
             url_file = self.work / "triton.url"
@@ -253,13 +254,13 @@ class Servers:
                 "--server-arg=--backend-config=python,shm-default-byte-size=16777216"]),
                 stdout=subprocess.DEVNULL, env=self.env, start_new_session=True)
         if "b" in arms or "b_draft" in arms:
-            reason = self.start_b(models)
+            reason = self.start_b(jitembed_models)
             if reason:
                 if fallback is None:
                     raise SystemExit(f"bench_models: jitembed-server: {reason}")
                 fallback(reason)
                 self.stop_one("b")
-                reason = self.start_b(models)
+                reason = self.start_b(jitembed_models)
                 if reason:
                     raise SystemExit(f"bench_models: jitembed-server: {reason}")
         if "d" in arms:

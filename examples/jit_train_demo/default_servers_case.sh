@@ -8,7 +8,9 @@ server="$1"; demo="$2"; work="$3"
 rm -rf "$work" && mkdir -p "$work"
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done' EXIT
-start_server() {  # start_server LOG ARGS...: prints the server's URL
+# start_server LOG ARGS...: starts a server in this shell (not in a $(...) subshell, whose pids+= the EXIT
+# trap would never see: the servers outlived the test) and sets $url to its URL
+start_server() {
   local log="$1"; shift
   "$server" --host 127.0.0.1 --port 0 "$@" > "$log" 2>&1 &
   pids+=($!)
@@ -16,14 +18,12 @@ start_server() {  # start_server LOG ARGS...: prints the server's URL
     grep -q "listening on" "$log" && break
     sleep 0.1
   done
-  local url
   url=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1)
   [ -n "$url" ] || { echo "server did not start"; cat "$log"; exit 1; }
-  echo "$url"
 }
 common=(--images 8 --videos 0 --epochs 1 --batch 4 --sleep-us 0 --sleep-us-per-row 0 --no-progress --out "$work/out")
 
-url=$(start_server "$work/default.log")
+start_server "$work/default.log"
 rc=0
 "$demo" --endpoints "$url" "${common[@]}" > "$work/default_run.log" 2>&1 || rc=$?
 cat "$work/default_run.log"
@@ -35,7 +35,8 @@ echo "named flags: $flags"
 
 # The flags the error names make a server the demo trains against.
 read -r -a flag_args <<< "$flags"
-url2=$(start_server "$work/sized.log" "${flag_args[@]}")
+start_server "$work/sized.log" "${flag_args[@]}"
+url2="$url"
 "$demo" --endpoints "$url2" "${common[@]}" --verify > "$work/sized_run.log" 2>&1 || { cat "$work/sized_run.log"; echo "run with the named flags failed"; exit 1; }
 tail -3 "$work/sized_run.log"
 grep -q '"verified_samples":8,' "$work/sized_run.log" || { echo "expected all 8 samples verified against the in-process models"; exit 1; }

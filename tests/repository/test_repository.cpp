@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jitembed/server/local_models.hpp"
 #include "jitembed/server/model_repository.hpp"
 #include "jitembed/server/repository_config.hpp"
 #include "server/server_test_util.hpp"
@@ -455,6 +457,59 @@ TEST_CASE("model repository: the fingerprint follows the version directory's byt
   write(r / "m" / "config.pbtxt", text_model_config("m", "parameters { key: \"output_dtype\" value { string_value: \"f16\" } }\n"));
   REQUIRE(repo->load(s, "m"));
   CHECK(*repo->fingerprint("m", "7") != fp2);
+}
+
+TEST_CASE("model repository: local_models runs a repository's versions in this process as a server loads them") {
+  temp_dir d("local");
+  const auto& r = d.path;
+  write(r / "m" / "config.pbtxt", text_model_config("m", "version_policy: { all { } }\n"));
+  write(r / "m" / "1" / "weights.bin", "one");
+  write(r / "m" / "2" / "weights.bin", "two");
+  write(r / "m" / "10" / "weights.bin", "ten");
+  auto repo = model_repository::open(r);
+  REQUIRE(repo);
+  local_models local;
+  REQUIRE(repo->load(local, "m"));
+  CHECK(local.loaded() == std::vector<std::pair<std::string, std::string>>{{"m", "1"}, {"m", "10"}, {"m", "2"}});
+  // The newest version is the largest number (10 > 2, not "10" < "2"); each has the repository's fingerprint.
+  const models::any_model* newest = local.find("m");
+  REQUIRE(newest != nullptr);
+  CHECK(newest == local.find("m", "10"));
+  CHECK(std::string(newest->version()) == *repo->fingerprint("m", "10"));
+  CHECK(std::string(local.find("m", "1")->version()) == *repo->fingerprint("m", "1"));
+  CHECK(local.find("m", "1")->version() != newest->version());
+  REQUIRE(local.config("m") != nullptr);
+  CHECK(local.config("m")->max_batch_size == 8);
+  const models::any_model m10 = *newest;  // a handle: stays valid after the unloads below
+  // It computes what a service loaded from the same directory answers, bitwise.
+  auto s = service::create(server_config{}).value();
+  REQUIRE(repo->load(s, "m"));
+  const std::string caption = "a red circle";
+  auto item = newest->preprocess(as_bytes_view(caption), {});
+  REQUIRE(item);
+  auto here = newest->run(std::span<const tensor>(&*item, 1));
+  REQUIRE(here);
+  REQUIRE(here->size() == 1);
+  const auto res = infer(s, "m", bytes_request("text", {caption}), "10");
+  REQUIRE(res.status == 200);
+  const auto served = decode(res);
+  std::size_t compared = 0;
+  for (const auto& [name, t] : (*here)[0])
+    for (const auto& o : served.outputs)
+      if (o.name == name) {
+        REQUIRE(o.data.size() == t.nbytes());
+        CHECK(std::memcmp(o.data.data(), t.data(), t.nbytes()) == 0);
+        ++compared;
+      }
+  CHECK(compared == (*here)[0].size());
+  // Unload: one version, then the rest; a missing one is not_found.
+  REQUIRE(local.unload("m", "10"));
+  CHECK(local.find("m") == local.find("m", "2"));
+  CHECK(local.unload("m", "10").error().code == errc::not_found);
+  REQUIRE(local.unload("m", ""));
+  CHECK(local.find("m") == nullptr);
+  CHECK(local.unload("m", "").error().code == errc::not_found);
+  CHECK(local.load(model_config{.name = ""}, m10).error().code == errc::invalid_argument);
 }
 
 TEST_CASE("model repository: backends resolve by backend or platform, and a registered one replaces the placeholder") {

@@ -54,7 +54,8 @@ class local_models final : public model_loader {
       return {};
     }
     if (it->second.erase(std::string(version)) == 0)
-      return fail(errc::not_found, "local_models: no version '" + std::string(version) + "' of '" + std::string(name) + "'");
+      return fail(errc::not_found,
+                  "local_models: no version '" + std::string(version) + "' of '" + std::string(name) + "'");
     if (it->second.empty()) models_.erase(it);
     return {};
   }

@@ -41,15 +41,17 @@ inline cuda_stream_pair& thread_streams(c10::DeviceIndex index) {
   thread_local std::map<c10::DeviceIndex, cuda_stream_pair> streams;
   auto it = streams.find(index);
   if (it == streams.end())
-    it = streams.emplace(index, cuda_stream_pair{c10::cuda::getStreamFromPool(false, index), c10::cuda::getStreamFromPool(false, index)})
+    it = streams
+             .emplace(index, cuda_stream_pair{c10::cuda::getStreamFromPool(false, index),
+                                              c10::cuda::getStreamFromPool(false, index)})
              .first;
   return it->second;
 }
 
 // Items (checked: same dtype and shape, contiguous, CPU) -> [N, item...] on `dev`, staged through pinned
 // memory and copied on this thread's copy stream; the compute stream (made current by the caller) waits.
-inline result<torch::Tensor> stage_to_device(std::string_view model, std::span<const tensor> batch, const tensor_meta& in,
-                                             c10::Device dev, const cuda_stream_pair& s) {
+inline result<torch::Tensor> stage_to_device(std::string_view model, std::span<const tensor> batch,
+                                             const tensor_meta& in, c10::Device dev, const cuda_stream_pair& s) {
   auto host = stack_items(model, batch, in, c10::Device(c10::DeviceType::CPU), /*pinned=*/true);
   if (!host) return host.error();
   torch::Tensor x;

@@ -404,23 +404,18 @@ std::vector<std::int64_t> item_shape(const client::served_tensor& t) {
   return s;
 }
 
-std::int64_t numel_of(const std::vector<std::int64_t>& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
 // The denoiser's sizes from the encoders' output shapes: the latent (image and video latents flatten to the
-// same size) and the caption's last extent (the pooled dimension).
+// same size) and the caption's last extent (the pooled dimension). Each must be fixed (no -1, no 0).
 void set_dims(cli_options& o, const std::vector<std::int64_t>& image, const std::vector<std::int64_t>& video,
               const std::vector<std::int64_t>& text) {
   const auto str = [](const std::vector<std::int64_t>& v) { return jitembed::shape(v).to_string(); };
-  if (image.empty() || text.empty() || numel_of(image) < 1 || text.back() < 1)
+  const auto image_n = checked_numel(image), video_n = checked_numel(video);
+  if (!image_n || *image_n == 0 || text.empty() || text.back() < 1)
     throw error(errc::invalid_argument, "the encoders' outputs " + str(image) + " / " + str(text) + " have no fixed size");
-  if (numel_of(video) != numel_of(image))
+  if (!video_n || *video_n != *image_n)
     throw error(errc::invalid_argument, "image latent " + str(image) + " and video latent " + str(video) +
                                             " differ in size: the denoiser takes both");
-  o.model.latent_dim = numel_of(image);
+  o.model.latent_dim = static_cast<std::int64_t>(*image_n);
   o.model.cond_dim = text.back();
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "jitembed/core/hash.hpp"
@@ -86,6 +87,18 @@ void check_outputs(const std::vector<models::named_tensors>& got, const std::vec
       WARN_MESSAGE(d.bit_mismatches == 0, what, ": ", d.bit_mismatches, " elements not bit-identical to the CPU model");
     }
   }
+}
+
+// Small settings of the three reference models: image bucket 64, 8-frame clips at 32, 64-dim text.
+std::tuple<models::image_latent_options, models::video_latent_options, models::text_embed_options> small_options() {
+  models::image_latent_options io;
+  io.bucket = 64;
+  models::video_latent_options vo;
+  vo.frames = 8;
+  vo.bucket = 32;
+  models::text_embed_options to;
+  to.dim = 64;
+  return {io, vo, to};
 }
 
 }  // namespace
@@ -181,13 +194,7 @@ TEST_CASE("models: the launchers reject bad arguments before touching the device
 }
 
 TEST_CASE("models: create() is errc::not_found without a device, else matches the CPU model's metadata") {
-  models::image_latent_options io;
-  io.bucket = 64;
-  models::video_latent_options vo;
-  vo.frames = 8;
-  vo.bucket = 32;
-  models::text_embed_options to;
-  to.dim = 64;
+  auto [io, vo, to] = small_options();
   auto ii = mt::image_info(io);
   auto vi = mt::video_info(vo);
   auto ti = mt::text_info(to);
@@ -307,13 +314,10 @@ TEST_CASE("models: the three CUDA models share one GPU, called concurrently from
   if (!have_device()) return;
   // As jitembed-server runs them: one instance thread per model, all on device 0, each batch checked
   // against the CPU model (several rounds, so the models' kernels and copies interleave on the device).
-  models::image_latent_options io;
-  io.bucket = 64;
+  models::image_latent_options io;  // plain variables: the threads' lambdas capture them
   models::video_latent_options vo;
-  vo.frames = 8;
-  vo.bucket = 32;
   models::text_embed_options to;
-  to.dim = 64;
+  std::tie(io, vo, to) = small_options();
   std::vector<tensor> images, videos, texts;
   for (std::uint64_t i = 0; i < 4; ++i) images.push_back(random_u8({64, 64, 3}, 300 + i));
   for (std::uint64_t i = 0; i < 2; ++i) videos.push_back(random_u8({8, 32, 32, 3}, 400 + i));

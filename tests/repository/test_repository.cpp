@@ -470,7 +470,7 @@ TEST_CASE("model repository: local_models runs a repository's versions in this p
   REQUIRE(repo);
   local_models local;
   REQUIRE(repo->load(local, "m"));
-  CHECK(local.loaded() == std::vector<std::pair<std::string, std::string>>{{"m", "1"}, {"m", "10"}, {"m", "2"}});
+  CHECK(local.loaded() == std::vector<std::pair<std::string, std::string>>{{"m", "1"}, {"m", "2"}, {"m", "10"}});
   // The newest version is the largest number (10 > 2, not "10" < "2"); each has the repository's fingerprint.
   const models::any_model* newest = local.find("m");
   REQUIRE(newest != nullptr);

@@ -226,8 +226,11 @@ class torch_model {
       auto ys = detail::unpack_outputs(o.name, y, o.outputs);
       if (!ys) return ys.error();
 #if JITEMBED_TORCH_CUDA
-      if (streams && o.outputs_to_cpu) {  // every output into pinned host memory, then one wait
-        for (std::size_t k = 0; k < ys->size(); ++k) (*ys)[k] = detail::output_to_pinned_host((*ys)[k], o.outputs[k]);
+      if (streams) {
+        // Every output into pinned host memory, then one wait; device outputs (outputs_to_cpu false) wait
+        // too: their reader runs on another stream than the compute stream that writes them.
+        if (o.outputs_to_cpu)
+          for (std::size_t k = 0; k < ys->size(); ++k) (*ys)[k] = detail::output_to_pinned_host((*ys)[k], o.outputs[k]);
         streams->compute.synchronize();
       }
 #endif

@@ -10,10 +10,8 @@
 //   const models::any_model* vae = local.find("vae_encoder");   // the newest version
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -23,6 +21,7 @@
 #include "jitembed/core/error.hpp"
 #include "jitembed/models/any_model.hpp"
 #include "jitembed/server/config.hpp"
+#include "jitembed/server/detail/version_policy.hpp"
 #include "jitembed/server/model_source.hpp"
 
 namespace jitembed::server {
@@ -40,8 +39,9 @@ class local_models final : public model_loader {
     if (cfg.name.empty() || cfg.version.empty())
       return fail(errc::invalid_argument, "local_models: a model needs a name and a version");
     std::lock_guard lock(mu_);
-    auto& slot = models_[cfg.name][cfg.version];
-    slot = std::make_unique<entry>(entry{std::move(cfg), std::move(m)});
+    auto& versions = models_[cfg.name];
+    std::string v = cfg.version;
+    versions.insert_or_assign(std::move(v), entry{std::move(cfg), std::move(m)});
     return {};
   }
 
@@ -68,8 +68,8 @@ class local_models final : public model_loader {
     return out;
   }
 
-  // Version `version` of `name`, or its newest version (the largest number) when `version` is empty;
-  // nullptr when not loaded. Valid until that version is unloaded or replaced.
+  // Version `version` of `name`, or its newest version (the service's version order: the largest number)
+  // when `version` is empty; nullptr when not loaded. Valid until that version is unloaded or replaced.
   const models::any_model* find(std::string_view name, std::string_view version = {}) const {
     const entry* e = lookup(name, version);
     return e ? &e->model : nullptr;
@@ -86,26 +86,19 @@ class local_models final : public model_loader {
     models::any_model model;
   };
 
-  // Versions are decimal numbers (Triton's layout): the newest is the longest, then the largest.
-  static bool older(const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  }
-
   const entry* lookup(std::string_view name, std::string_view version) const {
     std::lock_guard lock(mu_);
     const auto it = models_.find(std::string(name));
     if (it == models_.end() || it->second.empty()) return nullptr;
-    if (!version.empty()) {
-      const auto v = it->second.find(std::string(version));
-      return v == it->second.end() ? nullptr : v->second.get();
-    }
-    const auto newest = std::max_element(it->second.begin(), it->second.end(),
-                                         [](const auto& a, const auto& b) { return older(a.first, b.first); });
-    return newest->second.get();
+    if (version.empty()) return &it->second.rbegin()->second;  // the newest
+    const auto v = it->second.find(std::string(version));
+    return v == it->second.end() ? nullptr : &v->second;
   }
 
   mutable std::mutex mu_;
-  std::map<std::string, std::map<std::string, std::unique_ptr<entry>>> models_;
+  // name -> version (in the service's version order) -> entry; map nodes do not move, so find()'s pointers
+  // stay valid while their version stays loaded
+  std::map<std::string, std::map<std::string, entry, detail::version_order>> models_;
 };
 
 }  // namespace jitembed::server

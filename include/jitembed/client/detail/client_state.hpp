@@ -152,15 +152,12 @@ class client_state {
       return model_identity{std::string(m->version()), std::string(m->preprocess_key()),
                             std::string(models::to_string(m->input_modality()))};
     }
-    std::vector<endpoint_address> eps;
     {
       std::lock_guard lk(mu_);
       if (auto it = identities_.find(model); it != identities_.end()) return it->second;
-      for (const auto& e : endpoints_)
-        if (!e->draining) eps.push_back(e->addr);
     }
-    error_info last = fail(errc::unavailable, "client: no endpoint to ask for model '" + model + "' metadata");
-    for (const auto& a : eps) {
+    error_info last = no_endpoint_error(model);
+    for (const auto& a : live_endpoints()) {
       auto id = fetch_identity(a, model, opts_);
       if (!id) {
         last = id.error();
@@ -190,19 +187,26 @@ class client_state {
       }
       return md;
     }
-    std::vector<endpoint_address> eps;
-    {
-      std::lock_guard lk(mu_);
-      for (const auto& e : endpoints_)
-        if (!e->draining) eps.push_back(e->addr);
-    }
-    error_info last = fail(errc::unavailable, "client: no endpoint to ask for model '" + model + "' metadata");
-    for (const auto& a : eps) {
+    error_info last = no_endpoint_error(model);
+    for (const auto& a : live_endpoints()) {
       auto md = fetch_metadata(a, model, opts_);
       if (md) return md;
-      last = md.error();
+      if (last.code != errc::not_found) last = md.error();  // "not served" outranks a transport error elsewhere
     }
     return last;
+  }
+
+  // The endpoints not draining (a copy: they are asked without the lock).
+  std::vector<endpoint_address> live_endpoints() const {
+    std::lock_guard lk(mu_);
+    std::vector<endpoint_address> eps;
+    for (const auto& e : endpoints_)
+      if (!e->draining) eps.push_back(e->addr);
+    return eps;
+  }
+
+  static error_info no_endpoint_error(const std::string& model) {
+    return fail(errc::unavailable, "client: no endpoint to ask for model '" + model + "' metadata");
   }
 
   // --- stats, endpoints, close -------------------------------------------------------------------------

@@ -111,12 +111,12 @@ if(JITEMBED_WITH_VIDEO)
 endif()
 
 # Models, one component per family so each links only the codec it decodes:
-#   models        the model concept, any_model, sample_input glue and the text embedder (zstd, format);
+#   models        the model concept, any_model, preprocess_input glue and the text embedder (zstd, format);
 #   models_image  the image-latent embedder (TurboJPEG);
 #   models_video  the video-latent embedder (FFmpeg) and the reference set of all three (reference.hpp).
 if(JITEMBED_WITH_ZSTD)
   jitembed_component(models
-    GLOBS models.hpp models/model.hpp models/any_model.hpp models/emulated_latency.hpp models/sample_input.hpp
+    GLOBS models.hpp models/model.hpp models/any_model.hpp models/emulated_latency.hpp models/preprocess_input.hpp
           models/text_embed.hpp models/detail/kernels.hpp models/backend_config.hpp
     LINK jitembed::core jitembed::zstd jitembed::format)
   if(JITEMBED_WITH_JPEG)

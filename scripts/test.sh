@@ -2,11 +2,28 @@
 # The test command: installs missing dependencies (install-deps set "test"), configures (Release, tests, tools, examples,
 # benchmarks; CUDA whenever the toolkit is found), builds and runs ctest. Exit code is the result.
 # Env: BUILD_DIR (default build/release), JOBS (default 2), CTEST_ARGS (extra ctest arguments).
+# Prints the time of each phase (install, configure, build, export, ctest) at the end, also when one fails.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
+phases=()
+phase_start=$(date +%s)
+phase_done() {  # phase_done NAME: the time since the previous phase ended
+  local now
+  now=$(date +%s)
+  phases+=("$1 $((now - phase_start)) s")
+  phase_start=$now
+}
+report_phases() {
+  local rc=$? p
+  echo "test.sh phases (exit $rc):"
+  for p in "${phases[@]}"; do echo "  $p"; done
+}
+trap report_phases EXIT
+
 bash scripts/install-deps.sh test  # every CPU component, tools, tests, benchmarks, test peers, conan
+phase_done install
 
 build_dir="${BUILD_DIR:-build/release}"
 jobs="${JOBS:-2}"
@@ -37,5 +54,14 @@ fi
 cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DJITEMBED_BUILD_TESTS=ON -DJITEMBED_BUILD_TOOLS=ON -DJITEMBED_BUILD_EXAMPLES=ON \
   -DJITEMBED_BUILD_BENCHMARKS=ON "${cuda_args[@]}" "${torch_args[@]}"
+phase_done configure
 cmake --build "$build_dir" -j "$jobs"
+phase_done build
+# The model export (scripts/export_models.py, ~3 min, cached by a stamp) is the fixture of the models label:
+# run it first so that its time is reported apart; the full run below finds it done.
+if ctest --test-dir "$build_dir" -N -R '^models/export$' | grep -q 'models/export'; then
+  ctest --test-dir "$build_dir" --output-on-failure -R '^models/export$'
+  phase_done export
+fi
 ctest --test-dir "$build_dir" --output-on-failure --no-tests=error -j "$jobs" ${CTEST_ARGS:-}
+phase_done ctest

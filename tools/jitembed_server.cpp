@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     if (!repo) return fail_exit(std::string(to_string(repo.code())) + ": " + repo.error().message);
     // A model that fails is logged and in /v2/repository/index with its reason; the others serve.
     repo->load_all(svc);
-    svc.attach(std::make_shared<server::model_repository>(*repo));
+    svc.attach(*repo);
 #else
     return fail_exit("--model-repository: this jitembed-server was built without the repository component (JITEMBED_WITH_REPOSITORY)");
 #endif

@@ -32,7 +32,7 @@ inline result<void> issue(parallel::nccl_communicator& comm, parallel::coll c, c
                           const tensor_view& recv, std::uint64_t count) {
   const auto n = static_cast<std::uint64_t>(comm.size());
   auto head = [](const tensor_view& v, std::uint64_t k) {
-    return tensor_view(v.data(), v.dtype(), shape{static_cast<std::int64_t>(k)}, v.dev());
+    return tensor_view(v.data(), v.dtype(), shape{static_cast<std::int64_t>(k)}, v.device());
   };
   switch (c) {
     case parallel::coll::all_reduce: return comm.all_reduce(head(recv, count), parallel::reduce_op::sum);

@@ -108,14 +108,14 @@ class batch_source {
  public:
   virtual ~batch_source() = default;
   // The next step of this rank; nullopt once at the end of each epoch (the next call starts the next one).
-  virtual result<std::optional<client::batch>> next() = 0;
+  virtual result<std::optional<client::step>> next() = 0;
   virtual source_counters counters() const = 0;
 };
 
 class loader_source final : public batch_source {
  public:
   explicit loader_source(client::jit_loader l) : loader_(std::move(l)) {}
-  result<std::optional<client::batch>> next() override { return loader_.next(); }
+  result<std::optional<client::step>> next() override { return loader_.next(); }
   source_counters counters() const override {
     const auto s = loader_.stats();
     return {s.requests, s.cache_hits, s.cache_misses, s.resubmits};
@@ -134,20 +134,20 @@ class inline_source final : public batch_source {
       : ds_(std::move(ds)), models_(std::move(m)), rank_(rank), world_(world), batch_(batch), seed_(seed), shuffle_(shuffle) {
     plan_ = client::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, epoch_, shuffle_);
   }
-  result<std::optional<client::batch>> next() override {
+  result<std::optional<client::step>> next() override {
     if (step_ == plan_.steps()) {
       plan_ = client::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, ++epoch_, shuffle_);
       step_ = 0;
-      return std::optional<client::batch>();
+      return std::optional<client::step>();
     }
     std::vector<std::uint64_t> idx;
     const std::uint64_t lo = step_ * batch_;
     for (std::uint64_t j = lo; j < lo + plan_.step_size(step_); ++j) idx.push_back(plan_.index(j));
-    client::batch b;
+    client::step b;
     b.epoch = epoch_;
-    b.step = step_++;
+    b.index = step_++;
     b.samples = embed_in_process(ds_, idx, models_);
-    return std::optional<client::batch>(std::move(b));
+    return std::optional<client::step>(std::move(b));
   }
   source_counters counters() const override { return {}; }
 
@@ -273,7 +273,7 @@ void run_rank(int rank, const cli_options& o, parallel::shared_store store, batc
       }
 
       // This rank's rows, then the whole batch on every rank.
-      std::vector<const client::loaded_sample*> usable;
+      std::vector<const client::embedded_sample*> usable;
       for (const auto& s : samples) {
         if (!s.ok()) continue;
         const tensor* lat = s.find(kImageLatent);

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   for (int e = 0; e < epochs; ++e) {
     std::size_t samples = 0, failed = 0;
     double sum = 0;  // stands in for a training step: the mean of every latent
-    for (client::batch& step : loader->steps()) {
+    for (client::step& step : loader->steps()) {
       failed += step.samples.size() - step.ok_count();
       auto latent = step.collate("latent");    // [B, 4, H/8, W/8] f32, its own storage
       auto caption = step.collate("caption");  // [B, D]

@@ -9,6 +9,7 @@
 #include "jitembed/core/hash.hpp"
 #include "jitembed/core/json_string.hpp"
 #include "jitembed/core/limits.hpp"
+#include "jitembed/core/named_tensors.hpp"
 #include "jitembed/core/preprocess_params.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/core/tensor_stack.hpp"

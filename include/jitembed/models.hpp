@@ -6,7 +6,7 @@
 #include "jitembed/models/any_model.hpp"
 #include "jitembed/models/emulated_latency.hpp"
 #include "jitembed/models/model.hpp"
-#include "jitembed/models/sample_input.hpp"
+#include "jitembed/models/preprocess_input.hpp"
 #include "jitembed/models/text_embed.hpp"
 #if defined(JITEMBED_HAS_MODELS_IMAGE)
 #include "jitembed/models/image_latent.hpp"

@@ -47,7 +47,7 @@ nb::dlpack::dtype nb_dtype(dtype t, bool numpy) {
 
 template <class Framework>
 nb::object make_array(const tensor& t, bool read_only) {
-  if (!t.dev().is_cpu()) raise(errc::invalid_argument, "tensor is not on the CPU");
+  if (!t.device().is_cpu()) raise(errc::invalid_argument, "tensor is not on the CPU");
   auto* keep = new tensor(t);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<tensor*>(p); });
   std::size_t shape[kMaxDims];
@@ -81,7 +81,7 @@ int numpy_type(dtype t) {
 }
 
 nb::object to_numpy(const tensor& t, bool read_only) {
-  if (!t.dev().is_cpu()) raise(errc::invalid_argument, "tensor is not on the CPU");
+  if (!t.device().is_cpu()) raise(errc::invalid_argument, "tensor is not on the CPU");
   npy_intp dims[kMaxDims], strides[kMaxDims];
   const auto item = static_cast<npy_intp>(element_size(t.dtype()));
   for (std::size_t i = 0; i < t.rank(); ++i) {

@@ -164,18 +164,18 @@ struct py_loader {
 };
 
 // Stacks same-shaped rows into one [N, ...] tensor (the one copy of a step; jitembed::stack, the same
-// collate as client::batch::collate); nullopt when they differ or one is missing (a list is returned then).
+// collate as client::step::collate); nullopt when they differ or one is missing (a list is returned then).
 std::optional<tensor> stack_rows(const std::vector<const tensor*>& rows) {
   auto r = jitembed::stack(rows);
   if (!r) return std::nullopt;
   return std::move(*r);
 }
 
-nb::dict batch_dict(const py_loader& pl, batch&& b) {
+nb::dict batch_dict(const py_loader& pl, step&& b) {
   nb::dict d;
   nb::list ids, failed;
   std::vector<std::int64_t> indices;
-  std::vector<const loaded_sample*> ok;
+  std::vector<const embedded_sample*> ok;
   for (const auto& s : b.samples) {
     if (s.ok()) {
       ok.push_back(&s);
@@ -213,7 +213,7 @@ nb::dict batch_dict(const py_loader& pl, batch&& b) {
   d["indices"] = to_numpy(idx, false);
   d["failed"] = failed;
   d["epoch"] = b.epoch;
-  d["step"] = b.step;
+  d["step"] = b.index;
   return d;
 }
 
@@ -499,7 +499,7 @@ void register_client(nb::module_& m) {
       .def("__next__",
            [](py_loader& self) {
              jit_loader& l = self.get();
-             result<std::optional<batch>> r = fail(errc::internal, "");
+             result<std::optional<step>> r = fail(errc::internal, "");
              {
                nb::gil_scoped_release nogil;
                r = l.next();

@@ -65,7 +65,7 @@ TEST_CASE("cache key: matches the documented layout hashed by libxxhash") {
   m.part("image");
   m.part("JPEGBYTES");
   const key_field fields[] = {{"image", as_bytes_view("JPEGBYTES")}, {"caption", as_bytes_view("a cat")}};
-  auto k = make_key("vlm", "2024-06", "", fields);
+  auto k = make_key({"vlm", "2024-06", "", fields});
   REQUIRE(k);
   CHECK(k->hash == m.hash());
 }
@@ -116,23 +116,23 @@ TEST_CASE("cache key: length prefixes stop bytes moving between parts") {
 TEST_CASE("cache key: named fields") {
   const key_field ab[] = {{"image", as_bytes_view("img")}, {"caption", as_bytes_view("cap")}};
   const key_field ba[] = {{"caption", as_bytes_view("cap")}, {"image", as_bytes_view("img")}};
-  auto k1 = make_key("m", "v", "p", ab);
-  auto k2 = make_key("m", "v", "p", ba);
+  auto k1 = make_key({"m", "v", "p", ab});
+  auto k2 = make_key({"m", "v", "p", ba});
   REQUIRE(k1);
   REQUIRE(k2);
   CHECK(*k1 == *k2);  // order-independent
 
   const key_field swapped[] = {{"image", as_bytes_view("cap")}, {"caption", as_bytes_view("img")}};
-  CHECK(*make_key("m", "v", "p", swapped) != *k1);
+  CHECK(*make_key({"m", "v", "p", swapped}) != *k1);
   const key_field renamed[] = {{"image", as_bytes_view("img")}, {"captioN", as_bytes_view("cap")}};
-  CHECK(*make_key("m", "v", "p", renamed) != *k1);
+  CHECK(*make_key({"m", "v", "p", renamed}) != *k1);
 
   // One named field is not the single-content key of the same bytes.
   const key_field one[] = {{"image", as_bytes_view("img")}};
-  CHECK(*make_key("m", "v", "p", one) != key_of("m", "v", "p", "img"));
+  CHECK(*make_key({"m", "v", "p", one}) != key_of("m", "v", "p", "img"));
 
   const key_field dup[] = {{"image", as_bytes_view("a")}, {"image", as_bytes_view("b")}};
-  auto bad = make_key("m", "v", "p", dup);
+  auto bad = make_key({"m", "v", "p", dup});
   REQUIRE_FALSE(bad);
   CHECK(bad.code() == errc::invalid_argument);
   CHECK(bad.error().message.find("'image' given twice") != std::string::npos);

@@ -11,18 +11,16 @@
 #include <thread>
 #include <vector>
 
+#include "cache/cache_test_util.hpp"
 #include "jitembed/cache/key.hpp"
 #include "jitembed/cache/memory_cache.hpp"
 
 using namespace jitembed;
 using namespace jitembed::cache;
+using cache_test::key_n;
 
 namespace {
 
-cache_key key_n(std::uint64_t n) {
-  const std::string s = std::to_string(n);
-  return make_key(key_inputs{"m", "v", "", as_bytes_view(s)});
-}
 
 // Deterministic value bytes for (key id, size).
 std::vector<std::byte> value_for(std::uint64_t n, std::size_t size) {

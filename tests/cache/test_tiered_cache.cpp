@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cache/cache_test_util.hpp"
 #include "jitembed/cache/key.hpp"
 #include "jitembed/cache/memory_cache.hpp"
 #include "jitembed/cache/tiered_cache.hpp"
@@ -18,13 +19,10 @@
 
 using namespace jitembed;
 using namespace jitembed::cache;
+using cache_test::key_n;
 
 namespace {
 
-cache_key key_n(std::uint64_t n) {
-  const std::string s = std::to_string(n);
-  return make_key(key_inputs{"m", "v", "", as_bytes_view(s)});
-}
 std::string text_of(const cached_value& v) { return std::string(as_string_view(v.bytes)); }
 
 // A map-backed store that can be switched to fail: `down` makes every call a counted failure (as a

@@ -27,7 +27,7 @@ void text_embed_replay(const text_embed& m, const tensor& tokens, std::vector<fl
 namespace {
 template <class M>
 model_info info_of(const M& m) {
-  return {std::string(m.name()), std::string(m.version()), std::string(m.preprocess_key()), m.dev()};
+  return {std::string(m.name()), std::string(m.version()), std::string(m.preprocess_key()), m.device()};
 }
 }  // namespace
 

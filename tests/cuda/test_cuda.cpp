@@ -57,7 +57,7 @@ TEST_CASE("stream, event and device tensor round trip") {
   tensor host = tensor::empty({1000}, dtype::i32);
   for (int i = 0; i < 1000; ++i) host.data<int>()[i] = i * 3;
   tensor dev = cuda::empty_device(host.shape(), dtype::i32, s);
-  CHECK(dev.dev() == device::cuda(0));
+  CHECK(dev.device() == device::cuda(0));
   cuda::copy_async(dev, host, s);
   auto done = cuda::event::create().value();
   done.record(s);

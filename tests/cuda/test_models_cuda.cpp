@@ -80,7 +80,7 @@ void check_outputs(const std::vector<models::named_tensors>& got, const std::vec
     REQUIRE(got[i].size() == want[i].size());
     for (std::size_t k = 0; k < got[i].size(); ++k) {
       CHECK(got[i][k].first == want[i][k].first);
-      CHECK(got[i][k].second.dev().is_cpu());
+      CHECK(got[i][k].second.device().is_cpu());
       const diff d = compare(got[i][k].second, want[i][k].second);
       const std::string what = "item " + std::to_string(i) + " " + got[i][k].first + " " + std::string(to_string(got[i][k].second.dtype()));
       CHECK_MESSAGE(d.max_rel <= tolerance(got[i][k].second.dtype()), what, " max_rel ", d.max_rel);
@@ -159,8 +159,8 @@ TEST_CASE("models: host replay of the text kernels is bit-identical to the CPU m
     REQUIRE(want.has_value());
     std::vector<float> seq, pooled;
     mt::text_embed_replay(m, tok, seq, pooled);
-    const tensor* ws = models::find_output((*want)[0], "sequence");
-    const tensor* wp = models::find_output((*want)[0], "pooled");
+    const tensor* ws = find_tensor((*want)[0], "sequence");
+    const tensor* wp = find_tensor((*want)[0], "pooled");
     REQUIRE(ws);
     REQUIRE(wp);
     CHECK_MESSAGE(std::memcmp(seq.data(), ws->data(), ws->nbytes()) == 0, text);

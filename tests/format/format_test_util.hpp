@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -14,6 +16,14 @@
 #include "jitembed/format.hpp"
 
 namespace fmt_test {
+
+// Writes `content` to `p`, creating its folders.
+inline void put(const std::filesystem::path& p, jitembed::bytes_view content) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(content.data()), static_cast<std::streamsize>(content.size()));
+}
+inline void put(const std::filesystem::path& p, std::string_view content) { put(p, jitembed::as_bytes_view(content)); }
 
 using namespace jitembed;
 using namespace jitembed::format;

@@ -23,11 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void put(const fs::path& p, bytes_view content) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(content.data()), static_cast<std::streamsize>(content.size()));
-}
-void put(const fs::path& p, std::string_view content) { put(p, as_bytes_view(content)); }
 
 std::string str(bytes_view b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
 

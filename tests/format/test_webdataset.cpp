@@ -12,10 +12,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void put(const fs::path& p, std::string_view content) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary).write(content.data(), static_cast<std::streamsize>(content.size()));
-}
 
 std::string npy_bytes(const std::string& descr, const std::string& shape_text, const std::string& data) {
   std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_text + ", }";

@@ -111,7 +111,7 @@ inline tensor reference(const models::any_model& m, bytes_view raw, const std::s
   auto in = m.preprocess(raw, {}).value();
   std::vector<tensor> batch{in};
   auto out = m.run(batch).value();
-  const tensor* t = models::find_output(out.at(0), output);
+  const tensor* t = find_tensor(out.at(0), output);
   REQUIRE(t != nullptr);
   return *t;
 }
@@ -122,7 +122,7 @@ inline bool same_bytes(const tensor& a, const tensor& b) {
 }
 
 // Every delivered embedding equals the reference model's output for the sample's field.
-inline void check_against_reference(const format::dataset& data, const client::loaded_sample& s) {
+inline void check_against_reference(const format::dataset& data, const client::embedded_sample& s) {
   static const models::any_model img = image_model(), txt = text_model();
   REQUIRE(s.ok());
   auto src = data.get(static_cast<std::size_t>(s.index)).value();
@@ -148,7 +148,7 @@ inline void check_against_reference(const format::dataset& data, const client::l
 struct drained {
   std::vector<std::uint64_t> order;             // data set indices in delivery order
   std::vector<std::size_t> step_sizes;
-  std::vector<client::loaded_sample> samples;
+  std::vector<client::embedded_sample> samples;
 };
 
 // Calls next() until the end of the epoch (or `max_steps` batches); fails the test on an error.

@@ -145,7 +145,7 @@ TEST_CASE("exactly once: three jitembed-server processes, one killed mid-epoch w
     return std::uint64_t{0};
   };
   std::vector<int> seen(kSamples, 0);
-  std::vector<client::loaded_sample> all;
+  std::vector<client::embedded_sample> all;
   bool killed = false, restarted = false;
   std::size_t delivered = 0, killed_at = 0;
   for (;;) {

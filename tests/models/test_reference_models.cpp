@@ -56,7 +56,7 @@ named_tensors run1(const any_model& m, const tensor& item) {
 }
 
 const float* latent_of(const named_tensors& nt) {
-  const tensor* t = find_output(nt, "latent");
+  const tensor* t = find_tensor(nt, "latent");
   REQUIRE(t != nullptr);
   return t->data<float>();
 }
@@ -91,7 +91,7 @@ TEST_CASE("image-latent: shapes, dtypes and metadata") {
   REQUIRE(m.outputs().size() == 1);
   CHECK(m.outputs()[0] == tensor_meta{"latent", dtype::f32, {4, 8, 8}});
   CHECK(m.preprocess_key() == "bucket=64;decode=turbojpeg-rgb-strict;resize=dct-pow2+bilinear-aa-stretch;");
-  CHECK(m.dev() == device::cpu());
+  CHECK(m.device() == device::cpu());
 
   const tensor img = random_image(64, 64, 1);
   auto r = m.run(std::span<const tensor>(&img, 1));
@@ -440,8 +440,8 @@ TEST_CASE("text-embed: positions shorter than ngram_min are zero rows, never NaN
   auto m = text_embed::create({.max_length = 16, .dim = 32, .ngram_min = 2, .ngram_max = 3}).value();
   tensor x = m.preprocess(as_bytes_view("hello"), decode_limits{}).value();
   auto out = m.run(std::span(&x, 1)).value();
-  const tensor* seq = find_output(out[0], "sequence");
-  const tensor* pooled = find_output(out[0], "pooled");
+  const tensor* seq = find_tensor(out[0], "sequence");
+  const tensor* pooled = find_tensor(out[0], "pooled");
   REQUIRE(seq);
   REQUIRE(pooled);
   const float* s = seq->data<float>();

@@ -641,7 +641,8 @@ TEST_CASE("cublas gemm f32 and bf16 match the CPU reference in every transpose c
   if (!have_device()) return;
   JITEMBED_CUDA_CHECK(cudaSetDevice(0));
   auto s = cuda::stream::create().value();
-  cublas_handle h(s);
+  auto h = cublas_handle::create(s).value();
+  CHECK(h.cuda_device() == 0);
   const int m = 37, n = 53, k = 129;
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {

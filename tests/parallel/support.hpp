@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -19,6 +20,13 @@
 #include "jitembed/parallel/store.hpp"
 
 namespace jitembed::parallel::testing {
+
+// Tolerance of the parallel layers' results against their single-process references.
+inline constexpr double kTol = 1e-5;
+
+inline std::string as_string(const std::vector<std::byte>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size());
+}
 
 // Runs fn(comm) on n threads, rank r on thread r, connected through one hash_store. The first exception
 // a rank throws is rethrown here after every thread has finished (a rank that throws destroys its

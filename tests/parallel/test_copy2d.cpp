@@ -156,7 +156,7 @@ TEST_CASE("copy2d: dim collectives and redistribute on device tensors through a 
       const tensor mine = local_chunk(full, 1, n, r);
       const tensor want_gather = all_gather_dim(plain, mine, 1, 7).value();
       const tensor got_gather = all_gather_dim(comm, on_device(mine), 1, 7).value();
-      CHECK(got_gather.dev() == jitembed::device::cuda(0));
+      CHECK(got_gather.device() == jitembed::device::cuda(0));
       CHECK(equal(on_host(got_gather), want_gather));
 
       const tensor partial = randn(shape{2, 7, 3}, 20 + static_cast<std::uint64_t>(r));
@@ -180,7 +180,7 @@ TEST_CASE("copy2d: dim collectives and redistribute on device tensors through a 
         CAPTURE(to.to_string());
         const dtensor got = redistribute(comm, xs, to);
         const dtensor want = redistribute(plain, xh, to);
-        CHECK(got.local.dev() == jitembed::device::cuda(0));
+        CHECK(got.local.device() == jitembed::device::cuda(0));
         CHECK(equal(on_host(got.local), want.local));
         const dtensor back = redistribute(comm, got, placement::shard(1));
         const dtensor back_want = redistribute(plain, want, placement::shard(1));

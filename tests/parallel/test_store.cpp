@@ -12,12 +12,13 @@
 #include <type_traits>
 
 #include "jitembed/parallel/store.hpp"
+#include "support.hpp"
 
 using namespace jitembed;
 using namespace jitembed::parallel;
+using jitembed::parallel::testing::as_string;
 
 namespace {
-std::string as_string(const std::vector<std::byte>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size()); }
 
 template <rendezvous_store S>
 void exercise(S& s) {

@@ -27,12 +27,12 @@
 using namespace jitembed;
 using namespace jitembed::parallel;
 using namespace std::chrono_literals;
+using jitembed::parallel::testing::as_string;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 namespace {
 
-std::string as_string(const std::vector<std::byte>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size()); }
 std::span<const std::byte> as_bytes(const std::string& s) {
   return std::span<const std::byte>(reinterpret_cast<const std::byte*>(s.data()), s.size());
 }

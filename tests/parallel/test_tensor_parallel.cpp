@@ -13,6 +13,7 @@
 
 using namespace jitembed;
 using namespace jitembed::parallel;
+using jitembed::parallel::testing::kTol;
 using jitembed::parallel::testing::randn;
 using jitembed::parallel::testing::rel_error;
 using jitembed::parallel::testing::error_of;
@@ -21,7 +22,6 @@ using jitembed::parallel::testing::run_ranks;
 
 namespace {
 
-constexpr double kTol = 1e-5;
 
 shape last_is(const shape& s, std::int64_t last) {
   shape out = s;

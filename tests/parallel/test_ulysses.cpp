@@ -11,6 +11,7 @@
 
 using namespace jitembed;
 using namespace jitembed::parallel;
+using jitembed::parallel::testing::kTol;
 using jitembed::parallel::testing::randn;
 using jitembed::parallel::testing::rel_error;
 using jitembed::parallel::testing::error_of;
@@ -19,7 +20,6 @@ using jitembed::parallel::testing::run_ranks;
 
 namespace {
 
-constexpr double kTol = 1e-5;
 
 struct attention_ref {
   tensor out, dq, dk, dv;

@@ -292,7 +292,7 @@ TEST_CASE("model repository: per-model failures are in the index while the good 
   CHECK(logged_failure);
 
   // The good model serves, through the service's routes, with the repository attached.
-  s.attach(std::make_shared<model_repository>(*repo));
+  s.attach(*repo);
   auto res = infer(s, "good", bytes_request("text", {"a caption", "another one"}));
   REQUIRE_MESSAGE(res.status == 200, res.body);
   const auto out = decode(res);
@@ -329,6 +329,12 @@ TEST_CASE("model repository: per-model failures are in the index while the good 
   CHECK(cj["parameters"]["model"]["string_value"] == "text-embed");
   CHECK(cj["max_batch_size"] == 8);
   CHECK(cj["dynamic_batching"]["max_queue_delay_microseconds"] == 100);
+
+  // Detached, the index lists only what is loaded: the never-loaded and failed directories are gone.
+  s.detach();
+  auto detached = nlohmann::json::parse(call(s, "POST", "/v2/repository/index").body);
+  CHECK(detached.size() < j.size());
+  for (const auto& e : detached) CHECK(e["state"] == "READY");
 }
 
 TEST_CASE("model repository: load / unload re-read the directory, a failed reload keeps the old version serving") {
@@ -341,7 +347,7 @@ TEST_CASE("model repository: load / unload re-read the directory, a failed reloa
   auto repo = model_repository::open(r);
   REQUIRE(repo);
   auto s = service::create(server_config{}).value();
-  s.attach(std::make_shared<model_repository>(*repo));
+  s.attach(*repo);
   REQUIRE(call(s, "POST", "/v2/repository/models/m/load").status == 200);
   const auto fp1 = repo->fingerprint("m", "1");
   REQUIRE(fp1);

@@ -132,7 +132,7 @@ TEST_CASE("repository torch: a TorchScript image model serves through the servic
   auto r = repo->load(s, "enc");
   REQUIRE_MESSAGE(r, (r ? "" : r.error().message));
   CHECK(repo->ignored("enc") == std::vector<std::string>{"parameters.INFERENCE_MODE"});
-  s.attach(std::make_shared<model_repository>(*repo));
+  s.attach(*repo);
 
   const std::vector<std::string> jpegs = {jpeg_bytes(8, 8, 1), jpeg_bytes(16, 12, 2), jpeg_bytes(8, 8, 3)};
   auto res = infer(s, "enc", bytes_request("image", {jpegs[0], jpegs[1], jpegs[2]}));
@@ -201,7 +201,7 @@ TEST_CASE("repository torch: bad repository content fails that model only, with 
   auto repo = model_repository::open(r, torch_options());
   REQUIRE(repo);
   auto s = service::create(server_config{}).value();
-  s.attach(std::make_shared<model_repository>(*repo));
+  s.attach(*repo);
   CHECK(repo->load_all(s) == 9);
   CHECK(s.loaded() == std::vector<std::pair<std::string, std::string>>{{"good", "1"}, {"proj", "1"}});
 
@@ -245,7 +245,7 @@ TEST_CASE("repository torch: the cache key changes when one weight changes, not 
   auto repo = model_repository::open(d.path, torch_options());
   REQUIRE(repo);
   auto s = service::create(server_config{}).value();
-  s.attach(std::make_shared<model_repository>(*repo));
+  s.attach(*repo);
   REQUIRE(call(s, "POST", "/v2/repository/models/enc/load").status == 200);
   const auto fingerprint = [&] {
     auto meta = nlohmann::json::parse(call(s, "GET", "/v2/models/enc").body);

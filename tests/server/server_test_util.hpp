@@ -126,6 +126,19 @@ inline std::string mp4_bytes(unsigned seed) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
 
+// A service config with one text-embed model (dim 8, max length 8), one preprocess thread, and an
+// emulated encoder time of `sleep_us` per batch.
+inline server::server_config text_config(std::int64_t sleep_us = 0) {
+  server::server_config c;
+  c.preprocess_threads = 1;
+  server::model_config m;
+  m.name = "text-embed";
+  m.params = nlohmann::json{{"text_dim", 8}, {"text_max_length", 8}};
+  if (sleep_us) m.params["sleep_us"] = sleep_us;
+  c.models.push_back(m);
+  return c;
+}
+
 inline std::string_view sv(const byte_buffer& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
 
 }  // namespace server_test

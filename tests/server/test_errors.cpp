@@ -59,7 +59,7 @@ class gated_model {
   std::span<const models::tensor_meta> inputs() const { return m_.inputs(); }
   std::span<const models::tensor_meta> outputs() const { return m_.outputs(); }
   std::size_t max_batch_size() const { return m_.max_batch_size(); }
-  device dev() const { return m_.dev(); }
+  jitembed::device device() const { return m_.device(); }
   result<tensor> preprocess(bytes_view raw, const decode_limits& l) const { return m_.preprocess(raw, l); }
   result<std::vector<models::named_tensors>> run(std::span<const tensor> batch) const {
     {

@@ -14,20 +14,6 @@ using jitembed::server::model_config;
 using jitembed::server::server_config;
 using jitembed::server::service;
 
-namespace {
-
-server_config text_config() {
-  server_config c;
-  c.preprocess_threads = 1;
-  model_config m;
-  m.name = "text-embed";
-  m.params = nlohmann::json{{"text_dim", 8}, {"text_max_length", 8}};
-  c.models.push_back(m);
-  return c;
-}
-
-}  // namespace
-
 TEST_CASE("a handler kept after its service is destroyed answers 503 unavailable, not a dangling call") {
   const auto req = bytes_request("text", {"row"});
   jitembed::net::http::handler kept;

@@ -14,21 +14,6 @@ using jitembed::server::server_config;
 using jitembed::server::service;
 using jitembed::test::eventually;
 
-namespace {
-
-server_config text_config(std::int64_t sleep_us = 0) {
-  server_config c;
-  c.preprocess_threads = 1;
-  model_config m;
-  m.name = "text-embed";
-  m.params = nlohmann::json{{"text_dim", 8}, {"text_max_length", 8}};
-  if (sleep_us) m.params["sleep_us"] = sleep_us;
-  c.models.push_back(m);
-  return c;
-}
-
-}  // namespace
-
 TEST_CASE("service::create loads and warms the configured models, or fails with the first model's error") {
   auto s = service::create(text_config());
   REQUIRE(s);

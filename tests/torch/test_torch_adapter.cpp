@@ -116,7 +116,7 @@ tensor features(float a) {
 }
 
 void check_equal(const tensor& got, const torch::Tensor& want, double atol = 0.0) {
-  REQUIRE(got.dev().is_cpu());
+  REQUIRE(got.device().is_cpu());
   const torch::Tensor g = as_torch(got);
   REQUIRE(g.sizes() == want.sizes());
   if (atol == 0.0) {
@@ -146,7 +146,7 @@ TEST_CASE("torch_model: nn module (Conv2d + Linear) through the adapter equals r
   CHECK(m->name() == "tiny-encoder");
   CHECK(m->inputs().size() == 1);
   CHECK(m->outputs().size() == 2);
-  CHECK(m->dev() == device::cpu());
+  CHECK(m->device() == device::cpu());
 
   const std::vector<tensor> items{random_image(8, 8, 1), random_image(8, 8, 2), random_image(8, 8, 3)};
   auto out = m->run(items);
@@ -475,7 +475,7 @@ TEST_CASE("torch_model: bad batches and bad options are error results, never exc
     CHECK(torch_model::create(tiny_encoder(nullptr), encoder_options()).code() == errc::invalid_argument);
     if (!torch::cuda::is_available()) {
       o = encoder_options();
-      o.dev = device::cuda(0);
+      o.device = device::cuda(0);
       auto c = torch_model::create(net, o);
       REQUIRE_FALSE(c);
       CHECK(c.code() == errc::invalid_argument);

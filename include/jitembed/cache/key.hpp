@@ -45,6 +45,14 @@ struct key_field {
   bytes_view content;
 };
 
+// What a named-fields key is made of: key_inputs with several named contents instead of one.
+struct fields_key_inputs {
+  std::string_view model;
+  std::string_view version;
+  std::string_view preprocess;
+  std::span<const key_field> fields;  // distinct names; their order does not matter
+};
+
 namespace detail {
 
 // Which of the two key layouts follows the version word.
@@ -83,17 +91,16 @@ inline cache_key make_key(const key_inputs& in) {
 // The content address of an embedding computed from several named pieces. Fields are hashed in name
 // order (byte-wise), so the order the caller lists them in does not matter; names must be distinct
 // (errc::invalid_argument otherwise). Never equal to a single-content key (different layout word).
-inline result<cache_key> make_key(std::string_view model, std::string_view version, std::string_view preprocess,
-                                  std::span<const key_field> fields) {
+inline result<cache_key> make_key(const fields_key_inputs& in) {
   std::vector<const key_field*> order;
-  order.reserve(fields.size());
-  for (const auto& f : fields) order.push_back(&f);
+  order.reserve(in.fields.size());
+  for (const auto& f : in.fields) order.push_back(&f);
   std::sort(order.begin(), order.end(), [](const key_field* a, const key_field* b) { return a->name < b->name; });
   for (std::size_t i = 1; i < order.size(); ++i)
     if (order[i - 1]->name == order[i]->name)
       return fail(errc::invalid_argument, "cache key: field name '" + std::string(order[i]->name) + "' given twice");
   hasher128 h;
-  detail::put_head(h, detail::kLayoutFields, model, version, preprocess);
+  detail::put_head(h, detail::kLayoutFields, in.model, in.version, in.preprocess);
   detail::put_u64(h, order.size());
   for (const key_field* f : order) {
     detail::put_part(h, as_bytes_view(f->name));

@@ -54,7 +54,7 @@ inline result<byte_buffer> encode_value(std::span<const named_tensor> tensors, c
   std::vector<byte_buffer> compressed;  // owned payloads the builder references until finish()
   compressed.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
-    if (opt.compression == format::compression::raw || !t.dev().is_cpu() || !t.is_contiguous() || !is_valid(t.dtype())) {
+    if (opt.compression == format::compression::raw || !t.device().is_cpu() || !t.is_contiguous() || !is_valid(t.dtype())) {
       JITEMBED_TRY(b.add_tensor(name, t));  // the builder reports device / layout / dtype errors by name
       continue;
     }

@@ -12,9 +12,9 @@
 #include <utility>
 
 #include "jitembed/client/jit_client.hpp"
-#include "jitembed/client/loader_batch.hpp"
 #include "jitembed/client/loader_options.hpp"
 #include "jitembed/client/loader_stats.hpp"
+#include "jitembed/client/step.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/config.hpp"
 #include "jitembed/core/error.hpp"
@@ -45,12 +45,12 @@ class jit_loader {
   // delivery_order::completion). nullopt once at the end of each epoch; the call after it starts the next
   // epoch (a new permutation). Failed samples are in the batch with their error. errc::cancelled after
   // close(). steps() is the same as a range.
-  result<std::optional<batch>> next();
+  result<std::optional<step>> next();
 
   class step_range;
   // The rest of the current epoch as an input range of steps:
   //   for (int e = 0; e < epochs; ++e) {
-  //     for (client::batch& step : loader.steps()) train(step);
+  //     for (client::step& step : loader.steps()) train(step);
   //     if (auto st = loader.status(); !st) return st;  // why the epoch stopped early (close(): cancelled)
   //   }
   // The range ends at the end of the epoch (the next steps() starts the next one) or at the first error
@@ -83,11 +83,11 @@ class jit_loader::step_range {
  public:
   class iterator {
    public:
-    using value_type = batch;
+    using value_type = step;
     using difference_type = std::ptrdiff_t;
     iterator() = default;
-    batch& operator*() const noexcept { return *range_->current_; }
-    batch* operator->() const noexcept { return &*range_->current_; }
+    step& operator*() const noexcept { return *range_->current_; }
+    step* operator->() const noexcept { return &*range_->current_; }
     iterator& operator++() {
       range_->advance();
       return *this;
@@ -130,7 +130,7 @@ class jit_loader::step_range {
     if (*r) current_.emplace(std::move(**r));
   }
   jit_loader* loader_;
-  std::optional<batch> current_;
+  std::optional<step> current_;
   bool started_ = false;
 };
 

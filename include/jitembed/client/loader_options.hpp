@@ -21,7 +21,7 @@ namespace jitembed::client {
 // model's models::modality: image, video or text), delivered as `name`. A sample without a field of that kind does not get this embedding (it is not an
 // error). Specs with the same model and kind share one request and one cache entry per sample.
 struct embedding_spec {
-  std::string name;                                // key in loaded_sample::embeddings ("latent", "caption")
+  std::string name;                                // key in embedded_sample::embeddings ("latent", "caption")
   std::string model;                               // model name on the service ("image-latent", "text-embed")
   models::modality kind = models::modality::image;
   std::string output;                              // the model output to deliver; empty: the model's first output

@@ -12,6 +12,7 @@
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
+#include "jitembed/core/named_tensors.hpp"
 #include "jitembed/core/tensor.hpp"
 
 namespace jitembed::client {
@@ -34,7 +35,7 @@ struct embed_request {
 struct embed_result {
   std::string model_name;
   std::string model_version;
-  std::vector<std::pair<std::string, tensor>> outputs;
+  named_tensors outputs;
   // Empty when every row succeeded. Otherwise N entries: errc::ok for a row that succeeded, else why that
   // row failed on its own (a 4xx on a multi-row request is resent row by row); a failed row's outputs
   // are zeros.
@@ -42,11 +43,7 @@ struct embed_result {
   std::string endpoint;                      // the endpoint that answered ("local" in local mode)
   int attempts = 1;                          // attempts made, hedges included
 
-  const tensor* find(std::string_view name) const noexcept {
-    for (const auto& [n, t] : outputs)
-      if (n == name) return &t;
-    return nullptr;
-  }
+  const tensor* find(std::string_view name) const noexcept { return find_tensor(outputs, name); }
   bool row_ok(std::size_t i) const noexcept { return row_errors.empty() || row_errors[i].code == errc::ok; }
 };
 

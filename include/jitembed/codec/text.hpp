@@ -25,7 +25,7 @@ using jitembed::validate_utf8;
 
 namespace detail {
 inline result<void> check_text_view(const tensor_view& v) {
-  if (!v.dev().is_cpu()) return fail(errc::invalid_argument, "text: tensor is not on the CPU");
+  if (!v.device().is_cpu()) return fail(errc::invalid_argument, "text: tensor is not on the CPU");
   if (v.dtype() != dtype::u8)
     return fail(errc::dtype_mismatch, "text: dtype " + std::string(to_string(v.dtype())) + " is not u8");
   if (v.rank() != 1) return fail(errc::invalid_argument, "text: rank " + std::to_string(v.rank()) + " tensor, expected 1-D bytes");
@@ -89,7 +89,7 @@ inline result<byte_buffer> encode_tokens(const tensor_view& ids, int level = 3) 
   if (ids.dtype() != dtype::i32 && ids.dtype() != dtype::i64)
     return fail(errc::dtype_mismatch, "tokens: dtype " + std::string(to_string(ids.dtype())) + ", expected i32 or i64");
   if (ids.rank() != 1) return fail(errc::invalid_argument, "tokens: rank " + std::to_string(ids.rank()) + ", expected 1-D");
-  if (!ids.dev().is_cpu() || !ids.is_contiguous())
+  if (!ids.device().is_cpu() || !ids.is_contiguous())
     return fail(errc::invalid_argument, "tokens: tensor must be contiguous on the CPU");
   const zstd_codec z = detail::text_zstd(level, ids.itemsize());
   byte_buffer out(zstd_codec::compress_bound(ids.nbytes()));

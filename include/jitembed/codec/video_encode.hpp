@@ -27,7 +27,7 @@ namespace detail {
 
 // Checks that v is an encodable clip and returns T, H, W.
 inline result<std::array<std::int64_t, 3>> check_encodable_clip(const tensor_view& v) {
-  if (!v.dev().is_cpu()) return fail(errc::invalid_argument, "video: encode needs a CPU tensor");
+  if (!v.device().is_cpu()) return fail(errc::invalid_argument, "video: encode needs a CPU tensor");
   if (v.dtype() != dtype::u8) return fail(errc::dtype_mismatch, "video: encode needs u8, got " + std::string(to_string(v.dtype())));
   if (v.rank() != 4 || v.size(3) != 3)
     return fail(errc::invalid_argument, "video: encode needs [T,H,W,3], got " + v.shape().to_string());

@@ -355,7 +355,7 @@ class zstd_codec {
   }
 
   static result<void> check_view(const tensor_view& v) {
-    if (!v.dev().is_cpu()) return fail(errc::invalid_argument, "zstd: tensor is not on the CPU");
+    if (!v.device().is_cpu()) return fail(errc::invalid_argument, "zstd: tensor is not on the CPU");
     if (!v.is_contiguous()) return fail(errc::invalid_argument, "zstd: tensor is not contiguous");
     if (!is_valid(v.dtype())) return fail(errc::dtype_mismatch, "zstd: invalid dtype");
     return {};

@@ -83,7 +83,7 @@ inline DLManagedTensor* to_dlpack(const tensor& t) {
   }
   auto m = std::make_unique<DLManagedTensor>();
   m->dl_tensor.data = t.data();
-  m->dl_tensor.device = DLDevice{t.dev().is_cpu() ? kDLCPU : kDLCUDA, t.dev().ordinal};
+  m->dl_tensor.device = DLDevice{t.device().is_cpu() ? kDLCPU : kDLCUDA, t.device().ordinal};
   m->dl_tensor.ndim = static_cast<std::int32_t>(t.rank());
   m->dl_tensor.dtype = detail::to_dl_dtype(t.dtype());
   m->dl_tensor.shape = ctx->shape;

@@ -141,7 +141,7 @@ class tensor_view {
   tensor_view() = default;
   tensor_view(void* data, dtype t, const shape& s, device dev = device::cpu())
       : data_(data), dtype_(t), shape_(s), strides_(contiguous_strides(s)), device_(dev) {}
-  tensor_view(void* data, dtype t, const shape& s, const shape& strides, device dev)
+  tensor_view(void* data, dtype t, const shape& s, const shape& strides, jitembed::device dev)
       : data_(data), dtype_(t), shape_(s), strides_(strides), device_(dev) {
     if (strides.size() != s.size()) throw error(errc::invalid_argument, "strides rank != shape rank");
   }
@@ -156,7 +156,7 @@ class tensor_view {
   jitembed::dtype dtype() const noexcept { return dtype_; }
   const jitembed::shape& shape() const noexcept { return shape_; }
   const jitembed::shape& strides() const noexcept { return strides_; }
-  device dev() const noexcept { return device_; }
+  jitembed::device device() const noexcept { return device_; }
   std::size_t rank() const noexcept { return shape_.size(); }
   std::int64_t size(std::size_t dim) const noexcept { return shape_[dim]; }
   std::uint64_t numel() const noexcept {
@@ -195,7 +195,7 @@ class tensor_view {
   jitembed::dtype dtype_ = dtype::u8;
   jitembed::shape shape_{};
   jitembed::shape strides_{};
-  device device_{};
+  jitembed::device device_{};
 };
 
 // Owning tensor: a view plus a shared keep-alive. The keep-alive may be aligned heap storage, a mapped
@@ -241,7 +241,7 @@ class tensor {
   jitembed::dtype dtype() const noexcept { return view_.dtype(); }
   const jitembed::shape& shape() const noexcept { return view_.shape(); }
   const jitembed::shape& strides() const noexcept { return view_.strides(); }
-  device dev() const noexcept { return view_.dev(); }
+  jitembed::device device() const noexcept { return view_.device(); }
   std::size_t rank() const noexcept { return view_.rank(); }
   std::int64_t size(std::size_t d) const noexcept { return view_.size(d); }
   std::uint64_t numel() const noexcept { return view_.numel(); }
@@ -257,12 +257,12 @@ class tensor {
     if (n != nbytes())
       return fail(errc::corrupt_data, "reinterpret: " + std::to_string(nbytes()) + " bytes cannot hold " +
                                           std::string(to_string(t)) + s.to_string());
-    return tensor(owner_, tensor_view(data(), t, s, dev()));
+    return tensor(owner_, tensor_view(data(), t, s, device()));
   }
 
   // A contiguous deep copy (CPU only).
   tensor clone() const {
-    if (!dev().is_cpu()) throw error(errc::invalid_argument, "clone of a non-CPU tensor");
+    if (!device().is_cpu()) throw error(errc::invalid_argument, "clone of a non-CPU tensor");
     tensor r = empty(shape(), dtype());
     if (is_contiguous()) {
       if (nbytes()) std::memcpy(r.data(), data(), nbytes());

@@ -1,5 +1,5 @@
 // stack(): same-shaped CPU tensors into one contiguous [N, ...] tensor (one copy), the collate of a
-// training step (client::batch::collate) and of the Python loader's arrays.
+// training step (client::step::collate) and of the Python loader's arrays.
 #pragma once
 
 #include <cstddef>
@@ -26,7 +26,7 @@ inline result<tensor> stack(std::span<const tensor* const> rows) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const tensor* t = rows[i];
     if (t == nullptr || !t->defined()) return fail(errc::invalid_argument, "stack: row " + std::to_string(i) + " is missing");
-    if (!t->dev().is_cpu()) return fail(errc::invalid_argument, "stack: row " + std::to_string(i) + " is not on the CPU");
+    if (!t->device().is_cpu()) return fail(errc::invalid_argument, "stack: row " + std::to_string(i) + " is not on the CPU");
     if (t->dtype() != first->dtype() || t->shape() != first->shape())
       return fail(errc::invalid_argument, "stack: row " + std::to_string(i) + " is " + std::string(to_string(t->dtype())) +
                                               t->shape().to_string() + ", row 0 is " + std::string(to_string(first->dtype())) +

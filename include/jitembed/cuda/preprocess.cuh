@@ -63,7 +63,7 @@ inline void check_normalize_args(const tensor_view& in, const tensor_view& out) 
   if (in.size(3) < 1 || in.size(3) > kMaxChannels) throw error(errc::invalid_argument, "normalize: 1..4 channels");
   const shape want{in.size(0), in.size(3), in.size(1), in.size(2)};
   if (!(out.shape() == want)) throw error(errc::invalid_argument, "normalize: output must be [N,C,H,W] " + want.to_string());
-  if (in.dev().is_cpu() || out.dev().is_cpu()) throw error(errc::invalid_argument, "normalize: tensors must be on a CUDA device");
+  if (in.device().is_cpu() || out.device().is_cpu()) throw error(errc::invalid_argument, "normalize: tensors must be on a CUDA device");
   if (!in.is_contiguous() || !out.is_contiguous()) throw error(errc::invalid_argument, "normalize: tensors must be contiguous");
 }
 }  // namespace detail

@@ -23,7 +23,7 @@ class batch_view {
 
   // The batch as a whole is bounded by limits.max_record_bytes; each record by the same limits.
   static result<batch_view> parse(bytes_view batch, const decode_limits& limits = {},
-                                  std::shared_ptr<const void> keep_alive = {}) {
+                                  jitembed::keep_alive keep_alive = {}) {
     using detail::load_le;
     const std::byte* b = batch.data();
     const std::size_t size = batch.size();

@@ -45,7 +45,7 @@ struct sample_field {
   jitembed::shape shape{};
   std::uint64_t decoded_size = 0;  // bytes of the decoded form; 0 = unknown (JPEG, video)
   bytes_view bytes;                // into the mapped shard / tar, or into a loose file's buffer
-  std::shared_ptr<const void> keep_alive;  // keeps `bytes` valid (the mapping or the buffer)
+  jitembed::keep_alive keep_alive;  // keeps `bytes` valid (the mapping or the buffer)
 
   // The UTF-8 text of a text / json / bytes field: raw bytes validated, codec text or zstd decompressed
   // under `limits` first. Other kinds: invalid_argument.

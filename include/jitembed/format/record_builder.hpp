@@ -74,7 +74,7 @@ class record_builder {
   }
   // A contiguous CPU tensor: raw (referenced; decodes zero-copy) or zstd (+ optional byte shuffle).
   result<void> add_tensor(std::string_view name, const tensor_view& t, tensor_encoding enc = {}) {
-    if (!t.dev().is_cpu()) return fail(errc::invalid_argument, "record_builder: tensor '" + std::string(name) + "' is not on the CPU");
+    if (!t.device().is_cpu()) return fail(errc::invalid_argument, "record_builder: tensor '" + std::string(name) + "' is not on the CPU");
     if (!t.is_contiguous())
       return fail(errc::invalid_argument, "record_builder: tensor '" + std::string(name) + "' is not contiguous");
     if (!is_valid(t.dtype())) return fail(errc::dtype_mismatch, "record_builder: tensor '" + std::string(name) + "' has an invalid dtype");

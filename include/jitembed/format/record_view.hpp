@@ -118,7 +118,7 @@ class field_view {
 namespace detail {
 struct record_state {
   bytes_view bytes;
-  std::shared_ptr<const void> keep_alive;
+  jitembed::keep_alive keep_alive;
   std::vector<field_view> fields;
   std::uint16_t major = 0, minor = 0;
   std::uint32_t flags = 0;
@@ -138,14 +138,14 @@ class record_view {
   // before allocating anything that depends on them (docs/format.md, "Order of checks: record").
   // `record` must be exactly the record.
   static result<record_view> parse(bytes_view record, const decode_limits& limits = {},
-                                   std::shared_ptr<const void> keep_alive = {});
+                                   jitembed::keep_alive keep_alive = {});
 
   std::uint16_t major() const noexcept { return state_ ? state_->major : 0; }
   std::uint16_t minor() const noexcept { return state_ ? state_->minor : 0; }
   std::uint32_t flags() const noexcept { return state_ ? state_->flags : 0; }
   bytes_view bytes() const noexcept { return state_ ? state_->bytes : bytes_view{}; }
-  const std::shared_ptr<const void>& keep_alive() const noexcept {
-    static const std::shared_ptr<const void> none;
+  const jitembed::keep_alive& keep_alive() const noexcept {
+    static const jitembed::keep_alive none;
     return state_ ? state_->keep_alive : none;
   }
 

@@ -30,14 +30,14 @@ class shard_reader {
     auto m = detail::mapped_file::open(path);
     if (!m) return m.error();
     const bytes_view bytes = (*m)->bytes();
-    auto r = parse(bytes, limits, std::shared_ptr<const void>(*m));
+    auto r = parse(bytes, limits, jitembed::keep_alive(*m));
     if (!r) return fail(r.code(), r.error().message + " (file '" + path + "')");
     return r;
   }
 
   // Reads a shard held in memory; keep_alive (if any) is shared with what the reader hands out.
   static result<shard_reader> parse(bytes_view shard, const decode_limits& limits = {},
-                                     std::shared_ptr<const void> keep_alive = {}) {
+                                     jitembed::keep_alive keep_alive = {}) {
     using detail::load_le;
     const std::byte* b = shard.data();
     const std::size_t size = shard.size();
@@ -128,7 +128,7 @@ class shard_reader {
 
   std::size_t size() const noexcept { return count_; }
   bytes_view bytes() const noexcept { return bytes_; }
-  const std::shared_ptr<const void>& keep_alive() const noexcept { return keep_alive_; }
+  const jitembed::keep_alive& keep_alive() const noexcept { return keep_alive_; }
 
   // The encoded bytes of record i (unchecked beyond the index checks done at open).
   bytes_view record_bytes(std::size_t i) const noexcept {
@@ -154,7 +154,7 @@ class shard_reader {
 
  private:
   bytes_view bytes_;
-  std::shared_ptr<const void> keep_alive_;
+  jitembed::keep_alive keep_alive_;
   decode_limits limits_{};
   const std::byte* index_ = nullptr;
   const std::byte* keys_ = nullptr;

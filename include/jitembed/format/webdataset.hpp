@@ -96,7 +96,7 @@ class webdataset_reader {
   static result<webdataset_reader> open(const std::string& path, const decode_limits& limits = {}) {
     auto m = detail::mapped_file::open(path);
     if (!m) return m.error();
-    auto r = parse((*m)->bytes(), limits, std::shared_ptr<const void>(*m));
+    auto r = parse((*m)->bytes(), limits, jitembed::keep_alive(*m));
     if (!r) return fail(r.code(), r.error().message + " (file '" + path + "')");
     return r;
   }
@@ -106,7 +106,7 @@ class webdataset_reader {
   // one), and "__*__" metadata files at the top level, are skipped; a repeated extension within a sample
   // is an error (errc::corrupt_data).
   static result<webdataset_reader> parse(bytes_view tar, const decode_limits& limits = {},
-                                          std::shared_ptr<const void> keep_alive = {}) {
+                                          jitembed::keep_alive keep_alive = {}) {
     auto members = detail::parse_tar(tar, limits);
     if (!members) return members.error();
     webdataset_reader r;
@@ -166,11 +166,11 @@ class webdataset_reader {
   auto end() const noexcept { return samples_.end(); }
   bytes_view bytes() const noexcept { return bytes_; }
   // Keeps the tar's bytes alive (the mapping for open()); hold it while builders reference the tar.
-  const std::shared_ptr<const void>& keep_alive() const noexcept { return keep_alive_; }
+  const jitembed::keep_alive& keep_alive() const noexcept { return keep_alive_; }
 
  private:
   bytes_view bytes_;
-  std::shared_ptr<const void> keep_alive_;
+  jitembed::keep_alive keep_alive_;
   std::vector<wds_sample> samples_;
 };
 

@@ -27,7 +27,7 @@ class any_model {
   std::span<const tensor_meta> inputs() const { return impl_->inputs(); }
   std::span<const tensor_meta> outputs() const { return impl_->outputs(); }
   std::size_t max_batch_size() const { return impl_->max_batch_size(); }
-  device dev() const { return impl_->dev(); }
+  jitembed::device device() const { return impl_->device(); }
   result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const { return impl_->preprocess(raw, limits); }
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const { return impl_->run(batch); }
 
@@ -48,7 +48,7 @@ class any_model {
     virtual std::span<const tensor_meta> inputs() const = 0;
     virtual std::span<const tensor_meta> outputs() const = 0;
     virtual std::size_t max_batch_size() const = 0;
-    virtual device dev() const = 0;
+    virtual jitembed::device device() const = 0;
     virtual result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const = 0;
     virtual result<std::vector<named_tensors>> run(std::span<const tensor> batch) const = 0;
   };
@@ -62,7 +62,7 @@ class any_model {
     std::span<const tensor_meta> inputs() const override { return m.inputs(); }
     std::span<const tensor_meta> outputs() const override { return m.outputs(); }
     std::size_t max_batch_size() const override { return m.max_batch_size(); }
-    device dev() const override { return m.dev(); }
+    jitembed::device device() const override { return m.device(); }
     result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const override { return m.preprocess(raw, limits); }
     result<std::vector<named_tensors>> run(std::span<const tensor> batch) const override { return m.run(batch); }
     M m;

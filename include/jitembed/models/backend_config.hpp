@@ -37,7 +37,7 @@ struct backend_config {
   std::size_t max_batch_size = 0;          // 0: the model has no batch dimension
   std::vector<backend_tensor> inputs, outputs;
   std::map<std::string, std::string> parameters;  // the config's parameters (string_value)
-  device dev = device::cpu();              // where instances run (instance_group)
+  jitembed::device device = jitembed::device::cpu();              // where instances run (instance_group)
 };
 
 // Makes one model version. Errors name the config file and the field or file at fault: invalid_argument

@@ -35,7 +35,7 @@ class emulated_latency {
   std::span<const tensor_meta> inputs() const { return inner_.inputs(); }
   std::span<const tensor_meta> outputs() const { return inner_.outputs(); }
   std::size_t max_batch_size() const { return inner_.max_batch_size(); }
-  device dev() const { return inner_.dev(); }
+  jitembed::device device() const { return inner_.device(); }
   result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const { return inner_.preprocess(raw, limits); }
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
     const auto pause = opts_.per_batch + opts_.per_item * static_cast<std::int64_t>(batch.size());

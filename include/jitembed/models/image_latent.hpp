@@ -85,7 +85,7 @@ class image_latent {
   std::span<const tensor_meta> inputs() const noexcept { return inputs_; }
   std::span<const tensor_meta> outputs() const noexcept { return outputs_; }
   std::size_t max_batch_size() const noexcept { return opts_.max_batch_size; }
-  device dev() const noexcept { return device::cpu(); }
+  jitembed::device device() const noexcept { return device::cpu(); }
   const image_latent_options& options() const noexcept { return opts_; }
 
   // JPEG bytes -> [bucket, bucket, 3] u8 RGB (the whole image stretched to the square bucket).

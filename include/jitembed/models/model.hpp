@@ -15,6 +15,7 @@
 #include "jitembed/core/dtype.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/limits.hpp"
+#include "jitembed/core/named_tensors.hpp"
 #include "jitembed/core/tensor.hpp"
 
 namespace jitembed::models {
@@ -28,8 +29,8 @@ struct tensor_meta {
   friend bool operator==(const tensor_meta&, const tensor_meta&) = default;
 };
 
-// The outputs of one item, in the order of model::outputs().
-using named_tensors = std::vector<std::pair<std::string, tensor>>;
+// The outputs of one item, in the order of model::outputs() (find_tensor(outs, name) looks one up).
+using jitembed::named_tensors;
 
 // Which raw sample field a model consumes (how a data set walker routes fields to it).
 enum class modality : std::uint8_t { image, video, text };
@@ -55,7 +56,7 @@ constexpr std::string_view to_string(modality m) noexcept {
 // - `m.input_modality()`: which raw field kind preprocess() accepts.
 // - `m.inputs()`, `m.outputs()`: tensor_meta of one preprocessed item and of one item's outputs.
 // - `m.max_batch_size()`: the largest batch run() accepts (>= 1).
-// - `m.dev()`: where run() computes.
+// - `m.device()`: where run() computes.
 // - `m.preprocess(raw, limits)`: untrusted raw field bytes (JPEG, video container, UTF-8) -> the input
 //   tensor of one item, under limits; errors are specific errc values, never crashes.
 // - `m.run(batch)`: one named_tensors per item, in order, each in outputs() order. An item whose dtype or
@@ -71,16 +72,9 @@ concept model = requires(const M& m, bytes_view raw, const decode_limits& limits
   { m.inputs() } -> std::convertible_to<std::span<const tensor_meta>>;
   { m.outputs() } -> std::convertible_to<std::span<const tensor_meta>>;
   { m.max_batch_size() } -> std::convertible_to<std::size_t>;
-  { m.dev() } -> std::same_as<device>;
+  { m.device() } -> std::same_as<device>;
   { m.preprocess(raw, limits) } -> std::same_as<result<tensor>>;
   { m.run(batch) } -> std::same_as<result<std::vector<named_tensors>>>;
 };
-
-// The tensor named `name` in one item's outputs, or nullptr.
-inline const tensor* find_output(const named_tensors& outs, std::string_view name) noexcept {
-  for (const auto& [n, t] : outs)
-    if (n == name) return &t;
-  return nullptr;
-}
 
 }  // namespace jitembed::models

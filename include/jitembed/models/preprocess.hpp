@@ -177,7 +177,7 @@ inline result<void> transform_rgb_into(const std::uint8_t* src, int w, int h, st
 
 // An RGB u8 [h, w, 3] CPU image (rows may be padded) -> a new [3, H, W] f32 tensor.
 inline result<tensor> transform_image(const tensor_view& rgb, const image_preprocess& p, const decode_limits& limits = {}) {
-  if (!rgb.dev().is_cpu() || rgb.dtype() != dtype::u8 || rgb.rank() != 3 || rgb.shape()[2] != 3 || rgb.shape()[0] < 1 ||
+  if (!rgb.device().is_cpu() || rgb.dtype() != dtype::u8 || rgb.rank() != 3 || rgb.shape()[2] != 3 || rgb.shape()[0] < 1 ||
       rgb.shape()[1] < 1 || rgb.strides()[2] != 1 || rgb.strides()[1] != 3)
     return fail(errc::invalid_argument, "image: transform_image takes an interleaved RGB u8 [H, W, 3] CPU image, got " +
                                             std::string(to_string(rgb.dtype())) + rgb.shape().to_string());

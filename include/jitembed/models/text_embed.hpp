@@ -68,7 +68,7 @@ class text_embed {
   std::span<const tensor_meta> inputs() const noexcept { return inputs_; }
   std::span<const tensor_meta> outputs() const noexcept { return outputs_; }
   std::size_t max_batch_size() const noexcept { return opts_.max_batch_size; }
-  device dev() const noexcept { return device::cpu(); }
+  jitembed::device device() const noexcept { return device::cpu(); }
   const text_embed_options& options() const noexcept { return opts_; }
 
   // The projection row of a hash bucket (D floats).

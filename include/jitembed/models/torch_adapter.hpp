@@ -59,7 +59,7 @@ struct torch_model_options {
   // these dtypes and must have these shapes after the batch dim.
   std::vector<tensor_meta> outputs;
   std::size_t max_batch_size = 16;  // >= 1
-  device dev = device::cpu();       // the module is moved there at creation; CUDA needs a CUDA LibTorch
+  jitembed::device device = jitembed::device::cpu();       // the module is moved there at creation; CUDA needs a CUDA LibTorch
   bool outputs_to_cpu = true;       // copy CUDA outputs back to host memory
   bool hash_parameters = true;      // fingerprint parameters and buffers into version() (one pass at creation)
   // [N, input...] on dev -> the argument forward takes (e.g. torch_image_to_nchw_signed). Null: as is.
@@ -100,7 +100,7 @@ class torch_model {
  public:
   // Every create / open checks the options (invalid_argument: empty name, max_batch_size 0, bad tensor_meta,
   // no or duplicate outputs, preprocess without preprocess_key, an image input the reference preprocessing
-  // cannot make) and prepares the module on o.dev (invalid_argument when LibTorch refuses).
+  // cannot make) and prepares the module on o.device (invalid_argument when LibTorch refuses).
 
   // A TorchScript module (e.g. torch::jit::load's result, or one defined in C++ with define()).
   static result<torch_model> create(torch::jit::Module m, torch_model_options o) {
@@ -129,7 +129,7 @@ class torch_model {
                   std::move(o));
   }
   // A model file (o.file_format): a TorchScript archive (torch::jit::load) or an AOTInductor package
-  // (torch::inductor::AOTIModelPackageLoader; its device must be o.dev's, else invalid_argument).
+  // (torch::inductor::AOTIModelPackageLoader; its device must be o.device's, else invalid_argument).
   // errc::not_found when the file does not exist, errc::decode_failed when LibTorch rejects it (a truncated
   // file, one that is not that kind of model), with LibTorch's message.
   static result<torch_model> open(const std::filesystem::path& file, torch_model_options o) {
@@ -152,7 +152,7 @@ class torch_model {
     if (o.aoti_check_inputs) ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
     std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
     try {
-      const c10::DeviceIndex index = o.dev.is_cpu() ? -1 : static_cast<c10::DeviceIndex>(o.dev.ordinal);
+      const c10::DeviceIndex index = o.device.is_cpu() ? -1 : static_cast<c10::DeviceIndex>(o.device.ordinal);
       loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(file.string(), "model", false, o.aoti_runners, index);
     } catch (const std::exception& e) {
       return fail(errc::decode_failed, "torch_model '" + o.name + "': cannot load the " + std::string(kind) + " " +
@@ -170,7 +170,7 @@ class torch_model {
   std::span<const tensor_meta> inputs() const noexcept { return {&s_->opts.input, 1}; }
   std::span<const tensor_meta> outputs() const noexcept { return s_->opts.outputs; }
   std::size_t max_batch_size() const noexcept { return s_->opts.max_batch_size; }
-  device dev() const noexcept { return s_->opts.dev; }
+  jitembed::device device() const noexcept { return s_->opts.device; }
   const torch_model_options& options() const noexcept { return s_->opts; }
   // XXH3-128 hex of the parameters and buffers ("" with hash_parameters off).
   std::string_view parameter_hash() const noexcept { return s_->param_hash; }
@@ -303,7 +303,7 @@ class torch_model {
     }
     try {
       if (o.hash_parameters) s->param_hash = detail::hash_named_tensors(backend->state());
-      s->torch_dev = detail::to_torch_device(o.dev);
+      s->torch_dev = detail::to_torch_device(o.device);
       backend->prepare(s->torch_dev);
     } catch (const std::exception& e) {
       return fail(errc::invalid_argument, who + ": cannot prepare the module: " + detail::torch_what(e));

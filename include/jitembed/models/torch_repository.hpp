@@ -148,7 +148,7 @@ inline result<any_model> open_torch_repository_model(const backend_config& c, bo
   }
   for (auto& [p, m] : outs) o.outputs.push_back(std::move(m));
   JITEMBED_TRY(set_preprocess(*spec, o, file));
-  o.dev = c.dev;
+  o.device = c.device;
   o.hash_parameters = false;  // the repository fingerprints the file's bytes
   o.file_format = aoti ? torch_file_format::aoti_package : torch_file_format::torchscript;
   const std::string filename = c.model_filename.empty() ? (aoti ? "model.pt2" : "model.pt") : c.model_filename;

@@ -58,7 +58,7 @@ class video_latent {
   std::span<const tensor_meta> inputs() const noexcept { return inputs_; }
   std::span<const tensor_meta> outputs() const noexcept { return outputs_; }
   std::size_t max_batch_size() const noexcept { return opts_.max_batch_size; }
-  device dev() const noexcept { return device::cpu(); }
+  jitembed::device device() const noexcept { return device::cpu(); }
   const video_latent_options& options() const noexcept { return opts_; }
 
   // Container bytes (MP4 / WebM / MKV) -> [frames, bucket, bucket, 3] u8 RGB, frames chosen uniformly

@@ -34,7 +34,7 @@ inline tensor_view as_matrix(const tensor_view& x) {
   constexpr std::string_view fn = "as_matrix";
   if (x.numel() != 0 && !x.is_contiguous()) throw error(errc::invalid_argument, "as_matrix: x must be contiguous, got shape " + x.shape().to_string());
   const std::int64_t rows = detail::rows_of(fn, "x", x);
-  return tensor_view(x.data(), x.dtype(), shape{rows, x.size(x.rank() - 1)}, x.dev());
+  return tensor_view(x.data(), x.dtype(), shape{rows, x.size(x.rank() - 1)}, x.device());
 }
 
 // C[M,N] = alpha·op(A)·op(B) + beta·C for 2-D f32 CPU views (op = transpose when trans_*). C must not alias A

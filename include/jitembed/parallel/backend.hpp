@@ -64,7 +64,7 @@ struct cpu_backend {
   }
   tensor upload(const tensor_view& x) const { return download(x); }
   tensor download(const tensor_view& x) const {
-    if (!x.dev().is_cpu() || x.dtype() != jitembed::dtype::f32 || (x.numel() > 0 && !x.is_contiguous())) {
+    if (!x.device().is_cpu() || x.dtype() != jitembed::dtype::f32 || (x.numel() > 0 && !x.is_contiguous())) {
       throw error(errc::invalid_argument, "cpu_backend: expected a contiguous CPU f32 tensor, got " + x.shape().to_string());
     }
     return tensor::wrap(nullptr, x).clone();

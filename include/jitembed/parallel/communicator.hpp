@@ -191,7 +191,7 @@ namespace detail {
 inline result<void> check_buffer(const tensor_view& v, jitembed::device dev, std::string_view what) {
   if (v.numel() > 0 && v.data() == nullptr) return fail(errc::invalid_argument, std::string(what) + ": null data");
   if (!v.is_contiguous()) return fail(errc::invalid_argument, std::string(what) + ": buffer is not contiguous");
-  if (v.dev().type != dev.type || (!dev.is_cpu() && v.dev().ordinal != dev.ordinal)) {
+  if (v.device().type != dev.type || (!dev.is_cpu() && v.device().ordinal != dev.ordinal)) {
     return fail(errc::invalid_argument, std::string(what) + ": buffer is on the wrong device");
   }
   return {};

@@ -94,10 +94,10 @@ namespace detail {
 // Every tensor a function touches is on the CPU, or on the communicator's device when it has device memory.
 template <class C>
 result<void> check_memory(const C& comm, const tensor_view& x, const char* what) {
-  if (x.dev().is_cpu()) return {};
+  if (x.device().is_cpu()) return {};
   if constexpr (device_memory<C>) {
-    if (x.dev() == comm.device()) return {};
-    return fail(errc::invalid_argument, std::string(what) + ": tensor on CUDA device " + std::to_string(x.dev().ordinal) +
+    if (x.device() == comm.device()) return {};
+    return fail(errc::invalid_argument, std::string(what) + ": tensor on CUDA device " + std::to_string(x.device().ordinal) +
                                             ", the communicator's buffers are on device " +
                                             std::to_string(comm.device().ordinal));
   } else {
@@ -143,17 +143,17 @@ template <class C>
 tensor mem_narrow(C& comm, const tensor_view& x, std::size_t dim, std::int64_t start, std::int64_t len) {
   shape s = x.shape();
   s[dim] = len;
-  tensor out = mem_empty(comm, s, x.dtype(), x.dev());
+  tensor out = mem_empty(comm, s, x.dtype(), x.device());
   const slab gx = slab_around(x.shape(), dim, x.itemsize());
-  mem_copy2d(comm, x.dev(), slab_copy(out.data(), slab_around(s, dim, x.itemsize()), 0, x.data(), gx, start, len));
+  mem_copy2d(comm, x.device(), slab_copy(out.data(), slab_around(s, dim, x.itemsize()), 0, x.data(), gx, start, len));
   return out;
 }
 
 // A contiguous copy of x on x's device.
 template <class C>
 tensor mem_clone(C& comm, const tensor_view& x) {
-  tensor out = mem_empty(comm, x.shape(), x.dtype(), x.dev());
-  mem_copy2d(comm, x.dev(), copy2d_desc{out.data(), x.nbytes(), x.data(), x.nbytes(), x.nbytes(), 1});
+  tensor out = mem_empty(comm, x.shape(), x.dtype(), x.device());
+  mem_copy2d(comm, x.device(), copy2d_desc{out.data(), x.nbytes(), x.data(), x.nbytes(), x.nbytes(), 1});
   return out;
 }
 

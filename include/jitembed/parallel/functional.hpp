@@ -49,21 +49,21 @@ inline std::int64_t numel_with(const tensor_view& x, std::size_t dim, std::int64
 inline tensor_view with_extent(void* data, const tensor_view& like, std::size_t dim, std::int64_t extent) {
   shape s = like.shape();
   s[dim] = extent;
-  return tensor_view(data, like.dtype(), s, like.dev());
+  return tensor_view(data, like.dtype(), s, like.device());
 }
 
 // Packs x's chunks along dim (sizes) one after another into a new flat buffer on x's device (rank-major
 // staging): one copy2d per chunk.
 template <class C>
 tensor pack_chunks(C& comm, const tensor_view& x, std::size_t dim, const std::vector<std::int64_t>& sizes) {
-  tensor staging = mem_empty(comm, shape{static_cast<std::int64_t>(x.numel())}, x.dtype(), x.dev());
+  tensor staging = mem_empty(comm, shape{static_cast<std::int64_t>(x.numel())}, x.dtype(), x.device());
   const slab gx = slab_around(x.shape(), dim, x.itemsize());
   auto* at = static_cast<std::byte*>(staging.data());
   std::int64_t start = 0;
   for (auto len : sizes) {
     slab piece = gx;
     piece.extent = len;
-    mem_copy2d(comm, x.dev(), slab_copy(at, piece, 0, x.data(), gx, start, len));
+    mem_copy2d(comm, x.device(), slab_copy(at, piece, 0, x.data(), gx, start, len));
     at += static_cast<std::size_t>(numel_with(x, dim, len)) * x.itemsize();
     start += len;
   }
@@ -80,7 +80,7 @@ void unpack_chunks(C& comm, const tensor& staging, const tensor_view& out, std::
   for (auto len : sizes) {
     slab piece = go;
     piece.extent = len;
-    mem_copy2d(comm, out.dev(), slab_copy(out.data(), go, start, at, piece, 0, len));
+    mem_copy2d(comm, out.device(), slab_copy(out.data(), go, start, at, piece, 0, len));
     at += static_cast<std::size_t>(numel_with(out, dim, len)) * out.itemsize();
     start += len;
   }
@@ -138,14 +138,14 @@ result<tensor> all_gather_dim(C& comm, const tensor_view& local, std::size_t dim
     }
     shape s = local.shape();
     s[dim] = global_size;
-    tensor out = detail::mem_empty(comm, s, local.dtype(), local.dev());
+    tensor out = detail::mem_empty(comm, s, local.dtype(), local.device());
     const std::int64_t row = detail::numel_with(local, dim, 1);
     const auto counts = detail::scaled(sizes, row);
     const bool direct = detail::leading_dim(local, dim);
     tensor staging =
-        direct ? out : detail::mem_empty(comm, shape{static_cast<std::int64_t>(out.numel())}, local.dtype(), local.dev());
-    const tensor_view flat(staging.data(), local.dtype(), shape{static_cast<std::int64_t>(out.numel())}, local.dev());
-    const tensor_view in(local.data(), local.dtype(), shape{static_cast<std::int64_t>(local.numel())}, local.dev());
+        direct ? out : detail::mem_empty(comm, shape{static_cast<std::int64_t>(out.numel())}, local.dtype(), local.device());
+    const tensor_view flat(staging.data(), local.dtype(), shape{static_cast<std::int64_t>(out.numel())}, local.device());
+    const tensor_view in(local.data(), local.dtype(), shape{static_cast<std::int64_t>(local.numel())}, local.device());
     if (detail::all_equal(sizes)) {
       JITEMBED_TRY(comm.all_gather(in, flat));
     } else {
@@ -169,14 +169,14 @@ result<tensor> reduce_scatter_dim(C& comm, const tensor_view& full, std::size_t 
     const std::int64_t mine = sizes[static_cast<std::size_t>(comm.rank())];
     shape s = full.shape();
     s[dim] = mine;
-    tensor out = detail::mem_empty(comm, s, full.dtype(), full.dev());
+    tensor out = detail::mem_empty(comm, s, full.dtype(), full.device());
     const std::int64_t row = detail::numel_with(full, dim, 1);
     const auto counts = detail::scaled(sizes, row);
     const bool direct = detail::leading_dim(full, dim);
     tensor staging = direct ? tensor() : detail::pack_chunks(comm, full, dim, sizes);
     const tensor_view in(direct ? full.data() : staging.data(), full.dtype(), shape{static_cast<std::int64_t>(full.numel())},
-                         full.dev());
-    const tensor_view flat(out.data(), full.dtype(), shape{static_cast<std::int64_t>(out.numel())}, full.dev());
+                         full.device());
+    const tensor_view flat(out.data(), full.dtype(), shape{static_cast<std::int64_t>(out.numel())}, full.device());
     if (detail::all_equal(sizes)) {
       JITEMBED_TRY(comm.reduce_scatter(in, flat, op));
     } else {
@@ -238,13 +238,13 @@ result<tensor> all_to_all_dim(C& comm, const tensor_view& x, std::size_t split_d
     shape s = x.shape();
     s[split_dim] = split_sizes[r];
     s[concat_dim] = global_concat_size;
-    tensor out = detail::mem_empty(comm, s, x.dtype(), x.dev());
+    tensor out = detail::mem_empty(comm, s, x.dtype(), x.device());
     tensor send = detail::pack_chunks(comm, x, split_dim, split_sizes);
     std::int64_t recv_total = 0;
     for (auto c : recv_counts) recv_total += c;
-    tensor recv = detail::mem_empty(comm, shape{recv_total}, x.dtype(), x.dev());
-    const tensor_view send_flat(send.data(), x.dtype(), shape{static_cast<std::int64_t>(send.numel())}, x.dev());
-    const tensor_view recv_flat(recv.data(), x.dtype(), shape{recv_total}, x.dev());
+    tensor recv = detail::mem_empty(comm, shape{recv_total}, x.dtype(), x.device());
+    const tensor_view send_flat(send.data(), x.dtype(), shape{static_cast<std::int64_t>(send.numel())}, x.device());
+    const tensor_view recv_flat(recv.data(), x.dtype(), shape{recv_total}, x.device());
     // Decided from the global chunk sizes, so every rank picks the same collective (a rank whose own counts
     // happen to be equal, e.g. all zero, must still join an uneven exchange).
     if (detail::all_equal(split_sizes) && detail::all_equal(concat_sizes)) {
@@ -259,7 +259,7 @@ result<tensor> all_to_all_dim(C& comm, const tensor_view& x, std::size_t split_d
     for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) {
       slab piece = go;
       piece.extent = concat_sizes[j];
-      detail::mem_copy2d(comm, x.dev(), slab_copy(out.data(), go, start, at, piece, 0, concat_sizes[j]));
+      detail::mem_copy2d(comm, x.device(), slab_copy(out.data(), go, start, at, piece, 0, concat_sizes[j]));
       at += static_cast<std::size_t>(recv_counts[j]) * x.itemsize();
       start += concat_sizes[j];
     }

@@ -286,7 +286,7 @@ tensor boundary_move(C& parent, const tensor_view* local, const shape& global, c
                                             std::string(to_string(local->dtype())) + ", the transform was asked for " +
                                             std::string(to_string(dt)));
     }
-    if (!local->dev().is_cpu() || (local->numel() > 0 && !local->is_contiguous())) {
+    if (!local->device().is_cpu() || (local->numel() > 0 && !local->is_contiguous())) {
       throw error(errc::invalid_argument, std::string(what) + ": the tensor must be a contiguous CPU tensor");
     }
   }

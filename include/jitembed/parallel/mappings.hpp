@@ -27,14 +27,14 @@ namespace detail {
 
 // A contiguous copy of a CPU view (what identity mappings return): core's tensor::clone.
 inline result<tensor> copy_tensor(const tensor_view& x) {
-  if (!x.dev().is_cpu()) return fail(errc::invalid_argument, "tensor-parallel mapping: CPU tensors only");
+  if (!x.device().is_cpu()) return fail(errc::invalid_argument, "tensor-parallel mapping: CPU tensors only");
   return tensor::wrap(nullptr, x).clone();
 }
 
 // A contiguous copy of x on its device: the CPU, or the communicator's (copy2d.hpp).
 template <communicator C>
 result<tensor> copy_on(C& comm, const tensor_view& x) {
-  if (x.dev().is_cpu()) return copy_tensor(x);
+  if (x.device().is_cpu()) return copy_tensor(x);
   if (!x.is_contiguous()) return fail(errc::invalid_argument, "tensor-parallel mapping: tensor is not contiguous");
   JITEMBED_TRY(check_memory(comm, x, "tensor-parallel mapping"));
   return capture("tensor-parallel mapping", [&] { return mem_clone(comm, x); });
@@ -68,7 +68,7 @@ template <communicator C>
 result<tensor> split_dim(C& comm, const tensor_view& x, std::size_t dim, const char* what) {
   JITEMBED_TRY(check_divisible(x, dim, comm.size(), what));
   if (comm.size() == 1) return copy_on(comm, x);
-  if (x.dev().is_cpu()) return capture(what, [&] { return local_chunk(x, dim, comm.size(), comm.rank()); });
+  if (x.device().is_cpu()) return capture(what, [&] { return local_chunk(x, dim, comm.size(), comm.rank()); });
   if (!x.is_contiguous()) return fail(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
   JITEMBED_TRY(check_memory(comm, x, what));
   const std::int64_t n = x.size(dim);

@@ -123,7 +123,7 @@ template <communicator C>
 tensor placement_partial_of(C& comm, const tensor_view& x, const char* what) {
   if (comm.rank() == 0) return placement_copy(comm, x, what);
   check_memory(comm, x, what).value();
-  return mem_zeros(comm, x.shape(), x.dtype(), x.dev());
+  return mem_zeros(comm, x.shape(), x.dtype(), x.device());
 }
 
 // This rank's chunk of x along dim (torch.chunk layout), as a contiguous copy on x's device.

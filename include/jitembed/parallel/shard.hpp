@@ -46,7 +46,7 @@ inline slab slab_of(const tensor_view& x, std::size_t dim, const char* what) {
                                             std::to_string(x.rank()) + " tensor");
   }
   if (!x.is_contiguous()) throw error(errc::invalid_argument, std::string(what) + ": tensor is not contiguous");
-  if (!x.dev().is_cpu()) throw error(errc::invalid_argument, std::string(what) + ": CPU tensors only");
+  if (!x.device().is_cpu()) throw error(errc::invalid_argument, std::string(what) + ": CPU tensors only");
   return slab_around(x.shape(), dim, x.itemsize());
 }
 

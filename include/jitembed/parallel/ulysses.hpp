@@ -25,7 +25,7 @@ namespace detail {
 
 // On `dev` (the CPU, or the device of the communicator / backend), contiguous, [B, S, H, D].
 inline result<void> check_bshd(const tensor_view& x, const char* what, const char* name, jitembed::device dev = {}) {
-  if (x.dev() != dev) {
+  if (x.device() != dev) {
     return fail(errc::invalid_argument, std::string(what) + ": " + name +
                                             (dev.is_cpu() ? std::string(" must be a CPU tensor")
                                                           : " must be on CUDA device " + std::to_string(dev.ordinal)));
@@ -54,7 +54,7 @@ inline result<void> check_heads_divisible(std::int64_t heads, int degree, const 
 template <communicator C>
 result<tensor> try_seq_to_head(C& comm, const tensor_view& x, std::int64_t seq_len = -1) {
   constexpr const char* what = "seq_to_head";
-  JITEMBED_TRY(detail::check_bshd(x, what, "x", x.dev().is_cpu() ? jitembed::device::cpu() : comm.device()));
+  JITEMBED_TRY(detail::check_bshd(x, what, "x", x.device().is_cpu() ? jitembed::device::cpu() : comm.device()));
   JITEMBED_TRY(detail::check_heads_divisible(x.size(2), comm.size(), what));
   if (seq_len < 0) seq_len = x.size(1) * comm.size();
   if (comm.size() == 1) {
@@ -78,7 +78,7 @@ tensor seq_to_head(C& comm, const tensor_view& x, std::int64_t seq_len = -1) {
 template <communicator C>
 result<tensor> try_head_to_seq(C& comm, const tensor_view& x) {
   constexpr const char* what = "head_to_seq";
-  JITEMBED_TRY(detail::check_bshd(x, what, "x", x.dev().is_cpu() ? jitembed::device::cpu() : comm.device()));
+  JITEMBED_TRY(detail::check_bshd(x, what, "x", x.device().is_cpu() ? jitembed::device::cpu() : comm.device()));
   if (comm.size() == 1) return detail::copy_on(comm, x);
   return all_to_all_dim(comm, x, 1, 2, x.size(2) * comm.size());
 }

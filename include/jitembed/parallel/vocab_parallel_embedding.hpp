@@ -59,7 +59,7 @@ class vocab_parallel_embedding {
       }
       JITEMBED_TRY(detail::tp_check_seq_divisible(ids.size(seq_dim_), seq_dim_, comm_.size(), what));
     }
-    if (ids.dev().is_cpu()) {
+    if (ids.device().is_cpu()) {
       const std::int64_t* id = ids.data<const std::int64_t>();
       const auto count = static_cast<std::int64_t>(ids.numel());
       for (std::int64_t i = 0; i < count; ++i) {

@@ -283,7 +283,7 @@ class model_repository final : public model_source {
     bc.inputs = to_backend(rc->inputs);
     bc.outputs = to_backend(rc->outputs);
     bc.parameters = backend_params;
-    bc.dev = rc->kind == instance_kind::gpu ? device::cuda(rc->gpu) : device::cpu();
+    bc.device = rc->kind == instance_kind::gpu ? device::cuda(rc->gpu) : device::cpu();
 
     // Every version made (and fingerprinted) before any is switched in.
     std::vector<std::pair<model_config, models::any_model>> made;

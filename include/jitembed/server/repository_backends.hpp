@@ -58,7 +58,7 @@ inline result<models::any_model> jitembed_backend_model::create(const models::ba
                                                  "video_bucket, video_frames, text_max_length, text_dim, output_dtype)");
     params[k] = v;
   }
-  if (!c.dev.is_cpu())
+  if (!c.device.is_cpu())
     return fail(errc::invalid_argument, file + ": instance_group kind KIND_GPU: the jitembed backend's reference models run on the CPU here");
   const std::string kind = c.parameters.count("model") ? c.parameters.at("model") : c.name;
   auto o = parse_reference_params(params);

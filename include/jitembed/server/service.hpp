@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -84,10 +85,17 @@ class service final : public model_loader {
   // (name, version) of every loaded model version.
   std::vector<std::pair<std::string, std::string>> loaded() const override { return core_->registry().loaded(); }
 
-  // Attaches a model repository (server::model_repository, component jitembed::repository): the
-  // /v2/repository routes then index, load and unload its models from its directory (re-read on every
-  // call); other models keep the parameter-driven load route. nullptr detaches.
-  void attach(std::shared_ptr<model_source> source) { core_->registry().attach(std::move(source)); }
+  // Attaches a model repository (server::model_repository, component jitembed::repository, or another
+  // model_source that is a copyable handle): the /v2/repository routes then index, load and unload its
+  // models from its directory (re-read on every call); other models keep the parameter-driven load route.
+  // The service keeps a copy (a handle: it shares the repository's state with the caller's copy).
+  template <class Source>
+    requires std::derived_from<Source, model_source> && std::copy_constructible<Source>
+  void attach(Source source) {
+    core_->registry().attach(std::make_shared<Source>(std::move(source)));
+  }
+  // Detaches the repository: the /v2/repository load and unload routes answer for loaded models only.
+  void detach() { core_->registry().attach(nullptr); }
 
   // What GET/POST /v2/repository/index answers: the attached repository's models (loaded versions,
   // failures with their reason, models never loaded), then every other loaded version.

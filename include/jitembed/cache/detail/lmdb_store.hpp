@@ -294,7 +294,7 @@ class lmdb_store {
     stats_.hits.fetch_add(1, std::memory_order_relaxed);
     stats_.bytes_read.fetch_add(v->size(), std::memory_order_relaxed);
     touch(kb);
-    return cached_value{*v, std::shared_ptr<const void>(snap, snap.get())};
+    return cached_value{*v, jitembed::keep_alive(snap, snap.get())};
   }
 
   // Removes a value that failed its check, unless it was replaced by an intact one meanwhile.

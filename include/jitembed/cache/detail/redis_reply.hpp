@@ -100,7 +100,7 @@ struct reply {
   long long integer = 0;
   std::string text;
   bytes_view data;
-  std::shared_ptr<const void> owner;
+  jitembed::keep_alive owner;
 };
 
 // Collects the replies of one exchange: hiredis's reader calls the functions below with the sink as

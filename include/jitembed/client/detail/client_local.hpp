@@ -23,7 +23,7 @@
 #include "jitembed/client/options.hpp"
 #include "jitembed/client/stats.hpp"
 #include "jitembed/core/limits.hpp"
-#include "jitembed/models/sample_input.hpp"
+#include "jitembed/models/preprocess_input.hpp"
 
 namespace jitembed::client::detail {
 

@@ -21,7 +21,7 @@ JITEMBED_DECL jit_loader::jit_loader(std::unique_ptr<detail::loader_state> s) : 
 JITEMBED_DECL jit_loader::jit_loader(jit_loader&&) noexcept = default;
 JITEMBED_DECL jit_loader& jit_loader::operator=(jit_loader&&) noexcept = default;
 JITEMBED_DECL jit_loader::~jit_loader() = default;
-JITEMBED_DECL result<std::optional<batch>> jit_loader::next() { return state_->next(); }
+JITEMBED_DECL result<std::optional<step>> jit_loader::next() { return state_->next(); }
 JITEMBED_DECL byte_buffer jit_loader::state() const { return state_->state(); }
 JITEMBED_DECL loader_stats jit_loader::stats() const { return state_->stats(); }
 JITEMBED_DECL std::uint64_t jit_loader::epoch() const { return state_->epoch(); }

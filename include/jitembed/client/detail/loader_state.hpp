@@ -39,7 +39,7 @@
 #include "jitembed/client/detail/loader_checkpoint.hpp"
 #include "jitembed/client/epoch_plan.hpp"
 #include "jitembed/client/jit_client.hpp"
-#include "jitembed/client/loader_batch.hpp"
+#include "jitembed/client/step.hpp"
 #include "jitembed/client/loader_options.hpp"
 #include "jitembed/client/loader_stats.hpp"
 #include "jitembed/format/dataset.hpp"
@@ -72,7 +72,7 @@ using named_rows = std::vector<std::pair<std::string, tensor>>;
 
 struct chunk_sample {
   std::uint64_t epoch = 0, pos = 0;
-  loaded_sample out;
+  embedded_sample out;
   format::sample src;                           // keeps the field bytes alive until the chunk completes
   std::vector<std::string> texts;               // per group: owned UTF-8 of a text field
   std::vector<bytes_view> content;              // per group: the bytes sent and hashed
@@ -123,7 +123,7 @@ class loader_state {
     return fail(errc::internal, std::string("jit_loader: ") + e.what());
   }
 
-  result<std::optional<batch>> next() {
+  result<std::optional<step>> next() {
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_lock lock(mu_);
     if (closed_) return fail(errc::cancelled, "jit_loader: closed");
@@ -137,7 +137,7 @@ class loader_state {
       es.s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - es.begin).count();
       start_epoch_locked(epoch_ + 1);
       cv_.notify_all();
-      return std::optional<batch>{};
+      return std::optional<step>{};
     }
     const std::uint64_t size = plan_.step_size(steps_done_);
     std::vector<std::uint64_t> want;
@@ -158,9 +158,9 @@ class loader_state {
       }
     }
     if (closed_) return fail(errc::cancelled, "jit_loader: closed while waiting");
-    batch b;
+    step b;
     b.epoch = epoch_;
-    b.step = steps_done_++;
+    b.index = steps_done_++;
     b.samples.reserve(want.size());
     std::uint64_t failed = 0;
     for (auto p : want) {
@@ -187,7 +187,7 @@ class loader_state {
       cur.max_wait_s = std::max(cur.max_wait_s, waited);
     }
     cv_.notify_all();  // room in the window
-    return std::optional<batch>(std::move(b));
+    return std::optional<step>(std::move(b));
   }
 
   byte_buffer state() const {
@@ -368,7 +368,7 @@ class loader_state {
   epoch_plan plan_;
   std::vector<bool> delivered_;
   std::uint64_t steps_done_ = 0, head_ = 0, next_admit_ = 0;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, loaded_sample> ready_;  // by (epoch, position)
+  std::map<std::pair<std::uint64_t, std::uint64_t>, embedded_sample> ready_;  // by (epoch, position)
   std::uint64_t ready_current_ = 0;                // entries of ready_ in epoch_
   std::optional<epoch_plan> next_plan_;            // the next epoch's, once admission reached it
   std::uint64_t next_epoch_ = 0, next_epoch_admit_ = 0;

@@ -256,7 +256,7 @@ inline void loader_state::on_finished(finished_request f) {
         bad = fail(errc::internal, std::to_string(r.row_errors.size()) + " row errors for " + std::to_string(n) + " rows");
       for (const auto& [name, t] : r.outputs) {
         if (bad) break;
-        if (!t.dev().is_cpu() || !t.is_contiguous() || t.rank() == 0 || t.size(0) != static_cast<std::int64_t>(n))
+        if (!t.device().is_cpu() || !t.is_contiguous() || t.rank() == 0 || t.size(0) != static_cast<std::int64_t>(n))
           bad = fail(errc::internal, "output '" + name + "' of shape " + t.shape().to_string() + " for " + std::to_string(n) + " rows");
       }
       if (!bad && r.outputs.empty()) bad = fail(errc::internal, "no outputs");

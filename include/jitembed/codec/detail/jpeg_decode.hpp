@@ -290,7 +290,7 @@ inline result<void> run_decode(bytes_view jpeg, const decode_plan& p, const jpeg
 // Checks that an interleaved u8 HWC (or HW for gray) view on the CPU can take the plan's output; returns its
 // row pitch in bytes.
 inline result<std::ptrdiff_t> check_output_view(const tensor_view& out, const decode_plan& p) {
-  if (!out.dev().is_cpu()) return fail(errc::invalid_argument, "jpeg: output view is not on the CPU");
+  if (!out.device().is_cpu()) return fail(errc::invalid_argument, "jpeg: output view is not on the CPU");
   if (out.dtype() != dtype::u8) return fail(errc::dtype_mismatch, "jpeg: output view dtype is not u8");
   const shape want = p.output_shape();
   const bool rank3 = out.rank() == 3 && out.shape() == want;

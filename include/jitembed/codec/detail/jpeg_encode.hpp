@@ -25,7 +25,7 @@ struct encode_plan {
 };
 
 inline result<encode_plan> plan_encode(const tensor_view& v, const jpeg_encode_options& opts) {
-  if (!v.dev().is_cpu()) return fail(errc::invalid_argument, "jpeg: encode input is not on the CPU");
+  if (!v.device().is_cpu()) return fail(errc::invalid_argument, "jpeg: encode input is not on the CPU");
   if (v.dtype() != dtype::u8) return fail(errc::dtype_mismatch, "jpeg: encode input dtype is not u8");
   if (v.rank() != 2 && v.rank() != 3)
     return fail(errc::invalid_argument, "jpeg: encode input " + v.shape().to_string() + " is not [H,W,C] or [H,W]");

@@ -439,7 +439,7 @@ inline result<video_decode_plan> plan_video_decode(bytes_view data, const video_
 
 // Checks that `out` can take the plan's output: a contiguous u8 CPU tensor of exactly its shape.
 inline result<void> check_video_out_view(const tensor_view& out) {
-  if (!out.dev().is_cpu()) return fail(errc::invalid_argument, "video: output tensor is not on the CPU");
+  if (!out.device().is_cpu()) return fail(errc::invalid_argument, "video: output tensor is not on the CPU");
   if (out.dtype() != dtype::u8)
     return fail(errc::invalid_argument, "video: output tensor dtype " + std::string(to_string(out.dtype())) + " is not u8");
   if (out.rank() != 4) return fail(errc::invalid_argument, "video: output tensor has rank " + std::to_string(out.rank()) + ", expected [T,H,W,3]");

@@ -167,7 +167,7 @@ inline auto dataset::read(const detail::ds_record_source& s, std::size_t) const 
   auto buf = detail::read_file_bounded(s.path, state_->options.limits.max_record_bytes);
   if (!buf) return sample_error(s.id, buf.error());
   const bytes_view bytes((*buf)->data(), (*buf)->size());
-  return from_record(s.id, record_view::parse(bytes, state_->options.limits, std::shared_ptr<const void>(*buf)));
+  return from_record(s.id, record_view::parse(bytes, state_->options.limits, jitembed::keep_alive(*buf)));
 }
 
 inline auto dataset::read(const detail::ds_tar_source& s, std::size_t i) const -> result<sample> {
@@ -194,7 +194,7 @@ inline auto dataset::read(const detail::ds_loose_source& s, std::size_t i) const
     const bytes_view bytes((*buf)->data(), (*buf)->size());
     out.fields.push_back({m.name, m.kind, m.codec, jitembed::dtype::u8, {},
                           m.kind == field_kind::text ? static_cast<std::uint64_t>(bytes.size()) : 0, bytes,
-                          std::shared_ptr<const void>(*buf)});
+                          jitembed::keep_alive(*buf)});
   }
   return out;
 }

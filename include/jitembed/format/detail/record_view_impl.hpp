@@ -119,7 +119,7 @@ inline result<std::string> field_view::text(const decode_limits& lim, checksum_p
 // ---- record_view::parse -------------------------------------------------------------------------
 
 inline result<record_view> record_view::parse(bytes_view rec, const decode_limits& lim,
-                                              std::shared_ptr<const void> keep_alive) {
+                                              jitembed::keep_alive keep_alive) {
   using detail::load_le;
   const std::byte* b = rec.data();
   const std::size_t size = rec.size();

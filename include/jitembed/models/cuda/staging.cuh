@@ -110,7 +110,7 @@ class cuda_model_base {
   std::span<const tensor_meta> inputs() const noexcept { return cpu_.inputs(); }
   std::span<const tensor_meta> outputs() const noexcept { return cpu_.outputs(); }
   std::size_t max_batch_size() const noexcept { return cpu_.max_batch_size(); }
-  device dev() const noexcept { return device::cuda(ordinal_); }
+  jitembed::device device() const noexcept { return device::cuda(ordinal_); }
   const options_type& options() const noexcept { return cpu_.options(); }
   // The CPU model this one reproduces (preprocessing runs there).
   const Cpu& reference() const noexcept { return cpu_; }

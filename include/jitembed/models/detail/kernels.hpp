@@ -155,7 +155,7 @@ inline result<void> check_batch(std::string_view model, std::span<const tensor> 
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const tensor& t = batch[i];
     const std::string where = std::string(model) + ": batch[" + std::to_string(i) + "] '" + in.name + "'";
-    if (!t.dev().is_cpu()) return fail(errc::invalid_argument, where + " is not on the CPU");
+    if (!t.device().is_cpu()) return fail(errc::invalid_argument, where + " is not on the CPU");
     if (t.dtype() != in.type)
       return fail(errc::dtype_mismatch, where + " is " + std::string(to_string(t.dtype())) + ", expected " +
                                             std::string(to_string(in.type)));

@@ -171,7 +171,7 @@ inline result<std::vector<tensor>> split_output(std::string_view model, torch::T
                                  element_size(meta.type);
   auto* base = static_cast<std::byte*>(whole->data());
   for (std::size_t i = 0; i < n; ++i)
-    items.push_back(tensor::wrap(whole->owner(), tensor_view(base + i * item_bytes, meta.type, item, whole->dev())));
+    items.push_back(tensor::wrap(whole->owner(), tensor_view(base + i * item_bytes, meta.type, item, whole->device())));
   return items;
 }
 

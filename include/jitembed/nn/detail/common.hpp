@@ -37,7 +37,7 @@ inline void require(std::string_view fn, std::string_view name, const tensor_vie
   if (v.dtype() != t)
     throw error(errc::dtype_mismatch, std::string(fn) + ": " + std::string(name) + " must be " + std::string(to_string(t)) +
                                           ", got " + std::string(to_string(v.dtype())) + v.shape().to_string());
-  if (!v.dev().is_cpu()) throw_arg(fn, std::string(name) + " must be a CPU tensor, got a CUDA tensor " + v.shape().to_string());
+  if (!v.device().is_cpu()) throw_arg(fn, std::string(name) + " must be a CPU tensor, got a CUDA tensor " + v.shape().to_string());
   // (an empty view has nothing to lay out; core's is_contiguous says no for zero extents)
   if (v.numel() != 0 && !v.is_contiguous()) throw_arg(fn, std::string(name) + " must be contiguous, got shape " + v.shape().to_string() +
                                             " strides " + v.strides().to_string());

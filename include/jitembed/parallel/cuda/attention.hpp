@@ -58,7 +58,7 @@ inline cuda_attention_saved cuda_attention_forward(cublas_handle& h, const tenso
   const dtype t = q.dtype();
   const auto s = h.stream();
   const std::size_t es = q.itemsize();
-  cuda_attention_saved saved{jitembed::cuda::empty_device(shape{b, hh, sq, sk}, dtype::f32, s, h.device())};
+  cuda_attention_saved saved{jitembed::cuda::empty_device(shape{b, hh, sq, sk}, dtype::f32, s, h.cuda_device())};
   const float scale = d > 0 ? 1.0f / std::sqrt(static_cast<float>(d)) : 1.0f;
   auto* p = saved.probs.data<float>();
   for (std::int64_t bi = 0; bi < b; ++bi) {
@@ -67,7 +67,7 @@ inline cuda_attention_saved cuda_attention_forward(cublas_handle& h, const tenso
                          p + bi * hh * sq * sk, dtype::f32, sk, sq * sk, hh);
   }
   kernels::softmax_rows(p, b * hh, sq, sk, causal, s.get());
-  const tensor pc = detail::as_dtype(saved.probs, t, s, h.device());
+  const tensor pc = detail::as_dtype(saved.probs, t, s, h.cuda_device());
   for (std::int64_t bi = 0; bi < b; ++bi) {
     detail::gemm_batched(h, false, false, sq, d, sk, 1.0f, static_cast<const std::byte*>(pc.data()) + bi * hh * sq * sk * pc.view().itemsize(),
                          t, sk, sq * sk, static_cast<const std::byte*>(v.data()) + bi * sk * ld * es, t, ld, d, 0.0f,
@@ -88,8 +88,8 @@ inline void cuda_attention_backward(cublas_handle& h, const tensor_view& q, cons
   const auto at = [&](const tensor_view& x, std::int64_t rows, std::int64_t bi) {
     return static_cast<std::byte*>(x.data()) + bi * rows * ld * es;
   };
-  const tensor pc = detail::as_dtype(saved.probs, t, s, h.device());
-  tensor ds = jitembed::cuda::empty_device(shape{b, hh, sq, sk}, dtype::f32, s, h.device());
+  const tensor pc = detail::as_dtype(saved.probs, t, s, h.cuda_device());
+  tensor ds = jitembed::cuda::empty_device(shape{b, hh, sq, sk}, dtype::f32, s, h.cuda_device());
   const std::int64_t ps = sq * sk;
   for (std::int64_t bi = 0; bi < b; ++bi) {
     const auto* pb = static_cast<const std::byte*>(pc.data()) + bi * hh * ps * pc.view().itemsize();
@@ -99,7 +99,7 @@ inline void cuda_attention_backward(cublas_handle& h, const tensor_view& q, cons
                          ds.data<float>() + bi * hh * ps, dtype::f32, sk, ps, hh);
   }
   kernels::softmax_backward_rows(saved.probs.data<const float>(), ds.data<float>(), b * hh * sq, sk, s.get());
-  const tensor dsc = detail::as_dtype(ds, t, s, h.device());
+  const tensor dsc = detail::as_dtype(ds, t, s, h.cuda_device());
   for (std::int64_t bi = 0; bi < b; ++bi) {
     const auto* db = static_cast<const std::byte*>(dsc.data()) + bi * hh * ps * dsc.view().itemsize();
     detail::gemm_batched(h, false, false, sq, d, sk, scale, db, t, sk, ps, at(k, sk, bi), t, ld, d, 0.0f, at(dq, sq, bi), t,

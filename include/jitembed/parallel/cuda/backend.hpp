@@ -50,8 +50,8 @@ cudaStream_t comm_stream(C& comm) {
 struct cuda_backend_state {
   cublas_handle blas;
   jitembed::cuda::event fork, join;  // compute → communication, communication → compute
-  cuda_backend_state(jitembed::cuda::stream_ref s, jitembed::cuda::event f, jitembed::cuda::event j)
-      : blas(s), fork(std::move(f)), join(std::move(j)) {}
+  cuda_backend_state(cublas_handle b, jitembed::cuda::event f, jitembed::cuda::event j)
+      : blas(std::move(b)), fork(std::move(f)), join(std::move(j)) {}
 };
 
 }  // namespace detail
@@ -71,8 +71,9 @@ class cuda_backend {
       JITEMBED_CUDA_CHECK(cudaGetDevice(&dev));
       JITEMBED_ASSIGN_OR_RETURN(auto fork, jitembed::cuda::event::create());
       JITEMBED_ASSIGN_OR_RETURN(auto join, jitembed::cuda::event::create());
+      JITEMBED_ASSIGN_OR_RETURN(auto blas, cublas_handle::create(stream));
       return cuda_backend(
-          std::make_shared<detail::cuda_backend_state>(stream, std::move(fork), std::move(join)), stream,
+          std::make_shared<detail::cuda_backend_state>(std::move(blas), std::move(fork), std::move(join)), stream,
           dt, dev);
     });
   }
@@ -94,7 +95,7 @@ class cuda_backend {
   // A CPU f32 tensor as a dtype() tensor on the device (bf16: rounded to nearest even on the host).
   tensor upload(const tensor_view& x) const { return upload_as(x, dt_); }
   tensor upload_as(const tensor_view& x, jitembed::dtype t) const {
-    if (!x.dev().is_cpu() || (x.numel() > 0 && !x.is_contiguous())) {
+    if (!x.device().is_cpu() || (x.numel() > 0 && !x.is_contiguous())) {
       throw error(errc::invalid_argument, "cuda_backend upload: expected a contiguous CPU tensor, got " + x.shape().to_string());
     }
     tensor out = empty(x.shape(), t);
@@ -213,7 +214,7 @@ class cuda_backend {
   static tensor_view matrix(const tensor_view& x) {
     std::int64_t rows = 1;
     for (std::size_t i = 0; i + 1 < x.rank(); ++i) rows *= x.size(i);
-    return tensor_view(x.data(), x.dtype(), shape{rows, x.rank() ? x.size(x.rank() - 1) : 1}, x.dev());
+    return tensor_view(x.data(), x.dtype(), shape{rows, x.rank() ? x.size(x.rank() - 1) : 1}, x.device());
   }
 
   std::shared_ptr<detail::cuda_backend_state> state_;

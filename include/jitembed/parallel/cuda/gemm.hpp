@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/cuda/check.hpp"
@@ -35,14 +36,21 @@ inline void cublas_check(cublasStatus_t s, const char* expr, const char* file, i
 
 namespace jitembed::parallel {
 
-// A cuBLAS handle on the CUDA device current at construction, enqueueing on `stream`. Move-only.
+// A cuBLAS handle on the CUDA device current at creation, enqueueing on `stream`. Move-only; a
+// default-constructed (or moved-from) handle holds none.
 class cublas_handle {
  public:
-  explicit cublas_handle(jitembed::cuda::stream_ref stream = {}) {
-    JITEMBED_CUDA_CHECK(cudaGetDevice(&device_));
-    JITEMBED_CUBLAS_CHECK(cublasCreate(&h_));
-    set_stream(stream);
+  // resource_exhausted when cuBLAS cannot allocate its workspace, internal for another CUDA / cuBLAS error.
+  static result<cublas_handle> create(jitembed::cuda::stream_ref stream = {}) {
+    return core_detail::capture("cublas_handle::create", [&] {
+      cublas_handle h;
+      JITEMBED_CUDA_CHECK(cudaGetDevice(&h.device_));
+      JITEMBED_CUBLAS_CHECK(cublasCreate(&h.h_));
+      h.set_stream(stream);
+      return h;
+    });
   }
+  cublas_handle() = default;
   cublas_handle(const cublas_handle&) = delete;
   cublas_handle& operator=(const cublas_handle&) = delete;
   cublas_handle(cublas_handle&& o) noexcept
@@ -59,7 +67,7 @@ class cublas_handle {
   ~cublas_handle() { reset(); }
 
   cublasHandle_t get() const noexcept { return h_; }
-  int device() const noexcept { return device_; }
+  int cuda_device() const noexcept { return device_; }
   jitembed::cuda::stream_ref stream() const noexcept { return stream_; }
   void set_stream(jitembed::cuda::stream_ref s) {
     JITEMBED_CUBLAS_CHECK(cublasSetStream(h_, s.get()));
@@ -95,7 +103,7 @@ inline result<gemm_dims> check_gemm(bool trans_a, bool trans_b, const tensor_vie
       return fail(errc::invalid_argument, "gemm: " + name + " is " + v.shape().to_string() + ", expected 2-D");
     }
     if (!v.is_contiguous()) return fail(errc::invalid_argument, "gemm: " + name + " is not contiguous");
-    if (v.dev() != jitembed::device::cuda(cuda_device)) {
+    if (v.device() != jitembed::device::cuda(cuda_device)) {
       return fail(errc::invalid_argument, "gemm: " + name + " is not on CUDA device " + std::to_string(cuda_device));
     }
     if (v.numel() > 0 && v.data() == nullptr) return fail(errc::invalid_argument, "gemm: " + name + " has null data");
@@ -139,7 +147,7 @@ inline result<gemm_dims> check_gemm(bool trans_a, bool trans_b, const tensor_vie
 // (gradients accumulated in f32). Throws jitembed::error.
 inline void gemm(cublas_handle& h, bool trans_a, bool trans_b, float alpha, const tensor_view& a, const tensor_view& b,
                  float beta, const tensor_view& c) {
-  const auto g = detail::check_gemm(trans_a, trans_b, a, b, c, h.device()).value();
+  const auto g = detail::check_gemm(trans_a, trans_b, a, b, c, h.cuda_device()).value();
   if (g.m == 0 || g.n == 0) return;
   const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
   const int lda = static_cast<int>(std::max<std::int64_t>(a.size(1), 1));

@@ -26,7 +26,7 @@ inline error_info tp_invalid(const std::string& what, const std::string& msg) {
 }
 
 inline result<void> tp_require(const tensor_view& x, dtype t, const std::string& what, const char* name) {
-  if (!x.dev().is_cpu()) return tp_invalid(what, std::string(name) + " must be a CPU tensor");
+  if (!x.device().is_cpu()) return tp_invalid(what, std::string(name) + " must be a CPU tensor");
   if (x.dtype() != t) {
     return tp_invalid(what, std::string(name) + " must be " + std::string(to_string(t)) + ", got " +
                          std::string(to_string(x.dtype())));
@@ -38,7 +38,7 @@ inline result<void> tp_require(const tensor_view& x, dtype t, const std::string&
 // tp_require for a layer's backend: on its device (the CPU message is tp_require's), of its dtype.
 inline result<void> tp_require_on(const tensor_view& x, jitembed::device dev, dtype t, const std::string& what, const char* name) {
   if (dev.is_cpu()) return tp_require(x, t, what, name);
-  if (x.dev() != dev) return tp_invalid(what, std::string(name) + " must be on CUDA device " + std::to_string(dev.ordinal));
+  if (x.device() != dev) return tp_invalid(what, std::string(name) + " must be on CUDA device " + std::to_string(dev.ordinal));
   if (x.dtype() != t) {
     return tp_invalid(what, std::string(name) + " must be " + std::string(to_string(t)) + ", got " +
                          std::string(to_string(x.dtype())));

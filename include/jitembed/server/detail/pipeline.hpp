@@ -23,7 +23,7 @@
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/thread_pool.hpp"
-#include "jitembed/models/sample_input.hpp"
+#include "jitembed/models/preprocess_input.hpp"
 #include "jitembed/net/kserve/decode.hpp"
 #include "jitembed/net/kserve/encode.hpp"
 #include "jitembed/net/kserve/status.hpp"
@@ -294,14 +294,14 @@ class inference_pipeline {
       if (!c.req.outputs.empty() &&
           std::none_of(c.req.outputs.begin(), c.req.outputs.end(), [&](const auto& o) { return o.name == meta.name; }))
         continue;
-      const tensor* first = models::find_output(c.rows.front(), meta.name);
+      const tensor* first = find_tensor(c.rows.front(), meta.name);
       if (!first)
         return fail(errc::internal, "model '" + c.inst->name() + "' did not produce output '" + meta.name + "'");
       std::vector<std::int64_t> shape{static_cast<std::int64_t>(c.rows.size())};
       for (auto d : first->shape()) shape.push_back(d);
       byte_buffer bytes(first->nbytes() * c.rows.size());
       for (std::size_t i = 0; i < c.rows.size(); ++i) {
-        const tensor* t = models::find_output(c.rows[i], meta.name);
+        const tensor* t = find_tensor(c.rows[i], meta.name);
         if (!t || t->dtype() != first->dtype() || !(t->shape() == first->shape()) || !t->is_contiguous())
           return fail(errc::invalid_argument,
                       "output '" + meta.name + "' of row " + std::to_string(i) +

@@ -67,7 +67,7 @@ inline ojson model_config_json(const model_instance& inst, const version_policy&
   j["dynamic_batching"] = ojson{{"preferred_batch_size", preferred},
                                 {"max_queue_delay_microseconds", bo.max_queue_delay.count()}};
   j["instance_group"] = ojson::array({ojson{{"name", inst.name()}, {"count", bo.runner_threads},
-                                            {"kind", m.dev().is_cpu() ? "KIND_CPU" : "KIND_GPU"}}});
+                                            {"kind", m.device().is_cpu() ? "KIND_CPU" : "KIND_GPU"}}});
   j["parameters"] = ojson::object();
   for (auto it = inst.config().params.begin(); it != inst.config().params.end(); ++it)
     j["parameters"][it.key()] = ojson{{"string_value", it->is_string() ? it->get<std::string>() : it->dump()}};

@@ -329,7 +329,7 @@ inline int grid_for(std::int64_t total, int threads) {
 }
 
 inline void require_device(const tensor_view& t, const char* what) {
-  if (t.dev().is_cpu()) throw error(errc::invalid_argument, std::string(what) + " must be on a CUDA device");
+  if (t.device().is_cpu()) throw error(errc::invalid_argument, std::string(what) + " must be on a CUDA device");
   if (t.numel() && !t.is_contiguous()) throw error(errc::invalid_argument, std::string(what) + " must be contiguous");
 }
 

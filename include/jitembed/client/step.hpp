@@ -1,5 +1,5 @@
-// What jit_loader hands out: one training step's samples, each with its embeddings or the error that
-// failed it, and the step's field as one [B, ...] tensor (collate).
+// What jit_loader hands out: one training step (client::step) of samples (client::embedded_sample), each with
+// its embeddings or the error that failed it, and the step's field as one [B, ...] tensor (collate).
 #pragma once
 
 #include <cstddef>
@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/core/named_tensors.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/core/tensor_stack.hpp"
 
 namespace jitembed::client {
 
-struct loaded_sample {
+struct embedded_sample {
   std::uint64_t index = 0;   // position in the data set (format::dataset::get(index))
   std::string id;            // the data set's stable sample id ("" when reading the sample failed)
   // One tensor per embedding_spec the sample has a field for: that sample's row, without the leading N.
@@ -24,27 +25,23 @@ struct loaded_sample {
   // of its request) or a cache value; a value read from an LMDB cache pins the pages of its read snapshot
   // (LMDB cannot reuse them, so the file grows) until the last tensor sharing it is destroyed. Use a step
   // and drop it; to keep rows longer, own() the sample (or clone() a tensor), or collate() the step.
-  std::vector<std::pair<std::string, tensor>> embeddings;
+  named_tensors embeddings;
   // Set when the sample failed (unreadable, bad field, a model rejected it, the service gave up): its
   // errc says why; embeddings is then empty. A failed sample is delivered like any other, never dropped.
   std::optional<error_info> error;
 
   bool ok() const noexcept { return !error.has_value(); }
-  const tensor* find(std::string_view name) const noexcept {
-    for (const auto& [n, t] : embeddings)
-      if (n == name) return &t;
-    return nullptr;
-  }
+  const tensor* find(std::string_view name) const noexcept { return find_tensor(embeddings, name); }
   // Replaces every embedding by a deep copy in its own storage, releasing the response / cache buffers.
   void own() {
     for (auto& [n, t] : embeddings) t = t.clone();
   }
 };
 
-struct batch {
+struct step {
   std::uint64_t epoch = 0;
-  std::uint64_t step = 0;               // 0-based step within the epoch
-  std::vector<loaded_sample> samples;   // batch_size, fewer in an epoch's last step (possibly none on a short rank)
+  std::uint64_t index = 0;              // 0-based step within the epoch
+  std::vector<embedded_sample> samples;   // batch_size, fewer in an epoch's last step (possibly none on a short rank)
 
   // The samples that did not fail, in order (the rows of collate()).
   std::size_t ok_count() const noexcept {
@@ -69,7 +66,7 @@ struct batch {
       rows.push_back(t);
     }
     if (rows.empty())
-      return fail(errc::invalid_argument, "collate: no sample of step " + std::to_string(step) + " has embedding '" + std::string(name) + "'");
+      return fail(errc::invalid_argument, "collate: no sample of step " + std::to_string(index) + " has embedding '" + std::string(name) + "'");
     return stack(rows);
   }
 };

@@ -26,7 +26,7 @@ TEST_CASE("a loader whose workers cannot all start: resource_exhausted from crea
   temp_dataset ds(12);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    ::alarm(60);  // a start that never returns is a failure, not a hang
+    ::alarm(60);               // a start that never returns is a failure, not a hang
     auto cc = local_client();  // made in the child: a forked process has none of its parent's threads
     long pages = 0;
     std::ifstream("/proc/self/statm") >> pages;

@@ -31,7 +31,8 @@ class jit_loader {
   // Validates the options (invalid_argument: no embeddings, a zero size, rank >= world_size,
   // max_buffered < batch_size or samples_per_request, duplicate names, a kind other than image / video /
   // text), asks the client for each model's identity when a cache is given (its error otherwise), checks
-  // a resume state (its errc), then starts prefetching the first step.
+  // a resume state (its errc), then starts prefetching the first step (resource_exhausted when a worker
+  // cannot start: those already started are stopped, and what they sent is cancelled).
   //
   // `client` is a handle: the loader keeps a copy (sharing the caller's client, its connections and
   // stats); closing the loader does not close the client.

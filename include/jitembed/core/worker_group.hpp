@@ -1,5 +1,6 @@
 // worker_group: the one way the library starts and joins its own threads (the thread pool, the batcher's
-// runners, the HTTP server's and the TCP store's I/O threads).
+// runners, the HTTP server's and the TCP store's I/O threads, the JIT client's I/O threads, endpoint watcher
+// and local-mode workers, the loader's workers).
 #pragma once
 
 #include <cstddef>

@@ -42,7 +42,7 @@ inline result<int> int_param(const nlohmann::json& p, std::string_view key) {
       std::size_t used = 0;
       const int v = std::stoi(s, &used);
       if (used == s.size()) return v;
-    } catch (...) {
+    } catch (...) {  // not a ladder: stoi's invalid_argument / out_of_range mean "not an integer" below
     }
   }
   return fail(errc::invalid_argument, "model parameter '" + std::string(key) + "' is not an integer");

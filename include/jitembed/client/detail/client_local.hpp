@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -22,17 +23,21 @@
 #include "jitembed/client/detail/client_common.hpp"
 #include "jitembed/client/options.hpp"
 #include "jitembed/client/stats.hpp"
+#include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/limits.hpp"
+#include "jitembed/core/worker_group.hpp"
 #include "jitembed/models/preprocess_input.hpp"
 
 namespace jitembed::client::detail {
 
+// Starting its threads is all or none: the constructor throws worker_group's std::system_error after
+// stopping those that started (client_state::create reports it as resource_exhausted).
 class local_backend {
  public:
-  explicit local_backend(const client_options& opts) : models_(opts.local_models) {
-    std::size_t n = opts.local_threads ? opts.local_threads : std::max(1u, std::thread::hardware_concurrency());
-    for (std::size_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
-  }
+  explicit local_backend(const client_options& opts)
+      : models_(opts.local_models),
+        threads_(opts.local_threads ? opts.local_threads : std::max(1u, std::thread::hardware_concurrency()),
+                 [this](std::stop_token stop, std::size_t) { work(stop); }) {}
   ~local_backend() { close(); }
 
   const models::any_model* find(const std::string& name) const {
@@ -86,17 +91,8 @@ class local_backend {
         ++j;
       }
       i = j;
-      auto r = [&]() -> result<std::vector<models::named_tensors>> {
-        try {
-          return m.run(batch);
-        } catch (const std::bad_alloc&) {
-          return fail(errc::resource_exhausted, "local model '" + std::string(m.name()) + "': out of memory");
-        } catch (const jitembed::error& e) {
-          return fail(e.code(), e.message());
-        } catch (const std::exception& e) {
-          return fail(errc::internal, "local model '" + std::string(m.name()) + "' threw: " + e.what());
-        }
-      }();
+      const std::string what = "local model '" + std::string(m.name()) + "'";
+      auto r = core_detail::capture(what.c_str(), [&] { return m.run(batch); });
       for (std::size_t k = 0; k < idx.size(); ++k) {
         if (!r) {
           errors[idx[k]] = r.error();
@@ -115,18 +111,18 @@ class local_backend {
       closed_ = true;
     }
     cv_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
+    threads_.join();  // the workers drain the queue first
   }
 
  private:
-  void work() {
+  // Runs tasks until closed (or stopped: a failed start) and the queue is drained.
+  void work(std::stop_token stop) {
     for (;;) {
       std::function<void()> task;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return closed_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // closed and drained
+        cv_.wait(lk, stop, [&] { return closed_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // closed (or stopped) and drained
         task = std::move(queue_.front());
         queue_.pop_front();
       }
@@ -136,10 +132,10 @@ class local_backend {
 
   std::vector<models::any_model> models_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable_any cv_;  // waits on the workers' stop_token too
   std::deque<std::function<void()>> queue_;
   bool closed_ = false;
-  std::vector<std::thread> threads_;
+  worker_group threads_;  // last: the workers use the members above
 };
 
 }  // namespace jitembed::client::detail

@@ -5,13 +5,17 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <fstream>
 #include <sstream>
+#include <stop_token>
 
 #include "jitembed/client/detail/client_common.hpp"
 #include "jitembed/client/detail/client_identity.hpp"
 #include "jitembed/client/detail/client_local.hpp"
 #include "jitembed/client/detail/client_remote.hpp"
+#include "jitembed/core/detail/capture.hpp"
+#include "jitembed/core/worker_group.hpp"
 #include "jitembed/net/http/client.hpp"
 
 namespace jitembed::client::detail {
@@ -24,29 +28,33 @@ class client_state {
   using call_ptr = std::shared_ptr<remote_call>;
   using attempt_ptr = std::shared_ptr<remote_attempt>;
 
+  // Every failure is in the result: a thread that cannot start (the local workers, the I/O threads or the
+  // watcher) is resource_exhausted, after the threads already started are stopped and joined.
   static result<std::shared_ptr<client_state>> create(client_options opts) {
-    const auto& src = opts.endpoints;
-    const int sources = int(!src.list.empty()) + int(!src.file.empty()) + int(!src.url.empty());
-    if (sources > 1) return fail(errc::invalid_argument, "client: give one endpoint source (list, file or url), not several");
-    if (sources == 0 && opts.local_models.empty()) {
-      return fail(errc::invalid_argument, "client: no endpoint source and no local model");
-    }
-    if (sources == 1 && !opts.local_models.empty()) {
-      return fail(errc::invalid_argument, "client: endpoints and local models are exclusive");
-    }
-    for (const auto& m : opts.local_models)
-      if (!m) return fail(errc::invalid_argument, "client: an empty local model");
-    if (opts.request_timeout.count() <= 0 || opts.retry.max_attempts < 1 || opts.io_threads < 1) {
-      return fail(errc::invalid_argument, "client: request_timeout, retry.max_attempts and io_threads must be positive");
-    }
-    std::shared_ptr<client_state> s(new client_state(std::move(opts)));
-    if (s->local_) return s;
-    // The first list must be readable now: a typo in a path fails here, not as timeouts later.
-    auto first = s->read_source();
-    if (!first) return first.error();
-    s->update_endpoints(*first);
-    s->start_threads();
-    return s;
+    return core_detail::capture("client", [&]() -> result<std::shared_ptr<client_state>> {
+      const auto& src = opts.endpoints;
+      const int sources = int(!src.list.empty()) + int(!src.file.empty()) + int(!src.url.empty());
+      if (sources > 1) return fail(errc::invalid_argument, "client: give one endpoint source (list, file or url), not several");
+      if (sources == 0 && opts.local_models.empty()) {
+        return fail(errc::invalid_argument, "client: no endpoint source and no local model");
+      }
+      if (sources == 1 && !opts.local_models.empty()) {
+        return fail(errc::invalid_argument, "client: endpoints and local models are exclusive");
+      }
+      for (const auto& m : opts.local_models)
+        if (!m) return fail(errc::invalid_argument, "client: an empty local model");
+      if (opts.request_timeout.count() <= 0 || opts.retry.max_attempts < 1 || opts.io_threads < 1) {
+        return fail(errc::invalid_argument, "client: request_timeout, retry.max_attempts and io_threads must be positive");
+      }
+      std::shared_ptr<client_state> s(new client_state(std::move(opts)));
+      if (s->local_) return s;
+      // The first list must be readable now: a typo in a path fails here, not as timeouts later.
+      auto first = s->read_source();
+      if (!first) return first.error();
+      s->update_endpoints(*first);
+      s->start_threads();
+      return s;
+    });
   }
 
   ~client_state() { close(); }
@@ -250,7 +258,6 @@ class client_state {
       std::lock_guard lk(mu_);
       if (closed_) return;
       closed_ = true;
-      closed_flag_ = true;
       std::vector<call_ptr> open;
       for (auto& [id, c] : calls_) open.push_back(c);
       for (auto& c : open) finish(c, fail(errc::cancelled, "client: closed with the request in flight"), d);
@@ -259,8 +266,7 @@ class client_state {
         e->idle.clear();
       }
     }
-    watcher_cv_.notify_all();
-    if (watcher_.joinable()) watcher_.join();
+    watcher_.stop();  // its stop_token wakes it
     work_.reset();
     if (local_) {
       local_->close();
@@ -274,9 +280,7 @@ class client_state {
         if (!lc->done.exchange(true)) lc->callback(fail(errc::cancelled, "client: closed with the request in flight"));
     }
     ioc_.stop();
-    for (auto& t : io_threads_)
-      if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
-      else if (t.joinable()) t.detach();
+    io_threads_.join();  // an I/O thread closing its own client is detached by worker_group
   }
 
  private:
@@ -305,10 +309,12 @@ class client_state {
 
   void reap_drained();
 
+  // The I/O threads and the watcher, all or none (throws worker_group's std::system_error).
   void start_threads();
 
-  // The watcher: re-reads the file (when its mtime/size changes) or the URL, and re-probes ejected models.
-  void watch();
+  // The watcher: re-reads the file (when its mtime/size changes) or the URL, and re-probes ejected models,
+  // until its stop_token is set (close()).
+  void watch(std::stop_token stop);
 
   // GET /v2/models/{m}/ready for every (endpoint, model) whose ejection expired: 200 re-admits it.
   void probe_ejected();
@@ -376,7 +382,6 @@ class client_state {
   client_options opts_;
   mutable std::mutex mu_;
   bool closed_ = false;
-  std::atomic<bool> closed_flag_{false};
   std::atomic<std::uint64_t> next_id_{1};
   client_stats stats_;
   std::vector<endpoint_stats> retired_;
@@ -390,15 +395,15 @@ class client_state {
 
   asio::io_context ioc_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::vector<std::thread> io_threads_;
+  worker_group io_threads_;
   std::vector<std::shared_ptr<endpoint_state>> endpoints_;
   std::unordered_map<std::uint64_t, call_ptr> calls_;
   std::unordered_map<hash128, call_ptr> coalesce_;
   std::vector<call_ptr> waiting_;
 
   std::mutex watch_mu_;
-  std::condition_variable watcher_cv_;
-  std::thread watcher_;
+  std::condition_variable_any watcher_cv_;  // only its stop_token wakes the watcher early
+  worker_group watcher_;
 };
 
 }  // namespace jitembed::client::detail

@@ -114,16 +114,21 @@ inline void client_state::reap_drained() {
 }
 
 inline void client_state::start_threads() {
-  for (int i = 0; i < opts_.io_threads; ++i) io_threads_.emplace_back([this] { ioc_.run(); });
-  watcher_ = std::thread([this] { watch(); });  // list changes and re-admission probes
+  io_threads_ = worker_group(static_cast<std::size_t>(opts_.io_threads), [this](std::stop_token stop, std::size_t) {
+    std::stop_callback wake(stop, [this] { ioc_.stop(); });  // only a failed start asks: close() stops ioc_ itself
+    ioc_.run();
+  });
+  // List changes and re-admission probes. A watcher that cannot start throws here; create()'s result
+  // says so and ~client_state (close()) stops the I/O threads above.
+  watcher_ = worker_group(1, [this](std::stop_token stop, std::size_t) { watch(stop); });
 }
 
-inline void client_state::watch() {
+inline void client_state::watch(std::stop_token stop) {
   struct ::stat last {};
   bool have_last = false;
   std::unique_lock lk(watch_mu_);
   for (;;) {
-    if (watcher_cv_.wait_for(lk, opts_.endpoints.refresh, [&] { return closed_flag_.load(); })) return;
+    if (watcher_cv_.wait_for(lk, stop, opts_.endpoints.refresh, [&] { return stop.stop_requested(); })) return;
     lk.unlock();
     if (!opts_.endpoints.file.empty()) {
       struct ::stat st {};

@@ -27,8 +27,8 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stop_token>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -42,21 +42,14 @@
 #include "jitembed/client/step.hpp"
 #include "jitembed/client/loader_options.hpp"
 #include "jitembed/client/loader_stats.hpp"
+#include "jitembed/core/detail/capture.hpp"
+#include "jitembed/core/worker_group.hpp"
 #include "jitembed/format/dataset.hpp"
 #include "jitembed/format/field.hpp"
 #include "jitembed/models/model.hpp"
+#include "jitembed/models/preprocess_input.hpp"
 
 namespace jitembed::client::detail {
-
-// The sample field kind a model of modality m reads.
-constexpr format::field_kind field_kind_of(models::modality m) noexcept {
-  switch (m) {
-    case models::modality::image: return format::field_kind::image;
-    case models::modality::video: return format::field_kind::video;
-    case models::modality::text: return format::field_kind::text;
-  }
-  return format::field_kind::bytes;
-}
 
 // Specs that share (model, field kind): one request row and one cache entry per sample.
 struct loader_group {
@@ -103,24 +96,22 @@ class loader_state {
   loader_state& operator=(const loader_state&) = delete;
   ~loader_state() { close(); }
 
+  // Every failure is in the result (core_detail::capture): a worker that cannot start is
+  // resource_exhausted, after the workers already started are stopped and joined.
   static result<std::unique_ptr<loader_state>> create(format::dataset ds, jit_client* client, std::optional<jit_client> owned,
-                                                      loader_options opts) try {
-    if (!client && !owned) return fail(errc::invalid_argument, "jit_loader: no client");
-    JITEMBED_TRY(check(opts));
-    auto s = std::make_unique<loader_state>(std::move(ds), client, std::move(owned), std::move(opts));
-    JITEMBED_TRY(s->make_groups());
-    JITEMBED_TRY(s->start_epoch(s->opts_.epoch));
-    if (!s->opts_.resume.empty()) JITEMBED_TRY(s->restore(s->opts_.resume));
-    s->opts_.resume = {};
-    s->workers_.reserve(s->opts_.workers);
-    for (std::size_t i = 0; i < s->opts_.workers; ++i) s->workers_.emplace_back([p = s.get()] { p->work(); });
-    return s;
-  } catch (const error& e) {
-    return fail(e.code(), e.message());
-  } catch (const std::bad_alloc&) {
-    return fail(errc::resource_exhausted, "jit_loader: out of memory at create");
-  } catch (const std::exception& e) {
-    return fail(errc::internal, std::string("jit_loader: ") + e.what());
+                                                      loader_options opts) {
+    return core_detail::capture("jit_loader", [&]() -> result<std::unique_ptr<loader_state>> {
+      if (!client && !owned) return fail(errc::invalid_argument, "jit_loader: no client");
+      JITEMBED_TRY(check(opts));
+      auto s = std::make_unique<loader_state>(std::move(ds), client, std::move(owned), std::move(opts));
+      JITEMBED_TRY(s->make_groups());
+      JITEMBED_TRY(s->start_epoch(s->opts_.epoch));
+      if (!s->opts_.resume.empty()) JITEMBED_TRY(s->restore(s->opts_.resume));
+      s->opts_.resume = {};
+      // On a failed start, s's destructor (close()) cancels what the started workers sent.
+      s->workers_ = worker_group(s->opts_.workers, [p = s.get()](std::stop_token stop, std::size_t) { p->work(stop); });
+      return s;
+    });
   }
 
   result<std::optional<step>> next() {
@@ -261,8 +252,7 @@ class loader_state {
       closed_ = true;
       cv_.notify_all();
     }
-    for (auto& t : workers_)
-      if (t.joinable()) t.join();
+    workers_.join();  // closed_ ends them
     std::vector<jit_client::request_id> ids;
     {
       std::lock_guard lock(mu_);
@@ -328,9 +318,8 @@ class loader_state {
   // The next chunk of the current epoch, or once it is all admitted, of the next one.
   std::vector<admitted> admit_locked();
 
-  void work();
-
-  static error_info from_exception();
+  // Runs until closed_ (close()) or its stop_token (a failed start) is set.
+  void work(std::stop_token stop);
 
   void read_sample(chunk_sample& s, std::uint64_t index);
 
@@ -379,7 +368,7 @@ class loader_state {
   std::uint64_t batches_ = 0, delivered_total_ = 0, failed_total_ = 0;
   std::map<std::uint64_t, epoch_entry> epoch_stats_;  // by epoch, at most loader_stats::kMaxEpochStats
   double wait_s_ = 0, max_wait_s_ = 0;
-  std::vector<std::thread> workers_;
+  worker_group workers_;
 
   std::uint64_t requests_ = 0, rows_requested_ = 0, cache_hits_ = 0, cache_misses_ = 0;  // under mu_, with epoch_stats_
   std::atomic<std::uint64_t> resubmits_{0}, cache_puts_{0}, cache_put_failures_{0};

@@ -36,7 +36,7 @@ inline auto loader_state::check(const loader_options& o) -> result<void> {
 inline auto loader_state::make_groups() -> result<void> {
   for (std::size_t i = 0; i < opts_.embeddings.size(); ++i) {
     const auto& e = opts_.embeddings[i];
-    const auto kind = field_kind_of(e.kind);
+    const auto kind = models::field_kind_of(e.kind);
     const std::string input = e.input.empty() ? std::string(format::to_string(kind)) : e.input;
     auto it = std::find_if(groups_.begin(), groups_.end(), [&](const loader_group& g) { return g.model == e.model && g.kind == kind; });
     if (it == groups_.end()) {

@@ -42,9 +42,15 @@ inline auto loader_state::admit_locked() -> std::vector<admitted> {
   return take_locked(*next_plan_, next_epoch_, nullptr, next_epoch_admit_);
 }
 
-inline void loader_state::work() {
+inline void loader_state::work(std::stop_token stop) {
+  // A failed start stops the workers already running: wake this one (under mu_, so the wake-up cannot fall
+  // between its check and its wait). close() sets closed_ instead, which the next() waiters see too.
+  std::stop_callback wake(stop, [this] {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  });
   std::unique_lock lock(mu_);
-  while (!closed_) {
+  while (!closed_ && !stop.stop_requested()) {
     if (!finished_.empty()) {
       auto f = std::move(finished_.front());
       finished_.pop_front();
@@ -61,20 +67,6 @@ inline void loader_state::work() {
       continue;
     }
     cv_.wait(lock);
-  }
-}
-
-inline auto loader_state::from_exception() -> error_info {
-  try {
-    throw;
-  } catch (const error& e) {
-    return fail(e.code(), e.message());
-  } catch (const std::bad_alloc&) {
-    return fail(errc::resource_exhausted, "jit_loader: out of memory");
-  } catch (const std::exception& e) {
-    return fail(errc::internal, std::string("jit_loader: ") + e.what());
-  } catch (...) {
-    return fail(errc::internal, "jit_loader: unknown exception");
   }
 }
 
@@ -132,18 +124,14 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
   auto chunk = std::make_shared<loader_chunk>();
   chunk->pending = 1;
   std::uint64_t hits = 0, misses = 0;  // this chunk's cache lookups, added to its epoch's stats below
-  try {
+  auto ran = core_detail::capture("jit_loader", [&] {
     chunk->samples.resize(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
       auto& s = chunk->samples[i];
       s.epoch = items[i].epoch;
       s.pos = items[i].pos;
       s.out.index = items[i].index;
-      try {
-        read_sample(s, items[i].index);
-      } catch (...) {
-        s.out.error = from_exception();
-      }
+      if (auto r = core_detail::capture("jit_loader", [&] { read_sample(s, items[i].index); }); !r) s.out.error = r.error();
     }
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       std::vector<std::size_t> rows;
@@ -176,10 +164,10 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
       r.rows = std::move(rows);
       submit(std::move(r));
     }
-  } catch (...) {
-    const auto e = from_exception();
+  });
+  if (!ran) {
     for (auto& s : chunk->samples)
-      if (!s.out.error) s.out.error = e;
+      if (!s.out.error) s.out.error = ran.error();
   }
   if ((hits || misses) && !items.empty()) {
     std::lock_guard lock(mu_);  // the totals and the epoch's share together: stats() sees them agree
@@ -245,7 +233,7 @@ inline void loader_state::on_finished(finished_request f) {
     }
     chunk.samples[i].errors[req.group] = fail(e.code, "model '" + g.model + "': " + e.message);
   };
-  try {
+  auto ran = core_detail::capture("jit_loader", [&] {
     if (!f.res) {
       for (auto i : req.rows) failed_row(i, f.res.error());
     } else {
@@ -294,10 +282,10 @@ inline void loader_state::on_finished(finished_request f) {
       ++resubmits_;
       submit(std::move(r2));
     }
-  } catch (...) {
-    const auto e = from_exception();
+  });
+  if (!ran) {
     for (auto i : req.rows)
-      if (!chunk.samples[i].errors[req.group]) chunk.samples[i].errors[req.group] = e;
+      if (!chunk.samples[i].errors[req.group]) chunk.samples[i].errors[req.group] = ran.error();
   }
   release(req.chunk);
 }

@@ -12,7 +12,9 @@
 #include <random>
 #include <string>
 
-#include "jitembed/jitembed.hpp"
+#include "jitembed/codec/jpeg.hpp"
+#include "jitembed/codec/video.hpp"
+#include "jitembed/format.hpp"
 
 using namespace jitembed;
 namespace fs = std::filesystem;

@@ -10,7 +10,10 @@
 #include <iostream>
 #include <string>
 
-#include "jitembed/jitembed.hpp"
+#include "jitembed/codec/jpeg.hpp"
+#include "jitembed/codec/text.hpp"
+#include "jitembed/codec/video.hpp"
+#include "jitembed/format.hpp"
 
 namespace {
 

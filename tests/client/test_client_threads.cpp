@@ -4,46 +4,16 @@
 // a thread's stack cannot be mapped (not under a sanitizer, which reserves far more address space).
 #include <doctest/doctest.h>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <fstream>
-#include <functional>
 
 #include "jitembed/client/jit_client.hpp"
 #include "jitembed/models/text_embed.hpp"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define JITEMBED_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define JITEMBED_TEST_SANITIZED 1
-#endif
-#endif
+#include "support/capped_child.hpp"
 
 namespace {
 
 namespace cl = jitembed::client;
-
-// Runs `body` in a child whose address space may grow by 64 MiB at most; its exit status (-1: killed by a
-// signal, e.g. the 60 s alarm of a start that never returns).
-int run_capped(const std::function<int()>& body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::alarm(60);
-    long pages = 0;
-    std::ifstream("/proc/self/statm") >> pages;
-    const rlim_t cap = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (rlim_t{64} << 20);
-    const rlimit lim{cap, cap};
-    if (pages <= 0 || ::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(90);
-    ::_exit(body());
-  }
-  int status = 0;
-  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return -2;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using jitembed::test::run_capped;
 
 // 0: create failed with resource_exhausted; 1: another code; 2: it succeeded.
 int create_code(cl::client_options o) {

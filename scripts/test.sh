@@ -60,7 +60,8 @@ phase_done build
 # The model export (scripts/export_models.py, ~3 min, cached by a stamp) is the fixture of the models label:
 # run it first so that its time is reported apart; the full run below finds it done.
 if ctest --test-dir "$build_dir" -N -R '^models/export$' | grep -q 'models/export'; then
-  ctest --test-dir "$build_dir" --output-on-failure -R '^models/export$'
+  # not fatal here: a failed export fails again, with its dependents, in the full run below
+  ctest --test-dir "$build_dir" --output-on-failure -R '^models/export$' || echo "test.sh: the model export failed"
   phase_done export
 fi
 ctest --test-dir "$build_dir" --output-on-failure --no-tests=error -j "$jobs" ${CTEST_ARGS:-}

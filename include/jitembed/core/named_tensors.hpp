@@ -19,10 +19,5 @@ inline const tensor* find_tensor(const named_tensors& list, std::string_view nam
     if (n == name) return &t;
   return nullptr;
 }
-inline tensor* find_tensor(named_tensors& list, std::string_view name) noexcept {
-  for (auto& [n, t] : list)
-    if (n == name) return &t;
-  return nullptr;
-}
 
 }  // namespace jitembed

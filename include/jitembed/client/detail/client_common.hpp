@@ -14,7 +14,7 @@ namespace jitembed::client::detail {
 
 // Stacks one item's outputs per row into [N, ...] tensors; rows without outputs (failed) stay zeros.
 // Every present row must agree on names, dtypes and shapes (a model's outputs do).
-inline result<std::vector<std::pair<std::string, tensor>>> stack_rows(const std::vector<models::named_tensors>& rows,
+inline result<named_tensors> stack_rows(const std::vector<models::named_tensors>& rows,
                                                                        const std::vector<bool>& present) {
   const models::named_tensors* first = nullptr;
   for (std::size_t i = 0; i < rows.size(); ++i)
@@ -22,7 +22,7 @@ inline result<std::vector<std::pair<std::string, tensor>>> stack_rows(const std:
       first = &rows[i];
       break;
     }
-  std::vector<std::pair<std::string, tensor>> out;
+  named_tensors out;
   if (!first) return out;
   for (std::size_t k = 0; k < first->size(); ++k) {
     const auto& [name, t0] = (*first)[k];

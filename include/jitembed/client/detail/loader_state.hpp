@@ -61,7 +61,6 @@ struct loader_group {
   model_identity identity;           // cache key inputs (only fetched with a cache)
 };
 
-using named_rows = std::vector<std::pair<std::string, tensor>>;
 
 struct chunk_sample {
   std::uint64_t epoch = 0, pos = 0;
@@ -71,7 +70,7 @@ struct chunk_sample {
   std::vector<bytes_view> content;              // per group: the bytes sent and hashed
   std::vector<char> has;                        // per group: the sample has a field of that kind
   std::vector<cache::cache_key> keys;           // per group (with a cache)
-  std::vector<named_rows> rows;                 // per group: this sample's outputs
+  std::vector<named_tensors> rows;                 // per group: this sample's outputs
   std::vector<std::optional<error_info>> errors;  // per group
 };
 
@@ -324,7 +323,7 @@ class loader_state {
   void read_sample(chunk_sample& s, std::uint64_t index);
 
   // The tensors a group's specs need, from a cached value; nullopt when it lacks one (a miss).
-  std::optional<named_rows> from_cache(const loader_group& g, const cache::cached_value& v) const;
+  std::optional<named_tensors> from_cache(const loader_group& g, const cache::cached_value& v) const;
 
   void run_chunk(const std::vector<admitted>& items);
 
@@ -337,7 +336,7 @@ class loader_state {
   // A request's rows: slice every output to each row, fill the cache, resend retryable failures.
   void on_finished(finished_request f);
 
-  void fill_cache(const cache::cache_key& key, const named_rows& row);
+  void fill_cache(const cache::cache_key& key, const named_tensors& row);
 
   // Drops one hold on the chunk; the last one publishes its samples.
   void release(const std::shared_ptr<loader_chunk>& chunk);

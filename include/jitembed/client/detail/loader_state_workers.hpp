@@ -110,7 +110,7 @@ inline void loader_state::read_sample(chunk_sample& s, std::uint64_t index) {
   }
 }
 
-inline auto loader_state::from_cache(const loader_group& g, const cache::cached_value& v) const -> std::optional<named_rows> {
+inline auto loader_state::from_cache(const loader_group& g, const cache::cached_value& v) const -> std::optional<named_tensors> {
   auto dec = cache::decode_value(v, opts_.limits);
   if (!dec) return std::nullopt;
   auto ts = dec->tensors();
@@ -145,7 +145,7 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
         auto got = opts_.cache.multi_get(keys);
         std::vector<std::size_t> miss;
         for (std::size_t k = 0; k < rows.size(); ++k) {
-          std::optional<named_rows> hit;
+          std::optional<named_tensors> hit;
           if (k < got.size() && got[k]) hit = from_cache(groups_[g], *got[k]);
           if (hit) {
             chunk->samples[rows[k]].rows[g] = std::move(*hit);
@@ -257,7 +257,7 @@ inline void loader_state::on_finished(finished_request f) {
             failed_row(i, r.row_errors[k]);
             continue;
           }
-          named_rows row;
+          named_tensors row;
           row.reserve(r.outputs.size());
           for (const auto& [name, t] : r.outputs) {
             jitembed::shape s;
@@ -290,7 +290,7 @@ inline void loader_state::on_finished(finished_request f) {
   release(req.chunk);
 }
 
-inline void loader_state::fill_cache(const cache::cache_key& key, const named_rows& row) {
+inline void loader_state::fill_cache(const cache::cache_key& key, const named_tensors& row) {
   std::vector<cache::named_tensor> named;
   named.reserve(row.size());
   for (const auto& [n, t] : row) named.emplace_back(n, t.view());

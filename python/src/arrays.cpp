@@ -100,6 +100,8 @@ nb::object to_numpy(const tensor& t, bool read_only) {
 // DLPack (array API) export of a CPU tensor: shares its memory, keeps bf16 as bf16.
 nb::object to_dlpack_array(const tensor& t, bool read_only) { return make_array<nb::array_api>(t, read_only); }
 
+nb::object to_torch(const tensor& t) { return make_array<nb::pytorch>(t, /*read_only=*/false); }
+
 nb::object bytes_array(bytes_view b, std::shared_ptr<const void> owner) {
   const tensor t = tensor::wrap(std::move(owner), tensor_view(b.data(), dtype::u8, shape{static_cast<std::int64_t>(b.size())}));
   return to_numpy(t, /*read_only=*/true);

@@ -61,6 +61,8 @@ nb::object to_numpy(const tensor& t, bool read_only);
 // The same as a framework-neutral DLPack-capable array (nanobind ndarray: __dlpack__, buffer protocol);
 // keeps bf16 as bf16 (numpy has no bf16: to_numpy gives uint16 for it).
 nb::object to_dlpack_array(const tensor& t, bool read_only);
+// The same as a torch.Tensor (through DLPack, sharing the storage); needs torch importable.
+nb::object to_torch(const tensor& t);
 // Bytes that stay alive while `owner` does, as a read-only 1-D uint8 array (zero copy).
 nb::object bytes_array(bytes_view b, std::shared_ptr<const void> owner);
 
@@ -86,6 +88,7 @@ void register_format(nb::module_& m);
 void register_codecs(nb::module_& m);
 void register_caches(nb::module_& m);
 void register_client(nb::module_& m);
+void register_model(nb::module_& m);
 void register_server(nb::module_& m);
 
 }  // namespace jitembed::python

@@ -11,5 +11,6 @@ NB_MODULE(_jitembed, m) {
   register_codecs(m);
   register_caches(m);
   register_client(m);
+  register_model(m);
   register_server(m);
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common.hpp"
+#include "model.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
 #include "jitembed/server/model_spec.hpp"
@@ -95,6 +96,7 @@ nb::dict status_of(py_server& s) {
     d["requests_success"] = m.success;
     d["requests_failed"] = m.failure;
     d["rejected_admission"] = m.rejected_admission;
+    d["ready"] = m.ready;
   }
   return out;
 }
@@ -136,7 +138,7 @@ void register_server(nb::module_& m) {
                         "stop(), on leaving a `with` block, or when garbage-collected.")
       .def(
           "__init__",
-          [](py_server* self, std::vector<std::string> models, std::string host, int port, std::size_t io_threads,
+          [](py_server* self, std::vector<nb::object> models, std::string host, int port, std::size_t io_threads,
              std::size_t preprocess_threads, std::int64_t drain_grace_ms, std::size_t max_rows_per_request,
              std::string auth_token) {
             if (port < 0 || port > 65535) raise(errc::invalid_argument, "server: port " + std::to_string(port) + " not in [0, 65535]");
@@ -147,8 +149,12 @@ void register_server(nb::module_& m) {
             cfg.preprocess_threads = preprocess_threads;
             cfg.max_rows_per_request = max_rows_per_request;
             cfg.auth_token = std::move(auth_token);
-            for (const auto& spec : models) cfg.models.push_back(unwrap(server::parse_model_spec(spec)));
-            if (cfg.models.empty())
+            std::vector<py_model_handle> python_models;  // loaded after the service starts (service::load)
+            for (const auto& m : models) {
+              if (nb::isinstance<py_model_handle>(m)) python_models.push_back(nb::cast<const py_model_handle&>(m));
+              else cfg.models.push_back(unwrap(server::parse_model_spec(nb::cast<std::string>(m))));
+            }
+            if (models.empty())
               for (auto name : models::kReferenceModelNames) {
                 server::model_config mc;
                 mc.name = std::string(name);
@@ -165,6 +171,7 @@ void register_server(nb::module_& m) {
             {
               nb::gil_scoped_release nogil;
               svc = std::make_unique<server::service>(unwrap(server::service::create(std::move(cfg))));
+              for (auto& pm : python_models) unwrap(svc->load(pm.config, pm.model));  // warmed: one call of each
               http = std::make_unique<http_server>(unwrap(http_server::create(ho, svc->as_handler())));
             }
             new (self) py_server{};
@@ -174,10 +181,11 @@ void register_server(nb::module_& m) {
             self->svc = std::move(svc);
             self->http = std::move(http);
           },
-          nb::arg("models") = std::vector<std::string>{}, nb::arg("host") = "127.0.0.1", nb::arg("port") = 0,
+          nb::arg("models") = std::vector<nb::object>{}, nb::arg("host") = "127.0.0.1", nb::arg("port") = 0,
           nb::arg("io_threads") = 1, nb::arg("preprocess_threads") = 0, nb::arg("drain_grace_ms") = 0,
           nb::arg("max_rows_per_request") = 1024, nb::arg("auth_token") = "",
-          "models: 'NAME[:k=v,...]' specs as jitembed-server --model (empty: the three reference models); port 0 "
+          "models: jitembed.Model objects (Python encoders) and 'NAME[:k=v,...]' specs as jitembed-server --model "
+          "(empty: the three reference models); port 0 "
           "binds an ephemeral port (see .port); preprocess_threads 0 = hardware concurrency.")
       .def_prop_ro("port", [](const py_server& s) { return s.port; })
       .def_prop_ro("url", [](const py_server& s) { return s.host + ":" + std::to_string(s.port); }, "'HOST:PORT'")
@@ -193,6 +201,16 @@ void register_server(nb::module_& m) {
           },
           nb::arg("name"), nb::arg("version") = nb::none(), nb::arg("spec") = nb::none(),
           "Loads (or replaces in place) a model version; requests switch to it with none failing (service::load).")
+      .def(
+          "load",
+          [](py_server& s, const py_model_handle& m) {
+            auto& svc = s.service();
+            nb::gil_scoped_release nogil;
+            unwrap(svc.load(m.config, m.model));
+          },
+          nb::arg("model"),
+          "Loads (or replaces in place) a jitembed.Model's version: warmed with one call, then requests switch to it "
+          "with none failing; the replaced version drains and is dropped.")
       .def(
           "unload",
           [](py_server& s, const std::string& name, std::optional<std::string> version) {

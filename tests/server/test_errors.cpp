@@ -201,6 +201,33 @@ TEST_CASE("server errors: the request's timeout is its deadline: rows still queu
   CHECK(infer(s, "text-embed", bytes_request("text", {"late", "too"}, true, {}, ks::json{{"timeout", 10000000}})).status == 200);
 }
 
+TEST_CASE("server errors: a request whose batch runs past its deadline is answered 504 at the deadline; the model is not ready until it returns") {
+  auto g = std::make_shared<gate_state>();
+  auto s = service::create(one_model(), gated_factory(g)).value();
+  g->arm();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto overrun = send_infer(s, bytes_request("text", {"slow"}, true, {}, ks::json{{"timeout", 100000}}));
+  REQUIRE(g->wait_entered(1));  // running (blocked in the model) before its deadline
+  const reply r = get(overrun);  // answered while the model still blocks
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(100));
+  check_error(r, 504, "timeout", false);
+  CHECK(ks::parse_error_body(r.body).value().find("while model 'text-embed' ran") != std::string::npos);
+  const reply busy = call(s, "GET", "/v2/models/text-embed/ready");
+  CHECK(busy.status == 503);
+  CHECK(ks::parse_error_body(busy.body).value().find("is busy") != std::string::npos);
+  CHECK_FALSE(s.status().front().ready);
+  CHECK(call(s, "GET", "/v2/health/live").status == 200);  // the server itself is unaffected
+  // Queued behind the busy instance, a request without a deadline waits and succeeds once it returns.
+  auto next = send_infer(s, bytes_request("text", {"next"}));
+  g->release();
+  CHECK(get(next).status == 200);
+  CHECK(call(s, "GET", "/v2/models/text-embed/ready").status == 200);
+  CHECK(s.status().front().ready);
+  auto st = nlohmann::json::parse(call(s, "GET", "/v2/models/text-embed/stats").body)["model_stats"][0];
+  CHECK(st["inference_stats"]["fail"]["count"] == 1);  // the late result was not answered twice
+  CHECK(st["inference_stats"]["success"]["count"] == 1);
+}
+
 TEST_CASE("server admission: past max_inflight_rows a request is 503 at once, before decoding, admitted ones succeed") {
   auto g = std::make_shared<gate_state>();
   server_config c = one_model(/*max_batch=*/4);

@@ -20,9 +20,7 @@
 #include "jitembed/models/backend_config.hpp"
 #include "jitembed/models/model.hpp"
 #include "jitembed/models/preprocess.hpp"
-#if JITEMBED_WITH_SENTENCEPIECE
-#include "jitembed/models/tokenizer.hpp"
-#endif
+#include "jitembed/models/preprocess_function.hpp"
 #include "jitembed/models/torch_adapter.hpp"
 
 namespace jitembed::models {
@@ -68,26 +66,9 @@ inline result<void> set_preprocess(const preprocess_spec& spec, torch_model_opti
   if (o.batch_transform)
     return fail(errc::invalid_argument, file + ": parameters 'batch_transform' applies to TYPE_UINT8 [H, W, 3] inputs; this input is "
                                                "made by the image / video / text preprocessing already");
-  if (spec.input_modality == modality::text) {
-#if !JITEMBED_WITH_SENTENCEPIECE
-    return fail(errc::unsupported_format, file + ": parameters 'sentencepiece_model': this program is built without the "
-                                               "SentencePiece tokenizer (models/tokenizer.hpp; JITEMBED_WITH_SENTENCEPIECE): Debian's "
-                                               "libsentencepiece embeds protobuf 3.14 and cannot share a process with libprotobuf");
-#else
-    auto tok = t5_tokenizer::open(spec.text);
-    if (!tok) return fail(tok.error().code, file + ": parameters 'sentencepiece_model': " + tok.error().message);
-    o.preprocess_key = spec.key(tok->model_hash());
-    o.preprocess = [t = std::move(*tok)](bytes_view raw, const decode_limits& limits) { return t.encode(raw, limits); };
-#endif
-  } else if (spec.input_modality == modality::video) {
-    o.preprocess_key = spec.key();
-    o.preprocess = [v = spec.video, p = spec.image](bytes_view raw, const decode_limits& limits) {
-      return preprocess_video(raw, v, p, limits);
-    };
-  } else {
-    o.preprocess_key = spec.key();
-    o.preprocess = [p = spec.image](bytes_view raw, const decode_limits& limits) { return preprocess_image(raw, p, limits); };
-  }
+  JITEMBED_ASSIGN_OR_RETURN(auto f, make_preprocess_function(spec, file));
+  o.preprocess_key = std::move(f.key);
+  o.preprocess = std::move(f.run);
   return {};
 }
 

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -104,9 +106,10 @@ inline result<models::any_model> with_latency_params(models::any_model m, const 
   return models::any_model(models::emulated_latency(std::move(m), o));
 }
 
-// One preprocessed row waiting for a batch.
+// One preprocessed row waiting for a batch, with its request's deadline (none: no KServe "timeout").
 struct row_item {
   tensor input;
+  std::optional<std::chrono::steady_clock::time_point> deadline{};
 };
 
 // Requests are batched only with rows of equal dtype and shape: the dims followed by the dtype code.
@@ -152,11 +155,18 @@ class model_instance {
     s->batch_options = o;
     s->max_inflight_rows = c.max_inflight_rows ? c.max_inflight_rows : default_inflight_rows(c.queue_size);
     const models::any_model* model = &s->model;  // stays put: `s` moves as a pointer
-    JITEMBED_ASSIGN_OR_RETURN(auto b, row_batcher::create(o, [model](std::span<row_item> in, std::span<result<models::named_tensors>> out) {
+    overrun_tracker* overrun = &s->overrun;
+    JITEMBED_ASSIGN_OR_RETURN(auto b, row_batcher::create(o, [model, overrun](std::span<row_item> in, std::span<result<models::named_tensors>> out) {
       std::vector<tensor> batch;
       batch.reserve(in.size());
-      for (auto& r : in) batch.push_back(std::move(r.input));
+      std::optional<std::chrono::steady_clock::time_point> deadline;  // the earliest of the batch's rows
+      for (auto& r : in) {
+        batch.push_back(std::move(r.input));
+        if (r.deadline && (!deadline || *r.deadline < *deadline)) deadline = r.deadline;
+      }
+      const auto running = overrun->begin(deadline);
       auto res = model->run(batch);
+      overrun->end(running);
       if (!res) {
         for (auto& o2 : out) o2 = res.error();
         return;
@@ -216,7 +226,37 @@ class model_instance {
   // Requests routed to this version and not yet answered (guarded by the registry's drain mutex).
   std::size_t& active() noexcept { return s_->active; }
 
+  // False while a batch runs past the deadline of one of its rows: those requests were answered timeout
+  // (the pipeline answers at the deadline), but a model cannot be interrupted (a Python callable, a long
+  // LibTorch call), so its instance stays busy until run() returns. GET .../ready answers 503 meanwhile.
+  bool ready() const { return !s_->overrun.overrunning(std::chrono::steady_clock::now()); }
+
  private:
+  // The deadlines of the batches being run (one entry per runner thread at most).
+  class overrun_tracker {
+   public:
+    using clock = std::chrono::steady_clock;
+    using entry = std::multiset<clock::time_point>::iterator;
+    std::optional<entry> begin(std::optional<clock::time_point> deadline) {
+      if (!deadline) return std::nullopt;
+      std::lock_guard lock(mu_);
+      return running_.insert(*deadline);
+    }
+    void end(std::optional<entry> e) {
+      if (!e) return;
+      std::lock_guard lock(mu_);
+      running_.erase(*e);
+    }
+    bool overrunning(clock::time_point now) const {
+      std::lock_guard lock(mu_);
+      return !running_.empty() && *running_.begin() <= now;
+    }
+
+   private:
+    mutable std::mutex mu_;
+    std::multiset<clock::time_point> running_;
+  };
+
   struct state {
     models::any_model model;
     model_config config;
@@ -225,6 +265,7 @@ class model_instance {
     std::atomic<std::size_t> admitted{0};
     std::size_t active = 0;
     model_counters counters;
+    overrun_tracker overrun;
     std::optional<row_batcher> batcher;  // last: destroyed (drained) first
   };
   explicit model_instance(std::unique_ptr<state> s) noexcept : s_(std::move(s)) {}

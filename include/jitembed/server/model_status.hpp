@@ -18,6 +18,7 @@ struct model_status {
   std::uint64_t success = 0;          // requests answered with outputs
   std::uint64_t failure = 0;          // requests answered with an error
   std::uint64_t rejected_admission = 0;  // requests answered 503 at once (admission bound reached)
+  bool ready = true;  // false while a batch runs past a row's deadline (model_instance::ready)
 };
 
 }  // namespace jitembed::server

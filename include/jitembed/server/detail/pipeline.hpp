@@ -28,6 +28,7 @@
 #include "jitembed/net/kserve/encode.hpp"
 #include "jitembed/net/kserve/status.hpp"
 #include "jitembed/server/config.hpp"
+#include "jitembed/server/detail/deadline_timer.hpp"
 #include "jitembed/server/detail/registry.hpp"
 #include "jitembed/server/detail/render.hpp"
 #include "jitembed/server/model_instance.hpp"
@@ -67,6 +68,7 @@ class inference_pipeline {
   inference_pipeline(model_registry& registry, const server_config& cfg)
       : registry_(registry),
         config_(cfg),
+        timer_([this](std::shared_ptr<infer_call> call) { expire(*call); }),
         pool_(cfg.preprocess_threads ? cfg.preprocess_threads : std::max(1u, std::thread::hardware_concurrency())) {}
   inference_pipeline(const inference_pipeline&) = delete;
   inference_pipeline& operator=(const inference_pipeline&) = delete;
@@ -115,6 +117,7 @@ class inference_pipeline {
     std::size_t admitted = 0;                   // rows counted against the instance's max_inflight_rows
     std::vector<models::named_tensors> rows;
     std::atomic<std::size_t> remaining{0};
+    std::atomic<bool> answered{false};  // done was called (by finish, finish_error or expire): once only
     std::mutex err_mu;
     std::optional<error_info> first_error;
 
@@ -185,6 +188,9 @@ class inference_pipeline {
     if (const auto timeout = net::kserve::timeout_us(call->req); timeout && *timeout > 0)
       call->deadline = call->start + std::chrono::microseconds(
                                          static_cast<std::int64_t>(std::min<std::uint64_t>(*timeout, 1ull << 40)));
+    // Answered `timeout` at the deadline even when the model is still running its rows (a model cannot be
+    // interrupted; its instance reports not ready until it returns: model_instance::ready).
+    if (call->deadline) timer_.arm(*call->deadline, call);
     const bool is_sample = call->req.inputs.front().name == "sample";
     for (std::size_t i = 0; i < n; ++i) {
       pool_.submit([this, call, i, raw = (*rows)[i], is_sample] {
@@ -196,7 +202,7 @@ class inference_pipeline {
         batching::submit_options<shape_bucket> opts;
         opts.bucket = bucket_of(*item);
         opts.deadline = call->deadline;
-        call->inst->batcher().submit(row_item{std::move(*item)}, std::move(opts),
+        call->inst->batcher().submit(row_item{std::move(*item), call->deadline}, std::move(opts),
                                      [call, i](result<models::named_tensors> r) { call->row_done(i, std::move(r)); });
       });
     }
@@ -255,7 +261,17 @@ class inference_pipeline {
         std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count());
   }
 
+  // The deadline passed before every row was done: answer timeout now (rows still running finish later,
+  // unanswered).
+  void expire(infer_call& c) {
+    if (c.answered.load(std::memory_order_acquire)) return;
+    finish_error(c, fail(errc::timeout, "timeout: deadline passed after " +
+                                            std::to_string(elapsed_ns(c.start) / 1000) + " us while model '" + c.inst->name() +
+                                            "' ran the request's rows"));
+  }
+
   void finish_error(infer_call& c, const error_info& e) {
+    if (c.answered.exchange(true, std::memory_order_acq_rel)) return;
     auto& inst = *c.inst;
     inst.counters().failure.fetch_add(1, std::memory_order_relaxed);
     inst.counters().failure_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
@@ -267,6 +283,7 @@ class inference_pipeline {
 
   // All rows are done: encode the response (or the first error) and answer.
   void finish(infer_call& c) {
+    if (c.answered.load(std::memory_order_acquire)) return;  // expired: answered timeout already
     if (c.first_error) return finish_error(c, *c.first_error);
     auto encoded = encode(c);
     if (!encoded) return finish_error(c, encoded.error());
@@ -275,6 +292,7 @@ class inference_pipeline {
     inst.counters().inferences.fetch_add(c.rows.size(), std::memory_order_relaxed);
     inst.counters().success_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
     inst.counters().last_inference_ms.store(now_ms(), std::memory_order_relaxed);
+    if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while encoding
     auto done = std::move(c.done);
     inst.release_rows(c.admitted);  // before answering: the client may send its next request at once
     done(std::move(*encoded));
@@ -321,6 +339,7 @@ class inference_pipeline {
 
   model_registry& registry_;
   const server_config& config_;
+  deadline_timer<infer_call> timer_;
   thread_pool pool_;  // last: its threads stop first
 };
 

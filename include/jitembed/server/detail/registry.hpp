@@ -222,7 +222,8 @@ class model_registry final : public model_loader {
                      .max_inflight_rows = inst->max_inflight_rows(),
                      .success = c.success.load(std::memory_order_relaxed),
                      .failure = c.failure.load(std::memory_order_relaxed),
-                     .rejected_admission = c.rejected_admission.load(std::memory_order_relaxed)});
+                     .rejected_admission = c.rejected_admission.load(std::memory_order_relaxed),
+                     .ready = inst->ready()});
     }
     return out;
   }

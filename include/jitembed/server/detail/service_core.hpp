@@ -205,7 +205,12 @@ class service_core final {
       add_sync(methods::any, b + "/stats", [this](const route_match& p) { return stats(p["model"], p["version"]); });
       add_sync(methods::any, b + "/ready", [this](const route_match& p) {
         if (!registry_.ready()) return not_ready();  // draining: before any model check
-        return with_model(p, [](const model_instance&) { return text_response(200, "", "text/plain"); });
+        return with_model(p, [](const model_instance& inst) {
+          // a batch running past its rows' deadline keeps the model busy: not ready until it returns
+          if (inst.ready()) return text_response(200, "", "text/plain");
+          return error_response(fail(errc::unavailable, "model '" + inst.name() + "' version " + inst.version() +
+                                                            " is busy: a batch runs past its requests' deadline"));
+        });
       });
       add_sync(methods::any, b + "/config", [this](const route_match& p) {
         return with_model(p, [&](const model_instance& inst) {

@@ -16,6 +16,9 @@
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
 #include "jitembed/server/model_spec.hpp"
+#if JITEMBED_PYTHON_REPOSITORY
+#include "jitembed/server/model_repository.hpp"
+#endif
 
 namespace jitembed::python {
 
@@ -57,6 +60,47 @@ struct py_server {
     }
   }
 };
+
+#if JITEMBED_PYTHON_REPOSITORY
+// The repository's "pytorch_libtorch" / "torch_aoti" backend: jitembed._repository.open_model (Python torch
+// loads the file, a jitembed.Model serves it). Called with or without the GIL (load routes, __init__).
+result<models::any_model> python_torch_backend(const models::backend_config& c) {
+  if (!Py_IsInitialized() || python_finalizing()) return fail(errc::unavailable, c.config_file + ": the Python interpreter is shutting down");
+  nb::gil_scoped_acquire gil;
+  try {
+    const auto tensors = [](const std::vector<models::backend_tensor>& ts) {
+      nb::list l;
+      for (const auto& t : ts)
+        l.append(nb::make_tuple(t.name, t.data_type, t.type ? nb::object(nb::str(std::string(to_string(*t.type)).c_str())) : nb::none(),
+                                nb::cast(t.dims)));
+      return l;
+    };
+    nb::dict d;
+    d["name"] = c.name;
+    d["config_file"] = c.config_file;
+    d["kind"] = c.kind;
+    d["version_dir"] = c.version_dir.string();
+    d["model_filename"] = c.model_filename;
+    d["max_batch_size"] = c.max_batch_size;
+    d["inputs"] = tensors(c.inputs);
+    d["outputs"] = tensors(c.outputs);
+    nb::dict params;
+    for (const auto& [k, v] : c.parameters) params[k.c_str()] = v;
+    d["parameters"] = params;
+    d["device"] = c.device.is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(c.device.ordinal);
+    nb::object m = nb::module_::import_("jitembed._repository").attr("open_model")(d);
+    return nb::cast<const py_model_handle&>(m).model;
+  } catch (nb::python_error& e) {
+    const bool missing = e.matches(PyExc_FileNotFoundError);
+    const bool bad = e.matches(PyExc_ValueError) || e.matches(PyExc_TypeError);
+    std::string what = e.what();
+    if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);  // the message, not the traceback
+    return fail(missing ? errc::not_found : bad ? errc::invalid_argument : errc::decode_failed, c.config_file + ": " + what);
+  } catch (const jitembed::error& e) {
+    return e.info();
+  }
+}
+#endif
 
 net::http::response call(server::service& svc, net::http::request req) {
   auto p = std::make_shared<std::promise<net::http::response>>();
@@ -140,7 +184,7 @@ void register_server(nb::module_& m) {
           "__init__",
           [](py_server* self, std::vector<nb::object> models, std::string host, int port, std::size_t io_threads,
              std::size_t preprocess_threads, std::int64_t drain_grace_ms, std::size_t max_rows_per_request,
-             std::string auth_token) {
+             std::string auth_token, std::optional<std::string> model_repository) {
             if (port < 0 || port > 65535) raise(errc::invalid_argument, "server: port " + std::to_string(port) + " not in [0, 65535]");
             server::server_config cfg;
             cfg.host = host;
@@ -154,7 +198,7 @@ void register_server(nb::module_& m) {
               if (nb::isinstance<py_model_handle>(m)) python_models.push_back(nb::cast<const py_model_handle&>(m));
               else cfg.models.push_back(unwrap(server::parse_model_spec(nb::cast<std::string>(m))));
             }
-            if (models.empty())
+            if (models.empty() && !model_repository)
               for (auto name : models::kReferenceModelNames) {
                 server::model_config mc;
                 mc.name = std::string(name);
@@ -172,6 +216,19 @@ void register_server(nb::module_& m) {
               nb::gil_scoped_release nogil;
               svc = std::make_unique<server::service>(unwrap(server::service::create(std::move(cfg))));
               for (auto& pm : python_models) unwrap(svc->load(pm.config, pm.model));  // warmed: one call of each
+              if (model_repository) {
+#if JITEMBED_PYTHON_REPOSITORY
+                server::repository_options ro;
+                ro.backends.add("pytorch_libtorch", python_torch_backend);
+                ro.backends.add("torch_aoti", python_torch_backend);
+                auto repo = unwrap(server::model_repository::open(*model_repository, std::move(ro)));
+                repo.load_all(*svc);  // a model that fails is in /v2/repository/index with its reason
+                svc->attach(repo);
+#else
+                raise(errc::unsupported_format, "model_repository: this jitembed module is built without the repository "
+                                                "component (libprotobuf / libprotoc were not found)");
+#endif
+              }
               http = std::make_unique<http_server>(unwrap(http_server::create(ho, svc->as_handler())));
             }
             new (self) py_server{};
@@ -183,9 +240,11 @@ void register_server(nb::module_& m) {
           },
           nb::arg("models") = std::vector<nb::object>{}, nb::arg("host") = "127.0.0.1", nb::arg("port") = 0,
           nb::arg("io_threads") = 1, nb::arg("preprocess_threads") = 0, nb::arg("drain_grace_ms") = 0,
-          nb::arg("max_rows_per_request") = 1024, nb::arg("auth_token") = "",
+          nb::arg("max_rows_per_request") = 1024, nb::arg("auth_token") = "", nb::arg("model_repository") = nb::none(),
           "models: jitembed.Model objects (Python encoders) and 'NAME[:k=v,...]' specs as jitembed-server --model "
-          "(empty: the three reference models); port 0 "
+          "(empty and no model_repository: the three reference models); model_repository: a Triton-style directory "
+          "(TorchScript / AOTInductor models run by this Python's torch as jitembed.Model, jitembed backend models in "
+          "C++; /v2/repository routes load and unload from it); port 0 "
           "binds an ephemeral port (see .port); preprocess_threads 0 = hardware concurrency.")
       .def_prop_ro("port", [](const py_server& s) { return s.port; })
       .def_prop_ro("url", [](const py_server& s) { return s.host + ":" + std::to_string(s.port); }, "'HOST:PORT'")

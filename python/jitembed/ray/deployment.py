@@ -39,17 +39,51 @@ _PROBE_JPEG = base64.b64decode(
 )
 
 
-def make_server(models: Sequence[str], **options: Any):
+def make_server(models: Sequence[Any], **options: Any):
     """The embedded server: ``jitembed.Server``, in this process (Ray's GPU assignment applies to it and it
     dies with the replica). ``JITEMBED_RAY_SERVER=subprocess`` runs the jitembed-server program as a child
-    process instead (a development stand-in for trees without the compiled module)."""
+    process instead (a development stand-in for trees without the compiled module; spec strings only)."""
     if os.environ.get("JITEMBED_RAY_SERVER") == "subprocess":
         from ._standin import SubprocessServer
 
+        if any(not isinstance(m, str) for m in models) or options.get("model_repository"):
+            raise RuntimeError("JITEMBED_RAY_SERVER=subprocess serves model specs only, not Python models or a repository")
         return SubprocessServer(models, **options)
     import jitembed
 
     return jitembed.Server(models=list(models), **options)
+
+
+def replica_device() -> str:
+    """Where this replica's Python models run: its first Ray-assigned GPU ("cuda:0": Ray sets
+    CUDA_VISIBLE_DEVICES to the replica's GPUs) when it was given one and torch sees CUDA, else "cpu"."""
+    if not ray.get_gpu_ids():
+        return "cpu"
+    try:
+        import torch
+
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def build_models(models: Sequence[Any], device: str) -> List[Any]:
+    """Spec strings as they are; factories called here, in the replica (weights load on its node): with
+    ``device=`` when they take it. A factory returns a jitembed.Model or a list of them."""
+    import inspect
+
+    out: List[Any] = []
+    for m in models:
+        if isinstance(m, str) or not callable(m):
+            out.append(m)
+            continue
+        try:
+            takes_device = "device" in inspect.signature(m).parameters
+        except (TypeError, ValueError):
+            takes_device = False
+        made = m(device=device) if takes_device else m()
+        out.extend(made if isinstance(made, (list, tuple)) else [made])
+    return out
 
 
 def _keep_serve_grpc_on_loopback() -> None:
@@ -72,8 +106,8 @@ def _keep_serve_grpc_on_loopback() -> None:
         logger.warning("jitembed: could not keep Serve's replica gRPC server on loopback: %s", e)
 
 
-def _model_name(spec: str) -> str:
-    return spec.split(":", 1)[0]
+def _model_name(spec: Any) -> str:
+    return spec.split(":", 1)[0] if isinstance(spec, str) else spec.name
 
 
 def kserve_bytes_request(input_name: str, rows: Sequence[bytes], timeout_us: Optional[int] = None) -> Tuple[Dict[str, str], bytes]:
@@ -118,7 +152,10 @@ def probe(srv: Any, model: str, row: Optional[bytes] = None, deadline_ms: int = 
 class EmbeddingServer:
     """One replica: an embedding server, its registry entry and heartbeat, health probe, load metric, drain.
 
-    models: model specs as ``jitembed-server --model`` takes them (``NAME[:k=v,...]``).
+    models: model specs as ``jitembed-server --model`` takes them (``NAME[:k=v,...]``) and factories of
+        jitembed.Model (Python encoders), called in the replica with ``device=`` (replica_device) when they take it.
+    model_repository: a Triton-style model repository directory on the replica's node, served beside them
+        (its TorchScript / AOTInductor models by this replica's torch, on its GPU when it has one).
     server_options: passed to ``jitembed.Server`` (io_threads, preprocess_threads, ...); host/port are chosen
         here (this node's IP, an ephemeral port).
     heartbeat_s / registry_ttl_s: registry heartbeat period and expiry (≤ 1 s, 3 s).
@@ -128,10 +165,11 @@ class EmbeddingServer:
         the endpoints URL every 250 ms by default), before its server answers 503 and drains.
     """
 
-    def __init__(self, models: Sequence[str], server_options: Optional[Dict[str, Any]] = None, heartbeat_s: float = 0.5,
+    def __init__(self, models: Sequence[Any], server_options: Optional[Dict[str, Any]] = None, heartbeat_s: float = 0.5,
                  registry_ttl_s: float = _registry.DEFAULT_TTL_S, health_model: Optional[str] = None,
                  health_row: Optional[bytes] = None, health_deadline_ms: int = 2000, leave_grace_s: float = 1.0,
-                 drain_timeout_s: float = 20.0, registry_app: Optional[str] = None):
+                 drain_timeout_s: float = 20.0, registry_app: Optional[str] = None,
+                 model_repository: Optional[str] = None):
         ctx = serve.get_replica_context()
         self._app = registry_app or ctx.app_name or "jitembed"
         self._replica_id = str(getattr(ctx.replica_id, "unique_id", ctx.replica_id))
@@ -140,9 +178,20 @@ class EmbeddingServer:
             _keep_serve_grpc_on_loopback()
         opts = dict(server_options or {})
         opts.update(host=self._node_ip, port=0)
-        self._srv = make_server(models, **opts)
+        self._gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self._device = replica_device()
+        built = build_models(models, self._device)
+        if model_repository:
+            from .. import _repository
+
+            _repository.set_default_device(self._device)
+            opts["model_repository"] = model_repository
+        self._srv = make_server(built, **opts)
         self._endpoint = f"{self._node_ip}:{self._srv.port}"
-        self._health_model = health_model or _model_name(models[0])
+        first = _model_name(built[0]) if built else next(iter(sorted(n for n, _ in self._srv.loaded())), None)
+        if first is None:
+            raise RuntimeError("jitembed replica: no model loaded (models and the repository are empty or failed)")
+        self._health_model = health_model or first
         self._health_row = health_row
         self._health_deadline_ms = int(health_deadline_ms)
         self._leave_grace_s = float(leave_grace_s)
@@ -155,7 +204,8 @@ class EmbeddingServer:
         ray.get(self._registry.register.remote(self._replica_id, self._endpoint), timeout=30)
         self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="jitembed-heartbeat", daemon=True)
         self._heartbeat.start()
-        logger.info("jitembed replica %s serves %s on %s", self._replica_id, list(models), self._endpoint)
+        logger.info("jitembed replica %s serves %s on %s (device %s)", self._replica_id, [_model_name(m) for m in built],
+                    self._endpoint, self._device)
 
     # -- discovery ----------------------------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -171,8 +221,10 @@ class EmbeddingServer:
                     pass
 
     def server_info(self) -> Dict[str, Any]:
-        """Where this replica's server runs: {"endpoint", "pid" (this replica's process), "in_process"}."""
-        return {"endpoint": self._endpoint, "pid": os.getpid(), "in_process": not hasattr(self._srv, "_proc")}
+        """Where this replica's server runs: {"endpoint", "pid" (this replica's process), "in_process", "gpu_ids"
+        (ray.get_gpu_ids()), "device" (where its Python models run), "models" (loaded (name, version))}."""
+        return {"endpoint": self._endpoint, "pid": os.getpid(), "in_process": not hasattr(self._srv, "_proc"),
+                "gpu_ids": self._gpu_ids, "device": self._device, "models": [list(m) for m in self._srv.loaded()]}
 
     # -- HTTP through Ray's proxy -------------------------------------------------------------------------
     async def __call__(self, request: Request) -> Response:
@@ -266,7 +318,7 @@ EmbeddingDeployment = serve.deployment(
 )
 
 
-def build_app(models: Sequence[str], *, num_replicas: Optional[int] = None, autoscaling: Optional[Dict[str, Any]] = None,
+def build_app(models: Sequence[Any] = (), *, model_repository: Optional[str] = None, num_replicas: Optional[int] = None, autoscaling: Optional[Dict[str, Any]] = None,
               num_gpus: float = 0.0, num_cpus: float = 0.25, user_config: Optional[Dict[str, Any]] = None,
               max_ongoing_requests: int = 64, health_check_period_s: float = 2.0, health_check_timeout_s: float = 10.0,
               code_version: str = "1", **replica_kwargs: Any) -> serve.Application:
@@ -275,6 +327,11 @@ def build_app(models: Sequence[str], *, num_replicas: Optional[int] = None, auto
     num_replicas or autoscaling (``autoscaling.autoscaling_config(...)`` keys: min/max replicas,
     target_rows_per_replica, delays) — with neither, 1 replica. num_gpus may be fractional (0.25: four
     replicas per GPU). replica_kwargs go to EmbeddingServer (server_options, heartbeat_s, leave_grace_s, ...).
+
+    models: spec strings (built-in models) and factories of jitembed.Model (Python encoders: called inside each
+    replica, so weights load on the replica's node; ``factory(device=...)`` gets the replica's device, "cuda:0"
+    with num_gpus > 0 on a GPU node, else "cpu"); model_repository: a repository directory on the nodes.
+    Several encoders share a GPU through fractional num_gpus.
 
     code_version: the deployment's version. ``serve.run`` of an application whose deployment has no version
     gives it a random one, which makes every redeploy a rolling restart; with a fixed version a redeploy that
@@ -297,4 +354,8 @@ def build_app(models: Sequence[str], *, num_replicas: Optional[int] = None, auto
     # possible from serve.run (the declarative config path sets it the same way).
     opts["version"] = f"jitembed-{code_version}"
     opts["_internal"] = True
+    if not models and not model_repository:
+        raise ValueError("build_app: neither models nor model_repository")
+    if model_repository:
+        replica_kwargs["model_repository"] = str(model_repository)
     return EmbeddingDeployment.options(**opts).bind(list(models), **replica_kwargs)

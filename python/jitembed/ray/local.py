@@ -22,7 +22,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Optional[int] = None,
+def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Optional[int] = None, num_gpus: int = 0,
                   extra_env: Optional[Dict[str, str]] = None, start_timeout_s: float = 120) -> Iterator[Dict[str, str]]:
     """Yields {"gcs": "127.0.0.1:P", "http": "127.0.0.1:P", "temp_dir": ...}. Workers get this process's
     environment plus PYTHONPATH naming the directory that holds the jitembed package (replicas import it)."""
@@ -56,7 +56,7 @@ def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Opti
 
     ray_constants.ENABLE_RAY_CLUSTER = False
     cmd = [ray_bin, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port), "--include-dashboard=false",
-           "--num-cpus", str(num_cpus), "--num-gpus", "0", "--object-store-memory", str(object_store_mb * 1024 * 1024),
+           "--num-cpus", str(num_cpus), "--num-gpus", str(num_gpus), "--object-store-memory", str(object_store_mb * 1024 * 1024),
            "--temp-dir", temp_dir, "--disable-usage-stats"]
     started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=start_timeout_s)
     try:

@@ -251,3 +251,54 @@ def test_hot_swap_under_load_loses_nothing(images):
             r = client.embed("tiny", images[:1], input="image")
             m = tiny_model(new)
             np.testing.assert_array_equal(r["latent"], new(torch.from_numpy(m.preprocess(images[0]))[None])["latent"].numpy())
+
+
+def _repository():
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.abspath(os.path.join(here, "..", "..", ".."))
+    repo = os.environ.get("JITEMBED_MODEL_REPOSITORY", os.path.join(root, "build", "release", "model_repository"))
+    if not os.path.isfile(os.path.join(repo, "t5_encoder", "config.pbtxt")):
+        pytest.skip(f"no exported model repository at {repo} (scripts/export_models.py --out DIR; ctest models/export)")
+    return repo
+
+
+def _served_reference(repo, model):
+    import json
+    import os
+
+    ref = os.path.join(repo, model, "reference")
+    meta = json.load(open(os.path.join(ref, "served.json")))
+    out = np.fromfile(os.path.join(ref, meta["output"]["file"]), dtype=meta["output"]["dtype"]).reshape(meta["output"]["shape"])
+    return meta, out
+
+
+def test_a_model_repository_served_by_the_python_torch(tmp_path):
+    """Server(model_repository=...): the exported TorchScript T5 and VAE run by this process's torch as
+    jitembed.Model, with the configs' preprocessing, equal to eager PyTorch on the user's pipeline."""
+    import os
+
+    repo = _repository()
+    with jitembed.Server(model_repository=repo, io_threads=2) as server, \
+            jitembed.Client(endpoints=[f"http://{server.url}"]) as client:
+        loaded = dict(server.loaded())
+        assert {"t5_encoder", "vae_encoder", "video_encoder"} <= set(loaded), loaded
+        meta, want = _served_reference(repo, "t5_encoder")
+        texts = [t.encode() for t in meta["texts"]]
+        got = client.embed("t5_encoder", texts, input="text")["OUTPUT__0"]
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+        ident = client.identity("t5_encoder")
+        assert ident["fingerprint"] and "sentencepiece" in ident["preprocess_key"]
+        meta, want = _served_reference(repo, "vae_encoder")
+        ref = os.path.join(repo, "vae_encoder", "reference")
+        images = [open(os.path.join(ref, f), "rb").read() for f in meta["jpegs"]]
+        got = client.embed("vae_encoder", images, input="image")["OUTPUT__0"]
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-3)
+        # the repository routes load and unload from it
+        status, _, body = server.handle("POST", "/v2/repository/index")
+        assert status == 200 and b"t5_encoder" in body
+        assert server.handle("POST", "/v2/repository/models/vae_encoder/unload")[0] == 200
+        assert "vae_encoder" not in dict(server.loaded())
+        assert server.handle("POST", "/v2/repository/models/vae_encoder/load")[0] == 200
+        assert "vae_encoder" in dict(server.loaded())

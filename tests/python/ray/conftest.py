@@ -120,7 +120,8 @@ def ray_cluster(bins):
     Serve's proxy on a free loopback port; `ray stop --force` at the end."""
     from jitembed.ray.local import local_cluster
 
-    with local_cluster(num_cpus=4, object_store_mb=150, extra_env={"JITEMBED_SERVER_BIN": bins["server"]}) as c:
+    # one logical GPU (no device behind it): fractional num_gpus placement and ray.get_gpu_ids() are testable
+    with local_cluster(num_cpus=4, num_gpus=1, object_store_mb=150, extra_env={"JITEMBED_SERVER_BIN": bins["server"]}) as c:
         yield c
 
 

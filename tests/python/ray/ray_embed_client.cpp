@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jitembed/codec/jpeg.hpp"
 #include "jitembed/client/jit_client.hpp"
 
 namespace {
@@ -45,7 +46,7 @@ std::string digest(const client::embed_result& r, std::size_t row, std::size_t r
 
 int usage() {
   std::fprintf(stderr,
-               "ray_embed_client (--endpoints-url URL | --endpoints URL[,URL...]) [--model text-embed] [--input text]\n"
+               "ray_embed_client (--endpoints-url URL | --endpoints URL[,URL...]) [--model text-embed] [--input text] [--jpeg-size S]\n"
                "  (--samples N --out FILE | --duration-s D) [--rows-per-request R] [--concurrency C] [--timeout-ms T]\n"
                "  [--refresh-ms 250] [--until-endpoints K]\n");
   return 2;
@@ -55,7 +56,7 @@ int usage() {
 
 int main(int argc, char** argv) {
   std::string url, list, model = "text-embed", input = "text", out_path;
-  std::size_t samples = 0, rows_per_request = 4, concurrency = 8, until_endpoints = 0;
+  std::size_t samples = 0, rows_per_request = 4, concurrency = 8, until_endpoints = 0, jpeg_size = 0;
   double duration_s = 0;
   long timeout_ms = 60000, refresh_ms = 250;
   for (int i = 1; i < argc; ++i) {
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
     else if (a == "--timeout-ms") timeout_ms = std::stol(next());
     else if (a == "--refresh-ms") refresh_ms = std::stol(next());
     else if (a == "--until-endpoints") until_endpoints = std::stoul(next());
+    else if (a == "--jpeg-size") jpeg_size = std::stoul(next());
     else return usage();
   }
   if ((url.empty() == list.empty()) || (samples == 0) == (duration_s <= 0) || (samples && out_path.empty()) ||
@@ -109,7 +111,17 @@ int main(int argc, char** argv) {
   const auto start = clock_type::now();
   const auto end = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(duration_s));
   std::vector<std::string> bench_rows;
-  for (std::size_t i = 0; i < rows_per_request; ++i) bench_rows.push_back("bench-row-" + std::to_string(i));
+  // Row i: the text "sample-<i>", or with --jpeg-size S an S x S JPEG whose pixels depend on i (image models).
+  const auto row = [&](const std::string& prefix, std::size_t i) -> std::string {
+    if (!jpeg_size) return prefix + std::to_string(i);
+    const auto s = static_cast<std::int64_t>(jpeg_size);
+    tensor img = tensor::empty(shape{s, s, 3}, dtype::u8);
+    auto* p = static_cast<std::uint8_t*>(img.data());
+    for (std::int64_t k = 0; k < s * s * 3; ++k) p[k] = static_cast<std::uint8_t>((i * 37 + static_cast<std::size_t>(k) * 7 + (prefix.size() * 11)) & 255);
+    auto b = codec::encode_jpeg(img, {}).value();
+    return {reinterpret_cast<const char*>(b.data()), b.size()};
+  };
+  for (std::size_t i = 0; i < rows_per_request; ++i) bench_rows.push_back(row("bench-row-", i));
 
   constexpr std::size_t kUsedAfter = 10;  // answered requests that make an endpoint count for --until-endpoints
   const auto enough_endpoints = [&] {  // under mu
@@ -127,7 +139,7 @@ int main(int argc, char** argv) {
     if (samples) {
       if (next_sample >= samples || enough_endpoints()) return;
       first = next_sample;
-      for (std::size_t i = first; i < std::min(samples, first + rows_per_request); ++i) texts.push_back("sample-" + std::to_string(i));
+      for (std::size_t i = first; i < std::min(samples, first + rows_per_request); ++i) texts.push_back(row("sample-", i));
       next_sample += texts.size();
     } else {
       if (clock_type::now() >= end) return;

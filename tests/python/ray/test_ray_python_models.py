@@ -1,0 +1,92 @@
+"""jitembed.ray with Python encoders: jitembed.Model factories called inside the replicas (weights built on the
+replica's node), fractional GPUs shared by two replicas (placement through ray.get_gpu_ids() on a cluster with one
+logical GPU; no device behind it, so the models run on the CPU), and a replica hosting a Python VAE-style encoder
+killed mid-run under the C++ JIT client: every sample delivered exactly once."""
+
+from __future__ import annotations
+
+import ray
+from ray import serve
+
+import jitembed.ray as jray
+from conftest import eventually
+from test_ray_serve import SMALL, check_exactly_once, inflight_rows, remove, replica_actor_names, wait_endpoints
+
+SIZE = 32
+
+
+def tiny_vae(device="cpu"):
+    """A VAE-encoder-shaped torch module as a jitembed.Model, built where it is called (the replica)."""
+    import time
+
+    import torch
+
+    import jitembed
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.SiLU(),
+                              torch.nn.Conv2d(8, 4, 3, stride=2, padding=1)).to(device).eval()
+
+    def encode(x):
+        time.sleep(0.01)  # a real encoder's time: rows stay in flight long enough to be killed with
+        with torch.inference_mode():  # row by row: the same bits whatever batch a row is in (digests compared)
+            return torch.cat([net(x[i:i + 1]) for i in range(x.shape[0])])
+
+    return jitembed.Model(encode, "tiny_vae", inputs=("image", "f32", [3, SIZE, SIZE]),
+                          outputs=[("latent", "f32", [4, SIZE // 4, SIZE // 4])], max_batch_size=8,
+                          preprocess={"modality": "image", "image_normalize": "signed"}, device=device, module=net)
+
+
+def deploy(app: str, models, **kw):
+    opts = dict(SMALL)
+    opts.update(kw)
+    serve.run(jray.build_app(models, **opts), name=app, route_prefix=f"/{app}", blocking=False)
+
+
+def replica_infos(app: str, n: int):
+    handle = serve.get_app_handle(app)
+    seen = {}
+
+    def more():
+        info = handle.server_info.remote().result(timeout_s=10)
+        seen[info["pid"]] = info
+        return list(seen.values()) if len(seen) >= n else None
+
+    return eventually(more, 60, f"server_info of {n} replicas", step_s=0.05)
+
+
+def test_python_model_factories_share_a_fractional_gpu(ray_cluster):
+    app = "pygpu"
+    deploy(app, [tiny_vae], num_replicas=2, num_gpus=0.5)
+    wait_endpoints(ray_cluster, app, 2)
+    infos = replica_infos(app, 2)
+    assert all(i["gpu_ids"] == ["0"] for i in infos), infos  # both replicas on the one GPU
+    assert all(i["device"] == "cpu" for i in infos)  # no CUDA behind the logical GPU
+    assert all(["tiny_vae", "1"] in i["models"] for i in infos)
+    remove(app)
+
+
+def test_replica_with_a_python_vae_killed_mid_run_every_sample_once(ray_cluster, run_client, reference_server):
+    app = "pykill"
+    deploy(app, [tiny_vae], num_replicas=2)
+    eps = wait_endpoints(ray_cluster, app, 2)
+    url = f"http://{ray_cluster['http']}/{app}/endpoints"
+    n = 240
+    args = ["--model", "tiny_vae", "--input", "image", "--jpeg-size", str(SIZE), "--samples", str(n),
+            "--rows-per-request", "2", "--concurrency", "8", "--timeout-ms", "60000"]
+    run = run_client(["--endpoints-url", url] + args)
+    victim = eventually(lambda: next((e for e in eps if inflight_rows(e) > 0), None), 30, "rows in flight on a replica")
+    names = replica_actor_names(app)
+    by_replica = ray.get(jray.get_registry(app, create=False).entries.remote())
+    killed = next(n_ for n_ in names if by_replica.get(n_.rsplit("#", 1)[-1]) == victim.removeprefix("http://"))
+    ray.kill(ray.get_actor(killed, namespace="serve"), no_restart=True)
+    summary, got = run.result(timeout_s=120)
+    assert summary["failed"] == 0
+    assert summary["retries"] > 0, "requests in flight on the killed replica were retried"
+    # the reference: the same factory in a jitembed.Server of this process
+    import jitembed
+
+    with jitembed.Server(models=[tiny_vae()]) as srv:
+        _, ref = run_client(["--endpoints", f"http://{srv.url}"] + args).result()
+    check_exactly_once(got, n, ref)
+    remove(app)

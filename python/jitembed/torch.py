@@ -22,7 +22,7 @@ from torch.utils.data import IterableDataset
 
 import jitembed
 
-__all__ = ["Loader", "to_torch", "dist_rank"]
+__all__ = ["Loader", "to_torch", "dist_rank", "as_is"]
 
 #: the keys of a step that are not embedding fields
 STEP_KEYS = ("ids", "indices", "failed", "epoch", "step")
@@ -80,6 +80,13 @@ def to_torch(step: Dict[str, Any], item_shapes: Optional[Dict[str, Tuple[torch.S
     out["epoch"] = step["epoch"]
     out["step"] = step["step"]
     return out
+
+
+def as_is(step: Any) -> Any:
+    """A ``collate_fn`` for ``DataLoader(loader, batch_size=None, collate_fn=as_is)``: the step unchanged. The
+    default (``default_convert``) walks every value of every step for numpy arrays it would convert, of which
+    a step has none (~80 us a step)."""
+    return step
 
 
 def _accelerator_available() -> bool:

@@ -306,6 +306,9 @@ def test_inside_dataloader(dataset_path, client):
             assert len(steps) == 6 and {s["epoch"] for s in steps} == {epoch}
             assert sorted(i for s in steps for i in s["ids"]) == all_ids()
         assert all(s["caption"].data_ptr() == address(r["caption"]) for s, r in zip(steps, spy.raw[6:]))
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0, collate_fn=jt.as_is)
+        steps = list(dl)
+        assert sorted(i for s in steps for i in s["ids"]) == all_ids() and {s["epoch"] for s in steps} == {2}
     with pytest.raises(TypeError, match="cannot be pickled"):
         __import__("pickle").dumps(ds)
 

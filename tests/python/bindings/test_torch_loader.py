@@ -284,6 +284,66 @@ def test_lookahead_bookkeeping(dataset_path, client):
     ds.close()
 
 
+def test_cuda_prefetch_order_with_stand_ins(dataset_path, client, monkeypatch):
+    """The CUDA path's order of operations, with stand-ins for streams, events and the copy (meta tensors), as
+    there is no GPU here: step k+1's copies are issued non-blocking on the side stream and its event recorded
+    there before step k is handed out; the consumer's stream waits on step k's event and each of step k's
+    tensors is record_stream-ed on it."""
+    log = []
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def wait_event(self, e):
+            log.append(("wait", self.name, e.id))
+
+    class Event:
+        made = 0
+
+        def __init__(self):
+            Event.made += 1
+            self.id = Event.made
+
+        def record(self, stream):
+            log.append(("record", stream.name, self.id))
+
+    side, consumer, current = Stream("side"), Stream("consumer"), []
+
+    class StreamContext:
+        def __init__(self, s):
+            self.s = s
+
+        def __enter__(self):
+            current.append(self.s)
+
+        def __exit__(self, *exc):
+            current.pop()
+
+    to = torch.Tensor.to
+    monkeypatch.setattr(torch.cuda, "stream", StreamContext)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: consumer)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, s: log.append(("record_stream", s.name, t.shape[0])))
+    monkeypatch.setattr(torch.Tensor, "to", lambda t, dev, non_blocking=False: (
+        log.append(("copy", current[-1].name if current else None, non_blocking, t.shape[0])), to(t, "meta"))[1])
+    with jt.Loader(dataset_path, client, CAPTION, batch_size=8, workers=1, rank=0, world_size=1) as ds:
+        ds.device, ds._copy_stream, ds._lookahead = torch.device("cuda"), side, True
+        sizes = []
+        for k, s in enumerate(ds):
+            assert s["caption"].device.type == "meta" and "_event" not in s
+            sizes.append(s["caption"].shape[0])
+            event_k = k + 1  # events are made in step order
+            mine = log.index(("wait", "consumer", event_k))
+            # step k's copy on the side stream and its event, then step k+1's (fetched ahead), then the wait
+            assert log[:mine].count(("record", "side", event_k)) == 1
+            copies = [e for e in log[:mine] if e[0] == "copy"]
+            assert all(e[1] == "side" and e[2] is True for e in copies)
+            assert len(copies) == min(k + 2, 3)  # 21 samples: 3 steps
+            assert log[mine + 1] == ("record_stream", "consumer", sizes[-1])
+        assert sizes == [8, 8, 5] and ("record", "side", 4) not in log  # no event for the epoch's end
+
+
 def test_set_epoch_matches_the_epoch_plan(dataset_path, client):
     kw = dict(batch_size=4, seed=9, workers=1, rank=0, world_size=1)
     with jt.Loader(dataset_path, client, CAPTION, **kw) as ds, \

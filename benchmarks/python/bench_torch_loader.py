@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The loader's own cost per step in Python, with everything already prefetched: ``next()`` of
 ``jitembed.Loader`` (numpy arrays) vs ``jitembed.torch.Loader`` (torch tensors through DLPack) vs the torch loader
-inside ``torch.utils.data.DataLoader(batch_size=None, num_workers=0)``, at batch 32 (goal: <= 100 us per step).
+inside ``torch.utils.data.DataLoader(batch_size=None, num_workers=0)``, at batch 32 (goal for the two loaders:
+<= 100 us per step; DataLoader's own cost is shown for scale).
 
 Each timed epoch starts once the whole epoch is embedded and waiting (local reference text model, max_buffered
 = the epoch, no request in flight), so a step costs the C++ next() (taking the samples), the C++ collate (one
@@ -111,16 +112,18 @@ def main():
     rows = []
     for key, label, *_ in variants:
         us = best[key] * 1e6
-        rows.append((label, us, waited[key] * 1e6 / args.steps, {
-            "bench": f"python/loader_step_overhead_{key}", "us_per_step": us, "unit": "us", "batch": BATCH,
-            "fields": "pooled f32[768] + mask u8[77]", "cpp_next_us_per_step": waited[key] * 1e6 / args.steps,
-            "ratio_vs_numpy": best[key] / best["numpy"], "target": TARGET_US, "meets_target": us <= TARGET_US}))
+        j = {"bench": f"python/loader_step_overhead_{key}", "us_per_step": us, "unit": "us", "batch": BATCH,
+             "fields": "pooled f32[768] + mask u8[77]", "cpp_next_us_per_step": waited[key] * 1e6 / args.steps,
+             "ratio_vs_numpy": best[key] / best["numpy"]}
+        if key in ("numpy", "torch"):  # the goal is the loaders' own; DataLoader's cost is shown for scale
+            j["target"], j["meets_target"] = TARGET_US, us <= TARGET_US
+        rows.append((label, us, waited[key] * 1e6 / args.steps, j))
     print(f"loader step overhead, everything prefetched: batch {BATCH}, {args.steps} steps per epoch, best of "
           f"{args.rounds} epochs; fields pooled f32[768] + mask u8[77]")
     print(f"{'variant':40} {'us/step':>10} {'in C++ next()':>14} {'vs numpy':>9}  target")
     for label, us, wus, j in rows:
-        print(f"{label:40} {us:10.1f} {wus:14.2f} {j['ratio_vs_numpy']:8.2f}x  <= {TARGET_US:g} "
-              f"{'ok' if j['meets_target'] else 'MISSED'}")
+        tgt = f"<= {TARGET_US:g} {'ok' if j['meets_target'] else 'MISSED'}" if "target" in j else ""
+        print(f"{label:40} {us:10.1f} {wus:14.2f} {j['ratio_vs_numpy']:8.2f}x  {tgt}")
     print()
     for *_, j in rows:
         print(json.dumps(j))

@@ -240,8 +240,10 @@ fi
 # Python module and Ray, so one PyTorch (~5 GiB with its CUDA libraries) serves the C++ build, the exporter
 # (scripts/export_models.py: diffusers, transformers, sentencepiece, protobuf for transformers' T5Tokenizer
 # conversion, the version Ray's grpc already brings to .venv; torchvision for the preprocessing comparisons) and Python code that hands torch tensors to jitembed. Skipped when every pin is installed.
+# torchdata for StatefulDataLoader (jitembed.torch.Loader's checkpoint test; 0.11.0 is pure Python and
+# works with torch 2.15, warning once that torch.set_vital is deprecated).
 # A failed install is an error: the torch component is REQUIRED once on (-DJITEMBED_WITH_TORCH=OFF without it).
-torch_pins="torch==2.15.0 torchvision==0.29.2 diffusers==0.42.1 transformers==5.24.0 sentencepiece==0.2.3 protobuf==7.36.2"
+torch_pins="torch==2.15.0 torchvision==0.29.2 diffusers==0.42.1 transformers==5.24.0 sentencepiece==0.2.3 protobuf==7.36.2 torchdata==0.11.0"
 if [ "$with_torch" = 1 ]; then
   torch_venv="$root/.venv"
   if [ ! -x "$torch_venv/bin/python" ]; then python3 -m venv "$torch_venv"; fi

@@ -163,14 +163,6 @@ struct py_loader {
   }
 };
 
-// Stacks same-shaped rows into one [N, ...] tensor (the one copy of a step; jitembed::stack, the same
-// collate as client::step::collate); nullopt when they differ or one is missing (a list is returned then).
-std::optional<tensor> stack_rows(const std::vector<const tensor*>& rows) {
-  auto r = jitembed::stack(rows);
-  if (!r) return std::nullopt;
-  return std::move(*r);
-}
-
 nb::dict batch_dict(const py_loader& pl, step&& b) {
   nb::dict d;
   nb::list ids, failed;
@@ -191,19 +183,29 @@ nb::dict batch_dict(const py_loader& pl, step&& b) {
     }
   }
   for (const auto& name : pl.names) {
-    std::vector<const tensor*> rows;
-    rows.reserve(ok.size());
-    for (const auto* s : ok) rows.push_back(s->find(name));
+    // The C++ collate (client::step::collate: one copy, the failed samples' rows left out). Per-sample
+    // arrays instead when stack=False, or when collate cannot stack: a sample without the field (not_found),
+    // rows of differing dtype / shape or no row at all (invalid_argument), rows of the highest rank
+    // (limit_exceeded). Any other error (an impossible size) is raised.
     std::optional<tensor> stacked;
     if (pl.stack) {
-      nb::gil_scoped_release nogil;
-      stacked = stack_rows(rows);
+      result<tensor> r = fail(errc::internal, "");
+      {
+        nb::gil_scoped_release nogil;
+        r = b.collate(name);
+      }
+      if (r) stacked = std::move(*r);
+      else if (const errc c = r.error().code; c != errc::not_found && c != errc::invalid_argument && c != errc::limit_exceeded)
+        throw jitembed::error(std::move(r).error());
     }
     if (stacked) {
       d[nb::str(name.c_str())] = to_numpy(*stacked, false);
     } else {
       nb::list l;
-      for (const tensor* t : rows) l.append(t ? to_numpy(*t, true) : nb::none());
+      for (const auto* s : ok) {
+        const tensor* t = s->find(name);
+        l.append(t ? to_numpy(*t, true) : nb::none());
+      }
       d[nb::str(name.c_str())] = l;
     }
   }

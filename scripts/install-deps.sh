@@ -113,7 +113,7 @@ with_bench_models=0
 for s in "${sets[@]}"; do
   case "$s" in
     build) ;;
-    python) components+=(server client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links
+    python) components+=(server repository client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=))
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
     ray) components+=(server client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
     tools) components+=(server repository client lmdb redis); dev+=(tools) ;;
@@ -205,34 +205,6 @@ if [ "$with_ray" = 1 ]; then
   fi
 fi
 
-# --- the jitembed Python module (python/) -------------------------------------------------------------------
-# pip install of ./python into .venv (no build isolation: the pinned nanobind / scikit-build-core below, and
-# the build tree python/build/ is reused, so a rebuild after a change recompiles only what changed). Skipped
-# when a hash over its sources (python/, include/, cmake/, CMakeLists.txt; ~20 ms) and the pins match the last
-# install and the module imports. A fresh build of the extension takes minutes on 2 cores.
-if [ "$with_python" = 1 ]; then
-  py_venv="$root/.venv"
-  py_pins="nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0 numpy msgpack msgpack-numpy Pillow"
-  py_stamp="$py_venv/.jitembed-python"
-  py_hash="$(cd "$root" && find python include cmake CMakeLists.txt -type f ! -path 'python/build/*' ! -name '*.pyc' -print0 |
-             LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
-  if [ ! -x "$py_venv/bin/python" ]; then python3 -m venv "$py_venv"; fi
-  if [ -f "$py_stamp" ] && [ "$(cat "$py_stamp")" = "$py_hash $py_pins" ] &&
-     "$py_venv/bin/python" -c "import jitembed._jitembed, pytest, numpy, msgpack, msgpack_numpy, PIL" 2>/dev/null; then
-    echo "install-deps: .venv has the jitembed Python module (sources unchanged)"
-  else
-    rm -f "$py_stamp"
-    # shellcheck disable=SC2086
-    pip_retry "$py_venv/bin/python" $py_pins ||
-      { echo "install-deps: error: could not install the Python module's build and test dependencies" >&2; exit 1; }
-    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
-      "$py_venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$root/python" ||
-      { echo "install-deps: error: could not build the jitembed Python module (pip install ./python)" >&2; exit 1; }
-    echo "$py_hash $py_pins" > "$py_stamp"
-    echo "install-deps: built and installed the jitembed Python module into .venv"
-  fi
-fi
-# --- end jitembed Python module --------------------------------------------------------------------------------
 
 # --- PyTorch (the torch component) ------------------------------------------------------------------------
 # The torch component builds against the LibTorch inside the PyTorch wheel (TorchConfig.cmake, headers,
@@ -298,6 +270,38 @@ if [ "$with_torch" = 1 ]; then
   fi
 fi
 # --- end PyTorch --------------------------------------------------------------------------------------------
+# --- the jitembed Python module (python/) -------------------------------------------------------------------
+# pip install of ./python into .venv (no build isolation: the pinned nanobind / scikit-build-core below, and
+# the build tree python/build/ is reused, so a rebuild after a change recompiles only what changed). Skipped
+# when a hash over its sources (python/, include/, cmake/, CMakeLists.txt; ~20 ms) and the pins match the last
+# install and the module imports. A fresh build of the extension takes minutes on 2 cores. After the PyTorch
+# block: the module links the SentencePiece built there (.deps/sentencepiece, jitembed.Model's text models) and
+# libprotobuf / libprotoc when present (Server(model_repository=...)); both are part of the hash.
+if [ "$with_python" = 1 ]; then
+  py_venv="$root/.venv"
+  py_pins="nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0 numpy msgpack msgpack-numpy Pillow"
+  py_stamp="$py_venv/.jitembed-python"
+  py_hash="$(cd "$root" && { find python include cmake CMakeLists.txt -type f ! -path 'python/build/*' ! -name '*.pyc' -print0 |
+               LC_ALL=C sort -z | xargs -0 sha256sum
+             cat .deps/sentencepiece/VERSION 2>/dev/null || echo no-sentencepiece
+             ls /usr/include/google/protobuf/compiler/importer.h 2>/dev/null || echo no-protoc; } | sha256sum | cut -d' ' -f1)"
+  if [ ! -x "$py_venv/bin/python" ]; then python3 -m venv "$py_venv"; fi
+  if [ -f "$py_stamp" ] && [ "$(cat "$py_stamp")" = "$py_hash $py_pins" ] &&
+     "$py_venv/bin/python" -c "import jitembed._jitembed, pytest, numpy, msgpack, msgpack_numpy, PIL" 2>/dev/null; then
+    echo "install-deps: .venv has the jitembed Python module (sources unchanged)"
+  else
+    rm -f "$py_stamp"
+    # shellcheck disable=SC2086
+    pip_retry "$py_venv/bin/python" $py_pins ||
+      { echo "install-deps: error: could not install the Python module's build and test dependencies" >&2; exit 1; }
+    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+      "$py_venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$root/python" ||
+      { echo "install-deps: error: could not build the jitembed Python module (pip install ./python)" >&2; exit 1; }
+    echo "$py_hash $py_pins" > "$py_stamp"
+    echo "install-deps: built and installed the jitembed Python module into .venv"
+  fi
+fi
+# --- end jitembed Python module --------------------------------------------------------------------------------
 
 if [ "$with_test_peers" != 1 ]; then
   exit 0

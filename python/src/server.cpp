@@ -285,7 +285,8 @@ void register_server(nb::module_& m) {
       .def("status", &status_of,
            "Per loaded version ('NAME:VERSION'): queued_rows (waiting for a batch), running_rows (in a batch), "
            "inflight_rows (admitted: decode to response, including the above), max_inflight_rows, requests_success, "
-           "requests_failed, rejected_admission. Cheap (no statistics JSON): what an autoscaler polls.")
+           "requests_failed, rejected_admission, ready (False while a batch runs past a request's deadline). Cheap (no "
+           "statistics JSON): what an autoscaler polls.")
       .def("stats", &stats_of,
            "Per loaded version ('NAME:VERSION'): queued_rows (waiting for a batch), running_rows (in a batch), "
            "inflight_rows (admitted: decode to response, including the above), max_inflight_rows, requests_success, "

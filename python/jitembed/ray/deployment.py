@@ -126,8 +126,8 @@ def kserve_bytes_request(input_name: str, rows: Sequence[bytes], timeout_us: Opt
 
 def probe(srv: Any, model: str, row: Optional[bytes] = None, deadline_ms: int = 2000) -> None:
     """The health probe: one row through the model's inference path with a deadline (the KServe `timeout`
-    parameter: the server answers 504 when the row could not start in time; a row that started but ran past
-    the deadline fails the probe too). The row: `row`, else a text
+    parameter: the server answers 504 at the deadline, whether the row is still queued or its batch is still
+    running; a model whose batch overran a deadline is not ready until it returns). The row: `row`, else a text
     row or a 16x16 JPEG by the model's input; a model with neither (video) is checked by readiness.
     Raises RuntimeError naming the model and the answer."""
     status, _, body = srv.handle("GET", f"/v2/models/{model}", {}, b"")

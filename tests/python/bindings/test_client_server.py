@@ -165,7 +165,7 @@ def test_stats_show_queue_and_admitted_rows():
         # status() is stats() without the Triton statistics fields, same values
         status = srv.status()["text-embed:1"]
         assert set(status) == {"name", "version", "queued_rows", "running_rows", "inflight_rows", "max_inflight_rows",
-                               "requests_success", "requests_failed", "rejected_admission"}
+                               "requests_success", "requests_failed", "rejected_admission", "ready"}
         assert all(st[k] == v for k, v in status.items())
         assert peak["queued_rows"] + peak["running_rows"] <= 3
 

@@ -21,11 +21,19 @@ def test_probe_passes_on_a_serving_model_and_fails_past_its_deadline():
         with pytest.raises(RuntimeError, match="answered 400"):
             probe(srv, "image-latent", row=b"not a jpeg")
         # A model that cannot answer within the deadline (1.5 s per batch, 200 ms deadline): the idle model
-        # starts the row at once and it runs past the deadline; queued behind a running batch (batches of 1)
-        # it is dropped at its deadline (504).
+        # starts the row at once and it runs past the deadline: answered 504 at the deadline, and the model
+        # reports not ready until the batch returns; queued behind a running batch (batches of 1) a row is
+        # dropped at its deadline (504).
         srv.load("text-embed", version="2", spec="text-embed:text_dim=16,text_max_length=16,sleep_us=1500000,max_batch_size=1")
-        with pytest.raises(RuntimeError, match=r"took 1\.[5-9]\d s \(deadline 200 ms\)"):
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"answered 504: .*while model .*text-embed.* ran"):
             probe(srv, "text-embed", deadline_ms=200)
+        assert time.monotonic() - t0 < 1.2
+        assert srv.status()["text-embed:2"]["ready"] is False
+        end = time.monotonic() + 5
+        while not srv.status()["text-embed:2"]["ready"] and time.monotonic() < end:
+            time.sleep(0.01)
+        assert srv.status()["text-embed:2"]["ready"] is True
         busy = threading.Thread(target=probe, args=(srv, "text-embed"), kwargs={"deadline_ms": 5000})
         busy.start()
         end = time.monotonic() + 10  # wait until its row runs (admitted), so the next one queues behind it

@@ -6,6 +6,8 @@
   (c) a real Triton (the nvidia-pytriton wheel's tritonserver, Python backend: triton_model.py, PIL +
       torchvision preprocessing, dynamic batching),
   (d) Ray Serve (ray_encoder.py: @serve.batch around the module, PIL + torchvision preprocessing),
+  (p) jitembed.Server(model_repository=...) in a Python process (python_server.py): the same TorchScript file
+      run by the Python torch as a jitembed.Model, HTTP / preprocessing / batching the same C++ as (b),
   (b_draft, light only) (b) with the config parameter image_decode: draft (Pillow's Image.draft before the resize:
       the JPEG decoded at a DCT scale of 1/2 .. 1/8, a few u8 levels from exact; the same server, its own model
       entry on the same model file).
@@ -22,7 +24,8 @@ Workloads:
          (compute-bound). Target: b >= 0.9 a.
   light  vae_encoder_light, exported here (the same architecture at widths (8, 16, 16, 16), 128x128 ->
          [4, 16, 16]), on 640x480 JPEGs: shorter side to 128 + centre crop; the encoder costs about what
-         decoding + resizing costs. Targets: b >= 1.3 c, b >= 3 d (and the same for b_draft).
+         decoding + resizing costs. Targets: b >= 1.3 c, b >= 3 d (and the same for b_draft); the Python model
+         p >= 0.8 b and p >= 3 d (vae: p >= 0.9 b).
 CPU per image: the server's process tree (user + system, warm-up included) beside the encoder's own (a's).
 
   .venv/bin/python benchmarks/models/bench_models.py [--quick] [--build build/release] [--workloads vae,light]
@@ -263,6 +266,8 @@ class Servers:
                 reason = self.start_b(jitembed_models)
                 if reason:
                     raise SystemExit(f"bench_models: jitembed-server: {reason}")
+        if "p" in arms:
+            self.start_p(models)
         if "d" in arms:
             self.start_ray()
         if "c" in arms:
@@ -290,6 +295,21 @@ class Servers:
         if not reason:
             log(f"arm b ready at {self.urls['b']}")
         return reason
+
+    def start_p(self, models: list) -> None:
+        """jitembed.Server(model_repository=...) in a Python process (python_server.py)."""
+        port = free_port()
+        with open(self.work / "python-server.log", "ab") as logf:
+            self.procs["p"] = subprocess.Popen(pinned(self.args.server_cores, [
+                sys.executable, str(HERE / "python_server.py"), "--repo", str(self.work / "repo"), "--port", str(port),
+                "--threads", str(self.args.threads)]), stdout=logf, stderr=subprocess.STDOUT, env=self.env)
+        self.urls["p"] = f"http://127.0.0.1:{port}"
+        p = self.procs["p"]
+        wait_for(lambda: p.poll() is not None or all(http_ok(f"{self.urls['p']}/v2/models/{m}/ready") for m in models), 300,
+                 "python_server")
+        if p.poll() is not None:
+            raise SystemExit(f"bench_models: python_server exited with {p.returncode} (log {self.work / 'python-server.log'})")
+        log(f"arm p ready at {self.urls['p']}")
 
     def stop_one(self, arm: str) -> None:
         p = self.procs.pop(arm, None)
@@ -416,8 +436,10 @@ def metadata(url: str, model: str) -> dict:
         return json.loads(r.read())
 
 
-TARGETS = {"vae": [("b", "a", 0.9)], "light": [("b", "c", 1.3), ("b", "d", 3.0), ("b_draft", "c", 1.3), ("b_draft", "d", 3.0)]}
+TARGETS = {"vae": [("b", "a", 0.9), ("p", "b", 0.9)],
+           "light": [("b", "c", 1.3), ("b", "d", 3.0), ("b_draft", "c", 1.3), ("b_draft", "d", 3.0), ("p", "b", 0.8), ("p", "d", 3.0)]}
 NAMES = {"a": "eager PyTorch (in-process)", "a_ts": "TorchScript (in-process)", "b": "jitembed-server + jit_client",
+         "p": "jitembed.Server, Python torch",
          "b_draft": "jitembed, image_decode draft",
          "c": "Triton Python backend", "d": "Ray Serve @serve.batch"}
 
@@ -477,7 +499,7 @@ def main() -> int:
     ap.add_argument("--triton-venv", type=Path, default=Path(os.environ.get("JITEMBED_TRITON_VENV", ROOT / ".venv-triton")))
     ap.add_argument("--work", type=Path, help="scratch directory (default BUILD/bench_models)")
     ap.add_argument("--workloads", default="vae,light")
-    ap.add_argument("--arms", help="a,a_ts,b,b_draft,c,d (default: all; --quick: a,b,b_draft,c,d)")
+    ap.add_argument("--arms", help="a,a_ts,b,p,b_draft,c,d (default: all; --quick: a,b,p,b_draft,c,d)")
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 2; --quick 1)")
     ap.add_argument("--seconds", type=float, help="measured seconds per window, at least (default 3; --quick 1.5)")
@@ -494,7 +516,7 @@ def main() -> int:
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.seconds = args.seconds or (1.5 if args.quick else 3.0)
     args.min_batches = args.min_batches or (1 if args.quick else 2)
-    arms = (args.arms or ("a,b,b_draft,c,d" if args.quick else "a,a_ts,b,b_draft,c,d")).split(",")
+    arms = (args.arms or ("a,b,p,b_draft,c,d" if args.quick else "a,a_ts,b,p,b_draft,c,d")).split(",")
     concs = [int(c) for c in args.concurrency.split(",")]
     args.server = args.server or str(args.build / "tools/jitembed-server")
     args.client = args.client or str(args.build / "benchmarks/models/bench_models_client")
@@ -530,7 +552,7 @@ def main() -> int:
             inputs = {}
             if "b" in arms or "b_draft" in arms:
                 meta = metadata(servers.urls["b"], wl["model"])
-                inputs["b"] = inputs["b_draft"] = meta["inputs"][0]["name"]
+                inputs["b"] = inputs["b_draft"] = inputs["p"] = meta["inputs"][0]["name"]
                 servers.urls["b_draft"] = servers.urls["b"]
                 info[f"{wname}_jitembed_preprocess_key"] = meta.get("parameters", {}).get("preprocess_key")
             eager = Eager(args, wname, wl) if ("a" in arms or "a_ts" in arms) else None
@@ -547,7 +569,7 @@ def main() -> int:
                         if arm in ("a", "a_ts"):
                             r = eager.run("eager" if arm == "a" else "ts", c, args.seconds, args.min_batches)
                         else:
-                            r = drive(args, servers.urls[arm], wl, c, inputs.get(arm, "INPUT0"), arm not in ("b", "b_draft"), servers, arm)
+                            r = drive(args, servers.urls[arm], wl, c, inputs.get(arm, "INPUT0"), arm not in ("b", "b_draft", "p"), servers, arm)
                         r.update(workload=wname, arm=arm, concurrency=c, round=rnd)
                         results.append(r)
                         log(f"{wname} c={c} {arm}: {r['images_per_s']:.1f} images/s p50 {r.get('p50_ms', 0):.1f} ms "

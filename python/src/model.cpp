@@ -187,14 +187,44 @@ class python_callable_model {
 
 static_assert(models::model<python_callable_model>);
 
+std::shared_ptr<const callable_state> state_of(const py_model_handle& h) {
+  if (!h.state) raise(errc::invalid_argument, "jitembed.Model: cleared (collected)");
+  return std::static_pointer_cast<const callable_state>(h.state);
+}
+
+// Garbage-collector support: the handle holds a strong reference to the callable (inside its state).
+int model_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(nb::handle(self))) return 0;
+  const auto* h = nb::inst_ptr<py_model_handle>(nb::handle(self));
+  if (h->state && h->state.use_count() == 1 && h->fn) Py_VISIT(h->fn);  // served copies: not ours to report
+  return 0;
+}
+
+int model_clear(PyObject* self) {
+  if (!nb::inst_ready(nb::handle(self))) return 0;
+  auto* h = nb::inst_ptr<py_model_handle>(nb::handle(self));
+  if (h->state && h->state.use_count() == 1) {
+    h->fn = nullptr;
+    h->state.reset();  // drops the callable (callable_state's destructor, under the GIL the collector holds)
+  }
+  return 0;
+}
+
+PyType_Slot model_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(model_traverse)},
+                             {Py_tp_clear, reinterpret_cast<void*>(model_clear)},
+                             {0, nullptr}};
+
 models::tensor_meta meta_of(const std::tuple<std::string, std::string, std::vector<std::int64_t>>& t) {
   return {std::get<0>(t), dtype_from_name(std::get<1>(t)), std::get<2>(t)};
 }
 
 }  // namespace
 
+models::any_model py_model_handle::served() const { return models::any_model(python_callable_model(state_of(*this))); }
+
 void register_model(nb::module_& m) {
-  nb::class_<py_model_handle>(m, "_Model",
+  nb::class_<py_model_handle>(m, "_Model", nb::type_slots(model_slots),
                               "The C++ half of jitembed.Model (python/jitembed/_model.py): use jitembed.Model.")
       .def(
           "__init__",
@@ -242,7 +272,8 @@ void register_model(nb::module_& m) {
             s->preprocess = unwrap(models::make_preprocess_function(spec, who));
             s->fn = fn.inc_ref().ptr();
             new (self) py_model_handle{};
-            self->model = models::any_model(python_callable_model(std::move(s)));
+            self->fn = s->fn;
+            self->state = std::move(s);
             self->config.name = std::move(name);
             self->config.version = std::move(version);
             self->config.instances = instances;
@@ -255,20 +286,21 @@ void register_model(nb::module_& m) {
           nb::arg("instances"), nb::arg("max_queue_delay_us"), nb::arg("preferred_batch_sizes"))
       .def_prop_ro("name", [](const py_model_handle& h) { return h.config.name; })
       .def_prop_ro("version", [](const py_model_handle& h) { return h.config.version; }, "The served version label (URLs, metadata).")
-      .def_prop_ro("fingerprint", [](const py_model_handle& h) { return std::string(h.model.version()); },
+      .def_prop_ro("fingerprint", [](const py_model_handle& h) { return state_of(h)->fingerprint; },
                    "The cache identity's model fingerprint: the user's version and the weights' hash.")
-      .def_prop_ro("preprocess_key", [](const py_model_handle& h) { return std::string(h.model.preprocess_key()); })
-      .def_prop_ro("modality", [](const py_model_handle& h) { return std::string(models::to_string(h.model.input_modality())); })
+      .def_prop_ro("preprocess_key", [](const py_model_handle& h) { return state_of(h)->preprocess.key; })
+      .def_prop_ro("modality", [](const py_model_handle& h) { return std::string(models::to_string(state_of(h)->modality)); })
       .def_prop_ro("instances", [](const py_model_handle& h) { return h.config.instances; })
-      .def_prop_ro("max_batch_size", [](const py_model_handle& h) { return h.model.max_batch_size(); })
+      .def_prop_ro("max_batch_size", [](const py_model_handle& h) { return state_of(h)->max_batch_size; })
       .def(
           "preprocess",
           [](const py_model_handle& h, nb::handle raw, std::optional<decode_limits> limits) {
+            const models::any_model model = h.served();
             auto buf = get_buffer(raw);
             result<tensor> t = fail(errc::internal, "");
             {
               nb::gil_scoped_release nogil;
-              t = h.model.preprocess(buf->bytes(), limits_or_default(limits));
+              t = model.preprocess(buf->bytes(), limits_or_default(limits));
             }
             return to_numpy(unwrap(std::move(t)), /*read_only=*/false);
           },
@@ -277,6 +309,7 @@ void register_model(nb::module_& m) {
       .def(
           "__call__",
           [](const py_model_handle& h, const std::vector<nb::object>& raws) {
+            const models::any_model model = h.served();
             std::vector<std::shared_ptr<py_buffer>> bufs;
             for (const auto& r : raws) bufs.push_back(get_buffer(r));
             result<std::vector<named_tensors>> out = fail(errc::internal, "");
@@ -284,18 +317,18 @@ void register_model(nb::module_& m) {
               nb::gil_scoped_release nogil;
               std::vector<tensor> items;
               for (const auto& b : bufs) {
-                auto t = h.model.preprocess(b->bytes(), decode_limits{});
+                auto t = model.preprocess(b->bytes(), decode_limits{});
                 if (!t) {
                   out = t.error();
                   break;
                 }
                 items.push_back(std::move(*t));
               }
-              if (items.size() == bufs.size()) out = h.model.run(items);
+              if (items.size() == bufs.size()) out = model.run(items);
             }
             auto rows = unwrap(std::move(out));
             nb::dict d;
-            for (const auto& meta : h.model.outputs()) {
+            for (const auto& meta : model.outputs()) {
               std::vector<const tensor*> col;
               for (const auto& r : rows) col.push_back(find_tensor(r, meta.name));
               d[meta.name.c_str()] = to_numpy(unwrap(stack(col)), /*read_only=*/false);

@@ -89,7 +89,7 @@ result<models::any_model> python_torch_backend(const models::backend_config& c) 
     d["parameters"] = params;
     d["device"] = c.device.is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(c.device.ordinal);
     nb::object m = nb::module_::import_("jitembed._repository").attr("open_model")(d);
-    return nb::cast<const py_model_handle&>(m).model;
+    return nb::cast<const py_model_handle&>(m).served();
   } catch (nb::python_error& e) {
     const bool missing = e.matches(PyExc_FileNotFoundError);
     const bool bad = e.matches(PyExc_ValueError) || e.matches(PyExc_TypeError);
@@ -215,7 +215,7 @@ void register_server(nb::module_& m) {
             {
               nb::gil_scoped_release nogil;
               svc = std::make_unique<server::service>(unwrap(server::service::create(std::move(cfg))));
-              for (auto& pm : python_models) unwrap(svc->load(pm.config, pm.model));  // warmed: one call of each
+              for (auto& pm : python_models) unwrap(svc->load(pm.config, pm.served()));  // warmed: one call of each
               if (model_repository) {
 #if JITEMBED_PYTHON_REPOSITORY
                 server::repository_options ro;
@@ -264,8 +264,9 @@ void register_server(nb::module_& m) {
           "load",
           [](py_server& s, const py_model_handle& m) {
             auto& svc = s.service();
+            const models::any_model served = m.served();
             nb::gil_scoped_release nogil;
-            unwrap(svc.load(m.config, m.model));
+            unwrap(svc.load(m.config, served));
           },
           nb::arg("model"),
           "Loads (or replaces in place) a jitembed.Model's version: warmed with one call, then requests switch to it "

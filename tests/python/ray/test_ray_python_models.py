@@ -1,7 +1,8 @@
 """jitembed.ray with Python encoders: jitembed.Model factories called inside the replicas (weights built on the
 replica's node), fractional GPUs shared by two replicas (placement through ray.get_gpu_ids() on a cluster with one
 logical GPU; no device behind it, so the models run on the CPU), and a replica hosting a Python VAE-style encoder
-killed mid-run under the C++ JIT client: every sample delivered exactly once."""
+killed mid-run under the C++ JIT client, and under a torchrun-launched loop of two ranks over jitembed.torch.Loader:
+every sample delivered exactly once."""
 
 from __future__ import annotations
 
@@ -89,4 +90,60 @@ def test_replica_with_a_python_vae_killed_mid_run_every_sample_once(ray_cluster,
     with jitembed.Server(models=[tiny_vae()]) as srv:
         _, ref = run_client(["--endpoints", f"http://{srv.url}"] + args).result()
     check_exactly_once(got, n, ref)
+    remove(app)
+
+
+def test_torchrun_loop_on_a_python_vae_with_a_replica_killed_mid_epoch(ray_cluster, tmp_path):
+    """Two torchrun ranks train-loop over jitembed.torch.Loader against the app; a replica dies mid-epoch: every
+    sample reaches exactly one rank, none fails."""
+    import io
+    import json
+    import os
+    import pathlib
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+    from PIL import Image
+
+    import jitembed
+
+    app = "pyloop"
+    deploy(app, [tiny_vae], num_replicas=2)
+    eps = wait_endpoints(ray_cluster, app, 2)
+    shard, n = str(tmp_path / "images.jems"), 96
+    with jitembed.ShardWriter.create(shard) as w:
+        for i in range(n):
+            buf = io.BytesIO()
+            Image.fromarray(np.random.default_rng(i).integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)).save(buf, format="JPEG")
+            rb = jitembed.RecordBuilder()
+            rb.add_image("image", buf.getvalue())
+            w.append(rb, key=f"{i:04d}")
+    torchrun = shutil.which("torchrun", path=str(pathlib.Path(sys.executable).parent))
+    assert torchrun, "torchrun is installed with torch in .venv"
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
+               PYTHONPATH=os.pathsep.join([str(pathlib.Path(jitembed.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    url = f"http://{ray_cluster['http']}/{app}/endpoints"
+    proc = subprocess.Popen([torchrun, "--nproc_per_node", "2", "--standalone", str(pathlib.Path(__file__).parent / "torchrun_loop.py"),
+                             shard, url, "tiny_vae", str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        eventually(lambda: proc.poll() is not None or (tmp_path / "rank0.started").exists(), 120, "the loop's second step")
+        victim = eventually(lambda: next((e for e in eps if inflight_rows(e) > 0), None), 30, "rows in flight on a replica")
+        names = replica_actor_names(app)
+        by_replica = ray.get(jray.get_registry(app, create=False).entries.remote())
+        killed = next(n_ for n_ in names if by_replica.get(n_.rsplit("#", 1)[-1]) == victim.removeprefix("http://"))
+        ray.kill(ray.get_actor(killed, namespace="serve"), no_restart=True)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert not r0["failed"] and not r1["failed"]
+    assert r0["steps"] == r1["steps"]
+    assert r0["retries"] + r1["retries"] > 0, "requests in flight on the killed replica were retried"
+    assert not set(r0["ids"]) & set(r1["ids"])
+    assert sorted(r0["ids"] + r1["ids"]) == [f"images.jems#{i:04d}" for i in range(n)]  # every sample once
     remove(app)

@@ -265,9 +265,8 @@ class inference_pipeline {
   // unanswered).
   void expire(infer_call& c) {
     if (c.answered.load(std::memory_order_acquire)) return;
-    finish_error(c, fail(errc::timeout, "timeout: deadline passed after " +
-                                            std::to_string(elapsed_ns(c.start) / 1000) + " us while model '" + c.inst->name() +
-                                            "' ran the request's rows"));
+    finish_error(c, fail(errc::timeout, "timeout: deadline passed after " + std::to_string(elapsed_ns(c.start) / 1000) +
+                                            " us while model '" + c.inst->name() + "' ran the request's rows"));
   }
 
   void finish_error(infer_call& c, const error_info& e) {

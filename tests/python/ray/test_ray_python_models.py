@@ -6,12 +6,11 @@ every sample delivered exactly once."""
 
 from __future__ import annotations
 
-import ray
 from ray import serve
 
 import jitembed.ray as jray
 from conftest import eventually
-from test_ray_serve import SMALL, check_exactly_once, inflight_rows, remove, replica_actor_names, wait_endpoints
+from test_ray_serve import SMALL, check_exactly_once, kill_replica_with_rows_in_flight, remove, wait_endpoints
 
 SIZE = 32
 
@@ -76,11 +75,7 @@ def test_replica_with_a_python_vae_killed_mid_run_every_sample_once(ray_cluster,
     args = ["--model", "tiny_vae", "--input", "image", "--jpeg-size", str(SIZE), "--samples", str(n),
             "--rows-per-request", "2", "--concurrency", "8", "--timeout-ms", "60000"]
     run = run_client(["--endpoints-url", url] + args)
-    victim = eventually(lambda: next((e for e in eps if inflight_rows(e) > 0), None), 30, "rows in flight on a replica")
-    names = replica_actor_names(app)
-    by_replica = ray.get(jray.get_registry(app, create=False).entries.remote())
-    killed = next(n_ for n_ in names if by_replica.get(n_.rsplit("#", 1)[-1]) == victim.removeprefix("http://"))
-    ray.kill(ray.get_actor(killed, namespace="serve"), no_restart=True)
+    kill_replica_with_rows_in_flight(app, eps)
     summary, got = run.result(timeout_s=120)
     assert summary["failed"] == 0
     assert summary["retries"] > 0, "requests in flight on the killed replica were retried"
@@ -130,11 +125,7 @@ def test_torchrun_loop_on_a_python_vae_with_a_replica_killed_mid_epoch(ray_clust
                              shard, url, "tiny_vae", str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         eventually(lambda: proc.poll() is not None or (tmp_path / "rank0.started").exists(), 120, "the loop's second step")
-        victim = eventually(lambda: next((e for e in eps if inflight_rows(e) > 0), None), 30, "rows in flight on a replica")
-        names = replica_actor_names(app)
-        by_replica = ray.get(jray.get_registry(app, create=False).entries.remote())
-        killed = next(n_ for n_ in names if by_replica.get(n_.rsplit("#", 1)[-1]) == victim.removeprefix("http://"))
-        ray.kill(ray.get_actor(killed, namespace="serve"), no_restart=True)
+        kill_replica_with_rows_in_flight(app, eps)
         out, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:

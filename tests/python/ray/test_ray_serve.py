@@ -55,6 +55,18 @@ def remove(app: str):
     jray.kill_registry(app)
 
 
+def kill_replica_with_rows_in_flight(app: str, eps) -> str:
+    """Kills a replica process (no graceful drain) while its server holds admitted rows; returns its endpoint."""
+    victim = eventually(lambda: next((e for e in eps if inflight_rows(e) > 0), None), 30, "rows in flight on a replica")
+    names = replica_actor_names(app)
+    assert len(names) == len(eps)
+    # Which replica actor serves `victim`: the registry maps replica ids (the actor name's tail) to endpoints.
+    by_replica = ray.get(jray.get_registry(app, create=False).entries.remote())
+    killed = next(n_ for n_ in names if by_replica.get(n_.rsplit("#", 1)[-1]) == victim.removeprefix("http://"))
+    ray.kill(ray.get_actor(killed, namespace="serve"), no_restart=True)
+    return victim
+
+
 def check_exactly_once(samples, n, reference=None):
     assert [s["i"] for s in samples] == list(range(n)), "every sample delivered exactly once"
     assert all(s["ok"] for s in samples)
@@ -109,14 +121,7 @@ def test_replica_killed_with_requests_in_flight_every_sample_once(ray_cluster, r
     url = f"http://{ray_cluster['http']}/{app}/endpoints"
     n = 480
     run = run_client(["--endpoints-url", url, "--samples", str(n), "--rows-per-request", "2", "--concurrency", "8", "--timeout-ms", "60000"])
-    # Kill a replica process (no graceful drain) while its server holds admitted rows.
-    victim = eventually(lambda: next((e for e in eps if inflight_rows(e) > 0), None), 30, "rows in flight on a replica")
-    names = replica_actor_names(app)
-    assert len(names) == 2
-    # Which replica actor serves `victim`: the registry maps replica ids (the actor name's tail) to endpoints.
-    by_replica = ray.get(jray.get_registry(app, create=False).entries.remote())
-    killed = next(n_ for n_ in names if by_replica.get(n_.rsplit("#", 1)[-1]) == victim.removeprefix("http://"))
-    ray.kill(ray.get_actor(killed, namespace="serve"), no_restart=True)
+    victim = kill_replica_with_rows_in_flight(app, eps)
     summary, got = run.result(timeout_s=120)
     assert summary["failed"] == 0
     assert summary["retries"] > 0, "requests in flight on the killed replica were retried"

@@ -308,7 +308,6 @@ def run(o):
     if rank == 0 and o.progress:
         print(f"[{o.mode} ddp{world}] set-up {t0 - t_setup:.1f} s", file=sys.stderr)
     last_progress, stopped = -1.0, False
-    stats_before = src.stats() if o.mode == "jit" else {}
 
     for epoch in range(start_epoch, o.epochs):
         # the epoch's sums (restored mid-epoch from the checkpoint)
@@ -403,13 +402,11 @@ def run(o):
         if stopped:
             partial = acc
             break
-        st = src.stats() if o.mode == "jit" else {}
         reqs = hits = lookups = 0
-        if st:
-            counts = torch.tensor([st["requests"] - stats_before.get("requests", 0), st["cache_hits"] - stats_before.get("cache_hits", 0),
-                                   st["cache_hits"] + st["cache_misses"] - stats_before.get("cache_hits", 0)
-                                   - stats_before.get("cache_misses", 0)], dtype=torch.int64)
-            stats_before = st
+        if o.mode == "jit":  # the loader's own per-epoch counters (its prefetch of the next epoch is not this one's)
+            ep = [e for e in src.stats()["epochs"] if e["epoch"] == epoch]
+            counts = torch.tensor([sum(e["requests"] for e in ep), sum(e["cache_hits"] for e in ep),
+                                   sum(e["cache_hits"] + e["cache_misses"] for e in ep)], dtype=torch.int64)
             dist.all_reduce(counts)
             reqs, hits, lookups = (int(v) for v in counts)
         distinct = set(acc["ids"])

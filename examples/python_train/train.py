@@ -63,6 +63,8 @@ def parse_args(argv=None):
     ap.add_argument("--batch", type=int, default=8, help="samples per step, all ranks together")
     ap.add_argument("--seed", type=int, default=1, help="seed of the data, the model and the noise")
     ap.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
+    ap.add_argument("--width", type=int, default=128, help="DiT hidden size")
+    ap.add_argument("--depth", type=int, default=3, help="DiT blocks")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads of each rank (torch.set_num_threads)")
     ap.add_argument("--endpoints", default="", help="comma-separated server URLs; default: start a local jitembed-server")
     ap.add_argument("--model-repository", default=os.environ.get("JITEMBED_MODEL_REPOSITORY",
@@ -73,6 +75,7 @@ def parse_args(argv=None):
     ap.add_argument("--server-bin", default="", help="jitembed-server (default: on PATH, else build/release/tools)")
     ap.add_argument("--server-threads", type=int, default=1,
                     help="intra-op threads of the server started here (OMP_NUM_THREADS of its LibTorch)")
+    ap.add_argument("--server-cpus", default="", help="pin the server started here to these CPUs (taskset -c LIST)")
     ap.add_argument("--samples-per-request", type=int, default=4, help="loader: samples per embed request")
     ap.add_argument("--requests-in-flight", type=int, default=4, help="loader: requests in flight per rank")
     ap.add_argument("--cache-dir", default="", help="LMDB embedding cache (kept across runs; jit mode)")
@@ -123,9 +126,10 @@ class ServerProcess:
     """jitembed-server on a free loopback port (--port 0): its URL read from the "listening on" line, stopped with
     SIGTERM (it drains and exits 0). As examples/jit_train_demo/server_process.hpp."""
 
-    def __init__(self, binary, args, threads, timeout=180.0, log=None):
+    def __init__(self, binary, args, threads, timeout=180.0, log=None, cpus=""):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-        self.p = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", "0"] + args, stdout=subprocess.PIPE,
+        pin = ["taskset", "-c", cpus] if cpus else []
+        self.p = subprocess.Popen(pin + [binary, "--host", "127.0.0.1", "--port", "0"] + args, stdout=subprocess.PIPE,
                                   stderr=log or subprocess.DEVNULL, env=env, text=True)
         deadline, seen = time.monotonic() + timeout, ""
         import selectors
@@ -271,7 +275,7 @@ def run(o):
             if rank == 0:
                 try:
                     server = ServerProcess(find_server(o.server_bin), ["--model-repository", o.model_repository],
-                                           o.server_threads)
+                                           o.server_threads, cpus=o.server_cpus)
                     url = server.url
                 except Exception as e:  # noqa: BLE001 - every rank must learn that it failed
                     err = f"{type(e).__name__}: {e}"
@@ -287,7 +291,7 @@ def run(o):
 
     # Model, optimizer (the same initial weights on every rank and in every mode: seeded, then DDP broadcasts).
     torch.manual_seed(o.seed)
-    net = DiT()
+    net = DiT(d=o.width, depth=o.depth)
     rec.parameters = sum(p.numel() for p in net.parameters())
     model = DDP(net)
     opt = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=0.0)
@@ -312,7 +316,7 @@ def run(o):
     for epoch in range(start_epoch, o.epochs):
         # the epoch's sums (restored mid-epoch from the checkpoint)
         acc = dict(partial) if partial else {"sse": 0.0, "values": 0, "samples": 0, "stall_s": 0.0, "seconds": 0.0,
-                                            "failed": 0, "ids": []}
+                                            "train_s": 0.0, "steps": 0, "failed": 0, "ids": []}
         partial = None
         ep_t0 = time.perf_counter()
         my_ids = []
@@ -374,6 +378,8 @@ def run(o):
             acc["samples"] += int(sums[2].item())
             acc["failed"] += int(sums[3].item())
             acc["stall_s"] += stall
+            acc["train_s"] += train
+            acc["steps"] += 1
             rec.verified_samples += int(sums[4].item())
             rec.verify_mismatches += int(sums[5].item())
             if reference is not None:
@@ -414,7 +420,7 @@ def run(o):
         rec.lost_samples += len(ds) - len(distinct)
         rec.failed_samples += acc["failed"]
         rec.epochs.append({"loss": acc["sse"] / max(acc["values"], 1), "samples": acc["samples"], "seconds": acc["seconds"],
-                           "stall_s": acc["stall_s"], "embed_requests": reqs, "cache_hits": hits, "cache_lookups": lookups})
+                           "stall_s": acc["stall_s"], "train_s": acc["train_s"], "steps": acc["steps"], "embed_requests": reqs, "cache_hits": hits, "cache_lookups": lookups})
         if o.checkpoint:
             save_checkpoint(o, rank, world, net, opt, src, epoch + 1, global_step, None, rec.epochs)
 

@@ -360,8 +360,9 @@ def run(o):
                 err = (pred - eps).pow(2)
                 loss = err.mean()
                 sse = err.detach().double().sum().item()
-            else:  # a rank without samples this step still joins the gradient all-reduce
-                loss = sum(p.sum() * 0 for p in model.parameters())
+            else:  # a rank without samples this step (a short last step) still joins DDP's gradient all-reduce:
+                # a forward through DDP on one zero sample, its loss times 0 (zero gradients from this rank)
+                loss = model(torch.zeros(1, 4, 32, 32), torch.full((1,), 0.5), torch.zeros(1, 32, net.text_proj.in_features)).sum() * 0
                 sse = 0.0
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -57,6 +57,12 @@ def run_train(o, tag, args, timeout=120):
         fail(f"{tag}: train.py exited with {p.returncode}")
     with open(out_json) as f:
         j = json.load(f)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    if not lines or json.loads(lines[-1]) != j:
+        fail(f"{tag}: the JSON line printed last differs from --json's")
+    report = os.path.join(o.out, f"{tag}.html")
+    if not os.path.isfile(report) or open(report, encoding="utf-8").read().count("<svg") != 4:
+        fail(f"{tag}: no HTML report with its 4 charts at {report}")
     for k in ("lost_samples", "duplicated_samples", "failed_samples", "verify_mismatches"):
         if j[k]:
             fail(f"{tag}: {k} = {j[k]}")

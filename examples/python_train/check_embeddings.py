@@ -24,6 +24,7 @@ import torch  # noqa: E402
 
 import data as data_gen  # noqa: E402
 import encoders  # noqa: E402
+import sources  # noqa: E402
 from train import ROOT, ServerProcess, find_server  # noqa: E402
 
 
@@ -42,9 +43,9 @@ def main():
         o.data = os.path.join(o.out, f"data-{o.images}i-seed1")
         data_gen.ensure_data(o.data, images=o.images, seed=1)
     ds = jitembed.Dataset.open(o.data)
-    raw = [ds[i].to_dict() for i in range(len(ds))]
-    local = {"vae_encoder": (encoders.ImageEncoder(os.path.join(o.model_repository, "vae_encoder")), "jpg", "image"),
-             "t5_encoder": (encoders.TextEncoder(os.path.join(o.model_repository, "t5_encoder")), "txt", "text")}
+    raw = [sources.raw_inputs(ds[i], ("image", "text")) for i in range(len(ds))]
+    local = {"vae_encoder": (encoders.ImageEncoder(os.path.join(o.model_repository, "vae_encoder")), "image", "image"),
+             "t5_encoder": (encoders.TextEncoder(os.path.join(o.model_repository, "t5_encoder")), "text", "text")}
     sizes = [int(b) for b in o.batch.split(",")]
     server = ServerProcess(find_server(o.server_bin), ["--model-repository", o.model_repository], threads=1)
     results = []

@@ -52,14 +52,28 @@ class EpochPlan:
         return [self.perm[j * self.world + self.rank] for j in range(lo, hi)]
 
 
+def raw_inputs(sample, kinds):
+    """{kind: value} of a dataset sample: its first field of each kind ('image': the encoded bytes, 'text': the
+    caption str), as the loader picks the field an embedding of that kind reads."""
+    names = {}
+    for f in sample.fields():
+        names.setdefault(f["kind"], f["name"])
+    missing = [k for k in kinds if k not in names]
+    if missing:
+        raise KeyError(f"sample {sample.id} has no {' / '.join(missing)} field")
+    d = sample.to_dict()
+    return {k: d[names[k]] for k in kinds}
+
+
 class InlineSource:
     """The baseline: the loader's plan replayed here, each step's embeddings computed in next() by `encoders`
-    ({name: callable(list of raw field values) -> tensor [n, ...]}, reading field `fields[name]`). Iterating it
+    ({name: callable(list of raw field values) -> tensor [n, ...]}, reading the sample's first field of kind
+    `kinds[name]`). Iterating it
     runs the rest of the current epoch, like jitembed.Loader; state() / resume= as the loader's (a JSON
     (epoch, step) here)."""
 
-    def __init__(self, dataset, encoders, fields, batch_size, rank=0, world_size=1, seed=0, shuffle=True, resume=None):
-        self.ds, self.encoders, self.fields = dataset, encoders, fields
+    def __init__(self, dataset, encoders, kinds, batch_size, rank=0, world_size=1, seed=0, shuffle=True, resume=None):
+        self.ds, self.encoders, self.kinds = dataset, encoders, kinds
         self.batch, self.rank, self.world, self.seed, self.shuffle = batch_size, rank, world_size, seed, shuffle
         self.epoch, self.step = 0, 0
         if resume is not None:
@@ -87,9 +101,9 @@ class InlineSource:
         records = [self.ds[i] for i in idx]
         out = {"ids": [r.id for r in records], "indices": np.asarray(idx, dtype=np.int64), "failed": [],
                "epoch": self.epoch, "step": self.step}
-        raw = [r.to_dict() for r in records]
+        raw = [raw_inputs(r, set(self.kinds.values())) for r in records]
         for name, enc in self.encoders.items():
-            out[name] = enc([d[self.fields[name]] for d in raw]) if raw else None
+            out[name] = enc([d[self.kinds[name]] for d in raw]) if raw else None
         self.step += 1
         return out
 

@@ -50,6 +50,7 @@ from model import DiT  # noqa: E402
 warnings.filterwarnings("ignore", message=".*torch.jit.load.*is deprecated.*")
 
 LATENT, CAPTION = "latent", "caption"
+KINDS = {LATENT: "image", CAPTION: "text"}  # the sample field each embedding reads
 
 
 def parse_args(argv=None):
@@ -185,13 +186,13 @@ def make_source(o, ds, rank, world, client, resume_state):
             kw["cache"] = jitembed.TieredCache([jitembed.MemoryCache(byte_budget=256 << 20), jitembed.LmdbCache(o.cache_dir)])
         if resume_state is not None:
             kw["resume"] = resume_state
-        return jitembed.Loader(ds, client, [(LATENT, o.image_model, "image"), (CAPTION, o.text_model, "text")],
+        return jitembed.Loader(ds, client, [(LATENT, o.image_model, KINDS[LATENT]), (CAPTION, o.text_model, KINDS[CAPTION])],
                                batch_size=per_rank, samples_per_request=min(o.samples_per_request, per_rank),
                                requests_in_flight=o.requests_in_flight, workers=2,
                                max_buffered=max(4 * per_rank, o.samples_per_request * o.requests_in_flight),
                                rank=rank, world_size=world, seed=o.seed, shuffle=o.shuffle, **kw)
     enc = local_encoders(o)
-    return sources.InlineSource(ds, enc, {LATENT: "jpg", CAPTION: "txt"}, per_rank, rank=rank, world_size=world,
+    return sources.InlineSource(ds, enc, KINDS, per_rank, rank=rank, world_size=world,
                                 seed=o.seed, shuffle=o.shuffle, resume=resume_state)
 
 
@@ -341,9 +342,9 @@ def run(o):
             verified = mismatches = 0
             max_abs = 0.0
             if reference is not None and len(step["ids"]):
-                raw = [ds[int(i)].to_dict() for i in step["indices"]]
-                for name, field in ((LATENT, "jpg"), (CAPTION, "txt")):
-                    d = (step[name] - reference[name]([r[field] for r in raw])).abs().flatten(1).amax(1)
+                raw = [sources.raw_inputs(ds[int(i)], KINDS.values()) for i in step["indices"]]
+                for name, kind in KINDS.items():
+                    d = (step[name] - reference[name]([r[kind] for r in raw])).abs().flatten(1).amax(1)
                     max_abs = max(max_abs, d.max().item())
                     mismatches += int((d > o.verify_tolerance).sum())
                 verified = len(step["ids"])

@@ -244,6 +244,11 @@ def run(o):
         raise ValueError(f"--batch {o.batch} is not a multiple of the {world} ranks")
     import jitembed
     t_setup = time.perf_counter()
+    if o.mode == "inline" or o.verify or not o.endpoints:  # the encoders run here, or the server started here serves them
+        for m in (o.image_model, o.text_model):
+            if not os.path.isfile(os.path.join(o.model_repository, m, "config.pbtxt")):
+                raise FileNotFoundError(f"no model '{m}' in {o.model_repository}: export the repository "
+                                        f"(python scripts/export_models.py --out DIR) and pass --model-repository DIR")
 
     ckpt = torch.load(o.resume, map_location="cpu", weights_only=False) if o.resume else None
     if ckpt and (ckpt["world"] != world or ckpt["batch"] != o.batch or ckpt["seed"] != o.seed):
@@ -264,7 +269,8 @@ def run(o):
 
     rec = report.RunRecord()
     rec.mode, rec.ranks, rec.data_dir, rec.dataset_size, rec.batch = o.mode, world, o.data, len(ds), o.batch
-    rec.models = f"{o.image_model}, {o.text_model} from {o.model_repository}"
+    rec.models = f"{o.image_model}, {o.text_model}" + (f" served at {o.endpoints}" if o.mode == "jit" and o.endpoints
+                                                       else f" from {o.model_repository}")
     rec.resumed_from = o.resume or None
 
     # jit: the server (rank 0 starts it unless --endpoints), its URL to every rank, one client per rank.

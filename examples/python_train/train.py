@@ -176,8 +176,8 @@ def make_source(o, ds, rank, world, client, resume_state):
 
     SWITCH POINT: jitembed.torch.Loader(ds, client, embeddings, batch_size=per_rank, rank=rank, world_size=world,
     seed=o.seed, shuffle=o.shuffle, ...) yields torch tensors and has state_dict() / load_state_dict(): replace the
-    jitembed.Loader below with it, drop sources.to_torch in next_step(), and map state() / resume= to
-    state_dict() / load_state_dict()."""
+    jitembed.Loader below with it (load_state_dict(resume_state) instead of resume=), drop sources.to_torch in
+    next_step(), and return state_dict() in source_state()."""
     per_rank = o.batch // world
     if o.mode == "jit":
         import jitembed
@@ -194,6 +194,11 @@ def make_source(o, ds, rank, world, client, resume_state):
     enc = local_encoders(o)
     return sources.InlineSource(ds, enc, KINDS, per_rank, rank=rank, world_size=world,
                                 seed=o.seed, shuffle=o.shuffle, resume=resume_state)
+
+
+def source_state(src):
+    """The rank's loader checkpoint, given back to make_source() as resume_state (SWITCH POINT: state_dict())."""
+    return bytes(src.state())
 
 
 def next_step(it):
@@ -474,7 +479,7 @@ def run(o):
 def save_checkpoint(o, rank, world, net, opt, src, epoch, global_step, partial, epochs):
     """Rank 0 writes model, optimizer, every rank's RNG and loader state, and where the run stands (atomically)."""
     loader_states = [None] * world
-    dist.all_gather_object(loader_states, bytes(src.state()))
+    dist.all_gather_object(loader_states, source_state(src))
     rngs = [None] * world
     dist.all_gather_object(rngs, rng_states())
     if rank == 0:

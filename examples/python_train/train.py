@@ -123,6 +123,14 @@ def find_server(flag):
     raise FileNotFoundError("jitembed-server not found (pass --server-bin, put it on PATH, or build build/release)")
 
 
+def _die_with_parent():
+    """In the server's child before exec: SIGTERM when this rank dies (torchrun kills the ranks with SIGKILL / SIGTERM
+    when one fails, and no finally block runs then), so no server outlives its trainer."""
+    import ctypes
+    import signal
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class ServerProcess:
     """jitembed-server on a free loopback port (--port 0): its URL read from the "listening on" line, stopped with
     SIGTERM (it drains and exits 0). As examples/jit_train_demo/server_process.hpp."""
@@ -131,7 +139,7 @@ class ServerProcess:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         pin = ["taskset", "-c", cpus] if cpus else []
         self.p = subprocess.Popen(pin + [binary, "--host", "127.0.0.1", "--port", "0"] + args, stdout=subprocess.PIPE,
-                                  stderr=log or subprocess.DEVNULL, env=env, text=True)
+                                  stderr=log or subprocess.DEVNULL, env=env, text=True, preexec_fn=_die_with_parent)
         deadline, seen = time.monotonic() + timeout, ""
         import selectors
         sel = selectors.DefaultSelector()
@@ -318,7 +326,6 @@ def run(o):
     if ckpt and getattr(src, "epoch", start_epoch) != start_epoch:
         raise RuntimeError(f"resumed loader is in epoch {src.epoch}, the checkpoint in {start_epoch}")
 
-    seen = {}  # epoch -> {sample id: deliveries} (every rank's, gathered on rank 0 at the epoch end)
     dist.barrier()
     t0 = time.perf_counter()
     if rank == 0 and o.progress:

@@ -10,14 +10,7 @@ import json
 import numpy as np
 import torch
 
-MASK = (1 << 64) - 1
-
-
-def splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
-    return x ^ (x >> 31)
+from data import MASK, splitmix64  # core/splitmix64.hpp
 
 
 def epoch_permutation(n, seed, epoch, shuffle=True):

@@ -163,7 +163,7 @@ def write_html_report(path, r, j):
     hits = {"name": "cache hit rate", "colour": "#2ca02c", "points": [(i + 1, _hit(e)) for i, e in enumerate(r.epochs)]}
     loss = {"name": "loss (MSE)", "colour": "#9467bd", "points": [(i + 1, e["loss"]) for i, e in enumerate(r.epochs)]}
     ends = [r.steps[i]["t_end"] for i in range(len(r.steps) - 1) if r.steps[i + 1]["epoch"] != r.steps[i]["epoch"]]
-    how = (f"Embeddings came just in time from {html.escape(r.endpoints)} through the prefetching jitembed.Loader."
+    how = (f"Embeddings came just in time from {html.escape(r.endpoints)} through the prefetching jitembed.torch.Loader."
            if r.mode == "jit" else "Embeddings were computed inside the training step by the same encoders in this process "
            "(TorchScript + torchvision / sentencepiece preprocessing; the baseline).")
     with open(path, "w", encoding="utf-8") as f:

@@ -1,9 +1,10 @@
 """Where a rank's batches come from. Both sources follow jitembed's epoch plan (client/epoch_plan.hpp: the
 permutation from (seed, epoch), rank r's strided share, the same step sizes on every rank), so both modes see the
-same batches in the same order, and both checkpoint with state() / resume=.
+same batches in the same order.
 
-  jit     jitembed.Loader: the embeddings come from the service, prefetched (and cached with a cache);
-  inline  InlineSource: the same steps, each batch's embeddings computed in the call by the encoders in this
+  jit     jitembed.torch.Loader (train.py's make_source): the embeddings come from the service, prefetched (and
+          cached with a cache); state_dict() / load_state_dict();
+  inline  InlineSource (here; state() / resume=): the same steps, each batch's embeddings computed in the call by the encoders in this
           process (the baseline: the training step waits for them)."""
 import json
 
@@ -105,8 +106,8 @@ class InlineSource:
 
 
 def to_torch(step, names):
-    """A jitembed.Loader step's stacked numpy fields as torch tensors (no copy: the loader's stacked arrays are
-    fresh and writable). jitembed.torch.Loader yields tensors already: this function then goes away."""
+    """A step's numpy fields as torch tensors (no copy: the stacked arrays are fresh and writable): the inline
+    source's; jitembed.torch.Loader's steps hold tensors already and pass through."""
     out = dict(step)
     for n in names:
         v = step.get(n)

@@ -5,7 +5,7 @@ trained with DDP (gloo, CPU) on the latents of the exported diffusers VAE (vae_e
 
   --mode jit (default)  the embeddings come just in time from jitembed-server (rank 0 starts one on a free
                         loopback port serving --model-repository unless --endpoints is given) through the
-                        prefetching jitembed.Loader: the step only waits when the service falls behind.
+                        prefetching jitembed.torch.Loader: the step only waits when the service falls behind.
   --mode inline         the baseline: the training step computes its batch's embeddings itself with the same
                         encoders in this process (torch.jit.load of the repository's model.pt + torchvision /
                         sentencepiece preprocessing as the repository configures it).
@@ -178,39 +178,37 @@ class ServerProcess:
 
 # --- the batch sources (the one place that makes them) -------------------------------------------------------------
 def make_source(o, ds, rank, world, client, resume_state):
-    """The rank's batches: an iterable over the rest of the current epoch (the next iteration starts the next one),
-    with state() for checkpoints. Each step: {latent: [n, 4, 32, 32], caption: [n, 32, 64], ids, indices, failed,
-    epoch, step}.
-
-    SWITCH POINT: jitembed.torch.Loader(ds, client, embeddings, batch_size=per_rank, rank=rank, world_size=world,
-    seed=o.seed, shuffle=o.shuffle, ...) yields torch tensors and has state_dict() / load_state_dict(): replace the
-    jitembed.Loader below with it (load_state_dict(resume_state) instead of resume=), drop sources.to_torch in
-    next_step(), and return state_dict() in source_state()."""
+    """The rank's batches: an iterable over the rest of the current epoch (the next iteration starts the next one)
+    whose steps hold torch tensors, with a checkpoint (source_state). Each step: {latent: Tensor[n, 4, 32, 32],
+    caption: Tensor[n, 32, 64], ids, indices, failed, epoch, step}. jit: jitembed.torch.Loader (the C++ collate's
+    buffers through DLPack, no copy; state_dict() / load_state_dict() as torchdata's StatefulDataLoader has them)."""
     per_rank = o.batch // world
     if o.mode == "jit":
         import jitembed
+        import jitembed.torch as jt
         kw = {}
         if o.cache_dir:
             kw["cache"] = jitembed.TieredCache([jitembed.MemoryCache(byte_budget=256 << 20), jitembed.LmdbCache(o.cache_dir)])
+        loader = jt.Loader(ds, client, [(LATENT, o.image_model, KINDS[LATENT]), (CAPTION, o.text_model, KINDS[CAPTION])],
+                           batch_size=per_rank, samples_per_request=min(o.samples_per_request, per_rank),
+                           requests_in_flight=o.requests_in_flight, workers=2,
+                           max_buffered=max(4 * per_rank, o.samples_per_request * o.requests_in_flight),
+                           rank=rank, world_size=world, seed=o.seed, shuffle=o.shuffle, **kw)
         if resume_state is not None:
-            kw["resume"] = resume_state
-        return jitembed.Loader(ds, client, [(LATENT, o.image_model, KINDS[LATENT]), (CAPTION, o.text_model, KINDS[CAPTION])],
-                               batch_size=per_rank, samples_per_request=min(o.samples_per_request, per_rank),
-                               requests_in_flight=o.requests_in_flight, workers=2,
-                               max_buffered=max(4 * per_rank, o.samples_per_request * o.requests_in_flight),
-                               rank=rank, world_size=world, seed=o.seed, shuffle=o.shuffle, **kw)
+            loader.load_state_dict(resume_state)
+        return loader
     enc = local_encoders(o)
     return sources.InlineSource(ds, enc, KINDS, per_rank, rank=rank, world_size=world,
                                 seed=o.seed, shuffle=o.shuffle, resume=resume_state)
 
 
 def source_state(src):
-    """The rank's loader checkpoint, given back to make_source() as resume_state (SWITCH POINT: state_dict())."""
-    return bytes(src.state())
+    """The rank's loader checkpoint, given back to make_source() as resume_state."""
+    return src.state_dict() if hasattr(src, "state_dict") else bytes(src.state())
 
 
 def next_step(it):
-    """The next step of the source as torch tensors, or None at the end of the epoch."""
+    """The next step of the source (torch tensors), or None at the end of the epoch."""
     try:
         step = next(it)
     except StopIteration:

@@ -25,7 +25,7 @@ import jitembed
 __all__ = ["Loader", "to_torch", "dist_rank", "as_is"]
 
 #: the keys of a step that are not embedding fields
-STEP_KEYS = ("ids", "indices", "failed", "epoch", "step")
+STEP_KEYS = ("ids", "indices", "failed", "epoch", "step", "dtypes")
 
 _STATE_VERSION = 1
 
@@ -49,9 +49,13 @@ def dist_rank(rank: Optional[int] = None, world_size: Optional[int] = None) -> T
     return r, w
 
 
-def _tensor(a: Any) -> Any:
-    """A numpy array as a tensor sharing its memory (DLPack); None stays None."""
-    return None if a is None else torch.from_dlpack(a)
+def _tensor(a: Any, bf16: bool = False) -> Any:
+    """A numpy array as a tensor sharing its memory (DLPack); None stays None. bf16: the array holds bf16 bits
+    as uint16 (numpy has no bfloat16): the tensor is viewed as torch.bfloat16 (no copy)."""
+    if a is None:
+        return None
+    t = torch.from_dlpack(a)
+    return t.view(torch.bfloat16) if bf16 and t.dtype == torch.uint16 else t
 
 
 def to_torch(step: Dict[str, Any], item_shapes: Optional[Dict[str, Tuple[torch.Size, torch.dtype]]] = None) -> Dict[str, Any]:
@@ -61,11 +65,13 @@ def to_torch(step: Dict[str, Any], item_shapes: Optional[Dict[str, Tuple[torch.S
     from stacked fields) turns the empty list of a step without a successful sample (a short rank's last
     step, or every sample failed) into an empty ``Tensor[0, ...]`` of the field's last seen item shape."""
     out: Dict[str, Any] = {}
+    dtypes = step.get("dtypes", {})
     for name, v in step.items():
         if name in STEP_KEYS:
             continue
+        bf16 = dtypes.get(name) == "bf16"
         if isinstance(v, np.ndarray):
-            t = torch.from_dlpack(v)
+            t = _tensor(v, bf16)
             if item_shapes is not None:
                 item_shapes[name] = (t.shape[1:], t.dtype)
             out[name] = t
@@ -73,7 +79,7 @@ def to_torch(step: Dict[str, Any], item_shapes: Optional[Dict[str, Tuple[torch.S
             shape, dtype = item_shapes[name]
             out[name] = torch.empty((0, *shape), dtype=dtype)
         else:
-            out[name] = [_tensor(a) for a in v]
+            out[name] = [_tensor(a, bf16) for a in v]
     out["ids"] = step["ids"]
     out["indices"] = torch.from_dlpack(step["indices"])
     out["failed"] = step["failed"]
@@ -133,8 +139,8 @@ class Loader(IterableDataset):
 
     where B counts the samples that succeeded: a failed sample's row is left out (never zero-filled) and the
     sample is listed in ``failed``. A field whose rows cannot be stacked (a sample without the field's kind,
-    varying shapes) is a list of per-sample tensors (None for a sample without it). bf16 embeddings arrive as
-    uint16 tensors of the same bits (numpy has no bfloat16): ``t.view(torch.bfloat16)``.
+    varying shapes) is a list of per-sample tensors (None for a sample without it). bf16 embeddings are
+    torch.bfloat16 tensors (views of the step's uint16 numpy buffers, no copy).
 
     Memory: field tensors share the C++ collate's buffer (DLPack, no copy) and are the step's own (nothing else
     refers to it). ``pin_memory=True`` copies them once into pinned host memory (when no accelerator is

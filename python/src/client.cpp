@@ -209,6 +209,15 @@ nb::dict batch_dict(const py_loader& pl, step&& b) {
       d[nb::str(name.c_str())] = l;
     }
   }
+  // Each field's element type ("bf16" fields are uint16 arrays of the same bits: numpy has no bf16).
+  nb::dict dtypes;
+  for (const auto& name : pl.names)
+    for (const auto* smp : ok)
+      if (const tensor* t = smp->find(name)) {
+        dtypes[nb::str(name.c_str())] = std::string(to_string(t->dtype()));
+        break;
+      }
+  d["dtypes"] = dtypes;
   d["ids"] = ids;
   const tensor idx = tensor::copy_of(bytes_view(reinterpret_cast<const std::byte*>(indices.data()), indices.size() * 8), dtype::i64,
                                      shape{static_cast<std::int64_t>(indices.size())});
@@ -512,7 +521,8 @@ void register_client(nb::module_& m) {
            },
            "The next step (GIL released while waiting): {name: array [n, ...] stacked over the samples that succeeded "
            "(a list of per-sample arrays when shapes differ or stack=False), 'ids': [...], 'indices': int64 array, "
-           "'failed': [{'id', 'index', 'errc', 'message'}], 'epoch', 'step'}. StopIteration at the end of each epoch.")
+           "'failed': [{'id', 'index', 'errc', 'message'}], 'epoch', 'step', 'dtypes': {name: 'f32' | 'bf16' | ...} "
+           "(bf16 fields are uint16 arrays of the same bits)}. StopIteration at the end of each epoch.")
       .def("state", [](py_loader& self) { return to_bytes(bytes_view(self.get().state())); },
            "A checkpoint: pass it as resume= to a new Loader over the same data to deliver exactly the rest.")
       .def("stats", [](py_loader& self) { return loader_stats_dict(self.get().stats()); })

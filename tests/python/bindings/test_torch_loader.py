@@ -103,6 +103,24 @@ def test_steps_are_zero_copy_tensors(dataset_path, client):
         assert s["caption"].data_ptr() == address(raw["caption"]) and s["ids"] == raw["ids"]
 
 
+def test_bf16_embeddings_are_bfloat16_tensors(dataset_path):
+    """A bf16 model's embeddings: jitembed.Loader gives uint16 arrays of the bits and names the dtype; the torch
+    loader views them as torch.bfloat16 without a copy."""
+    with jitembed.Client(local_models=[TEXT + ",output_dtype=bf16"], local_threads=1) as c:
+        with jitembed.Loader(dataset_path, c, CAPTION, batch_size=4, workers=1, seed=1) as np_loader:
+            raw = next(np_loader)
+            assert raw["dtypes"] == {"caption": "bf16"} and raw["caption"].dtype == np.uint16
+        with jt.Loader(dataset_path, c, CAPTION, batch_size=4, workers=1, seed=1, rank=0, world_size=1) as ds:
+            spy = Spy(ds._loader)
+            ds._loader = spy
+            s = next(iter(ds))
+            t = s["caption"]
+            assert t.dtype == torch.bfloat16 and t.shape == (4, 16) and "dtypes" not in s
+            assert t.data_ptr() == address(spy.raw[0]["caption"])  # a view of the step's buffer
+            np.testing.assert_array_equal(t.view(torch.uint16).numpy(), raw["caption"])  # the same bits
+            assert torch.isfinite(t.float()).all()
+
+
 def test_device_cpu_is_a_no_op(dataset_path, client):
     with jt.Loader(dataset_path, client, CAPTION, batch_size=8, workers=1, device="cpu", world_size=1, rank=0) as ds:
         assert ds.device is None

@@ -76,8 +76,8 @@ def open_model(cfg: Dict[str, Any]) -> Model:
         module = torch.jit.load(path, map_location=device)
         module.eval()
         forward = module
-    dtypes = [getattr(torch, {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64"}.get(t, "float32"))
-              if t in ("f32", "f16", "bf16", "f64") else None for _, t, _ in outputs]
+    floating = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64}
+    dtypes = [floating.get(t) for _, t, _ in outputs]  # None: not floating, returned as forward made it
 
     def run(x):
         with torch.inference_mode():

@@ -172,6 +172,9 @@ class python_callable_model {
         return fail(errc::internal, who + ": output '" + m.name + "' is " + dims_text(got_type, got) + ", declared " +
                                         dims_text(m.type, want) + " (batch " + std::to_string(n) + ")");
       shape item(std::span<const std::int64_t>(got).subspan(1));
+      // Copied into C++ storage (outputs are small next to inputs: a latent row is 16 KiB) rather than shared
+      // with the Python array (to_tensor): the rows are then released by the pipeline's threads without
+      // taking the GIL, which the next batch's call holds.
       tensor all = tensor::copy_of(bytes_view(static_cast<const std::byte*>(a.data()), a.nbytes()), got_type,
                                    shape(std::span<const std::int64_t>(got)));
       const std::size_t row_bytes = n ? a.nbytes() / n : 0;

@@ -286,12 +286,12 @@ class inference_pipeline {
     if (c.first_error) return finish_error(c, *c.first_error);
     auto encoded = encode(c);
     if (!encoded) return finish_error(c, encoded.error());
+    if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while encoding: counted there
     auto& inst = *c.inst;
     inst.counters().success.fetch_add(1, std::memory_order_relaxed);
     inst.counters().inferences.fetch_add(c.rows.size(), std::memory_order_relaxed);
     inst.counters().success_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
     inst.counters().last_inference_ms.store(now_ms(), std::memory_order_relaxed);
-    if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while encoding
     auto done = std::move(c.done);
     inst.release_rows(c.admitted);  // before answering: the client may send its next request at once
     done(std::move(*encoded));

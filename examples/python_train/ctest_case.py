@@ -50,7 +50,7 @@ def run_train(o, tag, args, timeout=120):
         cmd += ["--server-bin", o.server_bin]
     t = time.perf_counter()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+                       env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1"))  # a crash prints its stacks
     print(f"--- {tag} ({time.perf_counter() - t:.1f} s): {' '.join(cmd[4:])}")
     print("\n".join(line for line in p.stdout.splitlines() if not line.startswith("{")))
     if p.returncode != 0 or not os.path.isfile(out_json):

@@ -1,7 +1,8 @@
 // The service's inference pipeline: admission, KServe request decoding, preprocessing on the pool, the
 // model's dynamic batcher, response encoding. It knows no HTTP: a front end (the HTTP routes of
 // server/detail/service_core.hpp, a gRPC service) hands it the request bytes and gets the encoded KServe
-// response or an error_info whose errc decides the status.
+// response (net::kserve::infer_response, which the front end encodes) or an error_info whose errc decides
+// the status.
 #pragma once
 
 #include <algorithm>
@@ -49,13 +50,9 @@ struct infer_input {
   std::string header_length;  // Inference-Header-Content-Length as received (empty: the body is all JSON)
 };
 
-// The encoded KServe response: `header` (JSON), then the `binary` pieces, which `owner` keeps valid.
-struct infer_output {
-  std::string header;
-  std::vector<bytes_view> binary;
-  std::optional<std::size_t> header_length;  // set when binary tensors follow the header
-  jitembed::keep_alive owner;
-};
+// The answer: the KServe response, its outputs owning their stacked bytes. A front end encodes it (HTTP:
+// JSON header + binary pieces, net::kserve::encode_response; gRPC: a ModelInferResponse).
+using infer_output = std::shared_ptr<const net::kserve::infer_response>;
 
 // Called once per request, on a pool or batcher thread (or the caller's, for an answer at once).
 using infer_completion = std::function<void(result<infer_output>)>;
@@ -280,13 +277,13 @@ class inference_pipeline {
     registry_.release(inst);
   }
 
-  // All rows are done: encode the response (or the first error) and answer.
+  // All rows are done: build the response (or answer the first error).
   void finish(infer_call& c) {
     if (c.answered.load(std::memory_order_acquire)) return;  // expired: answered timeout already
     if (c.first_error) return finish_error(c, *c.first_error);
-    auto encoded = encode(c);
+    auto encoded = stack_outputs(c);
     if (!encoded) return finish_error(c, encoded.error());
-    if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while encoding: counted there
+    if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while stacking: counted there
     auto& inst = *c.inst;
     inst.counters().success.fetch_add(1, std::memory_order_relaxed);
     inst.counters().inferences.fetch_add(c.rows.size(), std::memory_order_relaxed);
@@ -298,8 +295,8 @@ class inference_pipeline {
     registry_.release(inst);
   }
 
-  // Stacks the rows' outputs into [rows, ...] tensors and encodes the KServe response.
-  result<infer_output> encode(infer_call& c) {
+  // Stacks the rows' outputs into [rows, ...] tensors: the KServe response.
+  result<infer_output> stack_outputs(infer_call& c) {
     const auto& m = c.inst->model();
     auto resp = std::make_shared<net::kserve::infer_response>();
     resp->model_name = c.inst->name();
@@ -329,11 +326,7 @@ class inference_pipeline {
       resp->outputs.push_back(net::kserve::infer_tensor::owned(meta.name, dt, std::move(shape), std::move(bytes),
                                                                net::kserve::wants_binary(c.req, meta.name, dt)));
     }
-    JITEMBED_ASSIGN_OR_RETURN(auto msg, net::kserve::encode_response(*resp));
-    return infer_output{.header = std::move(msg.header),
-                        .binary = std::move(msg.binary),
-                        .header_length = msg.header_length,
-                        .owner = std::move(resp)};
+    return infer_output(std::move(resp));
   }
 
   model_registry& registry_;

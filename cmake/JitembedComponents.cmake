@@ -159,7 +159,7 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   # The embedding service: model registry, per-model batchers, KServe v2 routes (HTTP-agnostic handler).
   jitembed_component(server
     GLOBS server.hpp server/*.hpp server/detail/*.hpp
-    EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$"
+    EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$" "/server/(detail/)?grpc[^/]*\\.hpp$"
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format)
   if(JITEMBED_WITH_REPOSITORY)
     # The model repository: config.pbtxt (protobuf text format against a schema built at run time: libprotobuf
@@ -167,6 +167,14 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
     jitembed_component(repository
       GLOBS server/repository*.hpp server/model_repository*.hpp server/detail/repository*.hpp
       LINK jitembed::server protobuf::libprotobuf protobuf::libprotoc
+      NOT_IN_UMBRELLA)
+  endif()
+  if(JITEMBED_WITH_GRPC)
+    # The KServe v2 gRPC front end (inference.GRPCInferenceService) over the same service core; the schema
+    # (net/grpc/) is a .proto text built at run time, so nothing is generated. Not linked by the umbrella target.
+    jitembed_component(grpc
+      GLOBS net/grpc/*.hpp server/grpc*.hpp server/detail/grpc*.hpp
+      LINK jitembed::server protobuf::libprotobuf protobuf::libprotoc gRPC::grpc++
       NOT_IN_UMBRELLA)
   endif()
 endif()

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <pthread.h>
 #include <string>
 #include <thread>
@@ -18,6 +19,9 @@
 #include "jitembed/models/reference.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
+#if defined(JITEMBED_SERVER_GRPC)
+#include "server_grpc.hpp"
+#endif
 #if defined(JITEMBED_HAS_REPOSITORY)
 #include "jitembed/server/model_repository.hpp"
 #endif
@@ -66,6 +70,14 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "where the reference embedders run: auto (the GPU when there is one), gpu, cpu")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   app.add_option("--preprocess-threads", preprocess_threads, "decode/preprocess threads (0 = hardware)")->check(CLI::Range(0, 1024));
+  int grpc_port = -1;
+  std::string grpc_cert, grpc_key, grpc_root_cert;
+  app.add_option("--grpc-port", grpc_port,
+                 "also serve KServe v2 gRPC (inference.GRPCInferenceService) on this port (0 = ephemeral; default: no gRPC)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--grpc-server-cert", grpc_cert, "gRPC TLS: the server certificate chain (PEM); with --grpc-server-key");
+  app.add_option("--grpc-server-key", grpc_key, "gRPC TLS: the server's private key (PEM)");
+  app.add_option("--grpc-root-cert", grpc_root_cert, "gRPC mutual TLS: clients must present a certificate this CA (PEM) signed");
   CLI11_PARSE(app, argc, argv);
 
   server::server_config cfg;
@@ -160,7 +172,27 @@ int main(int argc, char** argv) {
   auto http_made = net::http::server::create(ho, svc.as_handler());
   if (!http_made) return fail_exit(std::string(to_string(http_made.code())) + ": " + http_made.error().message);
   auto& http = *http_made;
+#if defined(JITEMBED_SERVER_GRPC)
+  std::unique_ptr<jitembed_tools::grpc_front> grpc;
+  if (grpc_port >= 0) {
+    server::grpc_server_options go;
+    go.host = cfg.host;
+    go.port = static_cast<std::uint16_t>(grpc_port);
+    go.max_message_bytes = cfg.protocol.max_body_bytes;
+    go.tls_cert_file = grpc_cert;
+    go.tls_key_file = grpc_key;
+    go.tls_root_cert_file = grpc_root_cert;
+    auto made = jitembed_tools::start_grpc_front(go, svc);
+    if (!made) return fail_exit(std::string(to_string(made.code())) + ": --grpc-port: " + made.error().message);
+    grpc = std::move(*made);
+  }
+#else
+  if (grpc_port >= 0) return fail_exit("--grpc-port: this jitembed-server was built without the grpc component (JITEMBED_WITH_GRPC)");
+#endif
   std::printf("jitembed-server listening on %s\n", http.url().c_str());
+#if defined(JITEMBED_SERVER_GRPC)
+  if (grpc) std::printf("jitembed-server gRPC listening on %s:%u\n", cfg.host.c_str(), static_cast<unsigned>(grpc->port()));
+#endif
   for (const auto& [name, version] : svc.loaded()) std::printf("  model %s version %s\n", name.c_str(), version.c_str());
   std::fflush(stdout);
 
@@ -171,6 +203,9 @@ int main(int argc, char** argv) {
   // Keep accepting for a while so that load balancers and JIT clients see the 503s and move elsewhere.
   if (drain_grace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(drain_grace_ms));
   http.stop(std::chrono::seconds(10));  // in-flight requests finish and are answered
+#if defined(JITEMBED_SERVER_GRPC)
+  if (grpc) grpc->stop(std::chrono::seconds(10));
+#endif
   svc.shutdown();
   return 0;
 }

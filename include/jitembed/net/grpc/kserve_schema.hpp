@@ -24,8 +24,9 @@ namespace jitembed::net::grpc {
 // The service's full name: gRPC method paths are "/" + kServiceName + "/" + method.
 inline constexpr std::string_view kServiceName = "inference.GRPCInferenceService";
 
-inline constexpr std::string_view kKServeSchema = R"proto(
-syntax = "proto3";
+inline constexpr std::string_view kKServeSchema = R"pb(
+  syntax = "proto3"
+  ;
 package inference;
 
 // ---- model_config.proto: what ModelConfigResponse carries from jitembed (the rest is never filled)
@@ -217,7 +218,7 @@ message CudaSharedMemoryRegisterRequest { string name = 1; bytes raw_handle = 2;
 message CudaSharedMemoryRegisterResponse {}
 message CudaSharedMemoryUnregisterRequest { string name = 1; }
 message CudaSharedMemoryUnregisterResponse {}
-)proto";
+)pb";
 
 // The schema's messages as dynamic messages. One per process (kserve_schema::get()); thread-safe.
 class kserve_schema {

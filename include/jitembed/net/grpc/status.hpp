@@ -20,18 +20,26 @@ inline constexpr std::string_view kErrcMetadataKey = "jitembed-errc";
 constexpr ::grpc::StatusCode status_code(errc code) noexcept {
   using ::grpc::StatusCode;
   switch (code) {
-    case errc::ok: return StatusCode::OK;
-    case errc::not_found: return StatusCode::NOT_FOUND;
-    case errc::timeout: return StatusCode::DEADLINE_EXCEEDED;
-    case errc::unavailable: return StatusCode::UNAVAILABLE;
-    case errc::resource_exhausted: return StatusCode::RESOURCE_EXHAUSTED;
-    case errc::cancelled: return StatusCode::CANCELLED;
+    case errc::ok:
+      return StatusCode::OK;
+    case errc::not_found:
+      return StatusCode::NOT_FOUND;
+    case errc::timeout:
+      return StatusCode::DEADLINE_EXCEEDED;
+    case errc::unavailable:
+      return StatusCode::UNAVAILABLE;
+    case errc::resource_exhausted:
+      return StatusCode::RESOURCE_EXHAUSTED;
+    case errc::cancelled:
+      return StatusCode::CANCELLED;
     case errc::buffer_too_small:
     case errc::encode_failed:
     case errc::io_error:
     case errc::internal:
-    case errc::comm_failed: return StatusCode::INTERNAL;
-    default: return StatusCode::INVALID_ARGUMENT;  // every "fix your input" code (kserve::http_status 400)
+    case errc::comm_failed:
+      return StatusCode::INTERNAL;
+    default:
+      return StatusCode::INVALID_ARGUMENT;  // every "fix your input" code (kserve::http_status 400)
   }
 }
 
@@ -41,20 +49,29 @@ inline errc errc_of(const ::grpc::Status& s, std::optional<std::string_view> err
     if (const auto e = errc_from_string(*errc_metadata)) return *e;
   using ::grpc::StatusCode;
   switch (s.error_code()) {
-    case StatusCode::OK: return errc::ok;
+    case StatusCode::OK:
+      return errc::ok;
     case StatusCode::INVALID_ARGUMENT:
     case StatusCode::OUT_OF_RANGE:
     case StatusCode::FAILED_PRECONDITION:
     case StatusCode::UNAUTHENTICATED:
-    case StatusCode::PERMISSION_DENIED: return errc::invalid_argument;
-    case StatusCode::NOT_FOUND: return errc::not_found;
-    case StatusCode::DEADLINE_EXCEEDED: return errc::timeout;
+    case StatusCode::PERMISSION_DENIED:
+      return errc::invalid_argument;
+    case StatusCode::NOT_FOUND:
+      return errc::not_found;
+    case StatusCode::DEADLINE_EXCEEDED:
+      return errc::timeout;
     case StatusCode::UNAVAILABLE:
-    case StatusCode::ABORTED: return errc::unavailable;
-    case StatusCode::RESOURCE_EXHAUSTED: return errc::resource_exhausted;
-    case StatusCode::CANCELLED: return errc::cancelled;
-    case StatusCode::UNIMPLEMENTED: return errc::not_found;
-    default: return errc::internal;
+    case StatusCode::ABORTED:
+      return errc::unavailable;
+    case StatusCode::RESOURCE_EXHAUSTED:
+      return errc::resource_exhausted;
+    case StatusCode::CANCELLED:
+      return errc::cancelled;
+    case StatusCode::UNIMPLEMENTED:
+      return errc::not_found;
+    default:
+      return errc::internal;
   }
 }
 

@@ -25,13 +25,13 @@
 
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/grpc/kserve_schema.hpp"
 #include "jitembed/net/kserve/bytes_elements.hpp"
 #include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/net/kserve/decode.hpp"
 #include "jitembed/net/kserve/encode.hpp"
 #include "jitembed/net/kserve/limits.hpp"
 #include "jitembed/net/kserve/message.hpp"
-#include "jitembed/net/grpc/kserve_schema.hpp"
 
 namespace jitembed::server::detail {
 
@@ -145,24 +145,48 @@ byte_buffer pack_contents(int n, Get get) {
 }
 
 // An input's elements from its InferTensorContents (when the request has no raw_input_contents).
-inline result<byte_buffer> contents_bytes(const pb::Message& contents, net::kserve::datatype type, const std::string& w) {
+inline result<byte_buffer> contents_bytes(const pb::Message& contents, net::kserve::datatype type,
+                                          const std::string& w) {
   using net::kserve::datatype;
   const auto* d = contents.GetDescriptor();
   const auto* r = contents.GetReflection();
   const auto field = [&](const char* n) { return d->FindFieldByName(n); };
   const auto size = [&](const char* n) { return r->FieldSize(contents, field(n)); };
   switch (type) {
-    case datatype::boolean: return pack_contents<std::uint8_t>(size("bool_contents"), [&](int i) { return r->GetRepeatedBool(contents, field("bool_contents"), i) ? 1 : 0; });
-    case datatype::int8: return pack_contents<std::int8_t>(size("int_contents"), [&](int i) { return r->GetRepeatedInt32(contents, field("int_contents"), i); });
-    case datatype::int16: return pack_contents<std::int16_t>(size("int_contents"), [&](int i) { return r->GetRepeatedInt32(contents, field("int_contents"), i); });
-    case datatype::int32: return pack_contents<std::int32_t>(size("int_contents"), [&](int i) { return r->GetRepeatedInt32(contents, field("int_contents"), i); });
-    case datatype::int64: return pack_contents<std::int64_t>(size("int64_contents"), [&](int i) { return r->GetRepeatedInt64(contents, field("int64_contents"), i); });
-    case datatype::uint8: return pack_contents<std::uint8_t>(size("uint_contents"), [&](int i) { return r->GetRepeatedUInt32(contents, field("uint_contents"), i); });
-    case datatype::uint16: return pack_contents<std::uint16_t>(size("uint_contents"), [&](int i) { return r->GetRepeatedUInt32(contents, field("uint_contents"), i); });
-    case datatype::uint32: return pack_contents<std::uint32_t>(size("uint_contents"), [&](int i) { return r->GetRepeatedUInt32(contents, field("uint_contents"), i); });
-    case datatype::uint64: return pack_contents<std::uint64_t>(size("uint64_contents"), [&](int i) { return r->GetRepeatedUInt64(contents, field("uint64_contents"), i); });
-    case datatype::fp32: return pack_contents<float>(size("fp32_contents"), [&](int i) { return r->GetRepeatedFloat(contents, field("fp32_contents"), i); });
-    case datatype::fp64: return pack_contents<double>(size("fp64_contents"), [&](int i) { return r->GetRepeatedDouble(contents, field("fp64_contents"), i); });
+    case datatype::boolean:
+      return pack_contents<std::uint8_t>(size("bool_contents"), [&](int i) {
+        return r->GetRepeatedBool(contents, field("bool_contents"), i) ? 1 : 0;
+      });
+    case datatype::int8:
+      return pack_contents<std::int8_t>(size("int_contents"),
+                                        [&](int i) { return r->GetRepeatedInt32(contents, field("int_contents"), i); });
+    case datatype::int16:
+      return pack_contents<std::int16_t>(
+          size("int_contents"), [&](int i) { return r->GetRepeatedInt32(contents, field("int_contents"), i); });
+    case datatype::int32:
+      return pack_contents<std::int32_t>(
+          size("int_contents"), [&](int i) { return r->GetRepeatedInt32(contents, field("int_contents"), i); });
+    case datatype::int64:
+      return pack_contents<std::int64_t>(
+          size("int64_contents"), [&](int i) { return r->GetRepeatedInt64(contents, field("int64_contents"), i); });
+    case datatype::uint8:
+      return pack_contents<std::uint8_t>(
+          size("uint_contents"), [&](int i) { return r->GetRepeatedUInt32(contents, field("uint_contents"), i); });
+    case datatype::uint16:
+      return pack_contents<std::uint16_t>(
+          size("uint_contents"), [&](int i) { return r->GetRepeatedUInt32(contents, field("uint_contents"), i); });
+    case datatype::uint32:
+      return pack_contents<std::uint32_t>(
+          size("uint_contents"), [&](int i) { return r->GetRepeatedUInt32(contents, field("uint_contents"), i); });
+    case datatype::uint64:
+      return pack_contents<std::uint64_t>(
+          size("uint64_contents"), [&](int i) { return r->GetRepeatedUInt64(contents, field("uint64_contents"), i); });
+    case datatype::fp32:
+      return pack_contents<float>(size("fp32_contents"),
+                                  [&](int i) { return r->GetRepeatedFloat(contents, field("fp32_contents"), i); });
+    case datatype::fp64:
+      return pack_contents<double>(size("fp64_contents"),
+                                   [&](int i) { return r->GetRepeatedDouble(contents, field("fp64_contents"), i); });
     case datatype::bytes: {
       const auto* f = field("bytes_contents");
       std::vector<std::string_view> elems;
@@ -174,8 +198,8 @@ inline result<byte_buffer> contents_bytes(const pb::Message& contents, net::kser
       return net::kserve::encode_bytes_elements(elems);
     }
     default:
-      return fail(errc::invalid_argument, w + ": " + std::string(net::kserve::to_string(type)) +
-                                              " travels only in raw_input_contents");
+      return fail(errc::invalid_argument,
+                  w + ": " + std::string(net::kserve::to_string(type)) + " travels only in raw_input_contents");
   }
 }
 
@@ -184,7 +208,8 @@ inline result<byte_buffer> contents_bytes(const pb::Message& contents, net::kser
 // A parsed ModelInferRequest as the pipeline's request: checked like the HTTP decoder checks a body
 // (limits, shapes against data sizes, BYTES element counts). Tensors view into `m` (or own copies of
 // typed contents): keep `m` alive while the request is used.
-inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& m, const net::kserve::protocol_limits& lim) {
+inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& m,
+                                                             const net::kserve::protocol_limits& lim) {
   namespace ks = net::kserve;
   const auto& f = grpc_infer_fields::get();
   const auto* r = m.GetReflection();
@@ -196,14 +221,16 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
   if (req.parameters.is_object()) {
     for (const char* k : {"priority", "timeout"}) {
       const auto it = req.parameters.find(k);
-      if (it != req.parameters.end() && !(it->is_number_integer() && it->get<std::int64_t>() >= 0) && !it->is_number_unsigned())
+      if (it != req.parameters.end() && !(it->is_number_integer() && it->get<std::int64_t>() >= 0) &&
+          !it->is_number_unsigned())
         return fail(errc::invalid_argument, std::string("request parameter '") + k + "' is not a non-negative integer");
     }
   }
   const int n_inputs = r->FieldSize(m, f.inputs);
   const int n_raw = r->FieldSize(m, f.raw_input_contents);
   if (static_cast<std::size_t>(n_inputs) > lim.max_tensors)
-    return fail(errc::limit_exceeded, std::to_string(n_inputs) + " inputs > max_tensors " + std::to_string(lim.max_tensors));
+    return fail(errc::limit_exceeded,
+                std::to_string(n_inputs) + " inputs > max_tensors " + std::to_string(lim.max_tensors));
   if (n_raw != 0 && n_raw != n_inputs)
     return fail(errc::invalid_argument, "raw_input_contents has " + std::to_string(n_raw) + " entries for " +
                                             std::to_string(n_inputs) + " inputs (all inputs raw, or none)");
@@ -220,10 +247,13 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
     t.type = *type;
     const int rank = ir->FieldSize(in, f.in_shape);
     if (static_cast<std::size_t>(rank) > lim.max_dims)
-      return fail(errc::limit_exceeded, w + ": shape rank " + std::to_string(rank) + " > max_dims " + std::to_string(lim.max_dims));
+      return fail(errc::limit_exceeded,
+                  w + ": shape rank " + std::to_string(rank) + " > max_dims " + std::to_string(lim.max_dims));
     for (int d = 0; d < rank; ++d) {
       const auto e = ir->GetRepeatedInt64(in, f.in_shape, d);
-      if (e < 0) return fail(errc::invalid_argument, w + ": negative extent " + std::to_string(e) + " at dim " + std::to_string(d));
+      if (e < 0)
+        return fail(errc::invalid_argument,
+                    w + ": negative extent " + std::to_string(e) + " at dim " + std::to_string(d));
       t.shape.push_back(e);
     }
     JITEMBED_ASSIGN_OR_RETURN(const auto numel, checked_numel(t.shape));
@@ -233,7 +263,8 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
     t.parameters = grpc_parameters(in, f.in_parameters);
     if (t.parameters.is_object())
       for (const char* shm : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"})
-        if (t.parameters.contains(shm)) return fail(errc::invalid_argument, w + ": the shared memory extension is not supported");
+        if (t.parameters.contains(shm))
+          return fail(errc::invalid_argument, w + ": the shared memory extension is not supported");
     if (n_raw) {
       const std::string& raw = r->GetRepeatedStringReference(m, f.raw_input_contents, i, nullptr);
       t.data = bytes_view(reinterpret_cast<const std::byte*>(raw.data()), raw.size());
@@ -248,18 +279,21 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
   }
   const int n_outputs = r->FieldSize(m, f.outputs);
   if (static_cast<std::size_t>(n_outputs) > lim.max_tensors)
-    return fail(errc::limit_exceeded, std::to_string(n_outputs) + " outputs > max_tensors " + std::to_string(lim.max_tensors));
+    return fail(errc::limit_exceeded,
+                std::to_string(n_outputs) + " outputs > max_tensors " + std::to_string(lim.max_tensors));
   names.clear();
   for (int i = 0; i < n_outputs; ++i) {
     const auto& o = r->GetRepeatedMessage(m, f.outputs, i);
     ks::requested_output ro;
     ro.name = o.GetReflection()->GetString(o, f.out_name);
-    if (!names.insert(ro.name).second) return fail(errc::invalid_argument, "duplicate requested output name '" + ro.name + "'");
+    if (!names.insert(ro.name).second)
+      return fail(errc::invalid_argument, "duplicate requested output name '" + ro.name + "'");
     ro.parameters = grpc_parameters(o, f.out_parameters);
     if (ro.parameters.is_object())
       for (const char* shm : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"})
         if (ro.parameters.contains(shm))
-          return fail(errc::invalid_argument, "requested output '" + ro.name + "': the shared memory extension is not supported");
+          return fail(errc::invalid_argument,
+                      "requested output '" + ro.name + "': the shared memory extension is not supported");
     req.outputs.push_back(std::move(ro));
   }
   return req;

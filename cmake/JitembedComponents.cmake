@@ -169,21 +169,25 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
       LINK jitembed::server protobuf::libprotobuf protobuf::libprotoc
       NOT_IN_UMBRELLA)
   endif()
-  if(JITEMBED_WITH_GRPC)
-    # The KServe v2 gRPC front end (inference.GRPCInferenceService) over the same service core; the schema
-    # (net/grpc/) is a .proto text built at run time, so nothing is generated. Not linked by the umbrella target.
-    jitembed_component(grpc
-      GLOBS net/grpc/*.hpp server/grpc*.hpp server/detail/grpc*.hpp
-      LINK jitembed::server protobuf::libprotobuf protobuf::libprotoc gRPC::grpc++
-      NOT_IN_UMBRELLA)
-  endif()
 endif()
 if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_HTTP)
   # The JIT client (async KServe v2 over Beast, balancing, retries, local mode) and the prefetching loader:
   # the base models component only (local mode runs whatever any_model it is given), no image/video codecs.
   jitembed_component(client
     GLOBS client.hpp client/*.hpp client/detail/*.hpp
+    EXCLUDE "/client/detail/client_grpc[^/]*\\.hpp$"
     LINK jitembed::http jitembed::kserve jitembed::models jitembed::cache jitembed::format Threads::Threads)
+endif()
+
+if(JITEMBED_WITH_GRPC AND TARGET jitembed_server AND TARGET jitembed_client)
+  # KServe v2 gRPC, both ends: the service's front end (server/grpc*.hpp: inference.GRPCInferenceService over
+  # the same core) and the JIT client's grpc:// transport (client/detail/client_grpc.hpp, compiled into the
+  # client when a program links this component: JITEMBED_HAS_GRPC). The schema (net/grpc/) is a .proto text
+  # built at run time, so nothing is generated. Not linked by the umbrella target.
+  jitembed_component(grpc
+    GLOBS net/grpc/*.hpp server/grpc*.hpp server/detail/grpc*.hpp client/detail/client_grpc*.hpp
+    LINK jitembed::server jitembed::client protobuf::libprotobuf protobuf::libprotoc gRPC::grpc++
+    NOT_IN_UMBRELLA)
 endif()
 
 if(JITEMBED_WITH_CUDA)

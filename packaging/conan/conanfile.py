@@ -31,7 +31,7 @@ COMPONENT_REQUIRES = {
     "core": [],
     "format": ["core", "zstd"],
     "gloo": ["parallel"],
-    "grpc": ["server"],
+    "grpc": ["server", "client"],
     "http": ["core"],
     "jpeg": ["core", "codec"],
     "kserve": ["core"],

@@ -13,19 +13,26 @@
 namespace jitembed::client {
 
 struct endpoint_address {
-  std::string url;   // canonical "http://host:port"
+  std::string url;  // canonical "http://host:port" or "grpc://host:port"
   std::string host;
   std::uint16_t port = 0;
   std::string path;  // what follows host:port ("" or "/..."), for endpoint-list URLs
 
-  friend bool operator==(const endpoint_address& a, const endpoint_address& b) { return a.url == b.url && a.path == b.path; }
+  friend bool operator==(const endpoint_address& a, const endpoint_address& b) {
+    return a.url == b.url && a.path == b.path;
+  }
 };
 
-// Parses "http://host:port[/path]" (IPv6 as [addr]). https is refused (not_supported by this client).
+// Whether the endpoint speaks KServe gRPC (grpc://host:port) rather than HTTP.
+inline bool is_grpc(const endpoint_address& a) { return a.url.starts_with("grpc://"); }
+
+// Parses "http://host:port[/path]" or "grpc://host:port" (IPv6 as [addr]). https is refused (not_supported
+// by this client).
 inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
-  constexpr std::string_view scheme = "http://";
+  const std::string_view scheme = s.starts_with("grpc://") ? "grpc://" : "http://";
   if (!s.starts_with(scheme)) {
-    return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': only http://host:port URLs are supported");
+    return fail(errc::invalid_argument,
+                "endpoint '" + std::string(s) + "': only http://host:port and grpc://host:port URLs are supported");
   }
   std::string_view rest = s.substr(scheme.size());
   std::string_view authority = rest, path;
@@ -36,14 +43,17 @@ inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
   std::string_view host, port_text;
   if (authority.starts_with('[')) {
     const auto close = authority.find(']');
-    if (close == std::string_view::npos) return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': unterminated [IPv6] host");
+    if (close == std::string_view::npos)
+      return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': unterminated [IPv6] host");
     host = authority.substr(1, close - 1);
     std::string_view after = authority.substr(close + 1);
-    if (!after.starts_with(':')) return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
+    if (!after.starts_with(':'))
+      return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
     port_text = after.substr(1);
   } else {
     const auto colon = authority.rfind(':');
-    if (colon == std::string_view::npos) return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
+    if (colon == std::string_view::npos)
+      return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
     host = authority.substr(0, colon);
     port_text = authority.substr(colon + 1);
   }
@@ -55,7 +65,9 @@ inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
   endpoint_address a;
   a.host = std::string(host);
   a.port = static_cast<std::uint16_t>(port);
-  a.url = "http://" + std::string(authority);
+  a.url = std::string(scheme) + std::string(authority);
+  if (scheme == "grpc://" && !path.empty() && path != "/")
+    return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a grpc:// endpoint has no path");
   a.path = std::string(path);
   return a;
 }
@@ -76,9 +88,11 @@ inline result<std::vector<endpoint_address>> parse_endpoint_list(std::string_vie
     while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.remove_suffix(1);
     if (line.empty()) continue;
     auto a = parse_endpoint_url(line);
-    if (!a) return fail(errc::invalid_argument, "endpoint list line " + std::to_string(line_no) + ": " + a.error().message);
+    if (!a)
+      return fail(errc::invalid_argument, "endpoint list line " + std::to_string(line_no) + ": " + a.error().message);
     if (!a->path.empty() && a->path != "/") {
-      return fail(errc::invalid_argument, "endpoint list line " + std::to_string(line_no) + ": an endpoint has no path");
+      return fail(errc::invalid_argument,
+                  "endpoint list line " + std::to_string(line_no) + ": an endpoint has no path");
     }
     a->path.clear();
     bool dup = false;

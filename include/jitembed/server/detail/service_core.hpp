@@ -171,11 +171,10 @@ class service_core final {
   // What every front end answers, protocol-neutral (HTTP routes here, the gRPC service of
   // server/grpc_server.hpp): JSON as Triton's HTTP API has it (its gRPC messages share the field names).
   static ojson server_metadata() {
-    return ojson{
-        {"name", "jitembed"},
-        {"version", kServerVersion},
-        {"extensions", ojson::array({"binary_tensor_data", "statistics", "model_configuration", "model_repository",
-                                   "system_shared_memory"})}};
+    return ojson{{"name", "jitembed"},
+                 {"version", kServerVersion},
+                 {"extensions", ojson::array({"binary_tensor_data", "statistics", "model_configuration",
+                                              "model_repository", "system_shared_memory"})}};
   }
   // Whether the bearer token (when one is configured) allows a call with this Authorization value.
   bool authorized(std::string_view authorization) const { return !auth_.enabled() || auth_.allows(authorization); }
@@ -349,14 +348,15 @@ class service_core final {
     if (key == j.end() || !key->is_string()) return bad("shared memory register request has no string 'key'");
     std::uint64_t offset = 0;
     if (const auto it = j.find("offset"); it != j.end()) {
-      if (!it->is_number_unsigned()) return bad("shared memory register request 'offset' is not a non-negative integer");
+      if (!it->is_number_unsigned())
+        return bad("shared memory register request 'offset' is not a non-negative integer");
       offset = it->get<std::uint64_t>();
     }
     const auto size = j.find("byte_size");
     if (size == j.end() || !size->is_number_unsigned())
       return bad("shared memory register request has no non-negative integer 'byte_size'");
-    auto r = shared_memory_.register_region(std::move(name), key->get<std::string>(), offset,
-                                            size->get<std::uint64_t>());
+    auto r =
+        shared_memory_.register_region(std::move(name), key->get<std::string>(), offset, size->get<std::uint64_t>());
     return r ? json_response(200, ojson::object()) : error_response(r.error());
   }
 
@@ -379,7 +379,7 @@ class service_core final {
   bearer_auth auth_;
   model_registry registry_;
   shared_memory_registry shared_memory_;  // before pipeline_: outlives it
-  inference_pipeline pipeline_;  // after registry_: destroyed (its pool's threads stopped) before it
+  inference_pipeline pipeline_;           // after registry_: destroyed (its pool's threads stopped) before it
   route_table<route_handler> routes_;
 };
 

@@ -28,8 +28,9 @@
 
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/kserve/bytes_elements.hpp"
 #include "jitembed/net/kserve/datatype.hpp"
-#include "jitembed/net/kserve/encode.hpp"
+#include "jitembed/net/kserve/decode.hpp"
 #include "jitembed/net/kserve/limits.hpp"
 #include "jitembed/net/kserve/message.hpp"
 #include "jitembed/net/kserve/shared_memory.hpp"
@@ -57,7 +58,7 @@ class shared_memory_region {
   // (invalid_argument, naming the region and the key): a key that is not a shared-memory object name, an
   // object that does not exist or cannot be opened read-write, byte_size 0, an object too small.
   static result<std::shared_ptr<const shared_memory_region>> open(std::string name, std::string key,
-                                                                   std::uint64_t offset, std::uint64_t byte_size) {
+                                                                  std::uint64_t offset, std::uint64_t byte_size) {
     const std::string w = "shared memory region '" + name + "'";
     std::string_view stem = key;
     while (stem.starts_with('/')) stem.remove_prefix(1);
@@ -69,11 +70,10 @@ class shared_memory_region {
     const int fd = ::shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
       const int e = errno;
-      return fail(errc::invalid_argument,
-                  w + ": cannot open shared memory object '" + key + "': " + std::strerror(e));
+      return fail(errc::invalid_argument, w + ": cannot open shared memory object '" + key + "': " + std::strerror(e));
     }
-    std::shared_ptr<shared_memory_region> r(new shared_memory_region(fd, std::move(name), std::move(key), offset,
-                                                                     byte_size));
+    std::shared_ptr<shared_memory_region> r(
+        new shared_memory_region(fd, std::move(name), std::move(key), offset, byte_size));
     struct stat st {};
     if (::fstat(fd, &st) != 0) return fail(errc::io_error, w + ": fstat failed: " + std::strerror(errno));
     if (!S_ISREG(st.st_mode)) return fail(errc::invalid_argument, w + ": '" + r->key_ + "' is not a regular object");
@@ -112,8 +112,9 @@ class shared_memory_region {
     while (done < dst.size()) {
       const auto n = ::pread(fd_, dst.data() + done, dst.size() - done, static_cast<off_t>(offset_ + at + done));
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return fail(errc::io_error, std::string(what) + ": reading shared memory region '" + name_ +
-                                                 "' failed: " + std::strerror(errno));
+      if (n < 0)
+        return fail(errc::io_error, std::string(what) + ": reading shared memory region '" + name_ +
+                                        "' failed: " + std::strerror(errno));
       if (n == 0) return truncated(at + done, dst.size() - done, what);
       done += static_cast<std::size_t>(n);
     }
@@ -127,8 +128,9 @@ class shared_memory_region {
     while (done < src.size()) {
       const auto n = ::pwrite(fd_, src.data() + done, src.size() - done, static_cast<off_t>(offset_ + at + done));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail(errc::io_error, std::string(what) + ": writing shared memory region '" + name_ +
-                                                  "' failed: " + std::strerror(errno));
+      if (n <= 0)
+        return fail(errc::io_error, std::string(what) + ": writing shared memory region '" + name_ +
+                                        "' failed: " + std::strerror(errno));
       done += static_cast<std::size_t>(n);
     }
     return {};
@@ -177,8 +179,9 @@ class shared_memory_registry {
     if (regions_.contains(name))
       return fail(errc::invalid_argument, "shared memory region '" + name + "' already in manager");
     if (regions_.size() >= kMaxSharedMemoryRegions)
-      return fail(errc::limit_exceeded, "shared memory region '" + name + "': " +
-                                            std::to_string(kMaxSharedMemoryRegions) + " regions are registered already");
+      return fail(errc::limit_exceeded, "shared memory region '" + name +
+                                            "': " + std::to_string(kMaxSharedMemoryRegions) +
+                                            " regions are registered already");
     JITEMBED_ASSIGN_OR_RETURN(auto r, shared_memory_region::open(name, std::move(key), offset, byte_size));
     regions_.emplace(std::move(name), std::move(r));
     return {};
@@ -280,8 +283,21 @@ inline result<void> read_shared_memory_inputs(const shared_memory_registry& shm,
     t.parameters.erase("shared_memory_byte_size");
     t.parameters.erase("shared_memory_offset");
     if (t.parameters.empty()) t.parameters = net::kserve::json();
-    // BYTES: the elements must be exactly the shape's (as the decoder checks a body's binary section).
-    JITEMBED_TRY(net::kserve::detail::check_tensor_data(t, w + " (from shared memory region '" + ref->region + "')"));
+    if (t.type == net::kserve::datatype::bytes) {
+      // The elements must be exactly the shape's, as the decoder checks a body's binary section.
+      JITEMBED_ASSIGN_OR_RETURN(const auto numel, checked_numel(t.shape));
+      const std::string ws = w + " (shared memory region '" + ref->region + "')";
+      const auto shape = net::kserve::detail::shape_string(t.shape);
+      auto n = net::kserve::for_each_bytes_element(
+          t.data, [](std::string_view) {}, numel);
+      if (!n && n.code() == errc::limit_exceeded)
+        return fail(errc::invalid_argument,
+                    ws + ": holds more than the " + std::to_string(numel) + " BYTES elements of shape " + shape);
+      if (!n) return fail(n.code(), ws + ": " + n.error().message);
+      if (*n != numel)
+        return fail(errc::invalid_argument, ws + ": holds " + std::to_string(*n) + " BYTES elements, shape " + shape +
+                                                " needs " + std::to_string(numel));
+    }
   }
   return {};
 }

@@ -440,6 +440,23 @@ TEST_CASE("shared memory: the pipeline's decoded-request overload (a gRPC front 
   CHECK(sd::write_shared_memory_outputs(shm, *pr, too_small).error().message ==
         "output 'pooled': 96 bytes do not fit shared_memory_byte_size 95 of shared memory region 'output'");
 
+  // The inputs read from regions are bounded like a body (protocol_limits::max_body_bytes), before any read.
+  {
+    server_config small_cfg = cfg;
+    small_cfg.protocol.max_body_bytes = 16;
+    sd::inference_pipeline limited(registry, small_cfg, &shm);
+    std::promise<jitembed::result<sd::infer_output>> p;
+    auto fut = p.get_future();
+    limited.infer("text-embed", "", req, nullptr,
+                  [&p](jitembed::result<sd::infer_output> x) { p.set_value(std::move(x)); });
+    REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    const auto r = fut.get();
+    CHECK(r.code() == errc::limit_exceeded);
+    CHECK(r.error().message ==
+          "input 'text': shared_memory_byte_size 33 brings the inputs in shared memory to 33 bytes > "
+          "max_body_bytes 16");
+  }
+
   // A pipeline without a shared-memory registry refuses requests naming regions.
   sd::inference_pipeline bare(registry, cfg);
   std::promise<jitembed::result<sd::infer_output>> p;

@@ -255,18 +255,28 @@ inline bool uses_shared_memory(const net::kserve::infer_request& req) {
 // later cannot reach the request). Errors (invalid_argument unless said, each naming the input and the
 // region): a region not registered, offset or bytes past the region's end, byte_size other than the
 // tensor's (fixed-size datatypes), BYTES elements that do not match the shape, the object truncated since
-// registration; limit_exceeded: byte_size over lim.max_body_bytes.
+// registration; limit_exceeded: the inputs' byte sizes together over lim.max_body_bytes (what a body may
+// carry), checked before anything is read.
 inline result<void> read_shared_memory_inputs(const shared_memory_registry& shm, net::kserve::infer_request& req,
                                               const net::kserve::protocol_limits& lim) {
+  std::uint64_t total = 0;
+  for (const auto& t : req.inputs) {
+    JITEMBED_ASSIGN_OR_RETURN(const auto ref,
+                              net::kserve::shared_memory_parameters(t.parameters, "input '" + t.name + "'"));
+    if (!ref) continue;
+    total = ref->byte_size > ~std::uint64_t{0} - total ? ~std::uint64_t{0} : total + ref->byte_size;  // saturates
+    if (total > lim.max_body_bytes)
+      return fail(errc::limit_exceeded, "input '" + t.name + "': shared_memory_byte_size " +
+                                            std::to_string(ref->byte_size) + " brings the inputs in shared memory to " +
+                                            std::to_string(total) + " bytes > max_body_bytes " +
+                                            std::to_string(lim.max_body_bytes));
+  }
   for (auto& t : req.inputs) {
     const std::string w = "input '" + t.name + "'";
     JITEMBED_ASSIGN_OR_RETURN(const auto ref, net::kserve::shared_memory_parameters(t.parameters, w));
     if (!ref) continue;
     JITEMBED_ASSIGN_OR_RETURN(const auto region, shm.find(ref->region, w));
     JITEMBED_TRY(region->check_bounds(ref->offset, ref->byte_size, w));
-    if (ref->byte_size > lim.max_body_bytes)
-      return fail(errc::limit_exceeded, w + ": shared_memory_byte_size " + std::to_string(ref->byte_size) +
-                                            " > max_body_bytes " + std::to_string(lim.max_body_bytes));
     if (t.type != net::kserve::datatype::bytes) {
       JITEMBED_ASSIGN_OR_RETURN(const auto numel, checked_numel(t.shape));
       const std::uint64_t es = net::kserve::element_size(t.type);

@@ -327,6 +327,13 @@ TEST_CASE("shared-memory tensors: parameters only, no data, both ways (Triton's 
   CHECK(enc->header ==
         R"({"model_name":"m","model_version":"1","outputs":[{"name":"y","datatype":"FP32","shape":[2]}]})");
   CHECK(resp.outputs.front().parameters["shared_memory_region"] == "out");
+  // The response decoder refuses outputs in shared memory (its client never asks for them).
+  CHECK(decode_response(R"({"outputs":[{"name":"y","datatype":"FP32","shape":[2],"parameters":{)"
+                        R"("shared_memory_region":"out","shared_memory_byte_size":8}}]})",
+                        std::nullopt)
+            .error()
+            .message == "output 'y': shared_memory_region in a response (outputs in shared memory are not supported "
+                        "by this decoder)");
   CHECK(resp.outputs.front().parameters["shared_memory_byte_size"] == 8);
 }
 

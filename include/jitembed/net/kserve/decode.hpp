@@ -124,9 +124,14 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
   t.parameters = std::move(params);
   std::optional<std::uint64_t> binary_size;
   if (t.parameters.is_object()) {
-    // Triton's shared-memory extension: the bytes are in a region the server resolves (server/detail/
-    // shared_memory.hpp); the message carries none for this tensor.
+    // Triton's shared-memory extension: a request's input whose bytes are in a region the server resolves
+    // (server/detail/shared_memory.hpp); the message carries none for it. A response never names one: an
+    // output written to a region comes back as name, datatype and shape only, which this decoder refuses
+    // (jitembed's client does not ask for outputs in shared memory).
     JITEMBED_ASSIGN_OR_RETURN(const auto shm, shared_memory_parameters(t.parameters, w));
+    if (shm && kind != "input")
+      return fail(errc::invalid_argument, w + ": shared_memory_region in a response (outputs in shared memory are "
+                                              "not supported by this decoder)");
     if (shm) {
       if (t.parameters.contains("binary_data_size") || find(tj, "data"))
         return fail(errc::invalid_argument, w + ": has shared_memory_region '" + shm->region + "' and also data in the message");

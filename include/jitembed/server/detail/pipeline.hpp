@@ -2,7 +2,8 @@
 // model's dynamic batcher, response encoding. It knows no HTTP: a front end (the HTTP routes of
 // server/detail/service_core.hpp, a gRPC service) hands it the request bytes and gets the encoded KServe
 // response (net::kserve::infer_response, which the front end encodes) or an error_info whose errc decides
-// the status.
+// the status. Inputs and outputs that name a shared-memory region (Triton's system shared-memory extension,
+// detail/shared_memory.hpp) are read from and written to it here, for every front end.
 #pragma once
 
 #include <algorithm>

@@ -170,6 +170,18 @@ TEST_CASE("shared memory: register, status, unregister over HTTP (Triton's route
   CHECK(error_of(slash) ==
         "shared memory region 'slash': key '/../etc/passwd' is not a shared memory object name ('/name')");
   CHECK(error_of(register_region(s, "zero", b, 0, 0)) == "shared memory region 'zero': byte_size is 0");
+  // A symbolic link in the shared-memory folder is not followed (the server's writes stay in shm objects).
+  {
+    const std::string link = "/jitembed-test-" + std::to_string(::getpid()) + "-link";
+    ::unlink(("/dev/shm" + link).c_str());
+    REQUIRE(::symlink(("/dev/shm" + b.key).c_str(), ("/dev/shm" + link).c_str()) == 0);
+    auto linked = call(s, "POST", "/v2/systemsharedmemory/region/link/register",
+                       nlohmann::json{{"key", link}, {"offset", 0}, {"byte_size", 8}}.dump());
+    ::unlink(("/dev/shm" + link).c_str());
+    CHECK(linked.status == 400);
+    CHECK(error_of(linked) == "shared memory region 'link': cannot open shared memory object '" + link +
+                                  "': Too many levels of symbolic links");
+  }
   auto no_key = call(s, "POST", "/v2/systemsharedmemory/region/x/register", R"({"offset":0,"byte_size":8})");
   CHECK(no_key.status == 400);
   CHECK(error_of(no_key) == "shared memory register request has no string 'key'");

@@ -54,20 +54,24 @@ class shared_memory_region {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // Opens `key` (shm_open O_RDWR) and checks that the object covers offset + byte_size. Errors
-  // (invalid_argument, naming the region and the key): a key that is not a shared-memory object name, an
-  // object that does not exist or cannot be opened read-write, byte_size 0, an object too small.
+  // Opens `key` (shm_open O_RDWR, not following a symbolic link) and checks that the object covers
+  // offset + byte_size. Errors (invalid_argument, naming the region and the key): a key that is not a
+  // shared-memory object name ('/name': no other '/', no NUL), an object that does not exist, is a symbolic
+  // link or cannot be opened read-write, byte_size 0, an object too small.
   static result<std::shared_ptr<const shared_memory_region>> open(std::string name, std::string key,
                                                                   std::uint64_t offset, std::uint64_t byte_size) {
     const std::string w = "shared memory region '" + name + "'";
     std::string_view stem = key;
     while (stem.starts_with('/')) stem.remove_prefix(1);
-    if (stem.empty() || stem == "." || stem == ".." || stem.find('/') != std::string_view::npos || stem.size() > 255)
+    if (stem.empty() || stem == "." || stem == ".." ||
+        stem.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos || stem.size() > 255)
       return fail(errc::invalid_argument, w + ": key '" + key + "' is not a shared memory object name ('/name')");
     if (byte_size == 0) return fail(errc::invalid_argument, w + ": byte_size is 0");
     if (offset > ~std::uint64_t{0} - byte_size)
       return fail(errc::invalid_argument, w + ": offset + byte_size overflows");
-    const int fd = ::shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
+    // O_NOFOLLOW: a symbolic link planted in the shared-memory folder must not lead the server's writes to
+    // another file (glibc adds it too; said here so it does not depend on that).
+    const int fd = ::shm_open(key.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
     if (fd < 0) {
       const int e = errno;
       return fail(errc::invalid_argument, w + ": cannot open shared memory object '" + key + "': " + std::strerror(e));

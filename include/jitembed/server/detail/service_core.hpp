@@ -26,6 +26,7 @@
 #include "jitembed/server/detail/registry.hpp"
 #include "jitembed/server/detail/render.hpp"
 #include "jitembed/server/detail/routes.hpp"
+#include "jitembed/server/detail/shared_memory.hpp"
 #include "jitembed/server/model_instance.hpp"
 #include "jitembed/server/model_source.hpp"
 
@@ -131,7 +132,7 @@ class service_core final {
       : config_(std::move(cfg)),
         auth_(config_.auth_token),
         registry_(std::move(factory)),
-        pipeline_(registry_, config_) {
+        pipeline_(registry_, config_, &shared_memory_) {
     add_routes();
   }
   service_core(const service_core&) = delete;
@@ -141,6 +142,8 @@ class service_core final {
   model_registry& registry() noexcept { return registry_; }
   const model_registry& registry() const noexcept { return registry_; }
   inference_pipeline& pipeline() noexcept { return pipeline_; }
+  // The system shared-memory regions (register / unregister / status for every front end).
+  shared_memory_registry& shared_memory() noexcept { return shared_memory_; }
   const server_config& config() const noexcept { return config_; }
 
   std::string metrics() const {
@@ -168,10 +171,10 @@ class service_core final {
   // What every front end answers, protocol-neutral (HTTP routes here, the gRPC service of
   // server/grpc_server.hpp): JSON as Triton's HTTP API has it (its gRPC messages share the field names).
   static ojson server_metadata() {
-    return ojson{
-        {"name", "jitembed"},
-        {"version", kServerVersion},
-        {"extensions", ojson::array({"binary_tensor_data", "statistics", "model_configuration", "model_repository"})}};
+    return ojson{{"name", "jitembed"},
+                 {"version", kServerVersion},
+                 {"extensions", ojson::array({"binary_tensor_data", "statistics", "model_configuration",
+                                              "model_repository", "system_shared_memory"})}};
   }
   // Whether the bearer token (when one is configured) allows a call with this Authorization value.
   bool authorized(std::string_view authorization) const { return !auth_.enabled() || auth_.allows(authorization); }
@@ -285,6 +288,8 @@ class service_core final {
     add_sync(methods::post, "/v2/repository/**", [](const route_match&) { return not_found_route(); });
     add_sync(methods::any, "/v2/repository/**", [](const route_match&) { return method_not_allowed(); });
 
+    add_shared_memory_routes();
+
     add_sync(methods::get, "/v2/models/stats",
              [this](const route_match&) { return json_or_error(stats_json({}, {})); });  // every model
     // /v2/models/{m}[/versions/{v}][/action]: POST is infer, every other action is read with any other method.
@@ -313,6 +318,48 @@ class service_core final {
     }
   }
 
+  // Triton's system shared-memory extension (docs/server.md).
+  void add_shared_memory_routes() {
+    routes_.add(methods::post, "/v2/systemsharedmemory/region/{region}/register",
+                [this](http::request&& req, http::responder respond, const route_match& p) {
+                  respond(register_shared_memory(std::string(p["region"]), req.body));
+                });
+    add_sync(methods::post, "/v2/systemsharedmemory/region/{region}/unregister", [this](const route_match& p) {
+      shared_memory_.unregister_region(p["region"]);
+      return json_response(200, ojson::object());
+    });
+    add_sync(methods::post, "/v2/systemsharedmemory/unregister", [this](const route_match&) {
+      shared_memory_.unregister_all();
+      return json_response(200, ojson::object());
+    });
+    add_sync(methods::get, "/v2/systemsharedmemory/status",
+             [this](const route_match&) { return json_or_error(shared_memory_.status()); });
+    add_sync(methods::get, "/v2/systemsharedmemory/region/{region}/status",
+             [this](const route_match& p) { return json_or_error(shared_memory_.status(p["region"])); });
+    add_sync(methods::any, "/v2/systemsharedmemory/**", [](const route_match&) { return method_not_allowed(); });
+  }
+
+  // A register request's JSON body: {"key": string, "offset": unsigned (default 0), "byte_size": unsigned}.
+  http::response register_shared_memory(std::string name, const std::string& body) {
+    const auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    auto bad = [](std::string m) { return error_response(400, m, errc::invalid_argument); };
+    if (j.is_discarded() || !j.is_object()) return bad("shared memory register request body is not a JSON object");
+    const auto key = j.find("key");
+    if (key == j.end() || !key->is_string()) return bad("shared memory register request has no string 'key'");
+    std::uint64_t offset = 0;
+    if (const auto it = j.find("offset"); it != j.end()) {
+      if (!it->is_number_unsigned())
+        return bad("shared memory register request 'offset' is not a non-negative integer");
+      offset = it->get<std::uint64_t>();
+    }
+    const auto size = j.find("byte_size");
+    if (size == j.end() || !size->is_number_unsigned())
+      return bad("shared memory register request has no non-negative integer 'byte_size'");
+    auto r =
+        shared_memory_.register_region(std::move(name), key->get<std::string>(), offset, size->get<std::uint64_t>());
+    return r ? json_response(200, ojson::object()) : error_response(r.error());
+  }
+
   static http::response not_ready() { return error_response(inference_pipeline::not_ready()); }
   http::response ready_or_not() const { return registry_.ready() ? text_response(200, "", "text/plain") : not_ready(); }
   static http::response json_or_error(const result<ojson>& r) {
@@ -331,7 +378,8 @@ class service_core final {
   server_config config_;
   bearer_auth auth_;
   model_registry registry_;
-  inference_pipeline pipeline_;  // after registry_: destroyed (its pool's threads stopped) before it
+  shared_memory_registry shared_memory_;  // before pipeline_: outlives it
+  inference_pipeline pipeline_;           // after registry_: destroyed (its pool's threads stopped) before it
   route_table<route_handler> routes_;
 };
 

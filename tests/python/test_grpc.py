@@ -184,6 +184,55 @@ def test_errors_map_to_status_codes(gclient, jpeg):
     assert gclient.infer("image-latent", [g_input("image", [jpeg])]).as_numpy("latent").shape[0] == 1
 
 
+def test_system_shared_memory_over_grpc(gclient):
+    """Inputs read from and outputs written into regions made with tritonclient.utils.shared_memory, over gRPC."""
+    import tritonclient.utils as utils
+    import tritonclient.utils.shared_memory as shm
+    outputs = ["sequence", "mask", "pooled"]
+    normal = gclient.infer("text-embed", [g_input("text", [t.encode() for t in TEXTS])])
+    expect = {o: normal.as_numpy(o) for o in outputs}
+    serialized = utils.serialize_byte_tensor(np.array([[t.encode()] for t in TEXTS], dtype=np.object_))
+    in_size = utils.serialized_byte_size(serialized)
+    out_sizes = {o: expect[o].nbytes for o in outputs}
+    key_in, key_out = f"/jitembed-grpc-{os.getpid()}-in", f"/jitembed-grpc-{os.getpid()}-out"
+    h_in = shm.create_shared_memory_region("g_in", key_in, in_size + 32)
+    h_out = shm.create_shared_memory_region("g_out", key_out, sum(out_sizes.values()))
+    try:
+        shm.set_shared_memory_region(h_in, [serialized], offset=32)
+        gclient.register_system_shared_memory("g_in", key_in, in_size + 32)
+        gclient.register_system_shared_memory("g_out", key_out, sum(out_sizes.values()))
+        st = gclient.get_system_shared_memory_status(as_json=True)
+        assert sorted(st["regions"]) == ["g_in", "g_out"] and st["regions"]["g_in"]["key"] == key_in
+        with pytest.raises(InferenceServerException) as e:
+            gclient.register_system_shared_memory("g_in", key_in, 8)
+        assert status_of(e.value) == "INVALID_ARGUMENT" and "already in manager" in e.value.message()
+        inp = grpcclient.InferInput("text", [len(TEXTS), 1], "BYTES")
+        inp.set_shared_memory("g_in", in_size, offset=32)
+        req_outs, offsets, at = [], {}, 0
+        for o in outputs:
+            ro = grpcclient.InferRequestedOutput(o)
+            ro.set_shared_memory("g_out", out_sizes[o], offset=at)
+            offsets[o], at = at, at + out_sizes[o]
+            req_outs.append(ro)
+        gclient.infer("text-embed", [inp], outputs=req_outs)
+        for o in outputs:
+            got = shm.get_contents_as_numpy(h_out, expect[o].dtype, expect[o].shape, offset=offsets[o])
+            np.testing.assert_array_equal(got, expect[o], err_msg=o)
+        # input from the region, outputs in the message
+        r = gclient.infer("text-embed", [inp])
+        for o in outputs:
+            np.testing.assert_array_equal(r.as_numpy(o), expect[o], err_msg=o)
+        gclient.unregister_system_shared_memory("g_in")
+        with pytest.raises(InferenceServerException) as e:
+            gclient.infer("text-embed", [inp])
+        assert status_of(e.value) == "INVALID_ARGUMENT" and "'g_in' is not registered" in e.value.message()
+    finally:
+        gclient.unregister_system_shared_memory()
+        shm.destroy_shared_memory_region(h_in)
+        shm.destroy_shared_memory_region(h_out)
+    assert gclient.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
+
+
 def test_deadline_and_auth(work):
     token_file = os.path.join(work, "token")
     with open(token_file, "w") as f:
@@ -217,7 +266,8 @@ def test_perf_analyzer_grpc(server, work):
     data_path = os.path.join(work, "pa_grpc.json")
     with open(data_path, "w") as f:
         json.dump({"data": [{"text": [t]} for t in TEXTS]}, f)
-    for extra, tag in (([], "unary"), (["--streaming"], "stream")):
+    shm_args = ["--shared-memory", "system", "--output-shared-memory-size", str(1 << 20)]
+    for extra, tag in (([], "unary"), (["--streaming"], "stream"), (shm_args, "shm")):
         csv_path = os.path.join(work, f"pa_grpc_{tag}.csv")
         cmd = [pa, "-m", "text-embed", "-u", server.grpc_url, "-i", "grpc", "--concurrency-range", "1:4",
                "--input-data", data_path, "--measurement-interval", "500", "--max-trials", "3",

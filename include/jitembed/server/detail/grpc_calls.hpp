@@ -45,6 +45,9 @@ enum class grpc_method : std::uint8_t {
   repository_index,
   repository_load,
   repository_unload,
+  shm_status,
+  shm_register,
+  shm_unregister,
   unknown
 };
 
@@ -67,6 +70,9 @@ inline constexpr grpc_method_info kGrpcMethods[] = {
     {"RepositoryIndex", grpc_method::repository_index, "RepositoryIndexRequest"},
     {"RepositoryModelLoad", grpc_method::repository_load, "RepositoryModelLoadRequest"},
     {"RepositoryModelUnload", grpc_method::repository_unload, "RepositoryModelUnloadRequest"},
+    {"SystemSharedMemoryStatus", grpc_method::shm_status, "SystemSharedMemoryStatusRequest"},
+    {"SystemSharedMemoryRegister", grpc_method::shm_register, "SystemSharedMemoryRegisterRequest"},
+    {"SystemSharedMemoryUnregister", grpc_method::shm_unregister, "SystemSharedMemoryUnregisterRequest"},
 };
 
 // "/inference.GRPCInferenceService/ModelInfer" -> its entry; nullptr for any other path.
@@ -250,6 +256,32 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
         if (!r) return fail(r.error());
         return reply(serialize_message(net::grpc::kserve_schema::get().prototype(
             load ? "RepositoryModelLoadResponse" : "RepositoryModelUnloadResponse")));
+      }
+      case grpc_method::shm_status: {
+        auto st = core_.shared_memory().status(string_field(req, "name"));
+        if (!st) return fail(st.error());
+        ojson regions = ojson::object();
+        for (const auto& r : *st) regions[r["name"].get<std::string>()] = r;
+        return reply_json("SystemSharedMemoryStatusResponse", ojson{{"regions", std::move(regions)}});
+      }
+      case grpc_method::shm_register: {
+        const auto* d = req.GetDescriptor();
+        const auto* r = req.GetReflection();
+        auto ok = core_.shared_memory().register_region(string_field(req, "name"), string_field(req, "key"),
+                                                        r->GetUInt64(req, d->FindFieldByName("offset")),
+                                                        r->GetUInt64(req, d->FindFieldByName("byte_size")));
+        if (!ok) return fail(ok.error());
+        return reply(
+            serialize_message(net::grpc::kserve_schema::get().prototype("SystemSharedMemoryRegisterResponse")));
+      }
+      case grpc_method::shm_unregister: {
+        const auto name = string_field(req, "name");
+        if (name.empty())
+          core_.shared_memory().unregister_all();
+        else
+          core_.shared_memory().unregister_region(name);
+        return reply(
+            serialize_message(net::grpc::kserve_schema::get().prototype("SystemSharedMemoryUnregisterResponse")));
       }
       case grpc_method::model_infer:
         return infer();

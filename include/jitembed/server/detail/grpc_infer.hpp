@@ -32,6 +32,7 @@
 #include "jitembed/net/kserve/encode.hpp"
 #include "jitembed/net/kserve/limits.hpp"
 #include "jitembed/net/kserve/message.hpp"
+#include "jitembed/net/kserve/shared_memory.hpp"
 
 namespace jitembed::server::detail {
 
@@ -47,7 +48,7 @@ struct grpc_infer_fields {
   const pb::FieldDescriptor *p_bool, *p_int64, *p_string, *p_double, *p_uint64;
   const pb::Descriptor* response;
   const pb::FieldDescriptor *r_model_name, *r_model_version, *r_id, *r_outputs;
-  const pb::FieldDescriptor *ro_name, *ro_datatype, *ro_shape;
+  const pb::FieldDescriptor *ro_name, *ro_datatype, *ro_shape, *ro_parameters;
   int raw_output_contents_number;
   const pb::Descriptor* stream_response;
   const pb::FieldDescriptor *s_error_message, *s_infer_response;
@@ -95,6 +96,7 @@ struct grpc_infer_fields {
     f.ro_name = ro->FindFieldByName("name");
     f.ro_datatype = ro->FindFieldByName("datatype");
     f.ro_shape = ro->FindFieldByName("shape");
+    f.ro_parameters = ro->FindFieldByName("parameters");
     f.stream_response = msg("ModelStreamInferResponse");
     f.s_error_message = f.stream_response->FindFieldByName("error_message");
     f.s_infer_response = f.stream_response->FindFieldByName("infer_response");
@@ -117,9 +119,13 @@ inline net::kserve::json grpc_parameters(const pb::Message& m, const pb::FieldDe
     const auto* vr = v.GetReflection();
     if (vr->HasField(v, f.p_bool))
       out[key] = vr->GetBool(v, f.p_bool);
-    else if (vr->HasField(v, f.p_int64))
-      out[key] = vr->GetInt64(v, f.p_int64);
-    else if (vr->HasField(v, f.p_string))
+    else if (vr->HasField(v, f.p_int64)) {
+      const auto i = vr->GetInt64(v, f.p_int64);
+      if (i >= 0)
+        out[key] = static_cast<std::uint64_t>(i);  // as the HTTP JSON decoder types a non-negative number
+      else
+        out[key] = i;
+    } else if (vr->HasField(v, f.p_string))
       out[key] = vr->GetString(v, f.p_string);
     else if (vr->HasField(v, f.p_double))
       out[key] = vr->GetDouble(v, f.p_double);
@@ -129,6 +135,29 @@ inline net::kserve::json grpc_parameters(const pb::Message& m, const pb::FieldDe
       out[key] = nullptr;
   }
   return out;
+}
+
+// Adds key = value (a JSON string, boolean or number) to a map<string, InferParameter> field.
+inline void set_grpc_parameter(pb::Message& m, const pb::FieldDescriptor* field, const std::string& key,
+                               const net::kserve::json& value) {
+  const auto& f = grpc_infer_fields::get();
+  auto* entry = m.GetReflection()->AddMessage(&m, field);
+  const auto* ed = entry->GetDescriptor();
+  entry->GetReflection()->SetString(entry, ed->map_key(), key);
+  auto* v = entry->GetReflection()->MutableMessage(entry, ed->map_value());
+  const auto* vr = v->GetReflection();
+  if (value.is_string())
+    vr->SetString(v, f.p_string, value.get<std::string>());
+  else if (value.is_boolean())
+    vr->SetBool(v, f.p_bool, value.get<bool>());
+  else if (value.is_number_unsigned())
+    vr->SetInt64(v, f.p_int64, static_cast<std::int64_t>(value.get<std::uint64_t>()));
+  else if (value.is_number_integer())
+    vr->SetInt64(v, f.p_int64, value.get<std::int64_t>());
+  else if (value.is_number())
+    vr->SetDouble(v, f.p_double, value.get<double>());
+  else
+    vr->SetString(v, f.p_string, value.dump());
 }
 
 namespace grpc_detail {
@@ -231,9 +260,7 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
   if (static_cast<std::size_t>(n_inputs) > lim.max_tensors)
     return fail(errc::limit_exceeded,
                 std::to_string(n_inputs) + " inputs > max_tensors " + std::to_string(lim.max_tensors));
-  if (n_raw != 0 && n_raw != n_inputs)
-    return fail(errc::invalid_argument, "raw_input_contents has " + std::to_string(n_raw) + " entries for " +
-                                            std::to_string(n_inputs) + " inputs (all inputs raw, or none)");
+  int next_raw = 0;  // raw_input_contents: one per input not in shared memory, in order (or none: typed contents)
   std::unordered_set<std::string> names;
   for (int i = 0; i < n_inputs; ++i) {
     const auto& in = r->GetRepeatedMessage(m, f.inputs, i);
@@ -261,12 +288,16 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
       return fail(errc::limit_exceeded, w + ": " + std::to_string(numel) + " BYTES elements > max_bytes_elements " +
                                             std::to_string(lim.max_bytes_elements));
     t.parameters = grpc_parameters(in, f.in_parameters);
-    if (t.parameters.is_object())
-      for (const char* shm : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"})
-        if (t.parameters.contains(shm))
-          return fail(errc::invalid_argument, w + ": the shared memory extension is not supported");
+
+    if (ks::has_shared_memory(t.parameters)) {  // its bytes are in a registered region: the pipeline reads them
+      req.inputs.push_back(std::move(t));
+      continue;
+    }
     if (n_raw) {
-      const std::string& raw = r->GetRepeatedStringReference(m, f.raw_input_contents, i, nullptr);
+      if (next_raw >= n_raw)
+        return fail(errc::invalid_argument, "raw_input_contents has " + std::to_string(n_raw) +
+                                                " entries, fewer than the inputs not in shared memory");
+      const std::string& raw = r->GetRepeatedStringReference(m, f.raw_input_contents, next_raw++, nullptr);
       t.data = bytes_view(reinterpret_cast<const std::byte*>(raw.data()), raw.size());
     } else {
       JITEMBED_ASSIGN_OR_RETURN(auto bytes, grpc_detail::contents_bytes(ir->GetMessage(in, f.in_contents), t.type, w));
@@ -289,13 +320,12 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
     if (!names.insert(ro.name).second)
       return fail(errc::invalid_argument, "duplicate requested output name '" + ro.name + "'");
     ro.parameters = grpc_parameters(o, f.out_parameters);
-    if (ro.parameters.is_object())
-      for (const char* shm : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"})
-        if (ro.parameters.contains(shm))
-          return fail(errc::invalid_argument,
-                      "requested output '" + ro.name + "': the shared memory extension is not supported");
+    // shared_memory_*: the pipeline writes the output into that region
     req.outputs.push_back(std::move(ro));
   }
+  if (next_raw != n_raw)
+    return fail(errc::invalid_argument, "raw_input_contents has " + std::to_string(n_raw) + " entries for " +
+                                            std::to_string(next_raw) + " inputs not in shared memory");
   return req;
 }
 
@@ -315,6 +345,9 @@ inline ::grpc::ByteBuffer grpc_infer_response(std::shared_ptr<const net::kserve:
     orf->SetString(o, f.ro_name, t.name);
     orf->SetString(o, f.ro_datatype, std::string(net::kserve::to_string(t.type)));
     for (auto d : t.shape) orf->AddInt64(o, f.ro_shape, d);
+    if (t.parameters.is_object())  // an output written into shared memory: its region, no data
+      for (auto it = t.parameters.begin(); it != t.parameters.end(); ++it)
+        set_grpc_parameter(*o, f.ro_parameters, it.key(), *it);
   }
   std::string head = msg->SerializeAsString();
   // field 6 (raw_output_contents), wire type length-delimited: tag, varint length, bytes

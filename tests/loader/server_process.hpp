@@ -29,6 +29,10 @@ class server_process {
   server_process& operator=(const server_process&) = delete;
   ~server_process() { kill_now(); }
 
+  // The gRPC endpoint when started with --grpc-port (else 0 / "").
+  int grpc_port() const { return grpc_port_; }
+  std::string grpc_url() const { return grpc_port_ ? "grpc://127.0.0.1:" + std::to_string(grpc_port_) : std::string(); }
+
   // Starts `bin args...` (args should include --port); waits up to `limit` for its URL.
   void start(const std::string& bin, const std::vector<std::string>& args, std::chrono::milliseconds limit = std::chrono::seconds(60)) {
     static int counter = 0;
@@ -56,6 +60,11 @@ class server_process {
       if (auto p = text.find(marker); p != std::string::npos && text.find('\n', p) != std::string::npos) {
         url_ = text.substr(p + marker.size(), text.find('\n', p) - p - marker.size());
         port_ = std::stoi(url_.substr(url_.rfind(':') + 1));
+        const std::string grpc_marker = "gRPC listening on ";  // printed with the line above (--grpc-port)
+        if (auto g = text.find(grpc_marker); g != std::string::npos && text.find('\n', g) != std::string::npos) {
+          const auto addr = text.substr(g + grpc_marker.size(), text.find('\n', g) - g - grpc_marker.size());
+          grpc_port_ = std::stoi(addr.substr(addr.rfind(':') + 1));
+        }
         return;
       }
       int status = 0;
@@ -88,6 +97,7 @@ class server_process {
   std::filesystem::path log_;
   std::string url_;
   int port_ = 0;
+  int grpc_port_ = 0;
 };
 
 }  // namespace loader_test

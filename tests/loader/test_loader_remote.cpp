@@ -109,21 +109,25 @@ TEST_CASE("remote: an in-process jitembed service, embeddings equal the referenc
 }
 
 #if defined(JITEMBED_SERVER_BIN)
-TEST_CASE("exactly once: three jitembed-server processes, one killed mid-epoch with requests in flight, restarted") {
+namespace {
+// Three jitembed-server processes behind one client (over HTTP, or gRPC when `grpc`); one is SIGKILLed
+// mid-epoch while it has requests in flight and restarted later on the same ports. Every sample once.
+void exactly_once_with_a_kill(bool grpc) {
   watchdog wd(240s);
   constexpr std::size_t kSamples = 96;
   temp_dataset ds(kSamples);
   const std::vector<std::string> models = {"--model", "image-latent:image_bucket=16,sleep_us=20000",
                                            "--model", "text-embed:text_max_length=16,text_dim=8,sleep_us=20000"};
-  auto args = [&](int port) {
+  auto args = [&](int port, int grpc_port) {
     std::vector<std::string> a = {"--host", "127.0.0.1", "--port", std::to_string(port), "--preprocess-threads", "1", "--io-threads", "1"};
+    if (grpc) a.insert(a.end(), {"--grpc-port", std::to_string(grpc_port)});
     a.insert(a.end(), models.begin(), models.end());
     return a;
   };
   server_process srv[3];
-  for (auto& s : srv) s.start(JITEMBED_SERVER_BIN, args(0));
+  for (auto& s : srv) s.start(JITEMBED_SERVER_BIN, args(0, 0));
   client::client_options co;
-  for (auto& s : srv) co.endpoints.list.push_back(s.url());
+  for (auto& s : srv) co.endpoints.list.push_back(grpc ? s.grpc_url() : s.url());
   co.request_timeout = 20s;
   co.connect_timeout = 1s;
   co.hedge.enabled = false;  // the retries under test, not hedges
@@ -138,7 +142,7 @@ TEST_CASE("exactly once: three jitembed-server processes, one killed mid-epoch w
   auto l = jit_loader::create(ds.data, c, o);
   REQUIRE_MESSAGE(l.has_value(), l.error().message);
 
-  const std::string victim = srv[1].url();
+  const std::string victim = grpc ? srv[1].grpc_url() : srv[1].url();
   auto victim_outstanding = [&] {
     for (const auto& e : c.stats().endpoints)
       if (e.url == victim) return e.outstanding;
@@ -163,7 +167,7 @@ TEST_CASE("exactly once: three jitembed-server processes, one killed mid-epoch w
       killed_at = delivered;
     }
     if (killed && !restarted && delivered * 10 >= kSamples * 7) {
-      srv[1].start(JITEMBED_SERVER_BIN, args(srv[1].port()));  // the same URL: the client re-admits it
+      srv[1].start(JITEMBED_SERVER_BIN, args(srv[1].port(), srv[1].grpc_port()));  // the same URL: re-admitted
       restarted = true;
     }
   }
@@ -179,4 +183,15 @@ TEST_CASE("exactly once: three jitembed-server processes, one killed mid-epoch w
   for (const auto& e : st.client.endpoints) MESSAGE(e.url << ": " << e.requests << " attempts, " << e.failures << " failures");
   l->close();
 }
+}  // namespace
+
+TEST_CASE("exactly once: three jitembed-server processes, one killed mid-epoch with requests in flight, restarted") {
+  exactly_once_with_a_kill(/*grpc=*/false);
+}
+
+#if defined(JITEMBED_HAS_GRPC)
+TEST_CASE("exactly once over gRPC: grpc:// endpoints, one server killed mid-epoch with requests in flight, restarted") {
+  exactly_once_with_a_kill(/*grpc=*/true);
+}
+#endif
 #endif

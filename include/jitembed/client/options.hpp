@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "jitembed/codec/zstd_wire.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/models/any_model.hpp"
 
@@ -119,6 +120,13 @@ struct client_options {
   std::size_t max_in_flight = 4096;                  // requests accepted and not completed; past it: unavailable
   std::size_t max_response_bytes = std::size_t{256} << 20;
   bool binary_outputs = true;                    // ask for outputs in Triton's binary extension
+  // Compressed tensors (net/kserve/compression.hpp): offer_compression asks a jitembed server to send each
+  // output compressed when that saves the server's stated fraction (a Triton ignores the parameter);
+  // compress_inputs sends the input rows compressed when that saves `compression.min_saving` (jitembed
+  // servers only: a Triton cannot read them). Decompression is bounded by max_response_bytes.
+  bool offer_compression = true;
+  bool compress_inputs = false;
+  codec::wire_compression_options compression;
   int io_threads = 1;                            // threads running the Asio event loop
   std::string auth_token;                        // sent as Authorization: Bearer <token> when set
   double ewma_alpha = 0.2;                       // latency EWMA weight of a new sample (tie break)

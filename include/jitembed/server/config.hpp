@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jitembed/codec/zstd_wire.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/limits.hpp"
 #include "jitembed/net/kserve/limits.hpp"
@@ -79,6 +80,9 @@ struct server_config {
                                          // with server::model_repository, component jitembed::repository); empty: none
   kserve::protocol_limits protocol;
   decode_limits decode;
+  // Compressed outputs for clients that offer them (net/kserve/compression.hpp): zstd level, the least
+  // saving that makes an output travel compressed, the smallest output considered.
+  codec::wire_compression_options compression;
 
   // Keys: host, port, io_threads, preprocess_threads, auth_token, auth_token_file, max_rows_per_request,
   // max_body_bytes, max_header_bytes, models [model_config...], model_repository. Strict: an unknown key

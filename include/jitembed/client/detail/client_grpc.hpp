@@ -19,6 +19,7 @@
 
 #include <future>
 
+#include "jitembed/net/grpc/infer_message.hpp"
 #include "jitembed/net/grpc/kserve_schema.hpp"
 #include "jitembed/net/grpc/status.hpp"
 #include "jitembed/net/kserve/status.hpp"
@@ -81,76 +82,77 @@ inline error_info call_error(const ::grpc::Status& s, const ::grpc::ClientContex
 // An HTTP-like status for the policy shared with HTTP answers (client_state::on_answer).
 inline int http_like_status(errc code) { return net::kserve::http_status(code); }
 
-// A ModelInferRequest for the call: one BYTES input [n, 1] (raw_input_contents), the requested outputs,
-// the deadline as the KServe "timeout" parameter (microseconds).
-inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeout_us) {
-  const auto& schema = net::grpc::kserve_schema::get();
-  auto m = schema.make("ModelInferRequest");
-  const auto* d = m->GetDescriptor();
+// A ModelInferRequest for the call: one BYTES input [n, 1] (raw_input_contents; `packed`: the rows
+// compressed), the requested outputs, the deadline as the KServe "timeout" parameter (microseconds), the
+// compression offer.
+inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeout_us, bool offer_compression,
+                                        const byte_buffer* packed) {
+  namespace ks = net::kserve;
+  const auto& f = net::grpc::grpc_infer_fields::get();
+  auto m = net::grpc::kserve_schema::get().make("ModelInferRequest");
   const auto* r = m->GetReflection();
-  r->SetString(m.get(), d->FindFieldByName("model_name"), c.model);
-  if (!c.version.empty()) r->SetString(m.get(), d->FindFieldByName("model_version"), c.version);
-  {
-    auto* entry = r->AddMessage(m.get(), d->FindFieldByName("parameters"));
-    const auto* ed = entry->GetDescriptor();
-    entry->GetReflection()->SetString(entry, ed->map_key(), "timeout");
-    auto* v = entry->GetReflection()->MutableMessage(entry, ed->map_value());
-    v->GetReflection()->SetInt64(v, v->GetDescriptor()->FindFieldByName("int64_param"), timeout_us);
+  r->SetString(m.get(), f.model_name, c.model);
+  if (!c.version.empty()) r->SetString(m.get(), f.model_version, c.version);
+  net::grpc::set_grpc_parameter(*m, f.parameters, "timeout", timeout_us);
+  if (offer_compression)
+    net::grpc::set_grpc_parameter(*m, f.parameters, std::string(ks::kCompressionParameter), ks::kZstdShuffle);
+  auto* in = r->AddMessage(m.get(), f.inputs);
+  const auto* ir = in->GetReflection();
+  ir->SetString(in, f.in_name, c.input);
+  ir->SetString(in, f.in_datatype, "BYTES");
+  ir->AddInt64(in, f.in_shape, static_cast<std::int64_t>(c.n_rows));
+  ir->AddInt64(in, f.in_shape, 1);
+  if (packed) {
+    net::grpc::set_grpc_parameter(*in, f.in_parameters, std::string(ks::kCompressionParameter), ks::kZstdShuffle);
+    net::grpc::set_grpc_parameter(*in, f.in_parameters, std::string(ks::kRawByteSizeParameter), c.rows->size());
   }
-  auto* in = r->AddMessage(m.get(), d->FindFieldByName("inputs"));
-  const auto* id = in->GetDescriptor();
-  in->GetReflection()->SetString(in, id->FindFieldByName("name"), c.input);
-  in->GetReflection()->SetString(in, id->FindFieldByName("datatype"), "BYTES");
-  in->GetReflection()->AddInt64(in, id->FindFieldByName("shape"), static_cast<std::int64_t>(c.n_rows));
-  in->GetReflection()->AddInt64(in, id->FindFieldByName("shape"), 1);
   for (const auto& o : c.outputs) {
-    auto* out = r->AddMessage(m.get(), d->FindFieldByName("outputs"));
-    out->GetReflection()->SetString(out, out->GetDescriptor()->FindFieldByName("name"), o);
+    auto* out = r->AddMessage(m.get(), f.outputs);
+    out->GetReflection()->SetString(out, f.out_name, o);
   }
-  r->AddString(m.get(), d->FindFieldByName("raw_input_contents"),
-               std::string(reinterpret_cast<const char*>(c.rows->data()), c.rows->size()));
+  const auto& bytes = packed ? *packed : *c.rows;
+  r->AddString(m.get(), f.raw_input_contents, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   return serialize(*m);
 }
 
-// A ModelInferResponse as the call's result: each output [n_rows, ...] from raw_output_contents.
-inline result<embed_result> infer_result(::grpc::ByteBuffer& b, const remote_call& c, const std::string& url) {
+// A ModelInferResponse as the call's result: each output [n_rows, ...] from raw_output_contents
+// (decompressed when the server compressed it).
+inline result<embed_result> infer_result(::grpc::ByteBuffer& b, const remote_call& c, const std::string& url,
+                                         std::size_t max_bytes) {
   namespace ks = net::kserve;
+  const auto& f = net::grpc::grpc_infer_fields::get();
   auto m = net::grpc::kserve_schema::get().make("ModelInferResponse");
   if (!parse(b, *m)) return fail(errc::decode_failed, "response of " + url + ": not a ModelInferResponse");
-  const auto* d = m->GetDescriptor();
   const auto* r = m->GetReflection();
   embed_result out;
-  out.model_name = r->GetString(*m, d->FindFieldByName("model_name"));
-  out.model_version = r->GetString(*m, d->FindFieldByName("model_version"));
+  out.model_name = r->GetString(*m, f.r_model_name);
+  out.model_version = r->GetString(*m, f.r_model_version);
   out.endpoint = url;
   out.attempts = c.attempts;
-  const auto* outputs = d->FindFieldByName("outputs");
-  const auto* raw = d->FindFieldByName("raw_output_contents");
-  const int n = r->FieldSize(*m, outputs);
+  const auto* raw = m->GetDescriptor()->FindFieldByNumber(f.raw_output_contents_number);
+  const int n = r->FieldSize(*m, f.r_outputs);
   if (r->FieldSize(*m, raw) != n)
     return fail(errc::corrupt_data, "response of " + url + ": " + std::to_string(r->FieldSize(*m, raw)) +
                                         " raw_output_contents for " + std::to_string(n) + " outputs");
   for (int i = 0; i < n; ++i) {
-    const auto& o = r->GetRepeatedMessage(*m, outputs, i);
-    const auto* od = o.GetDescriptor();
+    const auto& o = r->GetRepeatedMessage(*m, f.r_outputs, i);
     const auto* orf = o.GetReflection();
     ks::infer_tensor t;
-    t.name = orf->GetString(o, od->FindFieldByName("name"));
-    const auto dt = ks::datatype_from_string(orf->GetString(o, od->FindFieldByName("datatype")));
+    t.name = orf->GetString(o, f.ro_name);
+    const auto dt = ks::datatype_from_string(orf->GetString(o, f.ro_datatype));
     if (!dt)
       return fail(errc::corrupt_data, "response of " + url + ": output '" + t.name + "' has an unknown datatype");
     t.type = *dt;
-    for (int k = 0; k < orf->FieldSize(o, od->FindFieldByName("shape")); ++k)
-      t.shape.push_back(orf->GetRepeatedInt64(o, od->FindFieldByName("shape"), k));
+    for (int k = 0; k < orf->FieldSize(o, f.ro_shape); ++k) t.shape.push_back(orf->GetRepeatedInt64(o, f.ro_shape, k));
+    t.parameters = net::grpc::grpc_parameters(o, f.ro_parameters);
     const std::string& bytes = r->GetRepeatedStringReference(*m, raw, i, nullptr);
     t.data = bytes_view(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
-    auto v = t.as_tensor_view();
-    if (!v) return fail(v.code(), "response of " + url + ": " + v.error().message);
-    if (v->rank() == 0 || v->shape()[0] != static_cast<std::int64_t>(c.n_rows))
+    JITEMBED_ASSIGN_OR_RETURN(auto v, output_tensor(t, max_bytes, url));
+    if (v.rank() == 0 || v.shape()[0] != static_cast<std::int64_t>(c.n_rows))
       return fail(errc::corrupt_data, "response of " + url + ": output '" + t.name + "' has " +
-                                          (v->rank() ? std::to_string(v->shape()[0]) : std::string("no")) +
+                                          (v.rank() ? std::to_string(v.shape()[0]) : std::string("no")) +
                                           " rows, sent " + std::to_string(c.n_rows));
-    out.outputs.emplace_back(t.name, tensor::copy_of(t.data, v->dtype(), v->shape()));
+    out.outputs.emplace_back(t.name, std::move(v));
   }
   return out;
 }
@@ -208,7 +210,8 @@ inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
   auto call = std::make_shared<grpc_client::call>();
   const auto remaining =
       std::chrono::duration_cast<std::chrono::microseconds>(a->call->deadline - clock::now()).count();
-  call->request = grpc_client::infer_request(*a->call, std::max<std::int64_t>(1, remaining));
+  call->request = grpc_client::infer_request(*a->call, std::max<std::int64_t>(1, remaining), opts_.offer_compression,
+                                             packed_rows(*a->call));
   call->ctx.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::microseconds(std::max<std::int64_t>(1, remaining)));
   if (!opts_.auth_token.empty()) call->ctx.AddMetadata("authorization", "Bearer " + opts_.auth_token);
@@ -216,29 +219,29 @@ inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
   (void)d;
   client_state* const self = this;  // close() cancels the calls and waits for their callbacks
   ++grpc_calls_;
-  ch->stub->UnaryCall(&call->ctx, grpc_client::method("ModelInfer"), ::grpc::StubOptions(), &call->request,
-                      &call->response, [self, a, call, ch](::grpc::Status s) {
-                        deferred dd;  // user callbacks: after the lock is released
-                        std::lock_guard lk(self->mu_);
-                        {
-                          if (!a->finished) {
-                            const auto& url = a->ep->addr.url;
-                            if (s.ok()) {
-                              auto r = grpc_client::infer_result(call->response, *a->call, url);
-                              self->on_answer(a, 200, r ? std::move(r) : result<embed_result>(r.error()), dd);
-                            } else if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE &&
-                                       call->ctx.GetServerTrailingMetadata().empty()) {
-                              // no answer from a server (connect failure, reset): a transport error
-                              self->on_grpc_transport_error(a, s.error_message(), dd);
-                            } else {
-                              auto e =
-                                  grpc_client::call_error(s, call->ctx, "model '" + a->call->model + "' on " + url);
-                              self->on_answer(a, grpc_client::http_like_status(e.code), e, dd);
-                            }
-                          }
-                        }
-                        if (--self->grpc_calls_ == 0) self->grpc_idle_.notify_all();  // close() may go on
-                      });
+  ch->stub->UnaryCall(
+      &call->ctx, grpc_client::method("ModelInfer"), ::grpc::StubOptions(), &call->request, &call->response,
+      [self, a, call, ch](::grpc::Status s) {
+        deferred dd;  // user callbacks: after the lock is released
+        std::lock_guard lk(self->mu_);
+        {
+          if (!a->finished) {
+            const auto& url = a->ep->addr.url;
+            if (s.ok()) {
+              auto r = grpc_client::infer_result(call->response, *a->call, url, self->opts_.max_response_bytes);
+              self->on_answer(a, 200, r ? std::move(r) : result<embed_result>(r.error()), dd);
+            } else if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE &&
+                       call->ctx.GetServerTrailingMetadata().empty()) {
+              // no answer from a server (connect failure, reset): a transport error
+              self->on_grpc_transport_error(a, s.error_message(), dd);
+            } else {
+              auto e = grpc_client::call_error(s, call->ctx, "model '" + a->call->model + "' on " + url);
+              self->on_answer(a, grpc_client::http_like_status(e.code), e, dd);
+            }
+          }
+        }
+        if (--self->grpc_calls_ == 0) self->grpc_idle_.notify_all();  // close() may go on
+      });
 }
 
 inline void client_state::grpc_cancel(remote_attempt& a) {

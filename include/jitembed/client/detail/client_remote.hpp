@@ -117,7 +117,9 @@ struct remote_call {
   std::uint64_t id = 0;
   std::string model, version, input;
   std::vector<std::string> outputs;
-  std::shared_ptr<byte_buffer> rows;                           // BYTES elements (uint32-LE length + bytes), N of them
+  std::shared_ptr<byte_buffer> rows;  // BYTES elements (uint32-LE length + bytes), N of them
+  std::optional<std::shared_ptr<const byte_buffer>>
+      packed_rows;                                             // compress_inputs: the rows compressed once (null: raw)
   std::vector<std::pair<std::size_t, std::size_t>> row_spans;  // element payload offset and size
   std::size_t n_rows = 0;
   clock::time_point start, deadline;

@@ -380,6 +380,9 @@ class client_state {
   result<embed_result> decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen,
                               const std::string& url);
 
+  // The call's rows compressed once when compress_inputs is set and it pays; nullptr: send them raw.
+  const byte_buffer* packed_rows(remote_call& c);
+
   error_info deadline_error(const remote_call& c) const;
 
   // After a retryable failure: another attempt after a jittered backoff, while attempts, the deadline and

@@ -51,9 +51,12 @@ inline auto client_state::build_request(remote_call& c, remote_attempt& a) -> re
   r.parameters = kserve::json::object();
   r.parameters["binary_data_output"] = opts_.binary_outputs;
   r.parameters["timeout"] = std::max<std::int64_t>(1, remaining);
-  r.inputs.push_back(kserve::infer_tensor::view(c.input, kserve::datatype::bytes,
-                                                {static_cast<std::int64_t>(c.n_rows), 1},
-                                                bytes_view(c.rows->data(), c.rows->size()), true));
+  if (opts_.offer_compression) r.parameters[std::string(kserve::kCompressionParameter)] = kserve::kZstdShuffle;
+  const auto* packed = packed_rows(c);
+  r.inputs.push_back(kserve::infer_tensor::view(
+      c.input, kserve::datatype::bytes, {static_cast<std::int64_t>(c.n_rows), 1},
+      packed ? bytes_view(packed->data(), packed->size()) : bytes_view(c.rows->data(), c.rows->size()), true));
+  if (packed) kserve::mark_compressed(r.inputs.back(), c.rows->size());
   for (const auto& o : c.outputs) r.outputs.push_back({o, opts_.binary_outputs, {}});
   auto msg = kserve::encode_request(r);
   if (!msg) return msg.error();
@@ -293,6 +296,36 @@ inline void client_state::on_answer(const attempt_ptr& a, int status, result<emb
   resume_waiting(d);
 }
 
+// The call's rows compressed once (compress_inputs), or nullptr when they travel raw.
+inline auto client_state::packed_rows(remote_call& c) -> const byte_buffer* {
+  if (!opts_.compress_inputs) return nullptr;
+  if (!c.packed_rows) {
+    auto p = codec::compress_for_wire(bytes_view(c.rows->data(), c.rows->size()), 1, opts_.compression);
+    c.packed_rows = p && *p ? std::make_shared<const byte_buffer>(std::move(**p)) : nullptr;
+  }
+  return c.packed_rows->get();
+}
+
+// An output of a response as a tensor: a compressed one (net/kserve/compression.hpp) decompressed, bounded
+// by max_response_bytes.
+inline result<tensor> output_tensor(const kserve::infer_tensor& o, std::size_t max_bytes, const std::string& url) {
+  const std::string w = "response of " + url + ": output '" + o.name + "'";
+  JITEMBED_ASSIGN_OR_RETURN(const auto raw_size, kserve::compressed_tensor(o.parameters, w));
+  std::optional<byte_buffer> raw;
+  kserve::infer_tensor plain = o;
+  if (raw_size) {
+    auto r = codec::decompress_from_wire(o.data, *raw_size, kserve::element_size(o.type), max_bytes);
+    if (!r)
+      return fail(r.code() == errc::limit_exceeded ? errc::limit_exceeded : errc::corrupt_data,
+                  w + ": " + r.error().message);
+    raw = std::move(*r);
+    plain.data = bytes_view(raw->data(), raw->size());
+  }
+  auto v = plain.as_tensor_view();
+  if (!v) return fail(v.code(), "response of " + url + ": " + v.error().message);
+  return tensor::copy_of(plain.data, v->dtype(), v->shape());
+}
+
 inline auto client_state::decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen,
                                  const std::string& url) -> result<embed_result> {
   kserve::protocol_limits lim;
@@ -305,14 +338,13 @@ inline auto client_state::decode(const remote_call& c, std::string_view body, st
   r.endpoint = url;
   r.attempts = c.attempts;
   for (auto& o : resp->outputs) {
-    auto v = o.as_tensor_view();
-    if (!v) return fail(v.code(), "response of " + url + ": " + v.error().message);
-    if (v->rank() == 0 || v->shape()[0] != static_cast<std::int64_t>(c.n_rows)) {
+    JITEMBED_ASSIGN_OR_RETURN(auto t, output_tensor(o, opts_.max_response_bytes, url));
+    if (t.rank() == 0 || t.shape()[0] != static_cast<std::int64_t>(c.n_rows)) {
       return fail(errc::corrupt_data, "response of " + url + ": output '" + o.name + "' has " +
-                                          (v->rank() ? std::to_string(v->shape()[0]) : std::string("no")) +
+                                          (t.rank() ? std::to_string(t.shape()[0]) : std::string("no")) +
                                           " rows, sent " + std::to_string(c.n_rows));
     }
-    r.outputs.emplace_back(o.name, tensor::copy_of(o.data, v->dtype(), v->shape()));
+    r.outputs.emplace_back(o.name, std::move(t));
   }
   return r;
 }

@@ -18,6 +18,7 @@
 #include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/net/kserve/detail/json_parse.hpp"
 #include "jitembed/net/kserve/json_data.hpp"
+#include "jitembed/net/kserve/compression.hpp"
 #include "jitembed/net/kserve/limits.hpp"
 #include "jitembed/net/kserve/message.hpp"
 #include "jitembed/net/kserve/shared_memory.hpp"
@@ -147,10 +148,14 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
   }
 
   const json* data = find(tj, "data");
+  // A compressed tensor (net/kserve/compression.hpp): its binary data is a zstd frame, checked against the
+  // shape once decompressed (by the receiver that asked for it), not here.
+  JITEMBED_ASSIGN_OR_RETURN(const auto compressed, compressed_tensor(t.parameters, w));
+  if (compressed && !binary_size) return fail(errc::invalid_argument, w + ": compressed, but not in the binary section");
   if (binary_size) {
     if (data) return fail(errc::invalid_argument, w + ": has both \"data\" and binary_data_size");
     t.binary = true;
-    if (t.type != datatype::bytes) {
+    if (t.type != datatype::bytes && !compressed) {
       const std::uint64_t es = element_size(t.type);
       if (*numel > ~std::uint64_t{0} / es) return fail(errc::shape_overflow, w + ": byte size of shape " + shape_string(t.shape) + " overflows");
       const std::uint64_t expect = *numel * es;
@@ -166,7 +171,7 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
     }
     t.data = binary.subspan(cursor, static_cast<std::size_t>(*binary_size));
     cursor += static_cast<std::size_t>(*binary_size);
-    if (t.type == datatype::bytes) {
+    if (t.type == datatype::bytes && !compressed) {
       std::uint64_t count = 0;
       auto n = for_each_bytes_element(t.data, [&](std::string_view) { ++count; }, *numel);
       if (!n) {

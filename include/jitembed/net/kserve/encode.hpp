@@ -14,6 +14,7 @@
 #include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/net/kserve/detail/json_writer.hpp"
 #include "jitembed/net/kserve/json_data.hpp"
+#include "jitembed/net/kserve/compression.hpp"
 #include "jitembed/net/kserve/message.hpp"
 #include "jitembed/net/kserve/shared_memory.hpp"
 
@@ -96,7 +97,10 @@ inline result<void> write_tensor(std::string& out, encoded_message& msg, const i
   // a response's output as name, datatype and shape alone, as Triton's HTTP endpoint writes it (tritonclient's
   // C++ client, perf_analyzer's, reads any "parameters" of an output as binary_data_size).
   const bool in_shared_memory = has_shared_memory(t.parameters);
-  if (!in_shared_memory) JITEMBED_TRY(check_tensor_data(t, w));
+  // A compressed tensor (net/kserve/compression.hpp) carries a zstd frame: binary, and not its shape's size.
+  JITEMBED_ASSIGN_OR_RETURN(const auto compressed, compressed_tensor(t.parameters, w));
+  if (compressed && !travels_binary(t, form)) return fail(errc::invalid_argument, w + ": a compressed tensor travels binary");
+  if (!in_shared_memory && !compressed) JITEMBED_TRY(check_tensor_data(t, w));
   out += "{\"name\":";
   if (!write_json_string(out, t.name)) return fail(errc::invalid_utf8, w + ": name is not valid UTF-8");
   auto shape = [&] {

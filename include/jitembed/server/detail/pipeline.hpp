@@ -22,10 +22,12 @@
 #include <utility>
 #include <vector>
 
+#include "jitembed/codec/zstd_wire.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/thread_pool.hpp"
 #include "jitembed/models/preprocess_input.hpp"
+#include "jitembed/net/kserve/compression.hpp"
 #include "jitembed/net/kserve/decode.hpp"
 #include "jitembed/net/kserve/encode.hpp"
 #include "jitembed/net/kserve/status.hpp"
@@ -183,6 +185,7 @@ class inference_pipeline {
   // Checks the decoded request, then preprocesses its rows on the pool and submits them to the batcher.
   void dispatch(std::shared_ptr<infer_call> call) {
     if (auto shm = resolve_shared_memory(*call); !shm) return finish_error(*call, shm.error());
+    if (auto raw = decompress_inputs(*call); !raw) return finish_error(*call, raw.error());
     auto rows = check_rows(*call);
     if (!rows) return finish_error(*call, rows.error());
     const std::size_t n = rows->size();
@@ -220,6 +223,27 @@ class inference_pipeline {
     if (!shm_) return fail(errc::invalid_argument, "the shared memory extension is not enabled in this service");
     JITEMBED_TRY(read_shared_memory_inputs(*shm_, c.req, config_.protocol));
     JITEMBED_ASSIGN_OR_RETURN(c.shm_outputs, hold_shared_memory_outputs(*shm_, c.req.outputs));
+    return {};
+  }
+
+  // Compressed inputs (net/kserve/compression.hpp) decompressed: at most max_body_bytes each (checked
+  // before allocating), then checked against their shape like any input.
+  result<void> decompress_inputs(infer_call& c) const {
+    for (auto& t : c.req.inputs) {
+      const std::string w = "input '" + t.name + "'";
+      JITEMBED_ASSIGN_OR_RETURN(const auto raw_size, net::kserve::compressed_tensor(t.parameters, w));
+      if (!raw_size) continue;
+      const std::size_t es = t.type == net::kserve::datatype::bytes ? 1 : net::kserve::element_size(t.type);
+      auto raw = codec::decompress_from_wire(t.data, *raw_size, es, config_.protocol.max_body_bytes);
+      if (!raw)
+        return fail(raw.code() == errc::limit_exceeded ? errc::limit_exceeded : errc::decode_failed,
+                    w + ": compressed data: " + raw.error().message);
+      auto buf = std::make_shared<const byte_buffer>(std::move(*raw));
+      t.data = bytes_view(buf->data(), buf->size());
+      t.storage = std::move(buf);
+      net::kserve::clear_compressed(t);
+      JITEMBED_TRY(net::kserve::detail::check_tensor_data(t, w));
+    }
     return {};
   }
 
@@ -321,6 +345,7 @@ class inference_pipeline {
     resp->model_name = c.inst->name();
     resp->model_version = c.inst->version();
     resp->id = c.req.id;
+    const bool compress = net::kserve::accepts_compression(c.req.parameters);
     const auto metas = m.outputs();
     for (std::size_t k = 0; k < metas.size(); ++k) {
       const auto& meta = metas[k];
@@ -342,6 +367,22 @@ class inference_pipeline {
         if (t->nbytes()) std::memcpy(bytes.data() + i * first->nbytes(), t->data(), t->nbytes());
       }
       const auto dt = net::kserve::from_dtype(first->dtype());
+      const bool to_region = std::any_of(c.req.outputs.begin(), c.req.outputs.end(), [&](const auto& o) {
+        return o.name == meta.name && net::kserve::has_shared_memory(o.parameters);
+      });
+      if (compress && !to_region) {  // the client offered: compressed when that saves the stated fraction
+        JITEMBED_ASSIGN_OR_RETURN(
+            auto packed, codec::compress_for_wire(bytes_view(bytes.data(), bytes.size()), element_size(first->dtype()),
+                                                  config_.compression));
+        if (packed) {
+          const auto raw_size = bytes.size();
+          auto t =
+              net::kserve::infer_tensor::owned(meta.name, dt, std::move(shape), std::move(*packed), /*binary=*/true);
+          net::kserve::mark_compressed(t, raw_size);
+          resp->outputs.push_back(std::move(t));
+          continue;
+        }
+      }
       resp->outputs.push_back(net::kserve::infer_tensor::owned(meta.name, dt, std::move(shape), std::move(bytes),
                                                                net::kserve::wants_binary(c.req, meta.name, dt)));
     }

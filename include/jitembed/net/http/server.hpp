@@ -6,7 +6,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <chrono>
 #include <cstdint>
@@ -217,9 +219,11 @@ class server {
       return fail(errc::invalid_argument, "http server: TLS certificate file '" + cert +
                                               "' is not a PEM certificate chain: " + ec.message());
     ctx.use_private_key_file(key, ssl::context::pem, ec);
-    if (ec)
+    const bool mismatch = ec && ec.category() == boost::asio::error::get_ssl_category() &&
+                          ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH;
+    if (ec && !mismatch)
       return fail(errc::invalid_argument, "http server: TLS key file '" + key + "' is not a PEM private key: " + ec.message());
-    if (SSL_CTX_check_private_key(ctx.native_handle()) != 1)
+    if (mismatch || SSL_CTX_check_private_key(ctx.native_handle()) != 1)
       return fail(errc::invalid_argument, "http server: TLS key file '" + key + "' does not match the certificate in '" +
                                               cert + "'");
     st.tls.emplace(std::move(ctx));

@@ -1,5 +1,5 @@
-// Endpoint lists: the text format (one `http://host:port` per line, `#` comments) shared by endpoint
-// files, endpoint URLs and the Ray registry, and the parsed address of one endpoint.
+// Endpoint lists: the text format (one `http://host:port` or `https://host:port` per line, `#` comments)
+// shared by endpoint files, endpoint URLs and the Ray registry, and the parsed address of one endpoint.
 #pragma once
 
 #include <charconv>
@@ -13,20 +13,23 @@
 namespace jitembed::client {
 
 struct endpoint_address {
-  std::string url;   // canonical "http://host:port"
+  std::string url;   // canonical "http://host:port" or "https://host:port"
   std::string host;
   std::uint16_t port = 0;
   std::string path;  // what follows host:port ("" or "/..."), for endpoint-list URLs
+  bool tls = false;  // https: TLS, the server's certificate verified (client_options.tls_ca_file)
 
   friend bool operator==(const endpoint_address& a, const endpoint_address& b) { return a.url == b.url && a.path == b.path; }
 };
 
-// Parses "http://host:port[/path]" (IPv6 as [addr]). https is refused (not_supported by this client).
+// Parses "http://host:port[/path]" or "https://host:port[/path]" (IPv6 as [addr]).
 inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
-  constexpr std::string_view scheme = "http://";
-  if (!s.starts_with(scheme)) {
-    return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': only http://host:port URLs are supported");
+  const bool tls = s.starts_with("https://");
+  if (!tls && !s.starts_with("http://")) {
+    return fail(errc::invalid_argument,
+                "endpoint '" + std::string(s) + "': only http://host:port and https://host:port URLs are supported");
   }
+  const std::string_view scheme = tls ? "https://" : "http://";
   std::string_view rest = s.substr(scheme.size());
   std::string_view authority = rest, path;
   if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
@@ -55,8 +58,9 @@ inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
   endpoint_address a;
   a.host = std::string(host);
   a.port = static_cast<std::uint16_t>(port);
-  a.url = "http://" + std::string(authority);
+  a.url = std::string(scheme) + std::string(authority);
   a.path = std::string(path);
+  a.tls = tls;
   return a;
 }
 

@@ -55,7 +55,7 @@ COMPONENT_CONAN_DEPS = {
     "core": ["xxhash/[>=0.8.1 <0.9]", "dlpack/[>=0.6 <2]"],
     "format": [],
     "gloo": ["gloo/[>=0.0.20220518]"],
-    "http": ["boost/[>=1.74 <2]"],
+    "http": ["boost/[>=1.74 <2]", "openssl/[>=1.1.1 <4]"],
     "jpeg": ["libjpeg-turbo/[>=2.1 <4]"],
     "kserve": ["nlohmann_json/[>=3.11 <4]"],
     "lmdb": ["lmdb/[>=0.9 <1]"],

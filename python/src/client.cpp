@@ -295,7 +295,8 @@ void register_client(nb::module_& m) {
           [](py_client* self, std::optional<std::vector<std::string>> endpoints, std::string endpoints_file, std::string endpoints_url,
              std::optional<std::vector<std::string>> local_models, std::size_t local_threads, double request_timeout_ms,
              double connect_timeout_ms, int io_threads, int max_attempts, bool hedge, std::string auth_token,
-             std::optional<std::map<std::string, std::map<std::string, std::string>>> identities, std::size_t max_in_flight) {
+             std::optional<std::map<std::string, std::map<std::string, std::string>>> identities, std::size_t max_in_flight,
+             std::string tls_ca_file) {
             client_options o;
             if (endpoints) o.endpoints.list = std::move(*endpoints);
             o.endpoints.file = std::move(endpoints_file);
@@ -310,6 +311,7 @@ void register_client(nb::module_& m) {
             o.hedge.enabled = hedge;
             o.auth_token = std::move(auth_token);
             o.max_in_flight = max_in_flight;
+            o.tls_ca_file = std::move(tls_ca_file);
             if (identities)
               for (auto& [model, kv] : *identities) {
                 model_identity id;
@@ -331,8 +333,11 @@ void register_client(nb::module_& m) {
           nb::arg("local_models") = nb::none(), nb::arg("local_threads") = 0, nb::arg("request_timeout_ms") = 30000.0,
           nb::arg("connect_timeout_ms") = 2000.0, nb::arg("io_threads") = 1, nb::arg("max_attempts") = 5, nb::arg("hedge") = true,
           nb::arg("auth_token") = "", nb::arg("identities") = nb::none(), nb::arg("max_in_flight") = 4096,
-          "Exactly one endpoint source (a list of http://host:port URLs, a file, or a URL serving the list), or "
-          "local_models: reference-model specs 'NAME[:k=v,...]' (the jitembed-server --model syntax) run in this process.")
+          nb::arg("tls_ca_file") = "",
+          "Exactly one endpoint source (a list of http://host:port or https://host:port URLs, a file, or a URL serving "
+          "the list), or local_models: reference-model specs 'NAME[:k=v,...]' (the jitembed-server --model syntax) run in "
+          "this process. tls_ca_file: the PEM CA bundle https:// endpoints' certificates must chain to (empty: the "
+          "system's CA paths).")
       .def(
           "embed",
           [](py_client& self, std::string model, const std::vector<nb::object>& rows, std::string input, std::string version,

@@ -184,7 +184,7 @@ void register_server(nb::module_& m) {
           "__init__",
           [](py_server* self, std::vector<nb::object> models, std::string host, int port, std::size_t io_threads,
              std::size_t preprocess_threads, std::int64_t drain_grace_ms, std::size_t max_rows_per_request,
-             std::string auth_token, std::optional<std::string> model_repository) {
+             std::string auth_token, std::optional<std::string> model_repository, std::string tls_cert, std::string tls_key) {
             if (port < 0 || port > 65535) raise(errc::invalid_argument, "server: port " + std::to_string(port) + " not in [0, 65535]");
             server::server_config cfg;
             cfg.host = host;
@@ -210,6 +210,8 @@ void register_server(nb::module_& m) {
             ho.io_threads = static_cast<int>(cfg.io_threads);
             ho.max_header_bytes = cfg.protocol.max_header_bytes;
             ho.max_body_bytes = cfg.protocol.max_body_bytes;
+            ho.tls_cert_file = std::move(tls_cert);
+            ho.tls_key_file = std::move(tls_key);
             std::unique_ptr<server::service> svc;
             std::unique_ptr<http_server> http;
             {
@@ -241,7 +243,8 @@ void register_server(nb::module_& m) {
           nb::arg("models") = std::vector<nb::object>{}, nb::arg("host") = "127.0.0.1", nb::arg("port") = 0,
           nb::arg("io_threads") = 1, nb::arg("preprocess_threads") = 0, nb::arg("drain_grace_ms") = 0,
           nb::arg("max_rows_per_request") = 1024, nb::arg("auth_token") = "", nb::arg("model_repository") = nb::none(),
-          "models: jitembed.Model objects (Python encoders) and 'NAME[:k=v,...]' specs as jitembed-server --model "
+          nb::arg("tls_cert") = "", nb::arg("tls_key") = "",
+          "tls_cert / tls_key: PEM certificate chain and private key: serve HTTPS (both or neither). models: jitembed.Model objects (Python encoders) and 'NAME[:k=v,...]' specs as jitembed-server --model "
           "(empty and no model_repository: the three reference models); model_repository: a Triton-style directory "
           "(TorchScript / AOTInductor models run by this Python's torch as jitembed.Model, jitembed backend models in "
           "C++; /v2/repository routes load and unload from it); port 0 "

@@ -96,7 +96,7 @@ declare -A development_debs=(
   [benchmarks]="libbenchmark-dev libmsgpack-dev libprotobuf-dev protobuf-compiler"
 )
 build_debs="build-essential cmake pkg-config ninja-build ccache"
-# programs the tests run: redis-server (with redis-benchmark), lmdb-utils, ffmpeg, tar; protocol peers
+# programs the tests run: redis-server (with redis-benchmark), lmdb-utils, ffmpeg, tar, openssl (test certificates); protocol peers
 # (tritonclient, pytest and perf_analyzer in .venv; perf_analyzer needs libb64); the Triton test peer
 # (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11
 test_peer_debs="redis-server lmdb-utils ffmpeg tar openssl python3-venv libb64-0d python3.11 python3.11-venv libpython3.11"

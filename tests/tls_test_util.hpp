@@ -24,8 +24,8 @@ struct pki {
   std::string cert, key;        // SAN: IP 127.0.0.1, IP ::1, DNS localhost
   std::string other_name_cert;  // SAN: DNS not-this-host.example (same CA), key: other_name_key
   std::string other_name_key;
-  std::string wrong_ca_cert;    // an unrelated CA
-  std::string garbage;          // a file that is no PEM at all
+  std::string wrong_ca_cert;  // an unrelated CA
+  std::string garbage;        // a file that is no PEM at all
 };
 
 namespace detail {
@@ -47,8 +47,8 @@ inline pkey_ptr make_key() {
   EVP_PKEY_CTX* kc = EVP_PKEY_CTX_new_id(EVP_PKEY_EC, nullptr);
   check(kc != nullptr, "EVP_PKEY_CTX_new_id");
   EVP_PKEY* k = nullptr;
-  const bool ok = EVP_PKEY_keygen_init(kc) == 1 && EVP_PKEY_CTX_set_ec_paramgen_curve_nid(kc, NID_X9_62_prime256v1) == 1 &&
-                  EVP_PKEY_keygen(kc, &k) == 1;
+  const bool ok = EVP_PKEY_keygen_init(kc) == 1 &&
+                  EVP_PKEY_CTX_set_ec_paramgen_curve_nid(kc, NID_X9_62_prime256v1) == 1 && EVP_PKEY_keygen(kc, &k) == 1;
   EVP_PKEY_CTX_free(kc);
   check(ok, "EC key generation");
   return pkey_ptr(k);
@@ -120,8 +120,8 @@ inline const pki& files() {
     auto ca_key = detail::make_key();
     auto ca = detail::make_cert(ca_key.get(), "jitembed test CA", nullptr, nullptr, true, nullptr);
     auto key = detail::make_key();
-    auto cert = detail::make_cert(key.get(), "localhost", ca.get(), ca_key.get(), false,
-                                  "IP:127.0.0.1,IP:::1,DNS:localhost");
+    auto cert =
+        detail::make_cert(key.get(), "localhost", ca.get(), ca_key.get(), false, "IP:127.0.0.1,IP:::1,DNS:localhost");
     auto other_key = detail::make_key();
     auto other = detail::make_cert(other_key.get(), "not-this-host.example", ca.get(), ca_key.get(), false,
                                    "DNS:not-this-host.example");

@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
                  "rows admitted per model (decode to response) before an immediate 503 (default 2 x queue size)");
   app.add_option("--auth-token-file", auth_token_file, "file holding the bearer token required on every route but health");
   app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(CLI::Range(1, 1024));
-  auto* cert_opt = app.add_option("--tls-cert", tls_cert, "HTTPS: the server's certificate chain, PEM (leaf first); needs --tls-key");
+  auto* cert_opt = app.add_option("--tls-cert", tls_cert,
+                                  "HTTPS: the server's certificate chain, PEM (leaf first); needs --tls-key");
   auto* key_opt = app.add_option("--tls-key", tls_key, "HTTPS: the private key of --tls-cert, PEM");
   cert_opt->needs(key_opt);
   key_opt->needs(cert_opt);

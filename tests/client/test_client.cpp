@@ -73,7 +73,8 @@ TEST_CASE("endpoint lists: URLs, comments, blanks, duplicates, bad lines fail th
   CHECK(cl::parse_endpoint_list("http://a:0\n").code() == errc::invalid_argument);
   CHECK(cl::parse_endpoint_list("http://a\n").code() == errc::invalid_argument);
   CHECK(cl::parse_endpoint_list("ftp://a:1\n").code() == errc::invalid_argument);
-  auto tls = cl::parse_endpoint_list("https://a:1\nhttp://a:1\nhttps://[::1]:2/\n").value();  // mixed; http and https differ
+  auto tls =
+      cl::parse_endpoint_list("https://a:1\nhttp://a:1\nhttps://[::1]:2/\n").value();  // mixed; http and https differ
   REQUIRE(tls.size() == 3);
   CHECK(tls[0].url == "https://a:1");
   CHECK(tls[0].tls);

@@ -147,7 +147,8 @@ TEST_CASE("https: a plain client on the TLS port and a TLS client on a plain por
   CHECK(seconds_since(t0) < 2.0);
   // Both servers still serve their own kind.
   CHECK(http::client("127.0.0.1", plain_srv.port(), plain_opts).get("/ok").value().status == 200);
-  CHECK(http::client("127.0.0.1", tls_srv.port(), tls_client(tls_test::files().ca_cert)).get("/ok").value().status == 200);
+  CHECK(http::client("127.0.0.1", tls_srv.port(), tls_client(tls_test::files().ca_cert)).get("/ok").value().status ==
+        200);
   plain_srv.stop(1s);
   tls_srv.stop(1s);
 }

@@ -13,7 +13,7 @@
 namespace jitembed::client {
 
 struct endpoint_address {
-  std::string url;   // canonical "http://host:port" or "https://host:port"
+  std::string url;  // canonical "http://host:port" or "https://host:port"
   std::string host;
   std::uint16_t port = 0;
   std::string path;  // what follows host:port ("" or "/..."), for endpoint-list URLs

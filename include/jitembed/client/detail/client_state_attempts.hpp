@@ -100,30 +100,33 @@ inline void client_state::send(const attempt_ptr& a, deferred& d) {
   a->conn->lowest().expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
   // Every handler holds the connection: Beast's operations use the stream and buffer until they complete,
   // even when the attempt has dropped the connection (closing it only makes them complete early).
-  a->conn->lowest().async_connect(ep.resolved, [self, a, conn = a->conn](boost::system::error_code ec, const tcp::endpoint&) {
-    deferred dd;
-    std::lock_guard lk(self->mu_);
-    if (a->finished) return;
-    if (ec) return self->on_transport_error(a, ec, "connect", dd);
-    boost::system::error_code ignored;
-    a->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
-    if (a->conn->tls) return self->handshake(a, dd);
-    self->write(a);
-  });
+  a->conn->lowest().async_connect(ep.resolved,
+                                  [self, a, conn = a->conn](boost::system::error_code ec, const tcp::endpoint&) {
+                                    deferred dd;
+                                    std::lock_guard lk(self->mu_);
+                                    if (a->finished) return;
+                                    if (ec) return self->on_transport_error(a, ec, "connect", dd);
+                                    boost::system::error_code ignored;
+                                    a->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+                                    if (a->conn->tls) return self->handshake(a, dd);
+                                    self->write(a);
+                                  });
 }
 
 inline void client_state::handshake(const attempt_ptr& a, deferred& d) {
   client_state* const self = this;  // close() joins the I/O threads before the state goes
   if (!net::http::detail::prepare_client_tls(a->conn->tls->native_handle(), a->ep->addr.host))
     return on_tls_failure(a, asio::error::invalid_argument, d);
-  a->conn->tls->async_handshake(asio::ssl::stream_base::client, [self, a, conn = a->conn](boost::system::error_code ec) {
-    deferred dd;
-    std::lock_guard lk(self->mu_);
-    if (a->finished) return;
-    if (ec && net::http::detail::is_tls_protocol_error(ec)) return self->on_tls_failure(a, ec, dd);
-    if (ec) return self->on_transport_error(a, ec, "TLS handshake", dd);
-    self->write(a);
-  });
+  a->conn->tls->async_handshake(asio::ssl::stream_base::client,
+                                [self, a, conn = a->conn](boost::system::error_code ec) {
+                                  deferred dd;
+                                  std::lock_guard lk(self->mu_);
+                                  if (a->finished) return;
+                                  if (ec && net::http::detail::is_tls_protocol_error(ec))
+                                    return self->on_tls_failure(a, ec, dd);
+                                  if (ec) return self->on_transport_error(a, ec, "TLS handshake", dd);
+                                  self->write(a);
+                                });
 }
 
 inline void client_state::write(const attempt_ptr& a) {
@@ -149,12 +152,12 @@ inline void client_state::read(const attempt_ptr& a) {
   a->conn->visit([&](auto& stream) {
     bhttp::async_read(stream, a->conn->buffer, *a->conn->parser,
                       [self, a, conn = a->conn](boost::system::error_code ec, std::size_t) {
-      deferred d;
-      std::lock_guard lk(self->mu_);
-      if (a->finished) return;
-      if (ec) return self->on_transport_error(a, ec, "response", d);
-      self->on_response(a, d);
-    });
+                        deferred d;
+                        std::lock_guard lk(self->mu_);
+                        if (a->finished) return;
+                        if (ec) return self->on_transport_error(a, ec, "response", d);
+                        self->on_response(a, d);
+                      });
   });
 }
 
@@ -193,9 +196,10 @@ inline void client_state::release_conn(const attempt_ptr& a, bool keep_alive) {
 
 inline void client_state::on_transport_error(const attempt_ptr& a, boost::system::error_code ec, const char* stage, deferred& d) {
   const auto c = a->call;
-  const bool stale = a->reused && !a->fresh_retry && a->conn && a->conn->uses > 1 &&
-                     (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
-                      ec == asio::error::broken_pipe || ec == asio::ssl::error::stream_truncated);
+  const bool stale =
+      a->reused && !a->fresh_retry && a->conn && a->conn->uses > 1 &&
+      (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+       ec == asio::error::broken_pipe || ec == asio::ssl::error::stream_truncated);
   drop_conn(a);
   if (stale && !c->done) {  // the server closed an idle keep-alive connection: same attempt, fresh connection
     a->fresh_retry = true;
@@ -221,7 +225,8 @@ inline void client_state::on_transport_error(const attempt_ptr& a, boost::system
 // deadline, as an overloaded service would).
 inline void client_state::on_tls_failure(const attempt_ptr& a, boost::system::error_code ec, deferred& d) {
   const auto c = a->call;
-  const std::string reason = net::http::detail::tls_failure_reason(ec, a->conn ? a->conn->tls->native_handle() : nullptr);
+  const std::string reason =
+      net::http::detail::tls_failure_reason(ec, a->conn ? a->conn->tls->native_handle() : nullptr);
   drop_conn(a);
   end_attempt(a);
   ++stats_.tls_failures;
@@ -232,9 +237,8 @@ inline void client_state::on_tls_failure(const attempt_ptr& a, boost::system::er
   if (c->done) return resume_waiting(d);
   c->last_error = fail(errc::io_error, "TLS handshake with " + ep.addr.url + " failed: " + reason);
   const auto now = clock::now();
-  const bool untried = std::any_of(endpoints_.begin(), endpoints_.end(), [&](const auto& e) {
-    return !c->tried.count(e.get()) && eligible(*e, *c, now);
-  });
+  const bool untried = std::any_of(endpoints_.begin(), endpoints_.end(),
+                                   [&](const auto& e) { return !c->tried.count(e.get()) && eligible(*e, *c, now); });
   if (untried && c->attempts < opts_.retry.max_attempts && now < c->deadline) {
     ++stats_.retries;
     ++c->retries;

@@ -218,13 +218,14 @@ class client {
     if (conn->tls) {
       if (!detail::prepare_client_tls(conn->tls->native_handle(), host_))
         return fail(errc::invalid_argument, "http client: TLS cannot check the host name '" + host_ + "'");
-      ec = conn->run([&](auto handler) { conn->tls->async_handshake(asio::ssl::stream_base::client, std::move(handler)); });
+      ec = conn->run(
+          [&](auto handler) { conn->tls->async_handshake(asio::ssl::stream_base::client, std::move(handler)); });
       if (ec == boost::beast::error::timeout)
         return fail(errc::timeout, "http client: TLS handshake with " + url() + " timed out after " +
-                                        std::to_string(opts_.connect_timeout.count()) + " ms");
+                                       std::to_string(opts_.connect_timeout.count()) + " ms");
       if (ec)
-        return fail(errc::io_error, "http client: TLS handshake with " + url() + " failed: " +
-                                        detail::tls_failure_reason(ec, conn->tls->native_handle()));
+        return fail(errc::io_error, "http client: TLS handshake with " + url() +
+                                        " failed: " + detail::tls_failure_reason(ec, conn->tls->native_handle()));
     }
     lowest.expires_never();
     opened_.fetch_add(1, std::memory_order_relaxed);

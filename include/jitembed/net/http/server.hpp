@@ -2,13 +2,13 @@
 // header/body limits, responses written scatter/gather, and a graceful stop that drains in-flight requests.
 #pragma once
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <boost/asio/ssl/context.hpp>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
 
 #include <chrono>
 #include <cstdint>
@@ -216,16 +216,17 @@ class server {
     boost::system::error_code ec;
     ctx.use_certificate_chain_file(cert, ec);
     if (ec)
-      return fail(errc::invalid_argument, "http server: TLS certificate file '" + cert +
-                                              "' is not a PEM certificate chain: " + ec.message());
+      return fail(errc::invalid_argument,
+                  "http server: TLS certificate file '" + cert + "' is not a PEM certificate chain: " + ec.message());
     ctx.use_private_key_file(key, ssl::context::pem, ec);
     const bool mismatch = ec && ec.category() == boost::asio::error::get_ssl_category() &&
                           ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH;
     if (ec && !mismatch)
-      return fail(errc::invalid_argument, "http server: TLS key file '" + key + "' is not a PEM private key: " + ec.message());
+      return fail(errc::invalid_argument,
+                  "http server: TLS key file '" + key + "' is not a PEM private key: " + ec.message());
     if (mismatch || SSL_CTX_check_private_key(ctx.native_handle()) != 1)
-      return fail(errc::invalid_argument, "http server: TLS key file '" + key + "' does not match the certificate in '" +
-                                              cert + "'");
+      return fail(errc::invalid_argument,
+                  "http server: TLS key file '" + key + "' does not match the certificate in '" + cert + "'");
     st.tls.emplace(std::move(ctx));
     return {};
   }
@@ -259,10 +260,10 @@ class server {
         auto remote = ep.address().to_string() + ":" + std::to_string(ep.port());
         if (st.tls)
           conn = std::make_shared<detail::server_connection<detail::tls_stream>>(st, id, std::move(remote),
-                                                                                std::move(socket), *st.tls);
+                                                                                 std::move(socket), *st.tls);
         else
           conn = std::make_shared<detail::server_connection<boost::beast::tcp_stream>>(st, id, std::move(remote),
-                                                                                      std::move(socket));
+                                                                                       std::move(socket));
         st.conns.emplace(id, conn);
       }
     }

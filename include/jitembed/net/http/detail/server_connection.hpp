@@ -3,16 +3,18 @@
 // phase, templated on the stream (beast::tcp_stream, or beast::ssl_stream over it for HTTPS).
 #pragma once
 
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/stream_traits.hpp>
@@ -22,8 +24,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
-#include <openssl/bio.h>
-#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -148,7 +148,8 @@ class respond_state {
 // One connection over `Stream`: beast::tcp_stream (HTTP) or tls_stream (HTTPS: the handshake comes first,
 // within header_timeout; a failed one closes the connection and counts in tls_failures).
 template <class Stream>
-class server_connection final : public server_connection_base, public std::enable_shared_from_this<server_connection<Stream>> {
+class server_connection final : public server_connection_base,
+                                public std::enable_shared_from_this<server_connection<Stream>> {
   static constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
   using std::enable_shared_from_this<server_connection<Stream>>::shared_from_this;
   using std::enable_shared_from_this<server_connection<Stream>>::weak_from_this;
@@ -287,7 +288,8 @@ class server_connection final : public server_connection_base, public std::enabl
                         [self = shared_from_this()](beast::error_code wec, std::size_t) {
                           self->lowest().expires_never();
                           if (wec) {
-                            if (wec == beast::error::timeout) self->st_.timeouts.fetch_add(1, std::memory_order_relaxed);
+                            if (wec == beast::error::timeout)
+                              self->st_.timeouts.fetch_add(1, std::memory_order_relaxed);
                             return self->close();
                           }
                           self->read_body();

@@ -3,14 +3,14 @@
 // of a failed handshake.
 #pragma once
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-#include <openssl/x509_vfy.h>
 
 #include <fstream>
 #include <string>
@@ -33,7 +33,8 @@ inline result<boost::asio::ssl::context> make_client_tls_context(const std::stri
   boost::system::error_code ec;
   if (ca_file.empty()) {
     ctx.set_default_verify_paths(ec);
-    if (ec) return fail(errc::io_error, std::string(who) + ": cannot load the system's CA certificates: " + ec.message());
+    if (ec)
+      return fail(errc::io_error, std::string(who) + ": cannot load the system's CA certificates: " + ec.message());
     return ctx;
   }
   if (!std::ifstream(ca_file, std::ios::binary).good())
@@ -60,7 +61,8 @@ inline bool prepare_client_tls(SSL* h, const std::string& host) {
 // speak TLS, no common protocol) rather than the network's: retrying the same endpoint cannot help.
 inline bool is_tls_protocol_error(const boost::system::error_code& ec) noexcept {
   return ec.category() == boost::asio::error::get_ssl_category() ||
-         (ec.category() == boost::asio::ssl::error::get_stream_category() && ec != boost::asio::ssl::error::stream_truncated);
+         (ec.category() == boost::asio::ssl::error::get_stream_category() &&
+          ec != boost::asio::ssl::error::stream_truncated);
 }
 
 // "certificate verify failed (hostname mismatch)": OpenSSL's reason, with the certificate check's own

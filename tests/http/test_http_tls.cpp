@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "batching/eventually.hpp"
 #include "http/http_test_util.hpp"
 #include "jitembed/net/http.hpp"
 #include "tls_test_util.hpp"
@@ -39,14 +40,6 @@ http::client_options tls_client(const std::string& ca) {
   o.connect_timeout = 3000ms;
   o.io_timeout = 3000ms;
   return o;
-}
-
-// Polls until get() == want (the server counts a failed handshake on its own thread, after the client saw it).
-template <class Get, class T>
-bool tls_eventually_equal(Get get, T want) {
-  const auto until = std::chrono::steady_clock::now() + 3s;
-  while (get() != want && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(2ms);
-  return get() == want;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -96,7 +89,7 @@ TEST_CASE("https: a certificate that does not verify is io_error naming the reas
   CHECK(r.error().message.find("certificate verify failed") != std::string::npos);
   CHECK(r.error().message.find("(unable to get local issuer certificate)") != std::string::npos);
   CHECK(seconds_since(t0) < 2.0);
-  CHECK(tls_eventually_equal([&] { return srv.stats().tls_handshake_failures; }, 1u));
+  CHECK(jitembed::test::eventually([&] { return srv.stats().tls_handshake_failures == 1u; }, 3s));
 
   // The system's CA paths do not hold the test CA either.
   http::client system_ca("127.0.0.1", srv.port(), tls_client(""));
@@ -133,7 +126,7 @@ TEST_CASE("https: a plain client on the TLS port and a TLS client on a plain por
   REQUIRE_FALSE(r);
   CHECK(r.code() == errc::io_error);
   CHECK(seconds_since(t0) < 2.0);
-  CHECK(tls_eventually_equal([&] { return tls_srv.stats().tls_handshake_failures; }, 1u));
+  CHECK(jitembed::test::eventually([&] { return tls_srv.stats().tls_handshake_failures == 1u; }, 3s));
   CHECK(tls_srv.stats().requests == 0);
 
   auto plain_srv = http::server::create(http::server_options{}, echo_tls).value();
@@ -163,9 +156,9 @@ TEST_CASE("https: a peer that never finishes the handshake is closed after heade
   s.read_until_close(3000ms);
   CHECK(s.closed());
   CHECK(seconds_since(t0) < 2.0);
-  CHECK(tls_eventually_equal([&] { return srv.stats().tls_handshake_failures; }, 1u));
+  CHECK(jitembed::test::eventually([&] { return srv.stats().tls_handshake_failures == 1u; }, 3s));
   CHECK(srv.stats().timeouts == 1);
-  CHECK(tls_eventually_equal([&] { return srv.stats().connections_active; }, 0u));
+  CHECK(jitembed::test::eventually([&] { return srv.stats().connections_active == 0u; }, 3s));
   srv.stop(1s);
 }
 

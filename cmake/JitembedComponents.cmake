@@ -159,7 +159,7 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   # The embedding service: model registry, per-model batchers, KServe v2 routes (HTTP-agnostic handler).
   jitembed_component(server
     GLOBS server.hpp server/*.hpp server/detail/*.hpp
-    EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$"
+    EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$" "/server/(detail/)?grpc[^/]*\\.hpp$"
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format)
   if(JITEMBED_WITH_REPOSITORY)
     # The model repository: config.pbtxt (protobuf text format against a schema built at run time: libprotobuf
@@ -175,7 +175,19 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_HTTP)
   # the base models component only (local mode runs whatever any_model it is given), no image/video codecs.
   jitembed_component(client
     GLOBS client.hpp client/*.hpp client/detail/*.hpp
+    EXCLUDE "/client/detail/client_grpc[^/]*\\.hpp$"
     LINK jitembed::http jitembed::kserve jitembed::models jitembed::cache jitembed::format Threads::Threads)
+endif()
+
+if(JITEMBED_WITH_GRPC AND TARGET jitembed_server AND TARGET jitembed_client)
+  # KServe v2 gRPC, both ends: the service's front end (server/grpc*.hpp: inference.GRPCInferenceService over
+  # the same core) and the JIT client's grpc:// transport (client/detail/client_grpc.hpp, compiled into the
+  # client when a program links this component: JITEMBED_HAS_GRPC). The schema (net/grpc/) is a .proto text
+  # built at run time, so nothing is generated. Not linked by the umbrella target.
+  jitembed_component(grpc
+    GLOBS net/grpc/*.hpp server/grpc*.hpp server/detail/grpc*.hpp client/detail/client_grpc*.hpp
+    LINK jitembed::server jitembed::client protobuf::libprotobuf protobuf::libprotoc gRPC::grpc++
+    NOT_IN_UMBRELLA)
 endif()
 
 if(JITEMBED_WITH_CUDA)

@@ -37,6 +37,17 @@ if(JITEMBED_WITH_REPOSITORY)
     message(FATAL_ERROR "JITEMBED_WITH_REPOSITORY needs libprotoc (the .proto parser; Debian: libprotoc-dev)")
   endif()
 endif()
+if(JITEMBED_WITH_GRPC)
+  # server/grpc_server.hpp: gRPC's callback API on generic byte buffers, messages built at run time from a
+  # .proto text (libprotoc's parser, like the repository's schema). Debian: libgrpc++-dev.
+  if(NOT TARGET protobuf::libprotoc)
+    find_package(Protobuf REQUIRED)
+  endif()
+  if(NOT TARGET protobuf::libprotoc)
+    message(FATAL_ERROR "JITEMBED_WITH_GRPC needs libprotoc (the .proto parser; Debian: libprotoc-dev)")
+  endif()
+  find_package(gRPC CONFIG REQUIRED)
+endif()
 if(JITEMBED_WITH_TORCH)
   # models/torch*.hpp: LibTorch >= 2.6 (torch::inductor::AOTIModelPackageLoader), the one in the PyTorch wheel
   # (scripts/install-deps.sh torch); cmake/FindTorch.cmake wraps its TorchConfig.cmake. JITEMBED_TORCH_PYTHON:

@@ -57,6 +57,7 @@ declare -A component_debs=(
   [torch]=""
   [server]=""
   [repository]="libprotobuf-dev libprotoc-dev"
+  [grpc]="libprotobuf-dev libprotoc-dev libgrpc++-dev"
   [client]=""
   [parallel]="libopenblas-dev"
   [tcp_store]="libboost-dev"
@@ -82,6 +83,7 @@ declare -A component_requires=(
   [torch]="models_video"
   [server]="kserve batching models_video format"
   [repository]="server"
+  [grpc]="server client"
   [client]="http kserve models cache format"
   [parallel]="core"
   [tcp_store]="parallel"
@@ -101,7 +103,7 @@ build_debs="build-essential cmake pkg-config ninja-build ccache"
 # (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11
 test_peer_debs="redis-server lmdb-utils ffmpeg tar openssl python3-venv libb64-0d python3.11 python3.11-venv libpython3.11"
 # components the default configure builds without the CUDA toolkit (the test command's CPU build)
-cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video torch server repository client parallel tcp_store gloo"
+cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video torch server repository grpc client parallel tcp_store gloo"
 
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then sets=(all); fi
@@ -115,10 +117,10 @@ for s in "${sets[@]}"; do
     build) ;;
     python) components+=(server repository client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=))
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
-    ray) components+=(server client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
-    tools) components+=(server repository client lmdb redis); dev+=(tools) ;;
+    ray) components+=(server grpc client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
+    tools) components+=(server repository grpc client lmdb redis); dev+=(tools) ;;
     bench-models) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1; with_bench_models=1 ;;
-    demo) components+=(server repository client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
+    demo) components+=(server repository grpc client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
     *)
       if [ -n "${component_requires[$s]+x}" ]; then
         components+=("$s")
@@ -321,6 +323,15 @@ if [ -x "$venv/bin/python" ]; then
     echo "install-deps: installed tritonclient[http], numpy and pytest into .venv"
   else
     echo "install-deps: warning: could not install tritonclient into .venv (no network?); python tests will skip"
+  fi
+  # tritonclient.grpc (python/interop_grpc): grpcio, which ray[serve] usually brought already. Not the [grpc]
+  # extra: it pins protobuf < 7, and the torch set pins protobuf 7 (tritonclient's generated code runs on it).
+  if "$venv/bin/python" -c "import tritonclient.grpc" 2>/dev/null; then
+    echo "install-deps: .venv has tritonclient.grpc"
+  elif pip_install "grpcio==1.85.3" packaging "protobuf>=6.30"; then
+    echo "install-deps: installed grpcio for tritonclient.grpc into .venv"
+  else
+    echo "install-deps: warning: could not install grpcio into .venv; python/interop_grpc will skip"
   fi
   # perf_analyzer: PyPI's perf-analyzer wheels need glibc 2.38 (Debian 12 has 2.36); the binary bundled in
   # tritonclient 2.47.0 runs here. It links libcudart.so.12 even without a GPU (nvidia-cuda-runtime-cu12).

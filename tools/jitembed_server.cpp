@@ -4,10 +4,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <pthread.h>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <pthread.h>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,9 @@
 #include "jitembed/models/reference.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
+#if defined(JITEMBED_SERVER_GRPC)
+#include "server_grpc.hpp"
+#endif
 #if defined(JITEMBED_HAS_REPOSITORY)
 #include "jitembed/server/model_repository.hpp"
 #endif
@@ -48,16 +52,19 @@ int main(int argc, char** argv) {
   app.add_option("--host", host, "address to bind (default 127.0.0.1)");
   app.add_option("--port", port, "port (default 8000; 0 = ephemeral)")->check(CLI::Range(0, 65535));
   app.add_option("--model", model_flags, "NAME[:k=v,...] to serve (repeatable); default: the reference embedders");
-  app.add_option("--model-repository", model_repository,
-                 "Triton-style model repository DIR (<model>/config.pbtxt, numbered version directories): serves its models; "
-                 "/v2/repository load / unload re-read it");
+  app.add_option(
+      "--model-repository", model_repository,
+      "Triton-style model repository DIR (<model>/config.pbtxt, numbered version directories): serves its models; "
+      "/v2/repository load / unload re-read it");
   app.add_option("--instances", instances, "runner threads per model")->check(CLI::Range(1, 1024));
   app.add_option("--max-batch", max_batch, "max batch size per model (default: the model's)");
-  app.add_option("--max-queue-delay-us", max_queue_delay_us, "dynamic batching delay in microseconds")->check(CLI::NonNegativeNumber);
+  app.add_option("--max-queue-delay-us", max_queue_delay_us, "dynamic batching delay in microseconds")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--queue-size", queue_size, "queued rows per model before 503");
   app.add_option("--max-inflight-rows", max_inflight_rows,
                  "rows admitted per model (decode to response) before an immediate 503 (default 2 x queue size)");
-  app.add_option("--auth-token-file", auth_token_file, "file holding the bearer token required on every route but health");
+  app.add_option("--auth-token-file", auth_token_file,
+                 "file holding the bearer token required on every route but health");
   app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(CLI::Range(1, 1024));
   auto* cert_opt = app.add_option("--tls-cert", tls_cert,
                                   "HTTPS: the server's certificate chain, PEM (leaf first); needs --tls-key");
@@ -70,7 +77,19 @@ int main(int argc, char** argv) {
   std::string device = "auto";
   app.add_option("--device", device, "where the reference embedders run: auto (the GPU when there is one), gpu, cpu")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
-  app.add_option("--preprocess-threads", preprocess_threads, "decode/preprocess threads (0 = hardware)")->check(CLI::Range(0, 1024));
+  app.add_option("--preprocess-threads", preprocess_threads, "decode/preprocess threads (0 = hardware)")
+      ->check(CLI::Range(0, 1024));
+  int grpc_port = -1;
+  std::string grpc_cert, grpc_key, grpc_root_cert;
+  app.add_option(
+         "--grpc-port", grpc_port,
+         "also serve KServe v2 gRPC (inference.GRPCInferenceService) on this port (0 = ephemeral; default: no gRPC)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--grpc-server-cert", grpc_cert,
+                 "gRPC TLS: the server certificate chain (PEM); with --grpc-server-key");
+  app.add_option("--grpc-server-key", grpc_key, "gRPC TLS: the server's private key (PEM)");
+  app.add_option("--grpc-root-cert", grpc_root_cert,
+                 "gRPC mutual TLS: clients must present a certificate this CA (PEM) signed");
   CLI11_PARSE(app, argc, argv);
 
   server::server_config cfg;
@@ -85,7 +104,8 @@ int main(int argc, char** argv) {
   if (preprocess_threads >= 0) cfg.preprocess_threads = static_cast<std::size_t>(preprocess_threads);
   if (!auth_token_file.empty()) cfg.auth_token_file = auth_token_file;
   if (!model_repository.empty()) cfg.model_repository = model_repository;
-  if (auto r = server::load_auth_token(cfg); !r) return fail_exit(std::string(to_string(r.code())) + ": " + r.error().message);
+  if (auto r = server::load_auth_token(cfg); !r)
+    return fail_exit(std::string(to_string(r.code())) + ": " + r.error().message);
 
   server::model_config defaults;
   const auto apply_flags = [&](server::model_config& m) {
@@ -122,7 +142,8 @@ int main(int argc, char** argv) {
 
   // The reference embedders run on GPU 0 when there is one (and this build has the CUDA component), else on
   // the CPU; --device gpu makes a missing GPU an error.
-  server::model_factory factory = [device](std::string_view name, const nlohmann::json& params) -> result<models::any_model> {
+  server::model_factory factory = [device](std::string_view name,
+                                           const nlohmann::json& params) -> result<models::any_model> {
     auto o = server::parse_reference_params(params);
     if (!o) return o.error();
     if (device != "cpu") {
@@ -152,7 +173,9 @@ int main(int argc, char** argv) {
     repo->load_all(svc);
     svc.attach(*repo);
 #else
-    return fail_exit("--model-repository: this jitembed-server was built without the repository component (JITEMBED_WITH_REPOSITORY)");
+    return fail_exit(
+        "--model-repository: this jitembed-server was built without the repository component "
+        "(JITEMBED_WITH_REPOSITORY)");
 #endif
   }
 
@@ -167,8 +190,31 @@ int main(int argc, char** argv) {
   auto http_made = net::http::server::create(ho, svc.as_handler());
   if (!http_made) return fail_exit(std::string(to_string(http_made.code())) + ": " + http_made.error().message);
   auto& http = *http_made;
+#if defined(JITEMBED_SERVER_GRPC)
+  std::unique_ptr<jitembed_tools::grpc_front> grpc;
+  if (grpc_port >= 0) {
+    server::grpc_server_options go;
+    go.host = cfg.host;
+    go.port = static_cast<std::uint16_t>(grpc_port);
+    go.max_message_bytes = cfg.protocol.max_body_bytes;
+    go.tls_cert_file = grpc_cert;
+    go.tls_key_file = grpc_key;
+    go.tls_root_cert_file = grpc_root_cert;
+    auto made = jitembed_tools::start_grpc_front(go, svc);
+    if (!made) return fail_exit(std::string(to_string(made.code())) + ": --grpc-port: " + made.error().message);
+    grpc = std::move(*made);
+  }
+#else
+  if (grpc_port >= 0)
+    return fail_exit("--grpc-port: this jitembed-server was built without the grpc component (JITEMBED_WITH_GRPC)");
+#endif
   std::printf("jitembed-server listening on %s\n", http.url().c_str());
-  for (const auto& [name, version] : svc.loaded()) std::printf("  model %s version %s\n", name.c_str(), version.c_str());
+#if defined(JITEMBED_SERVER_GRPC)
+  if (grpc)
+    std::printf("jitembed-server gRPC listening on %s:%u\n", cfg.host.c_str(), static_cast<unsigned>(grpc->port()));
+#endif
+  for (const auto& [name, version] : svc.loaded())
+    std::printf("  model %s version %s\n", name.c_str(), version.c_str());
   std::fflush(stdout);
 
   int sig = 0;
@@ -178,6 +224,9 @@ int main(int argc, char** argv) {
   // Keep accepting for a while so that load balancers and JIT clients see the 503s and move elsewhere.
   if (drain_grace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(drain_grace_ms));
   http.stop(std::chrono::seconds(10));  // in-flight requests finish and are answered
+#if defined(JITEMBED_SERVER_GRPC)
+  if (grpc) grpc->stop(std::chrono::seconds(10));
+#endif
   svc.shutdown();
   return 0;
 }

@@ -9,6 +9,7 @@ boost/1.74.0
 dlpack/0.6
 ffmpeg/5.1.9
 gloo/0.0.20220518
+grpc/1.51.1
 hiredis/0.14.1
 libjpeg-turbo/2.1.5
 lmdb/0.9.24

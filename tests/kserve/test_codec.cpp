@@ -191,7 +191,20 @@ TEST_CASE("decode_request: binary size, shape and section checks") {
   check_request_error(R"({"inputs":[],"parameters":{"binary_data_output":1}})", std::nullopt, errc::invalid_argument,
                       "request parameter 'binary_data_output' is not a boolean");
   check_request_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"INT8","parameters":{"shared_memory_region":"r"}}]})",
-                      std::nullopt, errc::invalid_argument, "input 'x': the shared memory extension is not supported");
+                      std::nullopt, errc::invalid_argument,
+                      "input 'x': shared_memory_byte_size is missing or not a non-negative integer (region 'r')");
+  check_request_error(R"({"inputs":[{"name":"x","shape":[1],"datatype":"INT8","parameters":{"shared_memory_byte_size":1}}]})",
+                      std::nullopt, errc::invalid_argument,
+                      "input 'x': shared_memory_region is missing or not a non-empty string");
+  check_request_error(
+      R"({"inputs":[{"name":"x","shape":[1],"datatype":"INT8","data":[1],"parameters":{"shared_memory_region":"r","shared_memory_byte_size":1}}]})",
+      std::nullopt, errc::invalid_argument, "input 'x': has shared_memory_region 'r' and also data in the message");
+  check_request_error(
+      R"({"inputs":[{"name":"x","shape":[1],"datatype":"INT8","parameters":{"shared_memory_region":"r","shared_memory_byte_size":1,"shared_memory_offset":-1}}]})",
+      std::nullopt, errc::invalid_argument, "input 'x': shared_memory_offset is not a non-negative integer (region 'r')");
+  check_request_error(R"({"inputs":[],"outputs":[{"name":"y","parameters":{"shared_memory_region":7}}]})", std::nullopt,
+                      errc::invalid_argument,
+                      "requested output 'y': shared_memory_region is missing or not a non-empty string");
   check_request_error(R"({"outputs":[]})", std::nullopt, errc::invalid_argument, "inference header has no \"inputs\"");
   check_request_error(R"([1])", std::nullopt, errc::corrupt_data, "inference header is not a JSON object");
   check_request_error(R"({"inputs":[{"shape":[1]}]})", std::nullopt, errc::invalid_argument, "input 0: missing string \"name\"");
@@ -277,6 +290,51 @@ TEST_CASE("encoder checks tensor data against the shape") {
   // User parameters come first, binary_data_size last (tritonclient's order); a stale one is replaced.
   r.inputs[0].parameters = json::object({{"binary_data_size", 99}, {"note", "n"}});
   CHECK(encode_request(r)->header == R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","parameters":{"note":"n","binary_data_size":4}}]})");
+}
+
+TEST_CASE("shared-memory tensors: parameters only, no data, both ways (Triton's system shared memory)") {
+  // A request input and a requested output naming regions: no data in the message, parameters kept.
+  const std::string body =
+      R"({"inputs":[{"name":"x","shape":[2],"datatype":"FP32","parameters":{"shared_memory_region":"in",)"
+      R"("shared_memory_byte_size":8,"shared_memory_offset":16}}],"outputs":[{"name":"y","parameters":{)"
+      R"("shared_memory_region":"out","shared_memory_byte_size":64}}]})";
+  auto req = decode_request(body, std::nullopt);
+  REQUIRE(req);
+  const auto& x = req->inputs.front();
+  CHECK(x.data.empty());
+  const auto ref = shared_memory_parameters(x.parameters, "input 'x'").value();
+  REQUIRE(ref);
+  CHECK(ref->region == "in");
+  CHECK(ref->byte_size == 8);
+  CHECK(ref->offset == 16);
+  const auto out_ref = shared_memory_parameters(req->outputs.front().parameters, "output 'y'").value();
+  REQUIRE(out_ref);
+  CHECK(out_ref->offset == 0);
+  CHECK(encode_request(*req)->header == body);  // re-encodes to the sender's bytes (no data, no binary_data_size)
+  CHECK_FALSE(shared_memory_parameters(json::object({{"binary_data", true}}), "w").value());
+
+  // A response output that went to a region: name, datatype and shape only (Triton's HTTP answer; its
+  // shared_memory_* parameters are for front ends that carry them, such as gRPC).
+  infer_response resp;
+  resp.model_name = "m";
+  resp.model_version = "1";
+  const auto t = infer_tensor::from_values<float>("y", {2}, std::vector<float>{1.0f, 2.0f});
+  resp.outputs.push_back(shared_memory_output(t, *out_ref, 8));
+  auto enc = encode_response(resp);
+  REQUIRE(enc);
+  CHECK(enc->binary.empty());
+  CHECK_FALSE(enc->header_length);
+  CHECK(enc->header ==
+        R"({"model_name":"m","model_version":"1","outputs":[{"name":"y","datatype":"FP32","shape":[2]}]})");
+  CHECK(resp.outputs.front().parameters["shared_memory_region"] == "out");
+  // The response decoder refuses outputs in shared memory (its client never asks for them).
+  CHECK(decode_response(R"({"outputs":[{"name":"y","datatype":"FP32","shape":[2],"parameters":{)"
+                        R"("shared_memory_region":"out","shared_memory_byte_size":8}}]})",
+                        std::nullopt)
+            .error()
+            .message == "output 'y': shared_memory_region in a response (outputs in shared memory are not supported "
+                        "by this decoder)");
+  CHECK(resp.outputs.front().parameters["shared_memory_byte_size"] == 8);
 }
 
 TEST_CASE("status mapping and error bodies") {

@@ -3,7 +3,8 @@
 
   run_interop.py --need tritonclient|perf_analyzer --server PATH --reference PATH --venv DIR --work DIR [-- pytest args]
 
-Exit 77 (ctest: skipped) with a message when tritonclient / numpy / pytest are not importable, when
+Exit 77 (ctest: skipped) with a message when tritonclient / numpy / pytest are not importable (--need grpc:
+tritonclient.grpc, and a jitembed-server built with --grpc-port), when
 --need perf_analyzer and no runnable perf_analyzer is found, or when jitembed-server is not built.
 """
 import argparse
@@ -26,7 +27,8 @@ def main():
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
     ap = argparse.ArgumentParser()
-    ap.add_argument("--need", choices=["tritonclient", "perf_analyzer"], required=True)
+    ap.add_argument("--need", choices=["tritonclient", "perf_analyzer", "grpc"], required=True)
+    ap.add_argument("--tests", default="test_interop.py", help="the pytest file (next to this script)")
     ap.add_argument("--server", required=True)
     ap.add_argument("--reference", required=True)
     ap.add_argument("--venv", required=True)
@@ -44,6 +46,15 @@ def main():
     if not os.access(a.reference, os.X_OK):
         skip(f"reference_embed not built at {a.reference}")
 
+    if a.need == "grpc":
+        try:
+            import tritonclient.grpc  # noqa: F401
+        except ImportError as e:
+            skip(f"tritonclient.grpc not importable ({e}); run scripts/install-deps.sh")
+        import subprocess
+        if subprocess.run([a.server, "--help"], capture_output=True, text=True).stdout.find("--grpc-port") < 0:
+            skip("jitembed-server was built without the grpc component (JITEMBED_WITH_GRPC, libgrpc++-dev)")
+
     import interop_util
     pa = interop_util.find_perf_analyzer(a.venv)
     if a.need == "perf_analyzer" and pa is None:
@@ -56,7 +67,7 @@ def main():
     os.environ["JITEMBED_INTEROP_WORK"] = work
     os.environ["JITEMBED_VENV"] = a.venv
     os.makedirs(work, exist_ok=True)
-    rc = pytest.main([os.path.join(HERE, "test_interop.py"), "-q", "-p", "no:cacheprovider",
+    rc = pytest.main([os.path.join(HERE, a.tests), "-q", "-p", "no:cacheprovider",
                       "--rootdir", HERE] + extra)
     sys.exit(int(rc))
 

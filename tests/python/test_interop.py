@@ -214,10 +214,96 @@ def test_server_still_serves_after_errors(client, ref):
     assert_rows_equal(r, "pooled", [ref.embed("text-embed", b"after errors")])
 
 
+# --- system shared memory (Triton's extension) -------------------------------------------------------
+
+TEXT_OUTPUTS = ["sequence", "mask", "pooled"]
+
+
+def _shm_key(tag):
+    return f"/jitembed-interop-{os.getpid()}-{tag}"
+
+
+@pytest.fixture
+def shm_regions(client):
+    """Creates regions through tritonclient.utils.shared_memory; unregisters and destroys them afterwards."""
+    import tritonclient.utils.shared_memory as shm
+    made = []
+
+    def make(name, byte_size):
+        handle = shm.create_shared_memory_region(name, _shm_key(name), byte_size)
+        made.append((name, handle))
+        return handle
+
+    yield make
+    client.unregister_system_shared_memory()
+    for _, handle in made:
+        shm.destroy_shared_memory_region(handle)
+
+
+def test_shared_memory_inputs_and_outputs_equal_a_normal_infer(client, shm_regions):
+    import tritonclient.utils as utils
+    import tritonclient.utils.shared_memory as shm
+    normal = infer(client, "text-embed", "text", TEXTS, TEXT_OUTPUTS)
+    expect = {o: normal.as_numpy(o) for o in TEXT_OUTPUTS}
+
+    # The BYTES input as tritonclient serializes it (uint32-LE length + bytes per element).
+    serialized = utils.serialize_byte_tensor(np.array([[t.encode()] for t in TEXTS], dtype=np.object_))
+    in_size = utils.serialized_byte_size(serialized)
+    in_handle = shm_regions("jit_in", in_size + 64)
+    shm.set_shared_memory_region(in_handle, [serialized], offset=64)
+    out_sizes = {o: expect[o].nbytes for o in TEXT_OUTPUTS}
+    out_handle = shm_regions("jit_out", sum(out_sizes.values()) + 16)
+    client.register_system_shared_memory("jit_in", _shm_key("jit_in"), in_size + 64)
+    client.register_system_shared_memory("jit_out", _shm_key("jit_out"), sum(out_sizes.values()) + 16)
+
+    status = client.get_system_shared_memory_status()
+    assert sorted((r["name"], r["key"], int(r["byte_size"])) for r in status) == sorted(
+        [("jit_in", _shm_key("jit_in"), in_size + 64), ("jit_out", _shm_key("jit_out"), sum(out_sizes.values()) + 16)])
+    assert "system_shared_memory" in client.get_server_metadata()["extensions"]
+    with pytest.raises(InferenceServerException, match="already in manager"):
+        client.register_system_shared_memory("jit_in", _shm_key("jit_in"), 8)
+
+    inp = httpclient.InferInput("text", [len(TEXTS), 1], "BYTES")
+    inp.set_shared_memory("jit_in", in_size, offset=64)
+    outputs, offsets, at = [], {}, 16
+    for o in TEXT_OUTPUTS:
+        ro = httpclient.InferRequestedOutput(o, binary_data=True)
+        ro.set_shared_memory("jit_out", out_sizes[o], offset=at)
+        offsets[o] = at
+        at += out_sizes[o]
+        outputs.append(ro)
+    res = client.infer("text-embed", [inp], outputs=outputs)
+    for o in TEXT_OUTPUTS:
+        out = res.get_output(o)
+        # As Triton answers over HTTP: name, datatype and shape; the bytes are in the region.
+        assert out == {"name": o, "datatype": normal.get_output(o)["datatype"], "shape": list(expect[o].shape)}, out
+        got = shm.get_contents_as_numpy(out_handle, expect[o].dtype, expect[o].shape, offset=offsets[o])
+        np.testing.assert_array_equal(got, expect[o], err_msg=o)
+
+    # Input from the region, outputs in the response body.
+    res2 = client.infer("text-embed", [inp], outputs=[httpclient.InferRequestedOutput(o) for o in TEXT_OUTPUTS])
+    for o in TEXT_OUTPUTS:
+        np.testing.assert_array_equal(res2.as_numpy(o), expect[o], err_msg=o)
+
+    # A region too small for an output: 400 naming it; an unregistered region: 400.
+    small = httpclient.InferRequestedOutput("pooled", binary_data=True)
+    small.set_shared_memory("jit_out", out_sizes["pooled"] - 1)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("text-embed", [inp], outputs=[small])
+    assert e.value.status() == "400" and "do not fit shared_memory_byte_size" in e.value.message(), e.value
+    client.unregister_system_shared_memory("jit_in")
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("text-embed", [inp])
+    assert e.value.status() == "400" and "shared memory region 'jit_in' is not registered" in e.value.message()
+    assert [r["name"] for r in client.get_system_shared_memory_status()] == ["jit_out"]
+    client.unregister_system_shared_memory()
+    assert client.get_system_shared_memory_status() == []
+
+
 # --- perf_analyzer ----------------------------------------------------------------------------------
 
 
-def run_perf_analyzer(server, work, model, data, tag, concurrency="1:8"):
+def run_perf_analyzer(server, work, model, data, tag, concurrency="1:8", extra=()):
     found = interop_util.find_perf_analyzer(os.environ.get("JITEMBED_VENV", ""))
     if found is None:
         pytest.skip("perf_analyzer not available")
@@ -228,13 +314,14 @@ def run_perf_analyzer(server, work, model, data, tag, concurrency="1:8"):
     csv_path = os.path.join(work, f"pa_{tag}.csv")
     cmd = [pa, "-m", model, "-u", server.url, "-i", "http", "--concurrency-range", concurrency,
            "--input-data", data_path, "--measurement-interval", "500", "--max-trials", "3",
-           "--stability-percentage", "999", "-f", csv_path]
+           "--stability-percentage", "999", "-f", csv_path] + list(extra)
     p = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
     out = (p.stdout + p.stderr).decode(errors="replace")
     assert p.returncode == 0, f"perf_analyzer failed ({p.returncode}):\n{out[-4000:]}\nserver: {server.log_tail()}"
     with open(csv_path) as f:
         rows = list(csv.DictReader(f))
-    assert sorted(int(r["Concurrency"]) for r in rows) == list(range(1, 9)), rows
+    lo, hi = (int(x) for x in concurrency.split(":"))
+    assert sorted(int(r["Concurrency"]) for r in rows) == list(range(lo, hi + 1)), rows
     for r in rows:
         assert float(r["Inferences/Second"]) > 0, r
     # perf_analyzer stops with "Thread [i] had error: ..." and a non-zero exit on any failed request.
@@ -296,3 +383,10 @@ def test_tls_wrong_ca_is_refused_and_server_unharmed(tls):
     good = httpclient.InferenceServerClient(url=s.url, ssl=True, ssl_options={"ca_certs": ca}, network_timeout=10.0)
     assert good.is_server_ready()
     good.close()
+def test_perf_analyzer_text_embed_system_shared_memory(server, work):
+    # Inputs and outputs through regions perf_analyzer creates and registers (--shared-memory system).
+    data = {"data": [{"text": [t]} for t in TEXTS]}
+    rows, _ = run_perf_analyzer(server, work, "text-embed", data, "text_shm", concurrency="1:4",
+                                extra=["--shared-memory", "system", "--output-shared-memory-size", str(1 << 20)])
+    print("perf_analyzer text-embed (system shared memory):",
+          [(r["Concurrency"], r["Inferences/Second"]) for r in rows])

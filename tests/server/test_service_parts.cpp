@@ -83,9 +83,8 @@ TEST_CASE("registry + pipeline without HTTP: infer, unknown model, draining") {
   };
   auto ok = run("text-embed");
   REQUIRE(ok);
-  std::string body = ok->header;
-  for (auto b : ok->binary) body.append(reinterpret_cast<const char*>(b.data()), b.size());
-  const auto resp = ks::decode_response(body, ok->header_length).value();
+  const auto msg = ks::encode_response(**ok).value();
+  const auto resp = ks::decode_response(msg.flatten(), msg.header_length).value();
   CHECK(resp.model_name == "text-embed");
   CHECK(resp.model_version == "1");
   REQUIRE_FALSE(resp.outputs.empty());
@@ -108,9 +107,7 @@ TEST_CASE("registry + pipeline without HTTP: infer, unknown model, draining") {
     REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
     auto r = fut.get();
     REQUIRE(r);
-    std::string b = r->header;
-    for (auto piece : r->binary) b.append(reinterpret_cast<const char*>(piece.data()), piece.size());
-    CHECK(ks::decode_response(b, r->header_length).value().outputs.front().shape.front() == 3);
+    CHECK((*r)->outputs.front().shape.front() == 3);
   }
 
   CHECK(run("no-such-model").code() == errc::not_found);

@@ -10,7 +10,8 @@
     run_tritonserver.py [options]
         starts the server, prints JITEMBED_TRITON_URL=... and serves until SIGINT / SIGTERM.
 
-Only HTTP is served (127.0.0.1, a free port); GRPC and metrics are disabled. The server's log goes to a
+Only HTTP is served (127.0.0.1, a free port) unless --grpc (then gRPC too, JITEMBED_TRITON_GRPC_URL); metrics
+are disabled. The server's log goes to a
 file (--log, default a temporary file) whose tail is printed when something fails.
 
 Exit status: the command's; 1 when the server cannot be set up or started; 77 (ctest's skip) when
@@ -87,8 +88,9 @@ def _server_preexec() -> None:
 
 
 class Server:
-    def __init__(self, ts: Path, venv: Path, models: Path, log_path: Path, extra: list[str]):
+    def __init__(self, ts: Path, venv: Path, models: Path, log_path: Path, extra: list[str], grpc: bool = False):
         self.ts, self.venv, self.models, self.log_path, self.extra = ts, venv, models, log_path, extra
+        self.grpc, self.grpc_port = grpc, 0
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
@@ -100,6 +102,7 @@ class Server:
         """Starts on a free port; retries on new ports if the server dies early (a port race)."""
         for attempt in range(3):
             self.port = free_port()
+            self.grpc_port = free_port() if self.grpc else 0
             env = dict(os.environ)
             # The Python backend stub embeds libpython3.11; with the venv's bin first on PATH, the embedded
             # interpreter finds the venv's python3 and so its site-packages (numpy).
@@ -112,7 +115,9 @@ class Server:
                 f"--backend-directory={self.ts / 'backends'}",
                 f"--cache-directory={self.ts / 'caches'}",
                 "--http-address=127.0.0.1", f"--http-port={self.port}",
-                "--allow-grpc=false", "--allow-metrics=false",
+                *([f"--allow-grpc=true", "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}"] if self.grpc
+                  else ["--allow-grpc=false"]),
+                "--allow-metrics=false",
                 "--pinned-memory-pool-byte-size=0",
                 "--exit-timeout-secs=5",
                 # unique shared-memory names: several servers (parallel ctest, other agents) on one machine
@@ -165,6 +170,8 @@ def main() -> int:
     ap.add_argument("--models", type=Path, default=HERE / "models", help="model repository")
     ap.add_argument("--log", type=Path, help="server log file (default: a temporary file, kept on failure)")
     ap.add_argument("--url-file", type=Path, help="also write the URL to this file")
+    ap.add_argument("--grpc", action="store_true",
+                    help="also serve gRPC on 127.0.0.1 (JITEMBED_TRITON_GRPC_URL=grpc://127.0.0.1:PORT)")
     ap.add_argument("--start-timeout", type=float, default=90.0)
     ap.add_argument("--timeout", type=float, default=0.0, help="kill COMMAND after this many seconds (0: none)")
     ap.add_argument("--server-arg", action="append", default=[], help="extra tritonserver argument (repeatable)")
@@ -192,7 +199,7 @@ def main() -> int:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_bytes(b"")
 
-    server = Server(ts, args.venv.resolve(), args.models.resolve(), log_path, args.server_arg)
+    server = Server(ts, args.venv.resolve(), args.models.resolve(), log_path, args.server_arg, grpc=args.grpc)
     child: subprocess.Popen | None = None
 
     def on_signal(signum, _frame):
@@ -212,11 +219,15 @@ def main() -> int:
             args.url_file.write_text(server.url + "\n")
         if not command:
             print(f"JITEMBED_TRITON_URL={server.url}", flush=True)
+            if server.grpc:
+                print(f"JITEMBED_TRITON_GRPC_URL=grpc://127.0.0.1:{server.grpc_port}", flush=True)
             while server.proc.poll() is None:
                 time.sleep(0.5)
             log(f"tritonserver exited with {server.proc.returncode}")
             return 1
         env = dict(os.environ, JITEMBED_TRITON_URL=server.url)
+        if server.grpc:
+            env["JITEMBED_TRITON_GRPC_URL"] = f"grpc://127.0.0.1:{server.grpc_port}"
         t1 = time.monotonic()
         child = subprocess.Popen(command, env=env, preexec_fn=_kill_with_parent)  # dies with the launcher too
         try:

@@ -264,3 +264,43 @@ TEST_CASE("triton: parse_identity_flag, the programs' --identity") {
     CHECK_MESSAGE(r.code() == errc::invalid_argument, bad);
   }
 }
+
+#if defined(JITEMBED_HAS_GRPC)
+TEST_CASE("triton over gRPC: FP32 and FP16 equal the reference; an http + grpc list; errors keep their errc") {
+  const char* g = std::getenv("JITEMBED_TRITON_GRPC_URL");
+  REQUIRE_MESSAGE(g != nullptr, "JITEMBED_TRITON_GRPC_URL is not set: run through run_tritonserver.py --grpc");
+  client::client_options o = options(true);
+  o.endpoints.list = {g};
+  auto c = jit_client::create(o).value();
+  for (const std::size_t n : {1, 7, 64}) {
+    CAPTURE(n);
+    const auto rows = make_rows(n, static_cast<std::uint32_t>(n) + 7000);
+    auto r = c.embed(request_for("jit_embed", rows)).get();
+    check_result(r, rows, false);
+    if (r) CHECK(r->endpoint == std::string(g));
+    auto h = c.embed(request_for("jit_embed_fp16", rows)).get();
+    check_result(h, rows, true);
+  }
+  // 40 concurrent requests (Triton batches them), each keeps its rows in order
+  std::vector<std::vector<std::string>> rows(40);
+  std::vector<std::future<result<embed_result>>> fs;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i] = make_rows(1 + i % 5, static_cast<std::uint32_t>(8000 + i));
+    fs.push_back(c.embed(request_for("jit_embed", rows[i])));
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) check_result(fs[i].get(), rows[i], false);
+  CHECK(c.embed(request_for("no_such_model", make_rows(1, 1))).get().code() == errc::not_found);
+  // Triton's gRPC publishes no identity parameters for jit_embed: the client says so (not_found)
+  CHECK(c.identity("jit_embed").code() == errc::not_found);
+  CHECK(c.identity("jit_text_identity").has_value());
+  // both transports in one list
+  o.endpoints.list = {triton_url(), g};
+  auto mixed = jit_client::create(o).value();
+  fs.clear();
+  for (std::size_t i = 0; i < rows.size(); ++i) fs.push_back(mixed.embed(request_for("jit_embed", rows[i])));
+  for (std::size_t i = 0; i < rows.size(); ++i) check_result(fs[i].get(), rows[i], false);
+  const auto st = mixed.stats();
+  REQUIRE(st.endpoints.size() == 2);
+  for (const auto& e : st.endpoints) CHECK_MESSAGE(e.successes > 0, e.url);
+}
+#endif

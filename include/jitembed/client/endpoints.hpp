@@ -1,5 +1,6 @@
-// Endpoint lists: the text format (one `http://host:port` or `https://host:port` per line, `#` comments)
-// shared by endpoint files, endpoint URLs and the Ray registry, and the parsed address of one endpoint.
+// Endpoint lists: the text format (one `http://host:port`, `https://host:port` or `grpc://host:port` per
+// line, `#` comments) shared by endpoint files, endpoint URLs and the Ray registry, and the parsed address
+// of one endpoint.
 #pragma once
 
 #include <charconv>
@@ -13,23 +14,29 @@
 namespace jitembed::client {
 
 struct endpoint_address {
-  std::string url;  // canonical "http://host:port" or "https://host:port"
+  std::string url;  // canonical "http://host:port", "https://host:port" or "grpc://host:port"
   std::string host;
   std::uint16_t port = 0;
   std::string path;  // what follows host:port ("" or "/..."), for endpoint-list URLs
   bool tls = false;  // https: TLS, the server's certificate verified (client_options.tls_ca_file)
 
-  friend bool operator==(const endpoint_address& a, const endpoint_address& b) { return a.url == b.url && a.path == b.path; }
+  friend bool operator==(const endpoint_address& a, const endpoint_address& b) {
+    return a.url == b.url && a.path == b.path;
+  }
 };
 
-// Parses "http://host:port[/path]" or "https://host:port[/path]" (IPv6 as [addr]).
+// Whether the endpoint speaks KServe gRPC (grpc://host:port) rather than HTTP.
+inline bool is_grpc(const endpoint_address& a) { return a.url.starts_with("grpc://"); }
+
+// Parses "http://host:port[/path]", "https://host:port[/path]" or "grpc://host:port" (IPv6 as [addr]).
 inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
   const bool tls = s.starts_with("https://");
-  if (!tls && !s.starts_with("http://")) {
-    return fail(errc::invalid_argument,
-                "endpoint '" + std::string(s) + "': only http://host:port and https://host:port URLs are supported");
+  const std::string_view scheme = tls ? "https://" : s.starts_with("grpc://") ? "grpc://" : "http://";
+  if (!s.starts_with(scheme)) {
+    return fail(errc::invalid_argument, "endpoint '" + std::string(s) +
+                                            "': only http://host:port, https://host:port and grpc://host:port URLs "
+                                            "are supported");
   }
-  const std::string_view scheme = tls ? "https://" : "http://";
   std::string_view rest = s.substr(scheme.size());
   std::string_view authority = rest, path;
   if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
@@ -39,14 +46,17 @@ inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
   std::string_view host, port_text;
   if (authority.starts_with('[')) {
     const auto close = authority.find(']');
-    if (close == std::string_view::npos) return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': unterminated [IPv6] host");
+    if (close == std::string_view::npos)
+      return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': unterminated [IPv6] host");
     host = authority.substr(1, close - 1);
     std::string_view after = authority.substr(close + 1);
-    if (!after.starts_with(':')) return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
+    if (!after.starts_with(':'))
+      return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
     port_text = after.substr(1);
   } else {
     const auto colon = authority.rfind(':');
-    if (colon == std::string_view::npos) return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
+    if (colon == std::string_view::npos)
+      return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
     host = authority.substr(0, colon);
     port_text = authority.substr(colon + 1);
   }
@@ -59,6 +69,8 @@ inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
   a.host = std::string(host);
   a.port = static_cast<std::uint16_t>(port);
   a.url = std::string(scheme) + std::string(authority);
+  if (scheme == "grpc://" && !path.empty() && path != "/")
+    return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a grpc:// endpoint has no path");
   a.path = std::string(path);
   a.tls = tls;
   return a;
@@ -80,9 +92,11 @@ inline result<std::vector<endpoint_address>> parse_endpoint_list(std::string_vie
     while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.remove_suffix(1);
     if (line.empty()) continue;
     auto a = parse_endpoint_url(line);
-    if (!a) return fail(errc::invalid_argument, "endpoint list line " + std::to_string(line_no) + ": " + a.error().message);
+    if (!a)
+      return fail(errc::invalid_argument, "endpoint list line " + std::to_string(line_no) + ": " + a.error().message);
     if (!a->path.empty() && a->path != "/") {
-      return fail(errc::invalid_argument, "endpoint list line " + std::to_string(line_no) + ": an endpoint has no path");
+      return fail(errc::invalid_argument,
+                  "endpoint list line " + std::to_string(line_no) + ": an endpoint has no path");
     }
     a->path.clear();
     bool dup = false;

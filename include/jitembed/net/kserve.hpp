@@ -8,4 +8,5 @@
 #include "jitembed/net/kserve/json_data.hpp"
 #include "jitembed/net/kserve/limits.hpp"
 #include "jitembed/net/kserve/message.hpp"
+#include "jitembed/net/kserve/shared_memory.hpp"
 #include "jitembed/net/kserve/status.hpp"

@@ -21,6 +21,8 @@
 
 namespace jitembed::server {
 
+class grpc_server;  // server/grpc_server.hpp: a second front end over the same core
+
 // A movable value (docs/api.md): the registry, batchers and preprocessing threads live behind one shared
 // pointer that moves with it and that every handler from as_handler() shares, so a handler stays valid
 // across a move and past the service's destruction.
@@ -120,6 +122,7 @@ class service final : public model_loader {
   }
 
  private:
+  friend class grpc_server;
   explicit service(std::shared_ptr<detail::service_core> core) noexcept : core_(std::move(core)) {}
 
   std::shared_ptr<detail::service_core> core_;

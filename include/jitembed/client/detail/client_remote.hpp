@@ -95,6 +95,7 @@ struct http_conn {
 
 struct endpoint_state {
   endpoint_address addr;
+  std::shared_ptr<void> grpc;  // grpc:// endpoints: the channel (client_grpc.hpp), made on first use
   std::vector<tcp::endpoint> resolved;
   std::vector<std::shared_ptr<http_conn>> idle;
   std::size_t open_conns = 0;
@@ -119,13 +120,14 @@ struct remote_attempt {
   std::shared_ptr<http_conn> conn;
   bool hedge = false;
   bool reused = false;
-  bool probe = false;      // the half-open probe of its endpoint
+  bool probe = false;  // the half-open probe of its endpoint
   bool finished = false;
   bool fresh_retry = false;  // already replaced a stale pooled connection once
   clock::time_point start;
   std::string head;
   kserve::encoded_message msg;
   std::vector<asio::const_buffer> bufs;
+  std::shared_ptr<void> grpc_call;  // grpc:// endpoints: the call in flight (client_grpc.hpp)
 };
 
 struct remote_call {
@@ -133,14 +135,14 @@ struct remote_call {
   std::uint64_t id = 0;
   std::string model, version, input;
   std::vector<std::string> outputs;
-  std::shared_ptr<byte_buffer> rows;  // BYTES elements (uint32-LE length + bytes), N of them
+  std::shared_ptr<byte_buffer> rows;                           // BYTES elements (uint32-LE length + bytes), N of them
   std::vector<std::pair<std::size_t, std::size_t>> row_spans;  // element payload offset and size
   std::size_t n_rows = 0;
   clock::time_point start, deadline;
   std::vector<embed_callback> callbacks;
   std::optional<hash128> coalesce_key;
   bool done = false;
-  bool internal = false;    // a row of a split request (no id, no coalescing)
+  bool internal = false;  // a row of a split request (no id, no coalescing)
   int attempts = 0, retries = 0;
   bool hedged = false;
   std::vector<std::shared_ptr<attempt>> active;

@@ -20,6 +20,13 @@
 
 namespace jitembed::client::detail {
 
+// grpc:// endpoints' metadata calls (client_grpc.hpp).
+inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string& model,
+                                                                 const client_options& opts);
+inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
+                                                  const client_options& opts);
+inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts);
+
 // Handlers hold `this`, not a shared_ptr: the owning jit_client closes the state (joining every thread
 // that runs handlers) before it is destroyed, so no handler outlives it and no handler can be the one that
 // destroys it on its own thread.
@@ -34,7 +41,8 @@ class client_state {
     return core_detail::capture("client", [&]() -> result<std::shared_ptr<client_state>> {
       const auto& src = opts.endpoints;
       const int sources = int(!src.list.empty()) + int(!src.file.empty()) + int(!src.url.empty());
-      if (sources > 1) return fail(errc::invalid_argument, "client: give one endpoint source (list, file or url), not several");
+      if (sources > 1)
+        return fail(errc::invalid_argument, "client: give one endpoint source (list, file or url), not several");
       if (sources == 0 && opts.local_models.empty()) {
         return fail(errc::invalid_argument, "client: no endpoint source and no local model");
       }
@@ -44,7 +52,8 @@ class client_state {
       for (const auto& m : opts.local_models)
         if (!m) return fail(errc::invalid_argument, "client: an empty local model");
       if (opts.request_timeout.count() <= 0 || opts.retry.max_attempts < 1 || opts.io_threads < 1) {
-        return fail(errc::invalid_argument, "client: request_timeout, retry.max_attempts and io_threads must be positive");
+        return fail(errc::invalid_argument,
+                    "client: request_timeout, retry.max_attempts and io_threads must be positive");
       }
       std::shared_ptr<client_state> s(new client_state(std::move(opts)));
       if (s->local_) return s;
@@ -80,12 +89,14 @@ class client_state {
     };
     if (closed_) return fail_now(fail(errc::cancelled, "client: closed"));
     if (req.rows.empty()) return fail_now(fail(errc::invalid_argument, "embed: no rows"));
-    if (req.model.empty() || !net::http::detail::is_safe_target(req.model) || req.model.find('/') != std::string::npos ||
-        req.version.find('/') != std::string::npos || !net::http::detail::is_safe_target("/" + req.version)) {
+    if (req.model.empty() || !net::http::detail::is_safe_target(req.model) ||
+        req.model.find('/') != std::string::npos || req.version.find('/') != std::string::npos ||
+        !net::http::detail::is_safe_target("/" + req.version)) {
       return fail_now(fail(errc::invalid_argument, "embed: bad model name or version '" + req.model + "'"));
     }
     if (calls_.size() >= opts_.max_in_flight) {
-      return fail_now(fail(errc::unavailable, "client: " + std::to_string(opts_.max_in_flight) + " requests in flight (max_in_flight)"));
+      return fail_now(fail(errc::unavailable,
+                           "client: " + std::to_string(opts_.max_in_flight) + " requests in flight (max_in_flight)"));
     }
     if (req.coalesce_key) {
       if (auto it = coalesce_.find(*req.coalesce_key); it != coalesce_.end() && !it->second->done) {
@@ -170,7 +181,7 @@ class client_state {
     }
     error_info last = no_endpoint_error(model);
     for (const auto& a : live_endpoints()) {
-      auto id = fetch_identity(a, model, opts_);
+      auto id = is_grpc(a) ? grpc_fetch_identity(a, model, opts_) : fetch_identity(a, model, opts_);
       if (!id) {
         last = id.error();
         continue;
@@ -201,7 +212,7 @@ class client_state {
     }
     error_info last = no_endpoint_error(model);
     for (const auto& a : live_endpoints()) {
-      auto md = fetch_metadata(a, model, opts_);
+      auto md = is_grpc(a) ? grpc_fetch_metadata(a, model, opts_) : fetch_metadata(a, model, opts_);
       if (md) return md;
       if (last.code != errc::not_found) last = md.error();  // "not served" outranks a transport error elsewhere
     }
@@ -284,7 +295,9 @@ class client_state {
         if (!lc->done.exchange(true)) lc->callback(fail(errc::cancelled, "client: closed with the request in flight"));
     }
     ioc_.stop();
-    io_threads_.join();  // an I/O thread closing its own client is detached by worker_group
+    io_threads_.join();        // an I/O thread closing its own client is detached by worker_group
+    std::unique_lock lk(mu_);  // gRPC callbacks hold `this`: wait for the cancelled calls' callbacks
+    grpc_idle_.wait(lk, [&] { return grpc_calls_ == 0; });
   }
 
  private:
@@ -308,8 +321,8 @@ class client_state {
 
   // Adds new endpoints, drains removed ones (no new attempts; dropped once their attempts finish).
   void update_endpoints(const std::vector<endpoint_address>& list);
-  void apply_endpoints(const std::vector<endpoint_address>& list, std::map<std::string, std::vector<tcp::endpoint>>& resolved,
-                       deferred& d);
+  void apply_endpoints(const std::vector<endpoint_address>& list,
+                       std::map<std::string, std::vector<tcp::endpoint>>& resolved, deferred& d);
 
   void reap_drained();
 
@@ -361,7 +374,17 @@ class client_state {
 
   void on_response(const attempt_ptr& a, deferred& d);
 
-  result<embed_result> decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen, const std::string& url);
+  // An answer from any transport (on_response: HTTP; grpc_send's callback: gRPC).
+  void on_answer(const attempt_ptr& a, int status, result<embed_result> r, deferred& d);
+
+  // The gRPC transport (client_grpc.hpp; compiled in with jitembed::grpc, else every grpc:// attempt
+  // answers not_found): one unary ModelInfer per attempt on the endpoint's channel.
+  void grpc_send(const attempt_ptr& a, deferred& d);
+  void grpc_cancel(remote_attempt& a);  // TryCancel of the attempt's call, when it has one
+  void on_grpc_transport_error(const attempt_ptr& a, const std::string& message, deferred& d);
+
+  result<embed_result> decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen,
+                              const std::string& url);
 
   error_info deadline_error(const remote_call& c) const;
 
@@ -408,6 +431,9 @@ class client_state {
   std::unordered_map<hash128, call_ptr> coalesce_;
   std::vector<call_ptr> waiting_;
 
+  std::size_t grpc_calls_ = 0;         // gRPC calls whose callback has not run (close() waits for them)
+  std::condition_variable grpc_idle_;  // grpc_calls_ reached 0
+
   std::mutex watch_mu_;
   std::condition_variable_any watcher_cv_;  // only its stop_token wakes the watcher early
   worker_group watcher_;
@@ -420,3 +446,6 @@ class client_state {
 #include "jitembed/client/detail/client_state_endpoints.hpp"
 #include "jitembed/client/detail/client_state_finish.hpp"
 #include "jitembed/client/detail/client_state_local.hpp"
+#if defined(JITEMBED_HAS_GRPC)  // the program links jitembed::grpc: grpc:// endpoints
+#include "jitembed/client/detail/client_grpc.hpp"
+#endif

@@ -43,6 +43,7 @@ inline void client_state::launch(const call_ptr& c, bool hedge, deferred& d) {
 }
 
 inline auto client_state::build_request(remote_call& c, remote_attempt& a) -> result<void> {
+  if (is_grpc(a.ep->addr)) return {};  // grpc_send builds its ModelInferRequest
   kserve::infer_request r;
   r.model = c.model;
   r.version = c.version;
@@ -77,6 +78,7 @@ inline auto client_state::build_request(remote_call& c, remote_attempt& a) -> re
 
 inline void client_state::send(const attempt_ptr& a, deferred& d) {
   auto& ep = *a->ep;
+  if (is_grpc(ep.addr)) return grpc_send(a, d);
   if (!ep.idle.empty() && !a->fresh_retry) {
     a->conn = std::move(ep.idle.back());
     ep.idle.pop_back();
@@ -194,7 +196,8 @@ inline void client_state::release_conn(const attempt_ptr& a, bool keep_alive) {
   }
 }
 
-inline void client_state::on_transport_error(const attempt_ptr& a, boost::system::error_code ec, const char* stage, deferred& d) {
+inline void client_state::on_transport_error(const attempt_ptr& a, boost::system::error_code ec, const char* stage,
+                                             deferred& d) {
   const auto c = a->call;
   const bool stale =
       a->reused && !a->fresh_retry && a->conn && a->conn->uses > 1 &&
@@ -214,7 +217,8 @@ inline void client_state::on_transport_error(const attempt_ptr& a, boost::system
   error_info e = ec == beast::error::timeout && deadline
                      ? deadline_error(*c)
                      : fail(errc::io_error, std::string(stage) + " on " + a->ep->addr.url + " failed: " + ec.message());
-  if (ec == beast::error::timeout && !deadline) e = fail(errc::timeout, std::string(stage) + " on " + a->ep->addr.url + " timed out");
+  if (ec == beast::error::timeout && !deadline)
+    e = fail(errc::timeout, std::string(stage) + " on " + a->ep->addr.url + " timed out");
   schedule_retry(c, e, d, true);
   resume_waiting(d);
 }
@@ -281,6 +285,18 @@ inline void client_state::on_response(const attempt_ptr& a, deferred& d) {
     if (ec == std::errc{} && p == s.data() + s.size()) hlen = v;
   }
   release_conn(a, keep);
+  if (status == 200)  // a call already finished (a hedge won) counts the latency only: nothing to decode
+    return on_answer(a, 200,
+                     c->done ? result<embed_result>(fail(errc::cancelled, "answered after the call finished"))
+                             : decode(*c, body, hlen, a->ep->addr.url),
+                     d);
+  on_answer(a, status, http_error(status, body, "model '" + c->model + "' on " + a->ep->addr.url), d);
+}
+
+// An attempt's answer, whatever the transport: `status` is HTTP's (a gRPC code mapped onto it), `r` the
+// decoded result (status 200) or the answer's error.
+inline void client_state::on_answer(const attempt_ptr& a, int status, result<embed_result> r, deferred& d) {
+  const auto c = a->call;
   const double ms = std::chrono::duration<double, std::milli>(clock::now() - a->start).count();
   end_attempt(a);
   if (status == 200) {
@@ -290,12 +306,11 @@ inline void client_state::on_response(const attempt_ptr& a, deferred& d) {
       hedge_after_ms_ = latencies_.percentile(opts_.hedge.percentile);
     }
     if (c->done) return resume_waiting(d);
-    auto r = decode(*c, body, hlen, a->ep->addr.url);
     if (r && a->hedge) ++stats_.hedge_wins;
     finish(c, std::move(r), d);
     return resume_waiting(d);
   }
-  auto e = http_error(status, body, "model '" + c->model + "' on " + a->ep->addr.url);
+  const error_info e = r ? fail(errc::internal, "an error answer without an error") : r.error();
   if (status >= 500 && status != 503 && status != 504) {
     a->ep->failures++;
     note_endpoint_failure(*a->ep);
@@ -308,7 +323,8 @@ inline void client_state::on_response(const attempt_ptr& a, deferred& d) {
     // This endpoint does not serve the model (now): eject it for this model, try elsewhere.
     a->ep->ejected[c->model] = clock::now() + opts_.breaker.eject_for;
     const auto now = clock::now();
-    const bool other = std::any_of(endpoints_.begin(), endpoints_.end(), [&](const auto& ep) { return eligible(*ep, *c, now); });
+    const bool other =
+        std::any_of(endpoints_.begin(), endpoints_.end(), [&](const auto& ep) { return eligible(*ep, *c, now); });
     if (other && c->attempts < opts_.retry.max_attempts) {
       ++stats_.retries;
       if (c->active.empty()) launch(c, false, d);
@@ -323,12 +339,15 @@ inline void client_state::on_response(const attempt_ptr& a, deferred& d) {
     return resume_waiting(d);
   }
   // The caller's input: never retried. A multi-row request is resent row by row.
-  if (c->n_rows > 1 && status >= 400 && status < 500) split_rows(c, d);
-  else if (c->active.empty()) finish(c, e, d);
+  if (c->n_rows > 1 && status >= 400 && status < 500)
+    split_rows(c, d);
+  else if (c->active.empty())
+    finish(c, e, d);
   resume_waiting(d);
 }
 
-inline auto client_state::decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen, const std::string& url) -> result<embed_result> {
+inline auto client_state::decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen,
+                                 const std::string& url) -> result<embed_result> {
   kserve::protocol_limits lim;
   lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
   auto resp = kserve::decode_response(body, hlen, lim);
@@ -343,12 +362,32 @@ inline auto client_state::decode(const remote_call& c, std::string_view body, st
     if (!v) return fail(v.code(), "response of " + url + ": " + v.error().message);
     if (v->rank() == 0 || v->shape()[0] != static_cast<std::int64_t>(c.n_rows)) {
       return fail(errc::corrupt_data, "response of " + url + ": output '" + o.name + "' has " +
-                                          (v->rank() ? std::to_string(v->shape()[0]) : std::string("no")) + " rows, sent " +
-                                          std::to_string(c.n_rows));
+                                          (v->rank() ? std::to_string(v->shape()[0]) : std::string("no")) +
+                                          " rows, sent " + std::to_string(c.n_rows));
     }
     r.outputs.emplace_back(o.name, tensor::copy_of(o.data, v->dtype(), v->shape()));
   }
   return r;
 }
+
+#if !defined(JITEMBED_HAS_GRPC)
+// Without jitembed::grpc (client_grpc.hpp) a grpc:// endpoint answers every attempt not_found.
+
+inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
+  on_answer(a, 404,
+            fail(errc::not_found, a->ep->addr.url + ": this client was built without gRPC (link jitembed::grpc)"), d);
+}
+inline void client_state::grpc_cancel(remote_attempt&) {}
+inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string&,
+                                                                 const client_options&) {
+  return fail(errc::not_found, a.url + ": this client was built without gRPC (link jitembed::grpc)");
+}
+inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string&,
+                                                  const client_options&) {
+  return fail(errc::not_found, a.url + ": this client was built without gRPC (link jitembed::grpc)");
+}
+inline bool grpc_model_ready(const endpoint_address&, const std::string&, const client_options&) { return false; }
+
+#endif
 
 }  // namespace jitembed::client::detail

@@ -70,7 +70,8 @@ inline void client_state::apply_endpoints(const std::vector<endpoint_address>& l
                                           std::map<std::string, std::vector<tcp::endpoint>>& resolved, deferred& d) {
   bool changed = false;
   for (auto& e : endpoints_) {
-    const bool keep = std::any_of(list.begin(), list.end(), [&](const endpoint_address& a) { return a.url == e->addr.url; });
+    const bool keep =
+        std::any_of(list.begin(), list.end(), [&](const endpoint_address& a) { return a.url == e->addr.url; });
     if (!keep && !e->draining) {
       e->draining = true;
       changed = true;
@@ -83,7 +84,8 @@ inline void client_state::apply_endpoints(const std::vector<endpoint_address>& l
     }
   }
   for (const auto& a : list) {
-    const bool have = std::any_of(endpoints_.begin(), endpoints_.end(), [&](const auto& e) { return e->addr.url == a.url; });
+    const bool have =
+        std::any_of(endpoints_.begin(), endpoints_.end(), [&](const auto& e) { return e->addr.url == a.url; });
     if (have) continue;
     auto e = std::make_shared<endpoint_state>();
     e->addr = a;
@@ -135,8 +137,9 @@ inline void client_state::watch(std::stop_token stop) {
     if (!opts_.endpoints.file.empty()) {
       struct ::stat st {};
       if (::stat(opts_.endpoints.file.c_str(), &st) == 0) {
-        const bool same = have_last && st.st_mtim.tv_sec == last.st_mtim.tv_sec && st.st_mtim.tv_nsec == last.st_mtim.tv_nsec &&
-                          st.st_size == last.st_size && st.st_ino == last.st_ino;
+        const bool same = have_last && st.st_mtim.tv_sec == last.st_mtim.tv_sec &&
+                          st.st_mtim.tv_nsec == last.st_mtim.tv_nsec && st.st_size == last.st_size &&
+                          st.st_ino == last.st_ino;
         if (!same) {
           last = st;
           have_last = true;
@@ -161,6 +164,18 @@ inline void client_state::probe_ejected() {
         if (until <= now && !e->draining) due.emplace_back(e, m);
   }
   for (auto& [e, m] : due) {
+    if (is_grpc(e->addr)) {
+      const bool ready = grpc_model_ready(e->addr, m, opts_);
+      deferred d;
+      std::lock_guard g(mu_);
+      if (ready) {
+        e->ejected.erase(m);
+        resume_waiting(d);
+      } else {
+        e->ejected[m] = clock::now() + opts_.breaker.eject_for;
+      }
+      continue;
+    }
     net::http::client_options ho;
     ho.connect_timeout = std::chrono::milliseconds(500);
     ho.io_timeout = std::chrono::milliseconds(1000);
@@ -210,9 +225,12 @@ inline auto client_state::choose(const remote_call& c) -> std::shared_ptr<endpoi
     // Ties on outstanding go to the clearly faster one (EWMA more than 20% lower); otherwise a and b
     // are already a random pair, so equal servers share a sequential client's load too.
     const double la = a->has_ewma ? a->ewma_ms : 0, lb = b->has_ewma ? b->ewma_ms : 0;
-    if (a->outstanding != b->outstanding) pick = a->outstanding < b->outstanding ? a : b;
-    else if (lb < 0.8 * la) pick = b;
-    else pick = a;
+    if (a->outstanding != b->outstanding)
+      pick = a->outstanding < b->outstanding ? a : b;
+    else if (lb < 0.8 * la)
+      pick = b;
+    else
+      pick = a;
   }
   for (auto& e : endpoints_)
     if (e.get() == pick) return e;

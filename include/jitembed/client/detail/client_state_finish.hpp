@@ -9,7 +9,8 @@ namespace jitembed::client::detail {
 
 inline auto client_state::deadline_error(const remote_call& c) const -> error_info {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - c.start).count();
-  std::string m = "deadline of " + std::to_string(ms) + " ms passed after " + std::to_string(c.attempts) + " attempt(s)";
+  std::string m =
+      "deadline of " + std::to_string(ms) + " ms passed after " + std::to_string(c.attempts) + " attempt(s)";
   if (c.last_error.code != errc::ok && c.attempts > 0) m += "; last: " + c.last_error.message;
   return fail(errc::timeout, std::move(m));
 }
@@ -87,8 +88,8 @@ inline void client_state::split_rows(const call_ptr& c, deferred& d) {
     child->outputs = c->outputs;
     child->n_rows = 1;
     const auto [off, len] = c->row_spans[i];
-    auto one = kserve::encode_bytes_elements(std::vector<std::string_view>{
-        std::string_view(reinterpret_cast<const char*>(c->rows->data() + off), len)});
+    auto one = kserve::encode_bytes_elements(
+        std::vector<std::string_view>{std::string_view(reinterpret_cast<const char*>(c->rows->data() + off), len)});
     child->rows = std::make_shared<byte_buffer>(std::move(one).value());
     child->row_spans.emplace_back(4, len);
     child->start = clock::now();
@@ -105,7 +106,8 @@ inline void client_state::split_rows(const call_ptr& c, deferred& d) {
   }
 }
 
-inline auto client_state::assemble(const remote_call& c, std::vector<std::optional<result<embed_result>>>& rows) -> result<embed_result> {
+inline auto client_state::assemble(const remote_call& c, std::vector<std::optional<result<embed_result>>>& rows)
+    -> result<embed_result> {
   embed_result out;
   out.model_name = c.model;
   out.row_errors.resize(c.n_rows);
@@ -151,6 +153,7 @@ inline void client_state::finish(const call_ptr& c, result<embed_result> r, defe
   if (c->hedge_timer) c->hedge_timer->cancel();
   for (auto& a : std::vector<attempt_ptr>(c->active)) {
     drop_conn(a);  // a hedge loser or a cancelled attempt: its connection cannot be reused mid-response
+    grpc_cancel(*a);
     end_attempt(a);
   }
   for (auto& child : c->children)
@@ -160,8 +163,10 @@ inline void client_state::finish(const call_ptr& c, result<embed_result> r, defe
     if (c->coalesce_key) {
       if (auto it = coalesce_.find(*c->coalesce_key); it != coalesce_.end() && it->second == c) coalesce_.erase(it);
     }
-    if (r) stats_.completed += c->callbacks.size();
-    else stats_.failed += c->callbacks.size();
+    if (r)
+      stats_.completed += c->callbacks.size();
+    else
+      stats_.failed += c->callbacks.size();
   }
   if (r && !c->internal) r->attempts = std::max(r->attempts, c->attempts);
   auto cbs = std::move(c->callbacks);

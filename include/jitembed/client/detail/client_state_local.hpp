@@ -18,8 +18,10 @@ inline auto client_state::embed_local(std::uint64_t id, embed_request req, embed
     if (lc->done.exchange(true)) return;
     {
       std::lock_guard lk(mu_);
-      if (r) ++stats_.completed;
-      else ++stats_.failed;
+      if (r)
+        ++stats_.completed;
+      else
+        ++stats_.failed;
     }
     lc->callback(std::move(r));
   };
@@ -40,9 +42,11 @@ inline auto client_state::embed_local(std::uint64_t id, embed_request req, embed
   rows->reserve(req.rows.size());
   for (auto r : req.rows) rows->emplace_back(r.begin(), r.end());
   const auto deadline = clock::now() + req.timeout.value_or(opts_.request_timeout);
-  auto task = [this, m, rows, deadline, finish_local, lc, input = req.input, wanted = req.outputs, model = req.model]() {
+  auto task = [this, m, rows, deadline, finish_local, lc, input = req.input, wanted = req.outputs,
+               model = req.model]() {
     if (lc->done.load()) return;
-    if (clock::now() > deadline) return finish_local(fail(errc::timeout, "embed: deadline passed before the local model ran"));
+    if (clock::now() > deadline)
+      return finish_local(fail(errc::timeout, "embed: deadline passed before the local model ran"));
     std::vector<models::named_tensors> outs;
     std::vector<bool> present;
     std::vector<error_info> errors;

@@ -20,6 +20,7 @@
 #include "jitembed/net/kserve/json_data.hpp"
 #include "jitembed/net/kserve/limits.hpp"
 #include "jitembed/net/kserve/message.hpp"
+#include "jitembed/net/kserve/shared_memory.hpp"
 
 namespace jitembed::net::kserve {
 
@@ -123,8 +124,19 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
   t.parameters = std::move(params);
   std::optional<std::uint64_t> binary_size;
   if (t.parameters.is_object()) {
-    for (const char* shm : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}) {
-      if (t.parameters.contains(shm)) return fail(errc::invalid_argument, w + ": the shared memory extension is not supported");
+    // Triton's shared-memory extension: a request's input whose bytes are in a region the server resolves
+    // (server/detail/shared_memory.hpp); the message carries none for it. A response never names one: an
+    // output written to a region comes back as name, datatype and shape only, which this decoder refuses
+    // (jitembed's client does not ask for outputs in shared memory).
+    JITEMBED_ASSIGN_OR_RETURN(const auto shm, shared_memory_parameters(t.parameters, w));
+    if (shm && kind != "input")
+      return fail(errc::invalid_argument, w + ": shared_memory_region in a response (outputs in shared memory are "
+                                              "not supported by this decoder)");
+    if (shm) {
+      if (t.parameters.contains("binary_data_size") || find(tj, "data"))
+        return fail(errc::invalid_argument, w + ": has shared_memory_region '" + shm->region + "' and also data in the message");
+      t.binary = true;
+      return t;
     }
     if (const auto it = t.parameters.find("binary_data_size"); it != t.parameters.end()) {
       if (!it->is_number_unsigned()) return fail(errc::invalid_argument, w + ": binary_data_size is not a non-negative integer");
@@ -251,11 +263,7 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
       JITEMBED_ASSIGN_OR_RETURN(auto p, detail::optional_parameters(o, "requested output '" + ro.name + "'"));
       ro.parameters = std::move(p);
       if (ro.parameters.is_object()) {
-        for (const char* shm : {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}) {
-          if (ro.parameters.contains(shm)) {
-            return fail(errc::invalid_argument, "requested output '" + ro.name + "': the shared memory extension is not supported");
-          }
-        }
+        JITEMBED_TRY(shared_memory_parameters(ro.parameters, "requested output '" + ro.name + "'"));
         if (const auto it = ro.parameters.find("binary_data"); it != ro.parameters.end()) {
           if (!it->is_boolean()) return fail(errc::invalid_argument, "requested output '" + ro.name + "': binary_data is not a boolean");
           ro.binary_data = it->get<bool>();

@@ -15,6 +15,7 @@
 #include "jitembed/net/kserve/detail/json_writer.hpp"
 #include "jitembed/net/kserve/json_data.hpp"
 #include "jitembed/net/kserve/message.hpp"
+#include "jitembed/net/kserve/shared_memory.hpp"
 
 namespace jitembed::net::kserve {
 
@@ -91,7 +92,11 @@ inline result<void> write_parameters(std::string& out, const json& params, std::
 inline result<void> write_tensor(std::string& out, encoded_message& msg, const infer_tensor& t, tensor_form form,
                                  bool response_order, std::string_view kind) {
   const std::string w = std::string(kind) + " '" + t.name + "'";
-  JITEMBED_TRY(check_tensor_data(t, w));
+  // A tensor in a shared-memory region: a request's input travels as its shared_memory_* parameters alone;
+  // a response's output as name, datatype and shape alone, as Triton's HTTP endpoint writes it (tritonclient's
+  // C++ client, perf_analyzer's, reads any "parameters" of an output as binary_data_size).
+  const bool in_shared_memory = has_shared_memory(t.parameters);
+  if (!in_shared_memory) JITEMBED_TRY(check_tensor_data(t, w));
   out += "{\"name\":";
   if (!write_json_string(out, t.name)) return fail(errc::invalid_utf8, w + ": name is not valid UTF-8");
   auto shape = [&] {
@@ -115,7 +120,9 @@ inline result<void> write_tensor(std::string& out, encoded_message& msg, const i
     type();
   }
   const bool binary = travels_binary(t, form);
-  if (binary) {
+  if (in_shared_memory) {
+    if (!response_order) JITEMBED_TRY(write_parameters(out, t.parameters, {}, nullptr, "binary_data_size"));
+  } else if (binary) {
     const json size(static_cast<std::uint64_t>(t.data.size()));
     JITEMBED_TRY(write_parameters(out, t.parameters, "binary_data_size", &size, {}));
     if (!t.data.empty()) msg.binary.push_back(t.data);

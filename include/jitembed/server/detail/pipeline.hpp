@@ -1,7 +1,9 @@
 // The service's inference pipeline: admission, KServe request decoding, preprocessing on the pool, the
 // model's dynamic batcher, response encoding. It knows no HTTP: a front end (the HTTP routes of
 // server/detail/service_core.hpp, a gRPC service) hands it the request bytes and gets the encoded KServe
-// response or an error_info whose errc decides the status.
+// response (net::kserve::infer_response, which the front end encodes) or an error_info whose errc decides
+// the status. Inputs and outputs that name a shared-memory region (Triton's system shared-memory extension,
+// detail/shared_memory.hpp) are read from and written to it here, for every front end.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include "jitembed/server/detail/deadline_timer.hpp"
 #include "jitembed/server/detail/registry.hpp"
 #include "jitembed/server/detail/render.hpp"
+#include "jitembed/server/detail/shared_memory.hpp"
 #include "jitembed/server/model_instance.hpp"
 
 namespace jitembed::server::detail {
@@ -49,25 +52,25 @@ struct infer_input {
   std::string header_length;  // Inference-Header-Content-Length as received (empty: the body is all JSON)
 };
 
-// The encoded KServe response: `header` (JSON), then the `binary` pieces, which `owner` keeps valid.
-struct infer_output {
-  std::string header;
-  std::vector<bytes_view> binary;
-  std::optional<std::size_t> header_length;  // set when binary tensors follow the header
-  jitembed::keep_alive owner;
-};
+// The answer: the KServe response, its outputs owning their stacked bytes. A front end encodes it (HTTP:
+// JSON header + binary pieces, net::kserve::encode_response; gRPC: a ModelInferResponse).
+using infer_output = std::shared_ptr<const net::kserve::infer_response>;
 
 // Called once per request, on a pool or batcher thread (or the caller's, for an answer at once).
 using infer_completion = std::function<void(result<infer_output>)>;
 
-// Thread-safe. The registry must outlive the pipeline; the pool's threads stop in the destructor.
+// Thread-safe. The registry (and the shared-memory registry) must outlive the pipeline; the pool's threads
+// stop in the destructor.
 class inference_pipeline {
  public:
   using clock = std::chrono::steady_clock;
 
-  inference_pipeline(model_registry& registry, const server_config& cfg)
+  // `shm`: the shared-memory regions requests may name (Triton's system shared-memory extension); without
+  // it a request naming a region is answered invalid_argument.
+  inference_pipeline(model_registry& registry, const server_config& cfg, const shared_memory_registry* shm = nullptr)
       : registry_(registry),
         config_(cfg),
+        shm_(shm),
         timer_([this](std::shared_ptr<infer_call> call) { expire(*call); }),
         pool_(cfg.preprocess_threads ? cfg.preprocess_threads : std::max(1u, std::thread::hardware_concurrency())) {}
   inference_pipeline(const inference_pipeline&) = delete;
@@ -110,7 +113,8 @@ class inference_pipeline {
     inference_pipeline* owner = nullptr;
     infer_input input;               // the bytes of a request decoded here
     jitembed::keep_alive storage;    // the bytes of a request decoded by the front end
-    net::kserve::infer_request req;  // views into `input.body` or `storage`
+    net::kserve::infer_request req;  // views into `input.body` or `storage` (or copies from shared memory)
+    std::vector<shared_memory_output> shm_outputs;  // outputs that go to a region, the regions held
     infer_completion done;
     clock::time_point start;
     std::optional<clock::time_point> deadline;  // the request's KServe "timeout", counted from its arrival
@@ -178,6 +182,7 @@ class inference_pipeline {
 
   // Checks the decoded request, then preprocesses its rows on the pool and submits them to the batcher.
   void dispatch(std::shared_ptr<infer_call> call) {
+    if (auto shm = resolve_shared_memory(*call); !shm) return finish_error(*call, shm.error());
     auto rows = check_rows(*call);
     if (!rows) return finish_error(*call, rows.error());
     const std::size_t n = rows->size();
@@ -206,6 +211,16 @@ class inference_pipeline {
                                      [call, i](result<models::named_tensors> r) { call->row_done(i, std::move(r)); });
       });
     }
+  }
+
+  // Inputs that name a region get its bytes; outputs that name one get it held until the answer (both
+  // front ends' requests pass here).
+  result<void> resolve_shared_memory(infer_call& c) const {
+    if (!uses_shared_memory(c.req)) return {};
+    if (!shm_) return fail(errc::invalid_argument, "the shared memory extension is not enabled in this service");
+    JITEMBED_TRY(read_shared_memory_inputs(*shm_, c.req, config_.protocol));
+    JITEMBED_ASSIGN_OR_RETURN(c.shm_outputs, hold_shared_memory_outputs(*shm_, c.req.outputs));
+    return {};
   }
 
   // The request's bytes into c.req.
@@ -280,13 +295,14 @@ class inference_pipeline {
     registry_.release(inst);
   }
 
-  // All rows are done: encode the response (or the first error) and answer.
+  // All rows are done: build the response (or answer the first error).
   void finish(infer_call& c) {
     if (c.answered.load(std::memory_order_acquire)) return;  // expired: answered timeout already
     if (c.first_error) return finish_error(c, *c.first_error);
-    auto encoded = encode(c);
+    auto encoded = stack_outputs(c);
+    if (encoded && !c.shm_outputs.empty()) encoded = write_shared_memory_outputs(std::move(*encoded), c.shm_outputs);
     if (!encoded) return finish_error(c, encoded.error());
-    if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while encoding: counted there
+    if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while stacking: counted there
     auto& inst = *c.inst;
     inst.counters().success.fetch_add(1, std::memory_order_relaxed);
     inst.counters().inferences.fetch_add(c.rows.size(), std::memory_order_relaxed);
@@ -298,8 +314,8 @@ class inference_pipeline {
     registry_.release(inst);
   }
 
-  // Stacks the rows' outputs into [rows, ...] tensors and encodes the KServe response.
-  result<infer_output> encode(infer_call& c) {
+  // Stacks the rows' outputs into [rows, ...] tensors: the KServe response.
+  result<infer_output> stack_outputs(infer_call& c) {
     const auto& m = c.inst->model();
     auto resp = std::make_shared<net::kserve::infer_response>();
     resp->model_name = c.inst->name();
@@ -329,15 +345,12 @@ class inference_pipeline {
       resp->outputs.push_back(net::kserve::infer_tensor::owned(meta.name, dt, std::move(shape), std::move(bytes),
                                                                net::kserve::wants_binary(c.req, meta.name, dt)));
     }
-    JITEMBED_ASSIGN_OR_RETURN(auto msg, net::kserve::encode_response(*resp));
-    return infer_output{.header = std::move(msg.header),
-                        .binary = std::move(msg.binary),
-                        .header_length = msg.header_length,
-                        .owner = std::move(resp)};
+    return infer_output(std::move(resp));
   }
 
   model_registry& registry_;
   const server_config& config_;
+  const shared_memory_registry* shm_ = nullptr;
   deadline_timer<infer_call> timer_;
   thread_pool pool_;  // last: its threads stop first
 };

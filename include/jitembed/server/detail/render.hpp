@@ -19,7 +19,8 @@ using ojson = nlohmann::ordered_json;
 inline std::string_view input_name(models::modality m) { return models::to_string(m); }
 
 // Outputs of a batch of rows: each output's item shape with the batch dim (-1) in front.
-inline ojson tensor_metadata(std::string_view name, std::string_view datatype, const std::vector<std::int64_t>& item_shape) {
+inline ojson tensor_metadata(std::string_view name, std::string_view datatype,
+                             const std::vector<std::int64_t>& item_shape) {
   ojson shape = ojson::array({-1});
   for (auto d : item_shape) shape.push_back(d);
   return ojson{{"name", name}, {"datatype", datatype}, {"shape", shape}};
@@ -36,7 +37,8 @@ inline ojson model_metadata(const model_instance& inst, const std::vector<std::s
   j["platform"] = "jitembed";
   j["inputs"] = ojson::array({tensor_metadata(input_name(m.input_modality()), "BYTES", {1})});
   ojson outs = ojson::array();
-  for (const auto& o : m.outputs()) outs.push_back(tensor_metadata(o.name, net::kserve::to_string(net::kserve::from_dtype(o.type)), o.shape));
+  for (const auto& o : m.outputs())
+    outs.push_back(tensor_metadata(o.name, net::kserve::to_string(net::kserve::from_dtype(o.type)), o.shape));
   j["outputs"] = std::move(outs);
   j["parameters"] = ojson{{"fingerprint", m.version()}, {"preprocess_key", m.preprocess_key()}};
   return j;
@@ -64,13 +66,19 @@ inline ojson model_config_json(const model_instance& inst, const version_policy&
   j["output"] = std::move(outs);
   ojson preferred = ojson::array();
   for (auto p : bo.preferred_batch_sizes) preferred.push_back(p);
-  j["dynamic_batching"] = ojson{{"preferred_batch_size", preferred},
-                                {"max_queue_delay_microseconds", bo.max_queue_delay.count()}};
-  j["instance_group"] = ojson::array({ojson{{"name", inst.name()}, {"count", bo.runner_threads},
-                                            {"kind", m.device().is_cpu() ? "KIND_CPU" : "KIND_GPU"}}});
+  j["dynamic_batching"] =
+      ojson{{"preferred_batch_size", preferred}, {"max_queue_delay_microseconds", bo.max_queue_delay.count()}};
+  j["instance_group"] = ojson::array({ojson{
+      {"name", inst.name()}, {"count", bo.runner_threads}, {"kind", m.device().is_cpu() ? "KIND_CPU" : "KIND_GPU"}}});
   j["parameters"] = ojson::object();
   for (auto it = inst.config().params.begin(); it != inst.config().params.end(); ++it)
     j["parameters"][it.key()] = ojson{{"string_value", it->is_string() ? it->get<std::string>() : it->dump()}};
+  // The cache-key identity, where a Triton model publishes it (its config's parameters): gRPC's
+  // ModelMetadataResponse has no parameters, so a grpc:// client reads it here.
+  for (const auto& [key, value] :
+       {std::pair<const char*, std::string>{"fingerprint", std::string(m.version())},
+        std::pair<const char*, std::string>{"preprocess_key", std::string(m.preprocess_key())}})
+    if (!j["parameters"].contains(key)) j["parameters"][key] = ojson{{"string_value", value}};
   return j;
 }
 
@@ -87,25 +95,26 @@ inline ojson model_stats_json(const model_instance& inst) {
   j["inference_count"] = c.inferences.load();
   j["execution_count"] = s.batches;
   const auto us_to_ns = [](double us) { return static_cast<std::uint64_t>(us * 1000.0); };
-  j["inference_stats"] = ojson{
-      {"success", count_ns(c.success.load(), c.success_ns.load())},
-      {"fail", count_ns(c.failure.load(), c.failure_ns.load())},
-      {"queue", count_ns(s.queue_time.count, us_to_ns(s.queue_time.sum_us))},
-      // perf_analyzer aborts unless the three compute counts are equal ("compute counts must be the same").
-      {"compute_input", count_ns(s.compute_time.count, 0)},
-      {"compute_infer", count_ns(s.compute_time.count, us_to_ns(s.compute_time.sum_us))},
-      {"compute_output", count_ns(s.compute_time.count, 0)},
-      {"cache_hit", count_ns(0, 0)},
-      {"cache_miss", count_ns(0, 0)}};
+  j["inference_stats"] =
+      ojson{{"success", count_ns(c.success.load(), c.success_ns.load())},
+            {"fail", count_ns(c.failure.load(), c.failure_ns.load())},
+            {"queue", count_ns(s.queue_time.count, us_to_ns(s.queue_time.sum_us))},
+            // perf_analyzer aborts unless the three compute counts are equal ("compute counts must be the same").
+            {"compute_input", count_ns(s.compute_time.count, 0)},
+            {"compute_infer", count_ns(s.compute_time.count, us_to_ns(s.compute_time.sum_us))},
+            {"compute_output", count_ns(s.compute_time.count, 0)},
+            {"cache_hit", count_ns(0, 0)},
+            {"cache_miss", count_ns(0, 0)}};
   ojson batches = ojson::array();
   const double mean_compute_ns = s.compute_time.mean_us() * 1000.0;
   for (std::size_t n = 1; n < s.batch_sizes.size(); ++n) {
     if (!s.batch_sizes[n]) continue;
     const auto cnt = s.batch_sizes[n];
-    batches.push_back(ojson{{"batch_size", n},
-                            {"compute_input", count_ns(cnt, 0)},
-                            {"compute_infer", count_ns(cnt, static_cast<std::uint64_t>(mean_compute_ns * static_cast<double>(cnt)))},
-                            {"compute_output", count_ns(cnt, 0)}});
+    batches.push_back(
+        ojson{{"batch_size", n},
+              {"compute_input", count_ns(cnt, 0)},
+              {"compute_infer", count_ns(cnt, static_cast<std::uint64_t>(mean_compute_ns * static_cast<double>(cnt)))},
+              {"compute_output", count_ns(cnt, 0)}});
   }
   j["batch_stats"] = std::move(batches);
   return j;

@@ -17,6 +17,7 @@
 
 #include "jitembed/core/error.hpp"
 #include "jitembed/net/http/message.hpp"
+#include "jitembed/net/kserve/encode.hpp"
 #include "jitembed/net/kserve/status.hpp"
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/detail/auth.hpp"
@@ -25,6 +26,7 @@
 #include "jitembed/server/detail/registry.hpp"
 #include "jitembed/server/detail/render.hpp"
 #include "jitembed/server/detail/routes.hpp"
+#include "jitembed/server/detail/shared_memory.hpp"
 #include "jitembed/server/model_instance.hpp"
 #include "jitembed/server/model_source.hpp"
 
@@ -56,6 +58,7 @@ inline http::response error_response(int status, std::string_view message, errc 
   if (net::kserve::wants_retry_after(code)) r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
   return r;
 }
+inline error_info as_error(const net::kserve::protocol_error& e) { return fail(e.code, e.message); }
 inline http::response error_response(const net::kserve::protocol_error& e) {
   return error_response(e.http_status, e.message, e.code);
 }
@@ -66,17 +69,20 @@ inline http::response error_response(const error_info& e) {
 inline http::response not_found_route() { return error_response(404, "Not Found", errc::not_found); }
 inline http::response method_not_allowed() { return error_response(405, "method not allowed", errc::invalid_argument); }
 
-// The pipeline's answer as an HTTP response.
+// The pipeline's answer as an HTTP response: KServe JSON + Triton's binary extension, the binary pieces
+// viewing the response's tensors (no copy; the response is kept alive until written).
 inline http::response to_response(result<infer_output> r) {
   if (!r) return error_response(r.error());
+  auto msg = net::kserve::encode_response(**r);
+  if (!msg) return error_response(msg.error());
   http::response out;
   out.status = 200;
-  out.body = std::move(r->header);
-  out.pieces = std::move(r->binary);
-  out.keep_alive = std::move(r->owner);
-  if (r->header_length) {
+  out.body = std::move(msg->header);
+  out.pieces = std::move(msg->binary);
+  out.keep_alive = std::move(*r);
+  if (msg->header_length) {
     out.headers.emplace_back("Content-Type", "application/octet-stream");
-    out.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*r->header_length));
+    out.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*msg->header_length));
   } else {
     out.headers.emplace_back("Content-Type", "application/json");
   }
@@ -126,7 +132,7 @@ class service_core final {
       : config_(std::move(cfg)),
         auth_(config_.auth_token),
         registry_(std::move(factory)),
-        pipeline_(registry_, config_) {
+        pipeline_(registry_, config_, &shared_memory_) {
     add_routes();
   }
   service_core(const service_core&) = delete;
@@ -136,6 +142,8 @@ class service_core final {
   model_registry& registry() noexcept { return registry_; }
   const model_registry& registry() const noexcept { return registry_; }
   inference_pipeline& pipeline() noexcept { return pipeline_; }
+  // The system shared-memory regions (register / unregister / status for every front end).
+  shared_memory_registry& shared_memory() noexcept { return shared_memory_; }
   const server_config& config() const noexcept { return config_; }
 
   std::string metrics() const {
@@ -149,7 +157,7 @@ class service_core final {
   void handle(http::request&& req, http::responder respond) {
     const auto parts = split_path(req.target);
     const bool health = parts.size() >= 2 && parts[0] == "v2" && parts[1] == "health";
-    if (auth_.enabled() && !health && !auth_.allows(http::find_header(req.headers, "authorization"))) {
+    if (!health && !authorized(http::find_header(req.headers, "authorization"))) {
       auto r = error_response(401, bearer_auth::denied_message, errc::invalid_argument);
       r.headers.emplace_back("WWW-Authenticate", "Bearer");
       return respond(std::move(r));
@@ -158,6 +166,90 @@ class service_core final {
     const auto* h = routes_.find(req.method, parts, match);
     if (!h) return respond(not_found_route());
     (*h)(std::move(req), std::move(respond), match);
+  }
+
+  // What every front end answers, protocol-neutral (HTTP routes here, the gRPC service of
+  // server/grpc_server.hpp): JSON as Triton's HTTP API has it (its gRPC messages share the field names).
+  static ojson server_metadata() {
+    return ojson{{"name", "jitembed"},
+                 {"version", kServerVersion},
+                 {"extensions", ojson::array({"binary_tensor_data", "statistics", "model_configuration",
+                                              "model_repository", "system_shared_memory"})}};
+  }
+  // Whether the bearer token (when one is configured) allows a call with this Authorization value.
+  bool authorized(std::string_view authorization) const { return !auth_.enabled() || auth_.allows(authorization); }
+
+  // Ready to serve the model (version): the service is not draining, the version is loaded and no batch
+  // runs past its requests' deadline. Errors: unavailable (draining, busy), not_found.
+  result<void> model_ready(std::string_view name, std::string_view version) {
+    if (!registry_.ready()) return inference_pipeline::not_ready();  // draining: before any model check
+    auto inst = registry_.find(name, version);
+    if (!inst) return as_error(net::kserve::model_not_found(name, version));
+    // a batch running past its rows' deadline keeps the model busy: not ready until it returns
+    if (!(*inst)->ready())
+      return fail(errc::unavailable, "model '" + (*inst)->name() + "' version " + (*inst)->version() +
+                                         " is busy: a batch runs past its requests' deadline");
+    return {};
+  }
+  result<ojson> metadata_json(std::string_view name, std::string_view version) {
+    auto inst = registry_.find(name, version);
+    if (!inst) return as_error(net::kserve::model_not_found(name, version));
+    return model_metadata(**inst, registry_.versions_of(name));
+  }
+  result<ojson> config_json(std::string_view name, std::string_view version) {
+    auto inst = registry_.find(name, version);
+    if (!inst) return as_error(net::kserve::model_not_found(name, version));
+    return model_config_json(**inst, registry_.policy_of(name, (*inst)->config().policy));
+  }
+  // {"model_stats": [...]} of one model (version), or of every model when `name` is empty.
+  result<ojson> stats_json(std::string_view name, std::string_view version) {
+    const auto held = registry_.select(name, version);
+    if (held.empty() && !name.empty()) return as_error(net::kserve::model_not_found(name, version));
+    ojson arr = ojson::array();
+    for (const auto& h : held) arr.push_back(model_stats_json(*h));
+    return ojson{{"model_stats", arr}};
+  }
+  ojson repository_index_json() const {
+    ojson arr = ojson::array();
+    for (const auto& e : registry_.repository_index()) {
+      ojson j{{"name", e.name}};
+      if (!e.version.empty()) j["version"] = e.version;
+      if (!e.state.empty()) j["state"] = e.state;
+      if (!e.reason.empty()) j["reason"] = e.reason;
+      if (!e.ignored.empty()) j["ignored"] = e.ignored;
+      arr.push_back(std::move(j));
+    }
+    return arr;
+  }
+
+  // A repository load / unload request: `request` is its JSON body ({"parameters": {...}}, or empty).
+  result<void> repository_call(const std::string& name, bool load, const nlohmann::json& request) {
+    if (const auto src = registry_.source(); src && src->has(name)) {
+      // A repository model: its config.pbtxt is the configuration; the directory is read again.
+      if (auto it = request.find("parameters"); it != request.end() && !(it->is_object() && it->empty()))
+        return fail(errc::invalid_argument, "model '" + name +
+                                                "' comes from the model repository: its config.pbtxt is its "
+                                                "configuration (load/unload take no parameters)");
+      return load ? src->load(registry_, name) : src->unload(registry_, name);
+    }
+    nlohmann::json params = nlohmann::json::object();
+    if (auto it = request.find("parameters"); it != request.end()) {
+      if (!it->is_object()) return fail(errc::invalid_argument, "repository request 'parameters' is not an object");
+      params = *it;
+    }
+    std::string version;
+    if (auto it = params.find("version"); it != params.end()) {
+      if (it->is_string())
+        version = it->get<std::string>();
+      else if (it->is_number_unsigned())
+        version = std::to_string(it->get<std::uint64_t>());
+      else
+        return fail(errc::invalid_argument, "repository parameter 'version' is not a string or an unsigned integer");
+    }
+    if (!load) return registry_.unload(name, version);
+    auto cfg = load_request_config(name, version, params);
+    if (!cfg) return fail(errc::invalid_argument, cfg.error().message);
+    return registry_.load(*cfg);
   }
 
  private:
@@ -173,26 +265,33 @@ class service_core final {
   void add_routes() {
     add_sync(methods::get, "/metrics",
              [this](const route_match&) { return text_response(200, metrics(), "text/plain; version=0.0.4"); });
-    add_sync(methods::get, "/v2", [](const route_match&) {
-      return json_response(200, ojson{{"name", "jitembed"},
-                                      {"version", kServerVersion},
-                                      {"extensions", ojson::array({"binary_tensor_data", "statistics",
-                                                                   "model_configuration", "model_repository"})}});
-    });
+    add_sync(methods::get, "/v2", [](const route_match&) { return json_response(200, server_metadata()); });
     add_sync(methods::get, "/v2/health/live", [](const route_match&) { return text_response(200, "", "text/plain"); });
     add_sync(methods::get, "/v2/health/ready", [this](const route_match&) { return ready_or_not(); });
 
     // The repository extension takes POST only.
-    add_sync(methods::post, "/v2/repository/index", [this](const route_match&) { return repository_index_response(); });
+    add_sync(methods::post, "/v2/repository/index",
+             [this](const route_match&) { return json_response(200, repository_index_json()); });
     for (const bool load : {true, false})
       routes_.add(methods::post, load ? "/v2/repository/models/{model}/load" : "/v2/repository/models/{model}/unload",
                   [this, load](http::request&& req, http::responder respond, const route_match& p) {
-                    respond(repository_call(std::string(p["model"]), load, req.body));
+                    nlohmann::json body = nlohmann::json::object();
+                    if (!req.body.empty()) {
+                      body = nlohmann::json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+                      if (body.is_discarded() || !body.is_object())
+                        return respond(error_response(400, "repository request body is not a JSON object",
+                                                      errc::invalid_argument));
+                    }
+                    auto r = repository_call(std::string(p["model"]), load, body);
+                    respond(r ? json_response(200, ojson::object()) : error_response(r.error()));
                   });
     add_sync(methods::post, "/v2/repository/**", [](const route_match&) { return not_found_route(); });
     add_sync(methods::any, "/v2/repository/**", [](const route_match&) { return method_not_allowed(); });
 
-    add_sync(methods::get, "/v2/models/stats", [this](const route_match&) { return stats({}, {}); });  // every model
+    add_shared_memory_routes();
+
+    add_sync(methods::get, "/v2/models/stats",
+             [this](const route_match&) { return json_or_error(stats_json({}, {})); });  // every model
     // /v2/models/{m}[/versions/{v}][/action]: POST is infer, every other action is read with any other method.
     for (const std::string_view base : {"/v2/models/{model}", "/v2/models/{model}/versions/{version}"}) {
       const std::string b(base);
@@ -202,41 +301,69 @@ class service_core final {
                   });
       add_sync(methods::post, b, [](const route_match&) { return method_not_allowed(); });
       add_sync(methods::post, b + "/{action}", [](const route_match&) { return method_not_allowed(); });
-      add_sync(methods::any, b + "/stats", [this](const route_match& p) { return stats(p["model"], p["version"]); });
+      add_sync(methods::any, b + "/stats",
+               [this](const route_match& p) { return json_or_error(stats_json(p["model"], p["version"])); });
       add_sync(methods::any, b + "/ready", [this](const route_match& p) {
-        if (!registry_.ready()) return not_ready();  // draining: before any model check
-        return with_model(p, [](const model_instance& inst) {
-          // a batch running past its rows' deadline keeps the model busy: not ready until it returns
-          if (inst.ready()) return text_response(200, "", "text/plain");
-          return error_response(fail(errc::unavailable, "model '" + inst.name() + "' version " + inst.version() +
-                                                            " is busy: a batch runs past its requests' deadline"));
-        });
+        auto r = model_ready(p["model"], p["version"]);
+        return r ? text_response(200, "", "text/plain") : error_response(r.error());
       });
-      add_sync(methods::any, b + "/config", [this](const route_match& p) {
-        return with_model(p, [&](const model_instance& inst) {
-          return json_response(200, model_config_json(inst, registry_.policy_of(p["model"], inst.config().policy)));
-        });
-      });
-      add_sync(methods::any, b, [this](const route_match& p) {
-        return with_model(p, [&](const model_instance& inst) {
-          return json_response(200, model_metadata(inst, registry_.versions_of(p["model"])));
-        });
-      });
+      add_sync(methods::any, b + "/config",
+               [this](const route_match& p) { return json_or_error(config_json(p["model"], p["version"])); });
+      add_sync(methods::any, b,
+               [this](const route_match& p) { return json_or_error(metadata_json(p["model"], p["version"])); });
       add_sync(methods::any, b + "/{action}", [this](const route_match& p) {  // unknown action: 404 for a known model
-        return with_model(p, [](const model_instance&) { return not_found_route(); });
+        auto inst = registry_.find(p["model"], p["version"]);
+        return inst ? not_found_route() : error_response(net::kserve::model_not_found(p["model"], p["version"]));
       });
     }
   }
 
+  // Triton's system shared-memory extension (docs/server.md).
+  void add_shared_memory_routes() {
+    routes_.add(methods::post, "/v2/systemsharedmemory/region/{region}/register",
+                [this](http::request&& req, http::responder respond, const route_match& p) {
+                  respond(register_shared_memory(std::string(p["region"]), req.body));
+                });
+    add_sync(methods::post, "/v2/systemsharedmemory/region/{region}/unregister", [this](const route_match& p) {
+      shared_memory_.unregister_region(p["region"]);
+      return json_response(200, ojson::object());
+    });
+    add_sync(methods::post, "/v2/systemsharedmemory/unregister", [this](const route_match&) {
+      shared_memory_.unregister_all();
+      return json_response(200, ojson::object());
+    });
+    add_sync(methods::get, "/v2/systemsharedmemory/status",
+             [this](const route_match&) { return json_or_error(shared_memory_.status()); });
+    add_sync(methods::get, "/v2/systemsharedmemory/region/{region}/status",
+             [this](const route_match& p) { return json_or_error(shared_memory_.status(p["region"])); });
+    add_sync(methods::any, "/v2/systemsharedmemory/**", [](const route_match&) { return method_not_allowed(); });
+  }
+
+  // A register request's JSON body: {"key": string, "offset": unsigned (default 0), "byte_size": unsigned}.
+  http::response register_shared_memory(std::string name, const std::string& body) {
+    const auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    auto bad = [](std::string m) { return error_response(400, m, errc::invalid_argument); };
+    if (j.is_discarded() || !j.is_object()) return bad("shared memory register request body is not a JSON object");
+    const auto key = j.find("key");
+    if (key == j.end() || !key->is_string()) return bad("shared memory register request has no string 'key'");
+    std::uint64_t offset = 0;
+    if (const auto it = j.find("offset"); it != j.end()) {
+      if (!it->is_number_unsigned())
+        return bad("shared memory register request 'offset' is not a non-negative integer");
+      offset = it->get<std::uint64_t>();
+    }
+    const auto size = j.find("byte_size");
+    if (size == j.end() || !size->is_number_unsigned())
+      return bad("shared memory register request has no non-negative integer 'byte_size'");
+    auto r =
+        shared_memory_.register_region(std::move(name), key->get<std::string>(), offset, size->get<std::uint64_t>());
+    return r ? json_response(200, ojson::object()) : error_response(r.error());
+  }
+
   static http::response not_ready() { return error_response(inference_pipeline::not_ready()); }
   http::response ready_or_not() const { return registry_.ready() ? text_response(200, "", "text/plain") : not_ready(); }
-
-  // f(instance) for the model (version) of the match, or the KServe "unknown model" answer.
-  template <class F>
-  http::response with_model(const route_match& p, F&& f) {
-    auto inst = registry_.find(p["model"], p["version"]);
-    if (!inst) return error_response(net::kserve::model_not_found(p["model"], p["version"]));
-    return f(**inst);
+  static http::response json_or_error(const result<ojson>& r) {
+    return r ? json_response(200, *r) : error_response(r.error());
   }
 
   void infer(std::string name, std::string version, http::request&& req, http::responder respond) {
@@ -248,80 +375,11 @@ class service_core final {
                     [respond = std::move(respond)](result<infer_output> r) { respond(to_response(std::move(r))); });
   }
 
-  http::response stats(std::string_view name, std::string_view version) {
-    const auto held = registry_.select(name, version);
-    if (held.empty() && !name.empty()) return error_response(net::kserve::model_not_found(name, version));
-    ojson arr = ojson::array();
-    for (const auto& h : held) arr.push_back(model_stats_json(*h));
-    return json_response(200, ojson{{"model_stats", arr}});
-  }
-
-  http::response repository_index_response() {
-    ojson arr = ojson::array();
-    for (const auto& e : registry_.repository_index()) {
-      ojson j{{"name", e.name}};
-      if (!e.version.empty()) j["version"] = e.version;
-      if (!e.state.empty()) j["state"] = e.state;
-      if (!e.reason.empty()) j["reason"] = e.reason;
-      if (!e.ignored.empty()) j["ignored"] = e.ignored;
-      arr.push_back(std::move(j));
-    }
-    return json_response(200, arr);
-  }
-
-  http::response repository_call(const std::string& name, bool load, const std::string& body) {
-    const auto ok = [] { return json_response(200, ojson::object()); };
-    if (const auto src = registry_.source(); src && src->has(name)) {
-      // A repository model: its config.pbtxt is the configuration; the directory is read again.
-      if (!body.empty()) {
-        auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-        if (j.is_discarded() || !j.is_object())
-          return error_response(400, "repository request body is not a JSON object", errc::invalid_argument);
-        if (auto it = j.find("parameters"); it != j.end() && !(it->is_object() && it->empty()))
-          return error_response(400,
-                                "model '" + name +
-                                    "' comes from the model repository: its config.pbtxt is its configuration "
-                                    "(load/unload take no parameters)",
-                                errc::invalid_argument);
-      }
-      auto r = load ? src->load(registry_, name) : src->unload(registry_, name);
-      return r ? ok() : error_response(r.error());
-    }
-    nlohmann::json params = nlohmann::json::object();
-    if (!body.empty()) {
-      auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object())
-        return error_response(400, "repository request body is not a JSON object", errc::invalid_argument);
-      if (auto it = j.find("parameters"); it != j.end()) {
-        if (!it->is_object())
-          return error_response(400, "repository request 'parameters' is not an object", errc::invalid_argument);
-        params = *it;
-      }
-    }
-    std::string version;
-    if (auto it = params.find("version"); it != params.end()) {
-      if (it->is_string())
-        version = it->get<std::string>();
-      else if (it->is_number_unsigned())
-        version = std::to_string(it->get<std::uint64_t>());
-      else
-        return error_response(400, "repository parameter 'version' is not a string or an unsigned integer",
-                              errc::invalid_argument);
-    }
-    if (!load) {
-      auto r = registry_.unload(name, version);
-      return r ? ok() : error_response(r.error());
-    }
-    auto cfg = load_request_config(name, version, params);
-    if (!cfg) return error_response(400, cfg.error().message, errc::invalid_argument);
-    auto r = registry_.load(*cfg);
-    return r ? ok() : error_response(r.error());
-  }
-
   server_config config_;
   bearer_auth auth_;
   model_registry registry_;
-  inference_pipeline pipeline_;  // after registry_: destroyed (its pool's threads stopped) before it
+  shared_memory_registry shared_memory_;  // before pipeline_: outlives it
+  inference_pipeline pipeline_;           // after registry_: destroyed (its pool's threads stopped) before it
   route_table<route_handler> routes_;
 };
 

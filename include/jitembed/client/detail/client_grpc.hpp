@@ -1,0 +1,309 @@
+// client_state's gRPC transport (grpc://host:port endpoints): one channel per endpoint (HTTP/2: calls
+// multiplex on it; gRPC reconnects it), each attempt a unary ModelInfer on gRPC's callback API with the
+// dynamic messages of net/grpc/kserve_schema.hpp. The answer goes through the same policy as an HTTP one
+// (client_state::on_answer): balancing, retries, hedging, row split and exactly-once are transport-blind.
+// Included when the program links jitembed::grpc (JITEMBED_HAS_GRPC); without it a grpc:// endpoint
+// answers every attempt with errc::not_found (client_state_attempts.hpp: "built without gRPC").
+// Included at the end of jitembed/client/detail/client_state.hpp (users include that header).
+#pragma once
+
+#include "jitembed/client/detail/client_state.hpp"
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <future>
+
+#include "jitembed/net/grpc/kserve_schema.hpp"
+#include "jitembed/net/grpc/status.hpp"
+#include "jitembed/net/kserve/status.hpp"
+
+namespace jitembed::client::detail {
+
+namespace grpc_client {
+
+namespace pb = google::protobuf;
+
+struct channel {
+  std::shared_ptr<::grpc::Channel> ch;
+  std::unique_ptr<::grpc::GenericStub> stub;
+};
+
+// One attempt's call: the context (cancelled when the attempt ends first) and the buffers.
+struct call {
+  ::grpc::ClientContext ctx;
+  ::grpc::ByteBuffer request, response;
+};
+
+inline std::shared_ptr<channel> make_channel(const endpoint_address& a) {
+  auto c = std::make_shared<channel>();
+  ::grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  const bool v6 = a.host.find(':') != std::string::npos;
+  c->ch = ::grpc::CreateCustomChannel((v6 ? "[" + a.host + "]" : a.host) + ":" + std::to_string(a.port),
+                                      ::grpc::InsecureChannelCredentials(), args);
+  c->stub = std::make_unique<::grpc::GenericStub>(c->ch);
+  return c;
+}
+
+inline std::string method(std::string_view name) {
+  return "/" + std::string(net::grpc::kServiceName) + "/" + std::string(name);
+}
+
+inline ::grpc::ByteBuffer serialize(const pb::Message& m) {
+  const std::string bytes = m.SerializeAsString();
+  ::grpc::Slice s(bytes.data(), bytes.size());
+  return ::grpc::ByteBuffer(&s, 1);
+}
+
+inline bool parse(::grpc::ByteBuffer& b, pb::Message& m) {
+  ::grpc::ProtoBufferReader reader(&b);
+  return m.ParseFromZeroCopyStream(&reader);
+}
+
+// The failed call's error: the server's errc (trailing metadata jitembed-errc) or the status code's.
+inline error_info call_error(const ::grpc::Status& s, const ::grpc::ClientContext& ctx, std::string_view what) {
+  std::optional<std::string_view> name;
+  const auto& md = ctx.GetServerTrailingMetadata();
+  if (auto it = md.find(std::string(net::grpc::kErrcMetadataKey)); it != md.end())
+    name = std::string_view(it->second.data(), it->second.size());
+  return fail(
+      net::grpc::errc_of(s, name),
+      std::string(what) + ": gRPC " + std::to_string(static_cast<int>(s.error_code())) + ": " + s.error_message());
+}
+
+// An HTTP-like status for the policy shared with HTTP answers (client_state::on_answer).
+inline int http_like_status(errc code) { return net::kserve::http_status(code); }
+
+// A ModelInferRequest for the call: one BYTES input [n, 1] (raw_input_contents), the requested outputs,
+// the deadline as the KServe "timeout" parameter (microseconds).
+inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeout_us) {
+  const auto& schema = net::grpc::kserve_schema::get();
+  auto m = schema.make("ModelInferRequest");
+  const auto* d = m->GetDescriptor();
+  const auto* r = m->GetReflection();
+  r->SetString(m.get(), d->FindFieldByName("model_name"), c.model);
+  if (!c.version.empty()) r->SetString(m.get(), d->FindFieldByName("model_version"), c.version);
+  {
+    auto* entry = r->AddMessage(m.get(), d->FindFieldByName("parameters"));
+    const auto* ed = entry->GetDescriptor();
+    entry->GetReflection()->SetString(entry, ed->map_key(), "timeout");
+    auto* v = entry->GetReflection()->MutableMessage(entry, ed->map_value());
+    v->GetReflection()->SetInt64(v, v->GetDescriptor()->FindFieldByName("int64_param"), timeout_us);
+  }
+  auto* in = r->AddMessage(m.get(), d->FindFieldByName("inputs"));
+  const auto* id = in->GetDescriptor();
+  in->GetReflection()->SetString(in, id->FindFieldByName("name"), c.input);
+  in->GetReflection()->SetString(in, id->FindFieldByName("datatype"), "BYTES");
+  in->GetReflection()->AddInt64(in, id->FindFieldByName("shape"), static_cast<std::int64_t>(c.n_rows));
+  in->GetReflection()->AddInt64(in, id->FindFieldByName("shape"), 1);
+  for (const auto& o : c.outputs) {
+    auto* out = r->AddMessage(m.get(), d->FindFieldByName("outputs"));
+    out->GetReflection()->SetString(out, out->GetDescriptor()->FindFieldByName("name"), o);
+  }
+  r->AddString(m.get(), d->FindFieldByName("raw_input_contents"),
+               std::string(reinterpret_cast<const char*>(c.rows->data()), c.rows->size()));
+  return serialize(*m);
+}
+
+// A ModelInferResponse as the call's result: each output [n_rows, ...] from raw_output_contents.
+inline result<embed_result> infer_result(::grpc::ByteBuffer& b, const remote_call& c, const std::string& url) {
+  namespace ks = net::kserve;
+  auto m = net::grpc::kserve_schema::get().make("ModelInferResponse");
+  if (!parse(b, *m)) return fail(errc::decode_failed, "response of " + url + ": not a ModelInferResponse");
+  const auto* d = m->GetDescriptor();
+  const auto* r = m->GetReflection();
+  embed_result out;
+  out.model_name = r->GetString(*m, d->FindFieldByName("model_name"));
+  out.model_version = r->GetString(*m, d->FindFieldByName("model_version"));
+  out.endpoint = url;
+  out.attempts = c.attempts;
+  const auto* outputs = d->FindFieldByName("outputs");
+  const auto* raw = d->FindFieldByName("raw_output_contents");
+  const int n = r->FieldSize(*m, outputs);
+  if (r->FieldSize(*m, raw) != n)
+    return fail(errc::corrupt_data, "response of " + url + ": " + std::to_string(r->FieldSize(*m, raw)) +
+                                        " raw_output_contents for " + std::to_string(n) + " outputs");
+  for (int i = 0; i < n; ++i) {
+    const auto& o = r->GetRepeatedMessage(*m, outputs, i);
+    const auto* od = o.GetDescriptor();
+    const auto* orf = o.GetReflection();
+    ks::infer_tensor t;
+    t.name = orf->GetString(o, od->FindFieldByName("name"));
+    const auto dt = ks::datatype_from_string(orf->GetString(o, od->FindFieldByName("datatype")));
+    if (!dt)
+      return fail(errc::corrupt_data, "response of " + url + ": output '" + t.name + "' has an unknown datatype");
+    t.type = *dt;
+    for (int k = 0; k < orf->FieldSize(o, od->FindFieldByName("shape")); ++k)
+      t.shape.push_back(orf->GetRepeatedInt64(o, od->FindFieldByName("shape"), k));
+    const std::string& bytes = r->GetRepeatedStringReference(*m, raw, i, nullptr);
+    t.data = bytes_view(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+    auto v = t.as_tensor_view();
+    if (!v) return fail(v.code(), "response of " + url + ": " + v.error().message);
+    if (v->rank() == 0 || v->shape()[0] != static_cast<std::int64_t>(c.n_rows))
+      return fail(errc::corrupt_data, "response of " + url + ": output '" + t.name + "' has " +
+                                          (v->rank() ? std::to_string(v->shape()[0]) : std::string("no")) +
+                                          " rows, sent " + std::to_string(c.n_rows));
+    out.outputs.emplace_back(t.name, tensor::copy_of(t.data, v->dtype(), v->shape()));
+  }
+  return out;
+}
+
+// A unary call made synchronous (metadata and config lookups, off the state lock).
+inline ::grpc::Status unary(channel& ch, std::string_view name, const pb::Message& req, pb::Message& resp,
+                            const client_options& opts, std::string_view what, error_info& err) {
+  ::grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(std::min<std::int64_t>(opts.request_timeout.count(), 10000)));
+  if (!opts.auth_token.empty()) ctx.AddMetadata("authorization", "Bearer " + opts.auth_token);
+  ::grpc::ByteBuffer in = serialize(req), out;
+  std::promise<::grpc::Status> done;
+  ch.stub->UnaryCall(&ctx, method(name), ::grpc::StubOptions(), &in, &out,
+                     [&done](::grpc::Status s) { done.set_value(std::move(s)); });
+  auto s = done.get_future().get();
+  if (!s.ok()) {
+    err = call_error(s, ctx, what);
+  } else if (!parse(out, resp)) {
+    err = fail(errc::decode_failed, std::string(what) + ": not a valid reply");
+    return ::grpc::Status(::grpc::StatusCode::INTERNAL, err.message);
+  }
+  return s;
+}
+
+// Model metadata / config of `model` as the JSON Triton's HTTP API answers (the messages' JSON mapping),
+// for the identity and metadata lookups shared with HTTP endpoints.
+inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_view rpc, std::string_view req_type,
+                                         std::string_view resp_type, const std::string& model,
+                                         const client_options& opts) {
+  auto ch = make_channel(a);
+  const auto& schema = net::grpc::kserve_schema::get();
+  auto req = schema.make(req_type);
+  req->GetReflection()->SetString(req.get(), req->GetDescriptor()->FindFieldByName("name"), model);
+  auto resp = schema.make(resp_type);
+  error_info err;
+  const auto s = unary(*ch, rpc, *req, *resp, opts, std::string(rpc) + " of '" + model + "' from " + a.url, err);
+  if (!s.ok()) return err;
+  std::string json;
+  pb::util::JsonPrintOptions po;
+  po.preserve_proto_field_names = true;
+  if (!pb::util::MessageToJsonString(*resp, &json, po).ok())
+    return fail(errc::internal, "printing " + std::string(resp_type));
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded()) return fail(errc::internal, "printing " + std::string(resp_type));
+  return j;
+}
+
+}  // namespace grpc_client
+
+inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
+  auto& ep = *a->ep;
+  if (!ep.grpc) ep.grpc = grpc_client::make_channel(ep.addr);
+  auto ch = std::static_pointer_cast<grpc_client::channel>(ep.grpc);
+  auto call = std::make_shared<grpc_client::call>();
+  const auto remaining =
+      std::chrono::duration_cast<std::chrono::microseconds>(a->call->deadline - clock::now()).count();
+  call->request = grpc_client::infer_request(*a->call, std::max<std::int64_t>(1, remaining));
+  call->ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::microseconds(std::max<std::int64_t>(1, remaining)));
+  if (!opts_.auth_token.empty()) call->ctx.AddMetadata("authorization", "Bearer " + opts_.auth_token);
+  a->grpc_call = call;
+  (void)d;
+  client_state* const self = this;  // close() cancels the calls and waits for their callbacks
+  ++grpc_calls_;
+  ch->stub->UnaryCall(&call->ctx, grpc_client::method("ModelInfer"), ::grpc::StubOptions(), &call->request,
+                      &call->response, [self, a, call, ch](::grpc::Status s) {
+                        deferred dd;  // user callbacks: after the lock is released
+                        std::lock_guard lk(self->mu_);
+                        {
+                          if (!a->finished) {
+                            const auto& url = a->ep->addr.url;
+                            if (s.ok()) {
+                              auto r = grpc_client::infer_result(call->response, *a->call, url);
+                              self->on_answer(a, 200, r ? std::move(r) : result<embed_result>(r.error()), dd);
+                            } else if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE &&
+                                       call->ctx.GetServerTrailingMetadata().empty()) {
+                              // no answer from a server (connect failure, reset): a transport error
+                              self->on_grpc_transport_error(a, s.error_message(), dd);
+                            } else {
+                              auto e =
+                                  grpc_client::call_error(s, call->ctx, "model '" + a->call->model + "' on " + url);
+                              self->on_answer(a, grpc_client::http_like_status(e.code), e, dd);
+                            }
+                          }
+                        }
+                        if (--self->grpc_calls_ == 0) self->grpc_idle_.notify_all();  // close() may go on
+                      });
+}
+
+inline void client_state::grpc_cancel(remote_attempt& a) {
+  if (a.grpc_call) std::static_pointer_cast<grpc_client::call>(a.grpc_call)->ctx.TryCancel();
+}
+
+inline void client_state::on_grpc_transport_error(const attempt_ptr& a, const std::string& message, deferred& d) {
+  const auto c = a->call;
+  end_attempt(a);
+  if (c->done) return resume_waiting(d);
+  a->ep->failures++;
+  note_endpoint_failure(*a->ep);
+  const bool deadline = clock::now() >= c->deadline;
+  schedule_retry(
+      c,
+      deadline ? deadline_error(*c) : fail(errc::io_error, "gRPC call to " + a->ep->addr.url + " failed: " + message),
+      d, true);
+  resume_waiting(d);
+}
+
+inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string& model,
+                                                                 const client_options& opts) {
+  JITEMBED_ASSIGN_OR_RETURN(
+      auto cfg, grpc_client::fetch_json(a, "ModelConfig", "ModelConfigRequest", "ModelConfigResponse", model, opts));
+  const auto& config = cfg.contains("config") ? cfg["config"] : cfg;
+  auto fp = identity_parameter(config, "fingerprint");
+  auto key = identity_parameter(config, "preprocess_key");
+  if (!fp || !key) return std::optional<model_identity>{};
+  model_identity id{std::move(*fp), std::move(*key), {}};
+  if (auto in = config.find("input"); in != config.end() && in->is_array() && !in->empty() && (*in)[0].contains("name"))
+    id.input = (*in)[0]["name"].get<std::string>();
+  return std::optional<model_identity>(std::move(id));
+}
+
+inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts) {
+  auto ch = grpc_client::make_channel(a);
+  const auto& schema = net::grpc::kserve_schema::get();
+  auto req = schema.make("ModelReadyRequest");
+  req->GetReflection()->SetString(req.get(), req->GetDescriptor()->FindFieldByName("name"), model);
+  auto resp = schema.make("ModelReadyResponse");
+  error_info err;
+  if (!grpc_client::unary(*ch, "ModelReady", *req, *resp, opts, "ModelReady", err).ok()) return false;
+  return resp->GetReflection()->GetBool(*resp, resp->GetDescriptor()->FindFieldByName("ready"));
+}
+
+inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
+                                                  const client_options& opts) {
+  JITEMBED_ASSIGN_OR_RETURN(auto j, grpc_client::fetch_json(a, "ModelMetadata", "ModelMetadataRequest",
+                                                            "ModelMetadataResponse", model, opts));
+  model_metadata md;
+  md.name = j.value("name", model);
+  md.platform = j.value("platform", "");
+  if (auto v = j.find("versions"); v != j.end() && v->is_array())
+    for (const auto& e : *v) md.versions.push_back(e.get<std::string>());
+  for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}}) {
+    if (auto list = j.find(key); list != j.end() && list->is_array())
+      for (const auto& t : *list) {
+        served_tensor st{t.value("name", ""), t.value("datatype", ""), {}};
+        if (auto s = t.find("shape"); s != t.end())
+          for (const auto& dim : *s)
+            st.shape.push_back(dim.is_string() ? std::stoll(dim.get<std::string>()) : dim.get<std::int64_t>());
+        dst->push_back(std::move(st));
+      }
+  }
+  return md;
+}
+
+}  // namespace jitembed::client::detail

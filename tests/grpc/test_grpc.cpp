@@ -1,0 +1,182 @@
+// KServe gRPC, both ends in one process: jitembed's gRPC front end (server::grpc_server) and the JIT
+// client's grpc:// transport. Answers over gRPC equal the HTTP ones bitwise; mixed http:// + grpc://
+// endpoint lists balance and fail over; errc survives the trip (not_found, invalid_argument, timeout);
+// malformed messages and unknown methods get clear status codes and leave the server serving.
+#include <doctest/doctest.h>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "jitembed/client/jit_client.hpp"
+#include "jitembed/net/http/server.hpp"
+#include "jitembed/server.hpp"
+#include "jitembed/server/grpc_server.hpp"
+
+namespace {
+
+using namespace jitembed;
+using namespace std::chrono_literals;
+namespace cl = jitembed::client;
+namespace http = jitembed::net::http;
+
+// A service with the small text-embed reference model behind HTTP and gRPC on 127.0.0.1.
+struct both_fronts {
+  server::service svc;
+  http::server http_srv;
+  server::grpc_server grpc_srv;
+
+  static server::service make_service(std::string params = "") {
+    server::server_config sc;
+    sc.preprocess_threads = 2;
+    server::model_config mc;
+    mc.name = "text-embed";
+    mc.params = {{"text_dim", 16}, {"text_max_length", 8}};
+    if (!params.empty()) mc.params[params] = 200000;  // e.g. sleep_us
+    sc.models = {mc};
+    return server::service::create(sc).value();
+  }
+  explicit both_fronts(std::string params = "")
+      : svc(make_service(std::move(params))),
+        http_srv(http::server::create(http::server_options{}, svc.as_handler()).value()),
+        grpc_srv(server::grpc_server::create(server::grpc_server_options{}, svc).value()) {}
+
+  std::string http_url() const { return "http://127.0.0.1:" + std::to_string(http_srv.port()); }
+  std::string grpc_url() const { return "grpc://127.0.0.1:" + std::to_string(grpc_srv.port()); }
+};
+
+cl::client_options options_for(std::vector<std::string> urls) {
+  cl::client_options o;
+  o.endpoints.list = std::move(urls);
+  o.request_timeout = 5s;
+  return o;
+}
+
+cl::embed_request text_request(const std::vector<std::string>& rows, std::string model = "text-embed") {
+  cl::embed_request r;
+  r.model = std::move(model);
+  r.input = "text";
+  for (const auto& s : rows) r.rows.push_back(as_bytes_view(s));
+  return r;
+}
+
+bool same_outputs(const cl::embed_result& a, const cl::embed_result& b) {
+  if (a.outputs.size() != b.outputs.size()) return false;
+  for (std::size_t k = 0; k < a.outputs.size(); ++k) {
+    if (a.outputs[k].first != b.outputs[k].first || a.outputs[k].second.nbytes() != b.outputs[k].second.nbytes())
+      return false;
+    if (std::memcmp(a.outputs[k].second.data(), b.outputs[k].second.data(), a.outputs[k].second.nbytes()) != 0)
+      return false;
+  }
+  return true;
+}
+
+// A raw call with bytes of our choosing (malformed messages, unknown methods).
+::grpc::Status raw_call(std::uint16_t port, const std::string& method, const std::string& bytes) {
+  auto ch = ::grpc::CreateChannel("127.0.0.1:" + std::to_string(port), ::grpc::InsecureChannelCredentials());
+  ::grpc::GenericStub stub(ch);
+  ::grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  ::grpc::Slice s(bytes.data(), bytes.size());
+  ::grpc::ByteBuffer req(&s, 1), resp;
+  std::promise<::grpc::Status> done;
+  stub.UnaryCall(&ctx, method, ::grpc::StubOptions(), &req, &resp,
+                 [&](::grpc::Status st) { done.set_value(std::move(st)); });
+  return done.get_future().get();
+}
+
+}  // namespace
+
+TEST_CASE("grpc:// endpoints: the same embeddings as HTTP, bitwise; identity and metadata over gRPC") {
+  both_fronts f;
+  auto over_http = cl::jit_client::create(options_for({f.http_url()})).value();
+  auto over_grpc = cl::jit_client::create(options_for({f.grpc_url()})).value();
+  const std::vector<std::string> rows = {"a cat on a mat", "two dogs", "", "the sea at night"};
+  auto h = over_http.embed(text_request(rows)).get();
+  auto g = over_grpc.embed(text_request(rows)).get();
+  REQUIRE(h);
+  REQUIRE(g);
+  CHECK(g->endpoint == f.grpc_url());
+  CHECK(g->outputs.size() == 3);
+  CHECK(same_outputs(*h, *g));
+  CHECK(g->find("pooled")->shape()[0] == 4);
+
+  const auto hid = over_http.identity("text-embed").value();
+  const auto gid = over_grpc.identity("text-embed").value();
+  CHECK(gid.fingerprint == hid.fingerprint);
+  CHECK(gid.preprocess_key == hid.preprocess_key);
+  CHECK(gid.input == "text");
+  const auto md = over_grpc.metadata("text-embed").value();
+  CHECK(md.name == "text-embed");
+  REQUIRE(md.outputs.size() == 3);
+  CHECK(md.outputs[0].shape.front() == -1);
+  CHECK(over_grpc.metadata("nope").code() == errc::not_found);
+}
+
+TEST_CASE("grpc:// errors keep their errc: unknown model, bad row, server-side deadline") {
+  both_fronts f;
+  auto c = cl::jit_client::create(options_for({f.grpc_url()})).value();
+  CHECK(c.embed(text_request({"x"}, "nope")).get().code() == errc::not_found);
+  // one bad row of three: the request is split row by row, only that row fails
+  const std::string bad = "\xff\xfe";
+  auto r = c.embed(text_request({"ok", bad, "fine"})).get();
+  REQUIRE(r);
+  CHECK(r->row_ok(0));
+  CHECK(r->row_errors.at(1).code == errc::invalid_utf8);
+  CHECK(r->row_ok(2));
+
+  both_fronts slow("sleep_us");  // 200 ms per batch
+  auto o = options_for({slow.grpc_url()});
+  o.request_timeout = 50ms;
+  o.retry.max_attempts = 1;
+  auto sc = cl::jit_client::create(o).value();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(sc.embed(text_request({"slow"})).get().code() == errc::timeout);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+}
+
+TEST_CASE("mixed http:// and grpc:// endpoints: both serve; a stopped gRPC front end fails over to HTTP") {
+  both_fronts a, b;
+  auto c = cl::jit_client::create(options_for({a.http_url(), b.grpc_url()})).value();
+  std::vector<std::future<result<cl::embed_result>>> fs;
+  std::vector<std::vector<std::string>> rows;
+  for (int i = 0; i < 64; ++i) rows.push_back({"caption " + std::to_string(i)});
+  for (int i = 0; i < 64; ++i) fs.push_back(c.embed(text_request(rows[i])));
+  int ok = 0;
+  for (auto& f : fs) ok += f.get().has_value();
+  CHECK(ok == 64);
+  const auto st = c.stats();
+  REQUIRE(st.endpoints.size() == 2);
+  for (const auto& e : st.endpoints) CHECK(e.successes > 0);
+
+  b.grpc_srv.stop(0ms);  // the gRPC endpoint goes away: every request still succeeds, over HTTP
+  fs.clear();
+  for (int i = 0; i < 32; ++i) fs.push_back(c.embed(text_request(rows[i])));
+  ok = 0;
+  for (auto& f : fs) {
+    auto r = f.get();
+    ok += r.has_value();
+    if (r) CHECK(r->endpoint == a.http_url());
+  }
+  CHECK(ok == 32);
+}
+
+TEST_CASE("gRPC front end: malformed messages and unknown methods get status codes; the server keeps serving") {
+  both_fronts f;
+  const auto port = f.grpc_srv.port();
+  const std::string infer = "/inference.GRPCInferenceService/ModelInfer";
+  CHECK(raw_call(port, infer, "\xff\xff\xff\xff garbage").error_code() == ::grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(raw_call(port, "/inference.GRPCInferenceService/NoSuchCall", "").error_code() ==
+        ::grpc::StatusCode::UNIMPLEMENTED);
+  CHECK(raw_call(port, "/other.Service/ModelInfer", "").error_code() == ::grpc::StatusCode::UNIMPLEMENTED);
+  // an empty ModelInferRequest: no model name
+  CHECK(raw_call(port, infer, "").error_code() == ::grpc::StatusCode::NOT_FOUND);
+  auto c = cl::jit_client::create(options_for({f.grpc_url()})).value();
+  CHECK(c.embed(text_request({"still here"})).get().has_value());
+}

@@ -1,0 +1,233 @@
+"""KServe v2 gRPC interop: tritonclient.grpc and `perf_analyzer -i grpc` against jitembed-server --grpc-port.
+
+Run through run_interop.py (ctest python/interop_grpc). The gRPC answers must equal the HTTP answers
+(bitwise: the same core computes both) and the C++ reference models; errors carry the status code the
+errc maps to (INVALID_ARGUMENT, NOT_FOUND, DEADLINE_EXCEEDED, UNAUTHENTICATED) and the server's message.
+"""
+import json
+import os
+import queue
+import subprocess
+import csv
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+import interop_util
+
+TOL = dict(rtol=1e-6, atol=1e-6)
+TEXTS = ["a photo of a cat", "héllo wörld ☃ — UTF-8", "x", "a much longer caption " * 12]
+
+
+def _env(name):
+    v = os.environ.get(name)
+    if not v:
+        pytest.skip(f"{name} not set: run through run_interop.py (ctest -L python)")
+    return v
+
+
+@pytest.fixture(scope="session")
+def work():
+    w = _env("JITEMBED_INTEROP_WORK")
+    os.makedirs(w, exist_ok=True)
+    return w
+
+
+@pytest.fixture(scope="session")
+def ref(work):
+    return interop_util.Reference(_env("JITEMBED_REFERENCE"), work)
+
+
+class GrpcServer(interop_util.Server):
+    def __init__(self, binary, args=(), log_path=None):
+        self.grpc_port = interop_util.free_port()
+        super().__init__(binary, ["--grpc-port", str(self.grpc_port)] + list(args), log_path=log_path)
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
+
+
+def stop_ok(s):
+    rc = s.stop()
+    assert rc == 0, f"jitembed-server did not drain and exit 0 on SIGTERM (rc={rc}): {s.log_tail()}"
+
+
+@pytest.fixture(scope="session")
+def server(work):
+    s = GrpcServer(_env("JITEMBED_SERVER"), log_path=os.path.join(work, "server_grpc.log"))
+    yield s
+    stop_ok(s)
+
+
+@pytest.fixture(scope="session")
+def gclient(server):
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def hclient(server):
+    c = httpclient.InferenceServerClient(url=server.url)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def jpeg(ref):
+    return ref.make_jpeg(320, 240, 1)
+
+
+def g_input(name, elements):
+    t = grpcclient.InferInput(name, [len(elements), 1], "BYTES")
+    t.set_data_from_numpy(np.array([[e] for e in elements], dtype=np.object_))
+    return t
+
+
+def h_infer(hclient, model, name, elements, outputs):
+    t = httpclient.InferInput(name, [len(elements), 1], "BYTES")
+    t.set_data_from_numpy(np.array([[e] for e in elements], dtype=np.object_), binary_data=True)
+    return hclient.infer(model, [t], outputs=[httpclient.InferRequestedOutput(o, binary_data=True) for o in outputs])
+
+
+def test_health_metadata_config_stats(gclient, hclient):
+    assert gclient.is_server_live() and gclient.is_server_ready()
+    assert gclient.get_server_metadata().name == "jitembed"
+    assert gclient.is_model_ready("text-embed")
+    assert not gclient.is_model_ready("no-such-model")
+    for model in ("image-latent", "video-latent", "text-embed"):
+        g = gclient.get_model_metadata(model, as_json=True)
+        h = hclient.get_model_metadata(model)
+        assert g["name"] == h["name"] and g["versions"] == h["versions"] and g["platform"] == h["platform"]
+        for key in ("inputs", "outputs"):
+            assert [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in g[key]] == \
+                   [(t["name"], t["datatype"], t["shape"]) for t in h[key]]
+        gc = gclient.get_model_config(model, as_json=True)["config"]
+        hc = hclient.get_model_config(model)
+        assert gc["name"] == hc["name"] and gc["max_batch_size"] == hc["max_batch_size"]
+        assert [o["name"] for o in gc["output"]] == [o["name"] for o in hc["output"]]
+        assert gc["input"][0]["data_type"] == "TYPE_STRING"
+    index = gclient.get_model_repository_index(as_json=True)
+    assert sorted(m["name"] for m in index["models"]) == ["image-latent", "text-embed", "video-latent"]
+    before = int(gclient.get_inference_statistics("text-embed", as_json=True)["model_stats"][0].get("inference_count", 0))
+    gclient.infer("text-embed", [g_input("text", TEXTS[:2])])
+    after = gclient.get_inference_statistics("text-embed", as_json=True)["model_stats"][0]
+    assert int(after["inference_count"]) == before + 2
+    assert int(after["inference_stats"]["success"]["count"]) >= 1
+
+
+def test_text_embed_equals_http_and_reference(gclient, hclient, ref):
+    outputs = ["sequence", "mask", "pooled"]
+    g = gclient.infer("text-embed", [g_input("text", [t.encode() for t in TEXTS])],
+                      outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])
+    h = h_infer(hclient, "text-embed", "text", [t.encode() for t in TEXTS], outputs)
+    refs = [ref.embed("text-embed", t.encode()) for t in TEXTS]
+    for o in outputs:
+        assert g.as_numpy(o).dtype == h.as_numpy(o).dtype
+        assert np.array_equal(g.as_numpy(o), h.as_numpy(o)), o  # the same core: bitwise equal
+        for i, r in enumerate(refs):
+            np.testing.assert_allclose(g.as_numpy(o)[i], r[o], **TOL)
+
+
+def test_image_latent_equals_http(gclient, hclient, jpeg):
+    g = gclient.infer("image-latent", [g_input("image", [jpeg, jpeg])])
+    h = h_infer(hclient, "image-latent", "image", [jpeg, jpeg], ["latent"])
+    assert g.as_numpy("latent").shape[0] == 2
+    assert np.array_equal(g.as_numpy("latent"), h.as_numpy("latent"))
+
+
+def test_stream_infer(gclient, ref):
+    results = queue.Queue()
+    gclient.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        for i, t in enumerate(TEXTS * 4):
+            gclient.async_stream_infer("text-embed", [g_input("text", [t.encode()])], request_id=str(i),
+                                       outputs=[grpcclient.InferRequestedOutput("pooled")])
+        # a bad request in the stream answers an error and the stream goes on
+        gclient.async_stream_infer("text-embed", [g_input("text", [b"\xff\xfe"])], request_id="bad")
+        gclient.async_stream_infer("text-embed", [g_input("text", [b"after"])], request_id="after")
+        got = {}
+        errors = []
+        for _ in range(len(TEXTS) * 4 + 2):
+            result, error = results.get(timeout=30)
+            if error is not None:
+                errors.append(str(error))
+            else:
+                got[result.get_response().id] = result.as_numpy("pooled")
+    finally:
+        gclient.stop_stream()
+    assert len(errors) == 1 and "utf" in errors[0].lower(), errors
+    assert "after" in got
+    for i, t in enumerate(TEXTS * 4):
+        np.testing.assert_allclose(got[str(i)][0], ref.embed("text-embed", t.encode())["pooled"], **TOL)
+
+
+def status_of(e):
+    s = e.status()
+    return s.split(".")[-1] if s else s
+
+
+def test_errors_map_to_status_codes(gclient, jpeg):
+    with pytest.raises(InferenceServerException) as e:
+        gclient.infer("no-such-model", [g_input("text", [b"x"])])
+    assert status_of(e.value) == "NOT_FOUND" and "no-such-model" in e.value.message()
+    with pytest.raises(InferenceServerException) as e:
+        gclient.infer("image-latent", [g_input("image", [b"not a jpeg"])])
+    assert status_of(e.value) == "INVALID_ARGUMENT"
+    t = grpcclient.InferInput("text", [1], "INT32")
+    t.set_data_from_numpy(np.array([1], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as e:
+        gclient.infer("text-embed", [t])
+    assert status_of(e.value) == "INVALID_ARGUMENT" and "BYTES" in e.value.message()
+    # the server is unharmed
+    assert gclient.infer("image-latent", [g_input("image", [jpeg])]).as_numpy("latent").shape[0] == 1
+
+
+def test_deadline_and_auth(work):
+    token_file = os.path.join(work, "token")
+    with open(token_file, "w") as f:
+        f.write("s3cret\n")
+    s = GrpcServer(_env("JITEMBED_SERVER"), ["--model", "text-embed:sleep_us=300000", "--auth-token-file", token_file],
+                   log_path=os.path.join(work, "server_grpc_slow.log"))
+    try:
+        c = grpcclient.InferenceServerClient(s.grpc_url)
+        auth = {"authorization": "Bearer s3cret"}
+        assert c.is_server_live()  # health needs no token
+        with pytest.raises(InferenceServerException) as e:
+            c.get_model_metadata("text-embed")
+        assert status_of(e.value) == "UNAUTHENTICATED"
+        assert c.get_model_metadata("text-embed", headers=auth).name == "text-embed"
+        # the KServe "timeout" parameter (microseconds): the server answers at the deadline
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("text-embed", [g_input("text", [b"slow"])], headers=auth, timeout=50000)
+        assert status_of(e.value) == "DEADLINE_EXCEEDED" and "deadline passed" in e.value.message()
+        r = c.infer("text-embed", [g_input("text", [b"slow"])], headers=auth)
+        assert r.as_numpy("pooled").shape[0] == 1
+        c.close()
+    finally:
+        stop_ok(s)
+
+
+def test_perf_analyzer_grpc(server, work):
+    found = interop_util.find_perf_analyzer(os.environ.get("JITEMBED_VENV", ""))
+    if found is None:
+        pytest.skip("perf_analyzer not available")
+    pa, env = found
+    data_path = os.path.join(work, "pa_grpc.json")
+    with open(data_path, "w") as f:
+        json.dump({"data": [{"text": [t]} for t in TEXTS]}, f)
+    for extra, tag in (([], "unary"), (["--streaming"], "stream")):
+        csv_path = os.path.join(work, f"pa_grpc_{tag}.csv")
+        cmd = [pa, "-m", "text-embed", "-u", server.grpc_url, "-i", "grpc", "--concurrency-range", "1:4",
+               "--input-data", data_path, "--measurement-interval", "500", "--max-trials", "3",
+               "--stability-percentage", "999", "-f", csv_path] + extra
+        p = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+        out = (p.stdout + p.stderr).decode(errors="replace")
+        assert p.returncode == 0, f"perf_analyzer -i grpc {tag} failed ({p.returncode}):\n{out[-4000:]}\n{server.log_tail()}"
+        assert "had error" not in out, out[-4000:]
+        with open(csv_path) as f:
+            rows = list(csv.DictReader(f))
+        assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2, 3, 4], rows
+        assert all(float(r["Inferences/Second"]) > 0 for r in rows), rows
+        print(f"perf_analyzer -i grpc {tag}:", [(r["Concurrency"], r["Inferences/Second"]) for r in rows])

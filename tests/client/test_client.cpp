@@ -81,6 +81,10 @@ TEST_CASE("endpoint lists: URLs, comments, blanks, duplicates, bad lines fail th
   CHECK_FALSE(tls[1].tls);
   CHECK(tls[2].url == "https://[::1]:2");
   CHECK(tls[2].host == "::1");
+  auto three = cl::parse_endpoint_list("grpc://a:1\nhttps://a:1\nhttp://a:1\n").value();  // one host, three transports
+  REQUIRE(three.size() == 3);
+  CHECK((cl::is_grpc(three[0]) && !three[0].tls));
+  CHECK((!cl::is_grpc(three[1]) && three[1].tls));
   CHECK(cl::parse_endpoint_list("").value().empty());
   auto u = cl::parse_endpoint_url("http://127.0.0.1:9/fleet/endpoints").value();
   CHECK(u.path == "/fleet/endpoints");

@@ -70,10 +70,10 @@ jitembed_component(kserve
   LINK jitembed::core nlohmann_json::nlohmann_json)
 
 if(JITEMBED_WITH_HTTP)
-  # HTTP/1.1 server and client (Boost.Beast); message.hpp itself is Boost-free.
+  # HTTP/1.1 server and client (Boost.Beast), plain or HTTPS (OpenSSL); message.hpp itself is Boost-free.
   jitembed_component(http
     GLOBS net/http.hpp net/http/*.hpp net/http/detail/*.hpp
-    LINK jitembed::core Boost::headers Threads::Threads)
+    LINK jitembed::core Boost::headers OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
 endif()
 
 if(JITEMBED_WITH_ZSTD)

@@ -27,6 +27,7 @@ if(JITEMBED_WITH_VIDEO)
 endif()
 if(JITEMBED_WITH_HTTP)
   find_package(Boost 1.74 REQUIRED)  # net/http: Beast + Asio, header-only (Boost::headers)
+  find_package(OpenSSL 1.1.1 REQUIRED)  # net/http: HTTPS through Asio's ssl (Debian: libssl-dev)
 endif()
 # Before Torch: the wheel's Caffe2Config.cmake defines protobuf::libprotobuf as an alias of an INTERFACE
 # target "dummy" when no protobuf target exists yet, which the repository component would then link.

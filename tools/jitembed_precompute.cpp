@@ -363,9 +363,12 @@ int main(int argc, char** argv) {
   app.add_option("--text-dim", ref.text_dim, "text-embed width D (default 768)");
   app.add_flag("--compress", compress, "store values shuffle+zstd compressed (default raw: zero-copy reads)");
   app.add_flag("--no-progress", no_progress, "no progress output");
-  std::string endpoints, endpoints_file;
+  std::string endpoints, endpoints_file, tls_ca_file;
   std::size_t rows_per_request = 32;
-  app.add_option("--endpoints", endpoints, "embed through these jitembed/Triton servers (comma-separated http://host:port)");
+  app.add_option("--endpoints", endpoints,
+                 "embed through these jitembed/Triton servers (comma-separated http://host:port or https://host:port)");
+  app.add_option("--tls-ca-file", tls_ca_file,
+                 "https endpoints: the PEM CA bundle their certificates must chain to (default: the system's CAs)");
   app.add_option("--endpoints-file", endpoints_file, "embed through the servers listed in this file (re-read when it changes)");
   std::vector<std::string> identity_flags;
   app.add_option("--identity", identity_flags,
@@ -388,6 +391,7 @@ int main(int argc, char** argv) {
     client::client_options co;
     if (!endpoints.empty()) co.endpoints.list = split_list(endpoints);
     co.endpoints.file = endpoints_file;
+    co.tls_ca_file = tls_ca_file;
     co.request_timeout = std::chrono::minutes(2);
     for (const auto& f : identity_flags) {
       auto id = client::parse_identity_flag(f);

@@ -42,7 +42,7 @@ int fail_exit(const std::string& what) {
 
 int main(int argc, char** argv) {
   CLI::App app{"jitembed-server: KServe v2 / Triton HTTP embedding service"};
-  std::string config_file, host, auth_token_file, model_repository;
+  std::string config_file, host, auth_token_file, model_repository, tls_cert, tls_key;
   int port = -1, io_threads = 0, preprocess_threads = -1;
   std::vector<std::string> model_flags;
   std::size_t instances = 0, max_batch = 0, queue_size = 0, max_inflight_rows = 0;
@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token-file", auth_token_file,
                  "file holding the bearer token required on every route but health");
   app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(CLI::Range(1, 1024));
+  auto* cert_opt = app.add_option("--tls-cert", tls_cert,
+                                  "HTTPS: the server's certificate chain, PEM (leaf first); needs --tls-key");
+  auto* key_opt = app.add_option("--tls-key", tls_key, "HTTPS: the private key of --tls-cert, PEM");
+  cert_opt->needs(key_opt);
+  key_opt->needs(cert_opt);
   app.add_option("--drain-grace-ms", drain_grace_ms,
                  "on SIGTERM: answer readiness and new requests 503 for this long before closing the listener")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{600000}));
@@ -180,6 +185,8 @@ int main(int argc, char** argv) {
   ho.io_threads = static_cast<int>(cfg.io_threads);
   ho.max_header_bytes = cfg.protocol.max_header_bytes;
   ho.max_body_bytes = cfg.protocol.max_body_bytes;
+  ho.tls_cert_file = tls_cert;
+  ho.tls_key_file = tls_key;
   auto http_made = net::http::server::create(ho, svc.as_handler());
   if (!http_made) return fail_exit(std::string(to_string(http_made.code())) + ": " + http_made.error().message);
   auto& http = *http_made;

@@ -57,7 +57,7 @@ COMPONENT_CONAN_DEPS = {
     "format": [],
     "gloo": ["gloo/[>=0.0.20220518]"],
     "grpc": ["protobuf/[>=3.21 <6]", "grpc/[>=1.51 <2]"],
-    "http": ["boost/[>=1.74 <2]"],
+    "http": ["boost/[>=1.74 <2]", "openssl/[>=1.1.1 <4]"],
     "jpeg": ["libjpeg-turbo/[>=2.1 <4]"],
     "kserve": ["nlohmann_json/[>=3.11 <4]"],
     "lmdb": ["lmdb/[>=0.9 <1]"],

@@ -15,6 +15,7 @@ libjpeg-turbo/2.1.5
 lmdb/0.9.24
 nlohmann_json/3.11.2
 openblas/0.3.21
+openssl/3.0.19
 protobuf/3.21.12
 xxhash/0.8.1
 zstd/1.5.4

@@ -287,15 +287,18 @@ void register_client(nb::module_& m) {
         return "<jitembed.EmbedResult " + r.model_name + " v" + r.model_version + " from " + r.endpoint + ">";
       });
 
-  nb::class_<py_client>(m, "Client", nb::is_weak_referenceable(),
-                        "The JIT client (jitembed::client::jit_client): embeddings from KServe v2 servers (jitembed-server, "
-                        "Triton, jitembed.Server) with balancing, retries and hedging, or from in-process reference models.")
+  nb::class_<py_client>(
+      m, "Client", nb::is_weak_referenceable(),
+      "The JIT client (jitembed::client::jit_client): embeddings from KServe v2 servers (jitembed-server, "
+      "Triton, jitembed.Server) with balancing, retries and hedging, or from in-process reference models.")
       .def(
           "__init__",
-          [](py_client* self, std::optional<std::vector<std::string>> endpoints, std::string endpoints_file, std::string endpoints_url,
-             std::optional<std::vector<std::string>> local_models, std::size_t local_threads, double request_timeout_ms,
-             double connect_timeout_ms, int io_threads, int max_attempts, bool hedge, std::string auth_token,
-             std::optional<std::map<std::string, std::map<std::string, std::string>>> identities, std::size_t max_in_flight) {
+          [](py_client* self, std::optional<std::vector<std::string>> endpoints, std::string endpoints_file,
+             std::string endpoints_url, std::optional<std::vector<std::string>> local_models, std::size_t local_threads,
+             double request_timeout_ms, double connect_timeout_ms, int io_threads, int max_attempts, bool hedge,
+             std::string auth_token,
+             std::optional<std::map<std::string, std::map<std::string, std::string>>> identities,
+             std::size_t max_in_flight, std::string tls_ca_file) {
             client_options o;
             if (endpoints) o.endpoints.list = std::move(*endpoints);
             o.endpoints.file = std::move(endpoints_file);
@@ -310,6 +313,7 @@ void register_client(nb::module_& m) {
             o.hedge.enabled = hedge;
             o.auth_token = std::move(auth_token);
             o.max_in_flight = max_in_flight;
+            o.tls_ca_file = std::move(tls_ca_file);
             if (identities)
               for (auto& [model, kv] : *identities) {
                 model_identity id;
@@ -329,14 +333,18 @@ void register_client(nb::module_& m) {
           },
           nb::arg("endpoints") = nb::none(), nb::arg("endpoints_file") = "", nb::arg("endpoints_url") = "",
           nb::arg("local_models") = nb::none(), nb::arg("local_threads") = 0, nb::arg("request_timeout_ms") = 30000.0,
-          nb::arg("connect_timeout_ms") = 2000.0, nb::arg("io_threads") = 1, nb::arg("max_attempts") = 5, nb::arg("hedge") = true,
-          nb::arg("auth_token") = "", nb::arg("identities") = nb::none(), nb::arg("max_in_flight") = 4096,
-          "Exactly one endpoint source (a list of http://host:port URLs, a file, or a URL serving the list), or "
-          "local_models: reference-model specs 'NAME[:k=v,...]' (the jitembed-server --model syntax) run in this process.")
+          nb::arg("connect_timeout_ms") = 2000.0, nb::arg("io_threads") = 1, nb::arg("max_attempts") = 5,
+          nb::arg("hedge") = true, nb::arg("auth_token") = "", nb::arg("identities") = nb::none(),
+          nb::arg("max_in_flight") = 4096, nb::arg("tls_ca_file") = "",
+          "Exactly one endpoint source (a list of http://host:port or https://host:port URLs, a file, or a URL serving "
+          "the list), or local_models: reference-model specs 'NAME[:k=v,...]' (the jitembed-server --model syntax) run "
+          "in "
+          "this process. tls_ca_file: the PEM CA bundle https:// endpoints' certificates must chain to (empty: the "
+          "system's CA paths).")
       .def(
           "embed",
-          [](py_client& self, std::string model, const std::vector<nb::object>& rows, std::string input, std::string version,
-             std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
+          [](py_client& self, std::string model, const std::vector<nb::object>& rows, std::string input,
+             std::string version, std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
             request_rows hold;
             embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version), std::move(outputs),
                                               timeout_ms, hold);
@@ -348,14 +356,15 @@ void register_client(nb::module_& m) {
             }
             return convert(unwrap(std::move(r)));
           },
-          nb::arg("model"), nb::arg("rows"), nb::arg("input") = "sample", nb::arg("version") = "", nb::arg("outputs") = nb::none(),
-          nb::arg("timeout_ms") = nb::none(),
-          "Embeds rows (bytes-like objects: encoded records for input 'sample', raw field bytes for 'image' / 'video' / "
+          nb::arg("model"), nb::arg("rows"), nb::arg("input") = "sample", nb::arg("version") = "",
+          nb::arg("outputs") = nb::none(), nb::arg("timeout_ms") = nb::none(),
+          "Embeds rows (bytes-like objects: encoded records for input 'sample', raw field bytes for 'image' / 'video' "
+          "/ "
           "'text'; or RecordViews) with `model`; blocks (GIL released) and raises the errc's exception on failure.")
       .def(
           "embed_async",
-          [](nb::handle self_h, std::string model, const std::vector<nb::object>& rows, std::string input, std::string version,
-             std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
+          [](nb::handle self_h, std::string model, const std::vector<nb::object>& rows, std::string input,
+             std::string version, std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
             py_client& self = nb::cast<py_client&>(self_h);
             request_rows hold;
             embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version), std::move(outputs),
@@ -396,26 +405,27 @@ void register_client(nb::module_& m) {
             }));
             return future;
           },
-          nb::arg("model"), nb::arg("rows"), nb::arg("input") = "sample", nb::arg("version") = "", nb::arg("outputs") = nb::none(),
-          nb::arg("timeout_ms") = nb::none(),
+          nb::arg("model"), nb::arg("rows"), nb::arg("input") = "sample", nb::arg("version") = "",
+          nb::arg("outputs") = nb::none(), nb::arg("timeout_ms") = nb::none(),
           "Like embed(), but returns a concurrent.futures.Future of the EmbedResult at once (its exception on failure; "
           "Future.cancel() cancels the request).")
-      .def("identity",
-           [](py_client& self, const std::string& model) {
-             jit_client& c = self.get();
-             result<model_identity> r = fail(errc::internal, "");
-             {
-               nb::gil_scoped_release nogil;
-               r = c.identity(model);
-             }
-             auto id = unwrap(std::move(r));
-             nb::dict d;
-             d["fingerprint"] = id.fingerprint;
-             d["preprocess_key"] = id.preprocess_key;
-             d["input"] = id.input;
-             return d;
-           },
-           nb::arg("model"), "The cache-key identity of `model` (fingerprint, preprocess_key, input).")
+      .def(
+          "identity",
+          [](py_client& self, const std::string& model) {
+            jit_client& c = self.get();
+            result<model_identity> r = fail(errc::internal, "");
+            {
+              nb::gil_scoped_release nogil;
+              r = c.identity(model);
+            }
+            auto id = unwrap(std::move(r));
+            nb::dict d;
+            d["fingerprint"] = id.fingerprint;
+            d["preprocess_key"] = id.preprocess_key;
+            d["input"] = id.input;
+            return d;
+          },
+          nb::arg("model"), "The cache-key identity of `model` (fingerprint, preprocess_key, input).")
       .def("stats", [](py_client& self) { return client_stats_dict(self.get().stats()); })
       .def("endpoints", [](py_client& self) { return self.get().endpoints(); })
       .def_prop_ro("local", [](py_client& self) { return self.get().local(); })

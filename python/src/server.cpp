@@ -184,8 +184,10 @@ void register_server(nb::module_& m) {
           "__init__",
           [](py_server* self, std::vector<nb::object> models, std::string host, int port, std::size_t io_threads,
              std::size_t preprocess_threads, std::int64_t drain_grace_ms, std::size_t max_rows_per_request,
-             std::string auth_token, std::optional<std::string> model_repository) {
-            if (port < 0 || port > 65535) raise(errc::invalid_argument, "server: port " + std::to_string(port) + " not in [0, 65535]");
+             std::string auth_token, std::optional<std::string> model_repository, std::string tls_cert,
+             std::string tls_key) {
+            if (port < 0 || port > 65535)
+              raise(errc::invalid_argument, "server: port " + std::to_string(port) + " not in [0, 65535]");
             server::server_config cfg;
             cfg.host = host;
             cfg.port = static_cast<std::uint16_t>(port);
@@ -195,8 +197,10 @@ void register_server(nb::module_& m) {
             cfg.auth_token = std::move(auth_token);
             std::vector<py_model_handle> python_models;  // loaded after the service starts (service::load)
             for (const auto& m : models) {
-              if (nb::isinstance<py_model_handle>(m)) python_models.push_back(nb::cast<const py_model_handle&>(m));
-              else cfg.models.push_back(unwrap(server::parse_model_spec(nb::cast<std::string>(m))));
+              if (nb::isinstance<py_model_handle>(m))
+                python_models.push_back(nb::cast<const py_model_handle&>(m));
+              else
+                cfg.models.push_back(unwrap(server::parse_model_spec(nb::cast<std::string>(m))));
             }
             if (models.empty() && !model_repository)
               for (auto name : models::kReferenceModelNames) {
@@ -210,6 +214,8 @@ void register_server(nb::module_& m) {
             ho.io_threads = static_cast<int>(cfg.io_threads);
             ho.max_header_bytes = cfg.protocol.max_header_bytes;
             ho.max_body_bytes = cfg.protocol.max_body_bytes;
+            ho.tls_cert_file = std::move(tls_cert);
+            ho.tls_key_file = std::move(tls_key);
             std::unique_ptr<server::service> svc;
             std::unique_ptr<http_server> http;
             {
@@ -241,18 +247,24 @@ void register_server(nb::module_& m) {
           nb::arg("models") = std::vector<nb::object>{}, nb::arg("host") = "127.0.0.1", nb::arg("port") = 0,
           nb::arg("io_threads") = 1, nb::arg("preprocess_threads") = 0, nb::arg("drain_grace_ms") = 0,
           nb::arg("max_rows_per_request") = 1024, nb::arg("auth_token") = "", nb::arg("model_repository") = nb::none(),
-          "models: jitembed.Model objects (Python encoders) and 'NAME[:k=v,...]' specs as jitembed-server --model "
+          nb::arg("tls_cert") = "", nb::arg("tls_key") = "",
+          "tls_cert / tls_key: PEM certificate chain and private key: serve HTTPS (both or neither). models: "
+          "jitembed.Model objects (Python encoders) and 'NAME[:k=v,...]' specs as jitembed-server --model "
           "(empty and no model_repository: the three reference models); model_repository: a Triton-style directory "
           "(TorchScript / AOTInductor models run by this Python's torch as jitembed.Model, jitembed backend models in "
           "C++; /v2/repository routes load and unload from it); port 0 "
           "binds an ephemeral port (see .port); preprocess_threads 0 = hardware concurrency.")
       .def_prop_ro("port", [](const py_server& s) { return s.port; })
-      .def_prop_ro("url", [](const py_server& s) { return s.host + ":" + std::to_string(s.port); }, "'HOST:PORT'")
+      .def_prop_ro(
+          "url", [](const py_server& s) { return s.host + ":" + std::to_string(s.port); }, "'HOST:PORT'")
       .def(
           "load",
-          [](py_server& s, const std::string& name, std::optional<std::string> version, std::optional<std::string> spec) {
+          [](py_server& s, const std::string& name, std::optional<std::string> version,
+             std::optional<std::string> spec) {
             server::model_config cfg = unwrap(server::parse_model_spec(spec ? *spec : name));
-            if (cfg.name != name) raise(errc::invalid_argument, "server.load: spec '" + *spec + "' names model '" + cfg.name + "', not '" + name + "'");
+            if (cfg.name != name)
+              raise(errc::invalid_argument,
+                    "server.load: spec '" + *spec + "' names model '" + cfg.name + "', not '" + name + "'");
             if (version) cfg.version = *version;
             auto& svc = s.service();
             nb::gil_scoped_release nogil;
@@ -278,11 +290,14 @@ void register_server(nb::module_& m) {
             nb::gil_scoped_release nogil;
             unwrap(svc.unload(name, version ? *version : std::string()));
           },
-          nb::arg("name"), nb::arg("version") = nb::none(), "Unloads one version (every version when None), draining it first.")
-      .def("loaded", [](py_server& s) { return s.service().loaded(); }, "[(name, version)] of every loaded version.")
+          nb::arg("name"), nb::arg("version") = nb::none(),
+          "Unloads one version (every version when None), draining it first.")
+      .def(
+          "loaded", [](py_server& s) { return s.service().loaded(); }, "[(name, version)] of every loaded version.")
       .def("ready", [](py_server& s) { return s.svc && s.service().ready(); })
-      .def("begin_drain", [](py_server& s) { s.service().begin_drain(); },
-           "From now on readiness and new infer requests answer 503; requests already admitted finish.")
+      .def(
+          "begin_drain", [](py_server& s) { s.service().begin_drain(); },
+          "From now on readiness and new infer requests answer 503; requests already admitted finish.")
       .def("status", &status_of,
            "Per loaded version ('NAME:VERSION'): queued_rows (waiting for a batch), running_rows (in a batch), "
            "inflight_rows (admitted: decode to response, including the above), max_inflight_rows, requests_success, "
@@ -300,7 +315,8 @@ void register_server(nb::module_& m) {
             req.target = std::move(target);
             req.remote = "python";
             if (headers)
-              for (auto [k, v] : *headers) req.headers.emplace_back(nb::cast<std::string>(nb::str(k)), nb::cast<std::string>(nb::str(v)));
+              for (auto [k, v] : *headers)
+                req.headers.emplace_back(nb::cast<std::string>(nb::str(k)), nb::cast<std::string>(nb::str(v)));
             if (!body.is_none()) {
               auto buf = get_buffer(body);
               req.body.assign(reinterpret_cast<const char*>(buf->bytes().data()), buf->bytes().size());
@@ -320,7 +336,8 @@ void register_server(nb::module_& m) {
             return nb::make_tuple(r.status, h, nb::bytes(out_body.data(), out_body.size()));
           },
           nb::arg("method"), nb::arg("target"), nb::arg("headers") = nb::none(), nb::arg("body") = nb::none(),
-          "Hands one HTTP request to the service without a socket (GIL released while it runs): (status, headers, body).")
+          "Hands one HTTP request to the service without a socket (GIL released while it runs): (status, headers, "
+          "body).")
       .def(
           "stop",
           [](py_server& s, double timeout_s) {

@@ -18,6 +18,7 @@
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/net/kserve.hpp"
 #include "jitembed/server.hpp"
+#include "tls_test_util.hpp"
 
 namespace client_test {
 
@@ -58,9 +59,14 @@ class fake_server {
  public:
   using script_fn = std::function<action(const seen_request&, const std::vector<std::string_view>& rows)>;
 
-  explicit fake_server(script_fn script) : script_(std::move(script)) {
+  // tls: HTTPS with tls_test::files()' certificate (127.0.0.1, ::1, localhost).
+  explicit fake_server(script_fn script, bool tls = false) : script_(std::move(script)), tls_(tls) {
     http::server_options o;
     o.io_threads = 1;
+    if (tls) {
+      o.tls_cert_file = tls_test::files().cert;
+      o.tls_key_file = tls_test::files().key;
+    }
     srv_.emplace(http::server::create(o, [this](http::request&& req, http::responder respond) {
                    handle(std::move(req), std::move(respond));
                  }).value());
@@ -69,7 +75,8 @@ class fake_server {
   }
   ~fake_server() { stop(); }
 
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const { return (tls_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(port_); }
+  http::server_stats server_stats() const { return srv_->stats(); }
   std::uint16_t port() const { return port_; }
   std::size_t requests() const { return requests_.load(); }
   std::size_t rows() const { return rows_.load(); }
@@ -189,6 +196,7 @@ class fake_server {
   }
 
   script_fn script_;
+  bool tls_ = false;
   std::optional<http::server> srv_;
   std::uint16_t port_ = 0;
   mutable std::mutex mu_;

@@ -72,7 +72,19 @@ TEST_CASE("endpoint lists: URLs, comments, blanks, duplicates, bad lines fail th
   CHECK(cl::parse_endpoint_list("http://a:1\nnot-a-url\n").code() == errc::invalid_argument);
   CHECK(cl::parse_endpoint_list("http://a:0\n").code() == errc::invalid_argument);
   CHECK(cl::parse_endpoint_list("http://a\n").code() == errc::invalid_argument);
-  CHECK(cl::parse_endpoint_list("https://a:1\n").code() == errc::invalid_argument);
+  CHECK(cl::parse_endpoint_list("ftp://a:1\n").code() == errc::invalid_argument);
+  auto tls =
+      cl::parse_endpoint_list("https://a:1\nhttp://a:1\nhttps://[::1]:2/\n").value();  // mixed; http and https differ
+  REQUIRE(tls.size() == 3);
+  CHECK(tls[0].url == "https://a:1");
+  CHECK(tls[0].tls);
+  CHECK_FALSE(tls[1].tls);
+  CHECK(tls[2].url == "https://[::1]:2");
+  CHECK(tls[2].host == "::1");
+  auto three = cl::parse_endpoint_list("grpc://a:1\nhttps://a:1\nhttp://a:1\n").value();  // one host, three transports
+  REQUIRE(three.size() == 3);
+  CHECK((cl::is_grpc(three[0]) && !three[0].tls));
+  CHECK((!cl::is_grpc(three[1]) && three[1].tls));
   CHECK(cl::parse_endpoint_list("").value().empty());
   auto u = cl::parse_endpoint_url("http://127.0.0.1:9/fleet/endpoints").value();
   CHECK(u.path == "/fleet/endpoints");

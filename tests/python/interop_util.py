@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -49,9 +50,13 @@ def find_perf_analyzer(venv):
 class Server:
     """jitembed-server on a free loopback port; stop() sends SIGTERM and expects exit 0."""
 
-    def __init__(self, binary, args=(), log_path=None, ready_timeout=30.0):
+    def __init__(self, binary, args=(), log_path=None, ready_timeout=30.0, ca_file=None):
+        """ca_file: the server serves HTTPS (args hold --tls-cert / --tls-key); readiness is checked over TLS
+        against this CA."""
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
+        scheme = "https" if ca_file else "http"
+        context = ssl.create_default_context(cafile=ca_file) if ca_file else None
         self.log_path = log_path
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", str(self.port)] + list(args),
@@ -61,7 +66,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"jitembed-server exited with {self.proc.returncode} before ready: {self.log_tail()}")
             try:
-                with urllib.request.urlopen(f"http://{self.url}/v2/health/ready", timeout=2) as r:
+                with urllib.request.urlopen(f"{scheme}://{self.url}/v2/health/ready", timeout=2, context=context) as r:
                     if r.status == 200:
                         break
             except (urllib.error.URLError, ConnectionError, OSError):
@@ -93,6 +98,29 @@ class Server:
         if self._log is not subprocess.DEVNULL:
             self._log.close()
         return self.proc.returncode
+
+
+def make_tls_files(work):
+    """A CA and a server certificate it signs (SAN IP:127.0.0.1, DNS:localhost), PEM, made with the openssl CLI
+    in work/tls; returns (ca, cert, key, wrong_ca) or None when there is no openssl CLI."""
+    import shutil
+    exe = shutil.which("openssl")
+    if not exe:
+        return None
+    d = os.path.join(work, "tls")
+    os.makedirs(d, exist_ok=True)
+    p = lambda n: os.path.join(d, n)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run = lambda *a: subprocess.run([exe, *a], check=True, capture_output=True)
+    run("req", "-x509", *ec, "-keyout", p("ca.key"), "-out", p("ca.pem"), "-days", "30", "-subj", "/CN=jitembed test CA")
+    run("req", "-x509", *ec, "-keyout", p("wrong_ca.key"), "-out", p("wrong_ca.pem"), "-days", "30", "-subj", "/CN=another CA")
+    run("req", *ec, "-keyout", p("server.key"), "-out", p("server.csr"), "-subj", "/CN=localhost")
+    with open(p("ext.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=critical,CA:FALSE\n"
+                "extendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+    run("x509", "-req", "-in", p("server.csr"), "-CA", p("ca.pem"), "-CAkey", p("ca.key"), "-CAcreateserial",
+        "-out", p("server.pem"), "-days", "30", "-extfile", p("ext.cnf"))
+    return p("ca.pem"), p("server.pem"), p("server.key"), p("wrong_ca.pem")
 
 
 class Reference:

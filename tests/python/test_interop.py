@@ -342,6 +342,47 @@ def test_perf_analyzer_image_latent(server, work, jpeg):
     print("perf_analyzer image-latent:", [(r["Concurrency"], r["Inferences/Second"]) for r in rows])
 
 
+# --- HTTPS: jitembed-server --tls-cert / --tls-key with tritonclient's TLS client -------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls(work):
+    files = interop_util.make_tls_files(work)
+    if files is None:
+        pytest.skip("no openssl CLI to make the test certificates (Debian: openssl)")
+    ca, cert, key, wrong_ca = files
+    s = interop_util.Server(_env("JITEMBED_SERVER"), args=["--tls-cert", cert, "--tls-key", key, "--model", "text-embed"],
+                            log_path=os.path.join(work, "server_tls.log"), ca_file=ca)
+    yield s, ca, wrong_ca
+    rc = s.stop()
+    assert rc == 0, f"jitembed-server (TLS) did not drain and exit 0 on SIGTERM (rc={rc}): {s.log_tail()}"
+
+
+def test_tls_text_embed(tls, ref):
+    s, ca, _ = tls
+    c = httpclient.InferenceServerClient(url=s.url, ssl=True, ssl_options={"ca_certs": ca}, network_timeout=60.0)
+    try:
+        assert c.is_server_ready()
+        outs = ["sequence", "mask", "pooled"]
+        for _ in range(3):  # keep-alive over TLS
+            r = infer(c, "text-embed", "text", [t.encode() for t in TEXTS], outs)
+            refs = [ref.embed("text-embed", t.encode()) for t in TEXTS]
+            for o in outs:
+                assert_rows_equal(r, o, refs)
+    finally:
+        c.close()
+
+
+def test_tls_wrong_ca_is_refused_and_server_unharmed(tls):
+    s, ca, wrong_ca = tls
+    bad = httpclient.InferenceServerClient(url=s.url, ssl=True, ssl_options={"ca_certs": wrong_ca}, network_timeout=10.0)
+    with pytest.raises(Exception) as e:
+        bad.is_server_ready()
+    assert "CERTIFICATE_VERIFY_FAILED" in str(e.value) or "certificate verify failed" in str(e.value)
+    bad.close()
+    good = httpclient.InferenceServerClient(url=s.url, ssl=True, ssl_options={"ca_certs": ca}, network_timeout=10.0)
+    assert good.is_server_ready()
+    good.close()
 def test_perf_analyzer_text_embed_system_shared_memory(server, work):
     # Inputs and outputs through regions perf_analyzer creates and registers (--shared-memory system).
     data = {"data": [{"text": [t]} for t in TEXTS]}

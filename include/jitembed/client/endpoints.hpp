@@ -1,5 +1,6 @@
-// Endpoint lists: the text format (one `http://host:port` per line, `#` comments) shared by endpoint
-// files, endpoint URLs and the Ray registry, and the parsed address of one endpoint.
+// Endpoint lists: the text format (one `http://host:port`, `https://host:port` or `grpc://host:port` per
+// line, `#` comments) shared by endpoint files, endpoint URLs and the Ray registry, and the parsed address
+// of one endpoint.
 #pragma once
 
 #include <charconv>
@@ -13,10 +14,11 @@
 namespace jitembed::client {
 
 struct endpoint_address {
-  std::string url;  // canonical "http://host:port" or "grpc://host:port"
+  std::string url;  // canonical "http://host:port", "https://host:port" or "grpc://host:port"
   std::string host;
   std::uint16_t port = 0;
   std::string path;  // what follows host:port ("" or "/..."), for endpoint-list URLs
+  bool tls = false;  // https: TLS, the server's certificate verified (client_options.tls_ca_file)
 
   friend bool operator==(const endpoint_address& a, const endpoint_address& b) {
     return a.url == b.url && a.path == b.path;
@@ -26,13 +28,14 @@ struct endpoint_address {
 // Whether the endpoint speaks KServe gRPC (grpc://host:port) rather than HTTP.
 inline bool is_grpc(const endpoint_address& a) { return a.url.starts_with("grpc://"); }
 
-// Parses "http://host:port[/path]" or "grpc://host:port" (IPv6 as [addr]). https is refused (not_supported
-// by this client).
+// Parses "http://host:port[/path]", "https://host:port[/path]" or "grpc://host:port" (IPv6 as [addr]).
 inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
-  const std::string_view scheme = s.starts_with("grpc://") ? "grpc://" : "http://";
+  const bool tls = s.starts_with("https://");
+  const std::string_view scheme = tls ? "https://" : s.starts_with("grpc://") ? "grpc://" : "http://";
   if (!s.starts_with(scheme)) {
-    return fail(errc::invalid_argument,
-                "endpoint '" + std::string(s) + "': only http://host:port and grpc://host:port URLs are supported");
+    return fail(errc::invalid_argument, "endpoint '" + std::string(s) +
+                                            "': only http://host:port, https://host:port and grpc://host:port URLs "
+                                            "are supported");
   }
   std::string_view rest = s.substr(scheme.size());
   std::string_view authority = rest, path;
@@ -69,6 +72,7 @@ inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
   if (scheme == "grpc://" && !path.empty() && path != "/")
     return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a grpc:// endpoint has no path");
   a.path = std::string(path);
+  a.tls = tls;
   return a;
 }
 

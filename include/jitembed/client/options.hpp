@@ -18,12 +18,12 @@
 namespace jitembed::client {
 
 // Where the endpoint list comes from (exactly one of the three, or local_models instead).
-// Text format (file and URL): one endpoint URL per line, `http://host:port`; blank lines and `#` comments
-// are ignored (see parse_endpoint_list in client/endpoints.hpp).
+// Text format (file and URL): one endpoint URL per line, `http://host:port` or `https://host:port` (mixed
+// lists work); blank lines and `#` comments are ignored (see parse_endpoint_list in client/endpoints.hpp).
 struct endpoint_source {
   std::vector<std::string> list;  // fixed list of URLs
   std::string file;               // re-read when its modification time or size changes
-  std::string url;                // GET this URL (http://host:port/path); the body is the text format
+  std::string url;                // GET this URL (http[s]://host:port/path); the body is the text format
   std::chrono::milliseconds refresh{250};  // how often file / url are checked
 };
 
@@ -129,6 +129,12 @@ struct client_options {
   codec::wire_compression_options compression;
   int io_threads = 1;                            // threads running the Asio event loop
   std::string auth_token;                        // sent as Authorization: Bearer <token> when set
+  // https:// endpoints: the CA bundle (PEM) their certificates must chain to; empty: the system's CA paths.
+  // Each certificate must also name the endpoint's host (DNS name or IP address, as written in its URL).
+  // A handshake that fails on TLS's own terms (certificate not verified, peer not speaking TLS) is io_error
+  // ("TLS handshake with https://host:port failed: certificate verify failed (...)"): not retried on that
+  // endpoint (its circuit opens), tried once on each other endpoint the request has not tried yet.
+  std::string tls_ca_file;
   double ewma_alpha = 0.2;                       // latency EWMA weight of a new sample (tie break)
 
   retry_options retry;

@@ -33,6 +33,7 @@ struct client_stats {
   std::uint64_t coalesced = 0;       // requests answered by another request with the same coalesce_key
   std::uint64_t row_splits = 0;      // multi-row requests resent row by row after a 4xx
   std::uint64_t endpoint_updates = 0;  // endpoint list changes applied
+  std::uint64_t tls_failures = 0;      // TLS handshakes refused (certificate not verified, peer not speaking TLS)
   double latency_p50_ms = 0, latency_p95_ms = 0, latency_p99_ms = 0;  // per successful attempt
   std::vector<endpoint_stats> endpoints;
 };

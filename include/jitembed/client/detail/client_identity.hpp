@@ -44,9 +44,12 @@ inline error_info no_identity_error(const std::string& model, const std::string&
                                    " parameters to its config.pbtxt");
 }
 
-// The metadata GETs' connection: the client's connect timeout, its request timeout capped at 10 s.
-inline net::http::client_options metadata_http_options(const client_options& opts) {
+// The metadata GETs' connection to `a`: the client's connect timeout, its request timeout capped at 10 s,
+// TLS for an https:// endpoint.
+inline net::http::client_options metadata_http_options(const endpoint_address& a, const client_options& opts) {
   net::http::client_options ho;
+  ho.tls = a.tls;
+  ho.tls_ca_file = opts.tls_ca_file;
   ho.connect_timeout = opts.connect_timeout;
   ho.io_timeout = std::chrono::milliseconds(std::min<std::int64_t>(opts.request_timeout.count(), 10000));
   return ho;
@@ -61,7 +64,7 @@ inline net::http::header_list auth_headers(const client_options& opts) {
 // The identity of `model` on the endpoint `a`: an error when it cannot be asked (transport, HTTP status: the
 // caller tries the next endpoint), nullopt when the endpoint answers but publishes no identity.
 inline result<std::optional<model_identity>> fetch_identity(const endpoint_address& a, const std::string& model, const client_options& opts) {
-  net::http::client hc(a.host, a.port, metadata_http_options(opts));
+  net::http::client hc(a.host, a.port, metadata_http_options(a, opts));
   const auto h = auth_headers(opts);
   auto r = hc.get("/v2/models/" + model, h);
   if (!r) return r.error();
@@ -91,7 +94,7 @@ inline result<std::optional<model_identity>> fetch_identity(const endpoint_addre
 // GET /v2/models/<m> on the endpoint `a` as model_metadata: the transport's or the HTTP status's error
 // (404: not_found), or decode_failed naming the field when the body is not KServe model metadata.
 inline result<model_metadata> fetch_metadata(const endpoint_address& a, const std::string& model, const client_options& opts) {
-  net::http::client hc(a.host, a.port, metadata_http_options(opts));
+  net::http::client hc(a.host, a.port, metadata_http_options(a, opts));
   auto r = hc.get("/v2/models/" + model, auth_headers(opts));
   if (!r) return r.error();
   if (r->status != 200) return http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);

@@ -1,5 +1,5 @@
-// The client's remote backend: KServe v2 over HTTP/1.1 keep-alive connections (Boost.Beast, asynchronous)
-// to a changing set of endpoints. All state is guarded by one mutex; Asio handlers and embed() take it,
+// The client's remote backend: KServe v2 over HTTP/1.1 keep-alive connections, plain or TLS (Boost.Beast,
+// asynchronous) to a changing set of endpoints. All state is guarded by one mutex; Asio handlers and embed() take it,
 // and user callbacks run after it is released (a `deferred` list), so a callback may call embed() again.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <algorithm>
 #include <condition_variable>
@@ -40,6 +41,7 @@
 #include "jitembed/client/request.hpp"
 #include "jitembed/client/stats.hpp"
 #include "jitembed/core/hash.hpp"
+#include "jitembed/net/http/detail/tls_client.hpp"
 #include "jitembed/net/http/detail/wire.hpp"
 #include "jitembed/net/kserve/decode.hpp"
 #include "jitembed/net/kserve/encode.hpp"
@@ -67,9 +69,25 @@ struct deferred {
   }
 };
 
+// One connection to an endpoint: plain (http://) or TLS (https://; tls_ctx set).
 struct http_conn {
-  explicit http_conn(asio::io_context& ioc) : stream(ioc) {}
-  beast::tcp_stream stream;
+  http_conn(asio::io_context& ioc, asio::ssl::context* tls_ctx) {
+    if (tls_ctx)
+      tls.emplace(ioc, *tls_ctx);
+    else
+      plain.emplace(ioc);
+  }
+  std::optional<beast::tcp_stream> plain;  // exactly one of the two
+  std::optional<net::http::detail::tls_client_stream> tls;
+  beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+  // f(stream) on whichever stream the connection has.
+  template <class F>
+  void visit(F&& f) {
+    if (tls)
+      f(*tls);
+    else
+      f(*plain);
+  }
   beast::flat_buffer buffer;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser;
   std::uint64_t uses = 0;

@@ -57,6 +57,10 @@ class client_state {
       }
       std::shared_ptr<client_state> s(new client_state(std::move(opts)));
       if (s->local_) return s;
+      // https:// endpoints may join the list later: the verifying context is made now, so a bad CA file fails here.
+      auto tls = net::http::detail::make_client_tls_context(s->opts_.tls_ca_file, "client");
+      if (!tls) return tls.error();
+      s->tls_ctx_.emplace(std::move(*tls));
       // The first list must be readable now: a typo in a path fails here, not as timeouts later.
       auto first = s->read_source();
       if (!first) return first.error();
@@ -356,6 +360,8 @@ class client_state {
   void end_attempt(const attempt_ptr& a);
 
   void close_conn(http_conn& c);
+  void handshake(const attempt_ptr& a, deferred& d);
+  void on_tls_failure(const attempt_ptr& a, boost::system::error_code ec, deferred& d);
 
   void drop_conn(const attempt_ptr& a);
 
@@ -419,6 +425,7 @@ class client_state {
   std::unique_ptr<local_backend> local_;
   std::unordered_map<std::uint64_t, std::shared_ptr<local_call>> local_calls_;
 
+  std::optional<asio::ssl::context> tls_ctx_;  // before ioc_: outlives every connection and pending handler
   asio::io_context ioc_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   worker_group io_threads_;

@@ -97,35 +97,55 @@ inline void client_state::send(const attempt_ptr& a, deferred& d) {
   }
   (void)d;
   a->reused = false;
-  a->conn = std::make_shared<http_conn>(ioc_);
+  a->conn = std::make_shared<http_conn>(ioc_, ep.addr.tls ? &*tls_ctx_ : nullptr);
   ++ep.open_conns;
   ++ep.conns_opened;
   client_state* const self = this;  // close() joins the I/O threads before the state goes
-  a->conn->stream.expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
+  // The connect timeout covers the TLS handshake too.
+  a->conn->lowest().expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
   // Every handler holds the connection: Beast's operations use the stream and buffer until they complete,
   // even when the attempt has dropped the connection (closing it only makes them complete early).
-  a->conn->stream.async_connect(ep.resolved,
-                                [self, a, conn = a->conn](boost::system::error_code ec, const tcp::endpoint&) {
+  a->conn->lowest().async_connect(ep.resolved,
+                                  [self, a, conn = a->conn](boost::system::error_code ec, const tcp::endpoint&) {
+                                    deferred dd;
+                                    std::lock_guard lk(self->mu_);
+                                    if (a->finished) return;
+                                    if (ec) return self->on_transport_error(a, ec, "connect", dd);
+                                    boost::system::error_code ignored;
+                                    a->conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+                                    if (a->conn->tls) return self->handshake(a, dd);
+                                    self->write(a);
+                                  });
+}
+
+inline void client_state::handshake(const attempt_ptr& a, deferred& d) {
+  client_state* const self = this;  // close() joins the I/O threads before the state goes
+  if (!net::http::detail::prepare_client_tls(a->conn->tls->native_handle(), a->ep->addr.host))
+    return on_tls_failure(a, asio::error::invalid_argument, d);
+  a->conn->tls->async_handshake(asio::ssl::stream_base::client,
+                                [self, a, conn = a->conn](boost::system::error_code ec) {
                                   deferred dd;
                                   std::lock_guard lk(self->mu_);
                                   if (a->finished) return;
-                                  if (ec) return self->on_transport_error(a, ec, "connect", dd);
-                                  boost::system::error_code ignored;
-                                  a->conn->stream.socket().set_option(tcp::no_delay(true), ignored);
+                                  if (ec && net::http::detail::is_tls_protocol_error(ec))
+                                    return self->on_tls_failure(a, ec, dd);
+                                  if (ec) return self->on_transport_error(a, ec, "TLS handshake", dd);
                                   self->write(a);
                                 });
 }
 
 inline void client_state::write(const attempt_ptr& a) {
   client_state* const self = this;  // close() joins the I/O threads before the state goes
-  a->conn->stream.expires_at(a->call->deadline);
+  a->conn->lowest().expires_at(a->call->deadline);
   ++a->conn->uses;
-  asio::async_write(a->conn->stream, a->bufs, [self, a, conn = a->conn](boost::system::error_code ec, std::size_t) {
-    deferred d;
-    std::lock_guard lk(self->mu_);
-    if (a->finished) return;
-    if (ec) return self->on_transport_error(a, ec, "send", d);
-    self->read(a);
+  a->conn->visit([&](auto& stream) {
+    asio::async_write(stream, a->bufs, [self, a, conn = a->conn](boost::system::error_code ec, std::size_t) {
+      deferred d;
+      std::lock_guard lk(self->mu_);
+      if (a->finished) return;
+      if (ec) return self->on_transport_error(a, ec, "send", d);
+      self->read(a);
+    });
   });
 }
 
@@ -134,14 +154,16 @@ inline void client_state::read(const attempt_ptr& a) {
   a->conn->parser.emplace();
   a->conn->parser->header_limit(1 << 20);
   a->conn->parser->body_limit(opts_.max_response_bytes);
-  bhttp::async_read(a->conn->stream, a->conn->buffer, *a->conn->parser,
-                    [self, a, conn = a->conn](boost::system::error_code ec, std::size_t) {
-                      deferred d;
-                      std::lock_guard lk(self->mu_);
-                      if (a->finished) return;
-                      if (ec) return self->on_transport_error(a, ec, "response", d);
-                      self->on_response(a, d);
-                    });
+  a->conn->visit([&](auto& stream) {
+    bhttp::async_read(stream, a->conn->buffer, *a->conn->parser,
+                      [self, a, conn = a->conn](boost::system::error_code ec, std::size_t) {
+                        deferred d;
+                        std::lock_guard lk(self->mu_);
+                        if (a->finished) return;
+                        if (ec) return self->on_transport_error(a, ec, "response", d);
+                        self->on_response(a, d);
+                      });
+  });
 }
 
 inline void client_state::end_attempt(const attempt_ptr& a) {
@@ -155,8 +177,8 @@ inline void client_state::end_attempt(const attempt_ptr& a) {
 
 inline void client_state::close_conn(http_conn& c) {
   boost::system::error_code ec;
-  c.stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-  c.stream.socket().close(ec);
+  c.lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+  c.lowest().socket().close(ec);
 }
 
 inline void client_state::drop_conn(const attempt_ptr& a) {
@@ -169,7 +191,7 @@ inline void client_state::drop_conn(const attempt_ptr& a) {
 inline void client_state::release_conn(const attempt_ptr& a, bool keep_alive) {
   if (!a->conn) return;
   if (keep_alive && !a->ep->draining && !closed_) {
-    a->conn->stream.expires_never();
+    a->conn->lowest().expires_never();
     a->conn->parser.reset();
     a->ep->idle.push_back(std::move(a->conn));
   } else {
@@ -180,9 +202,10 @@ inline void client_state::release_conn(const attempt_ptr& a, bool keep_alive) {
 inline void client_state::on_transport_error(const attempt_ptr& a, boost::system::error_code ec, const char* stage,
                                              deferred& d) {
   const auto c = a->call;
-  const bool stale = a->reused && !a->fresh_retry && a->conn && a->conn->uses > 1 &&
-                     (ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
-                      ec == asio::error::connection_reset || ec == asio::error::broken_pipe);
+  const bool stale =
+      a->reused && !a->fresh_retry && a->conn && a->conn->uses > 1 &&
+      (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+       ec == asio::error::broken_pipe || ec == asio::ssl::error::stream_truncated);
   drop_conn(a);
   if (stale && !c->done) {  // the server closed an idle keep-alive connection: same attempt, fresh connection
     a->fresh_retry = true;
@@ -200,6 +223,36 @@ inline void client_state::on_transport_error(const attempt_ptr& a, boost::system
   if (ec == beast::error::timeout && !deadline)
     e = fail(errc::timeout, std::string(stage) + " on " + a->ep->addr.url + " timed out");
   schedule_retry(c, e, d, true);
+  resume_waiting(d);
+}
+
+// The TLS handshake failed on TLS's own terms (a certificate that does not verify, a peer that does not
+// speak TLS): a configuration error that no retry on this endpoint fixes. Its circuit opens at once, and the
+// request goes to an endpoint it has not tried yet, or fails now with io_error (not after backoffs until the
+// deadline, as an overloaded service would).
+inline void client_state::on_tls_failure(const attempt_ptr& a, boost::system::error_code ec, deferred& d) {
+  const auto c = a->call;
+  const std::string reason =
+      net::http::detail::tls_failure_reason(ec, a->conn ? a->conn->tls->native_handle() : nullptr);
+  drop_conn(a);
+  end_attempt(a);
+  ++stats_.tls_failures;
+  auto& ep = *a->ep;
+  ep.failures++;
+  ep.consecutive_failures = std::max(ep.consecutive_failures, opts_.breaker.failure_threshold - 1);
+  note_endpoint_failure(ep);
+  if (c->done) return resume_waiting(d);
+  c->last_error = fail(errc::io_error, "TLS handshake with " + ep.addr.url + " failed: " + reason);
+  const auto now = clock::now();
+  const bool untried = std::any_of(endpoints_.begin(), endpoints_.end(),
+                                   [&](const auto& e) { return !c->tried.count(e.get()) && eligible(*e, *c, now); });
+  if (untried && c->attempts < opts_.retry.max_attempts && now < c->deadline) {
+    ++stats_.retries;
+    ++c->retries;
+    if (c->active.empty()) launch(c, false, d);
+  } else if (c->active.empty()) {
+    finish(c, c->last_error, d);
+  }
   resume_waiting(d);
 }
 

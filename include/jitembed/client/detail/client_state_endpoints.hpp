@@ -27,6 +27,8 @@ inline auto client_state::read_source() -> result<std::vector<endpoint_address>>
   ho.connect_timeout = opts_.connect_timeout;
   ho.io_timeout = std::chrono::milliseconds(5000);
   ho.max_response_bytes = 1 << 20;
+  ho.tls = u->tls;
+  ho.tls_ca_file = opts_.tls_ca_file;
   net::http::client hc(u->host, u->port, ho);
   auto r = hc.get(u->path.empty() ? "/" : u->path);
   if (!r) return r.error();
@@ -177,6 +179,8 @@ inline void client_state::probe_ejected() {
     net::http::client_options ho;
     ho.connect_timeout = std::chrono::milliseconds(500);
     ho.io_timeout = std::chrono::milliseconds(1000);
+    ho.tls = e->addr.tls;
+    ho.tls_ca_file = opts_.tls_ca_file;
     net::http::client hc(e->addr.host, e->addr.port, ho);
     net::http::header_list h;
     if (!opts_.auth_token.empty()) h.emplace_back("Authorization", "Bearer " + opts_.auth_token);

@@ -1,5 +1,5 @@
-// Synchronous, thread-safe HTTP/1.1 client on Boost.Beast with a pool of keep-alive connections,
-// connect/exchange timeouts and a response size limit.
+// Synchronous, thread-safe HTTP/1.1 client on Boost.Beast (plain or HTTPS) with a pool of keep-alive
+// connections, connect/exchange timeouts and a response size limit.
 #pragma once
 
 #include <boost/asio/connect.hpp>
@@ -14,6 +14,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -21,12 +22,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/http/detail/tls_client.hpp"
 #include "jitembed/net/http/detail/wire.hpp"
 #include "jitembed/net/http/message.hpp"
 #include "jitembed/net/http/options.hpp"
@@ -39,8 +42,22 @@ namespace detail {
 // a private io_context and runs it until the one pending operation completes: synchronous with deadlines.
 struct client_connection {
   boost::asio::io_context ioc{1};
-  boost::beast::tcp_stream stream{ioc};
+  std::optional<boost::beast::tcp_stream> plain;  // exactly one of the two
+  std::optional<tls_client_stream> tls;
   boost::beast::flat_buffer buffer;
+
+  explicit client_connection(boost::asio::ssl::context* tls_ctx) {
+    if (tls_ctx)
+      tls.emplace(ioc, *tls_ctx);
+    else
+      plain.emplace(ioc);
+  }
+  boost::beast::tcp_stream& lowest() { return tls ? boost::beast::get_lowest_layer(*tls) : *plain; }
+  // f(stream) on whichever stream the connection has.
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    return tls ? f(*tls) : f(*plain);
+  }
 
   // Runs the io_context until the operation started by `start(handler)` completes.
   template <class Start>
@@ -66,7 +83,9 @@ class client {
   // response. Content-Length and Host are set here (Content-Length/Connection/Transfer-Encoding in
   // `headers` are rejected). A pooled connection the server closed meanwhile is replaced once.
   // Errors: invalid_argument (bad method/target/field), timeout (connect or exchange deadline passed),
-  // io_error (cannot resolve or connect, reset, closed),
+  // io_error (cannot resolve or connect, reset, closed; with opts.tls: a CA file that cannot be read, and a TLS
+  // handshake that fails: "http client: TLS handshake with https://host:port failed: certificate verify failed
+  // (...)"; invalid_argument: a CA file with no certificate),
   // limit_exceeded (response over max_header_bytes / max_response_bytes), corrupt_data (bad response);
   // a failure after the arguments were accepted carries the server as context (ctx::endpoint, "host:port").
   result<response> request(std::string method, std::string target, header_list headers = {}, std::string body = {},
@@ -144,11 +163,30 @@ class client {
   }
 
   std::string where() const { return host_ + ":" + std::to_string(port_); }
+  std::string url() const {
+    const bool v6 = host_.find(':') != std::string::npos;
+    return (opts_.tls ? "https://" : "http://") + (v6 ? "[" + host_ + "]" : host_) + ":" + std::to_string(port_);
+  }
+
+  // The verifying TLS context, made on first use (a bad CA file fails each request, not the constructor).
+  result<boost::asio::ssl::context*> tls_context() {
+    std::lock_guard lk(mu_);
+    if (!tls_ctx_) {
+      auto ctx = detail::make_client_tls_context(opts_.tls_ca_file, "http client");
+      if (!ctx) return ctx.error();
+      tls_ctx_.emplace(std::move(*ctx));
+    }
+    return &*tls_ctx_;
+  }
 
   result<conn_ptr> connect() {
     namespace asio = boost::asio;
     using tcp = asio::ip::tcp;
-    auto conn = std::make_unique<detail::client_connection>();
+    asio::ssl::context* tls_ctx = nullptr;
+    if (opts_.tls) {
+      JITEMBED_ASSIGN_OR_RETURN(tls_ctx, tls_context());
+    }
+    auto conn = std::make_unique<detail::client_connection>(tls_ctx);
     boost::system::error_code ec;
     std::vector<tcp::endpoint> eps;
     {
@@ -169,13 +207,27 @@ class client {
       std::lock_guard lk(mu_);
       endpoints_ = eps;
     }
-    conn->stream.expires_after(opts_.connect_timeout);
-    ec = conn->run([&](auto handler) { conn->stream.async_connect(eps, std::move(handler)); });
+    auto& lowest = conn->lowest();
+    lowest.expires_after(opts_.connect_timeout);  // the TLS handshake included
+    ec = conn->run([&](auto handler) { lowest.async_connect(eps, std::move(handler)); });
     if (ec == boost::beast::error::timeout)
       return fail(errc::timeout, "http client: connect to " + where() + " timed out after " +
                                       std::to_string(opts_.connect_timeout.count()) + " ms");
     if (ec) return fail(errc::io_error, "http client: cannot connect to " + where() + ": " + ec.message());
-    conn->stream.socket().set_option(tcp::no_delay(true), ec);
+    lowest.socket().set_option(tcp::no_delay(true), ec);
+    if (conn->tls) {
+      if (!detail::prepare_client_tls(conn->tls->native_handle(), host_))
+        return fail(errc::invalid_argument, "http client: TLS cannot check the host name '" + host_ + "'");
+      ec = conn->run(
+          [&](auto handler) { conn->tls->async_handshake(asio::ssl::stream_base::client, std::move(handler)); });
+      if (ec == boost::beast::error::timeout)
+        return fail(errc::timeout, "http client: TLS handshake with " + url() + " timed out after " +
+                                       std::to_string(opts_.connect_timeout.count()) + " ms");
+      if (ec)
+        return fail(errc::io_error, "http client: TLS handshake with " + url() +
+                                        " failed: " + detail::tls_failure_reason(ec, conn->tls->native_handle()));
+    }
+    lowest.expires_never();
     opened_.fetch_add(1, std::memory_order_relaxed);
     return conn;
   }
@@ -189,8 +241,10 @@ class client {
       return fail(errc::timeout, "http client: timed out after " + std::to_string(opts_.io_timeout.count()) +
                                       " ms waiting for " + what());
     };
-    c.stream.expires_after(opts_.io_timeout);  // one deadline for the whole exchange
-    auto ec = c.run([&](auto handler) { boost::asio::async_write(c.stream, bufs, std::move(handler)); });
+    c.lowest().expires_after(opts_.io_timeout);  // one deadline for the whole exchange
+    auto ec = c.visit([&](auto& stream) {
+      return c.run([&](auto handler) { boost::asio::async_write(stream, bufs, std::move(handler)); });
+    });
     if (ec == boost::beast::error::timeout) return timed_out();
     if (ec) {
       stale = true;
@@ -202,18 +256,23 @@ class client {
     if (head_only) parser.skip(true);
     // Header first, so a declared Content-Length over the limit fails before any body byte is buffered
     // (body_limit alone then still bounds chunked bodies).
-    ec = c.run([&](auto handler) { bhttp::async_read_header(c.stream, c.buffer, parser, std::move(handler)); });
+    ec = c.visit([&](auto& stream) {
+      return c.run([&](auto handler) { bhttp::async_read_header(stream, c.buffer, parser, std::move(handler)); });
+    });
     if (!ec) {
       if (auto cl = parser.content_length(); cl && *cl > opts_.max_response_bytes && !head_only) {
         ec = bhttp::error::body_limit;
       } else if (!parser.is_done()) {
-        ec = c.run([&](auto handler) { bhttp::async_read(c.stream, c.buffer, parser, std::move(handler)); });
+        ec = c.visit([&](auto& stream) {
+          return c.run([&](auto handler) { bhttp::async_read(stream, c.buffer, parser, std::move(handler)); });
+        });
       }
     }
-    c.stream.expires_never();
+    c.lowest().expires_never();
     if (ec == boost::beast::error::timeout) return timed_out();
+    // stream_truncated: a TLS peer that closed without close_notify, as servers close idle connections.
     if (ec == bhttp::error::end_of_stream || ec == boost::asio::error::connection_reset ||
-        ec == boost::asio::error::eof) {
+        ec == boost::asio::error::eof || ec == boost::asio::ssl::error::stream_truncated) {
       stale = true;
       return fail(errc::io_error, "http client: connection closed before a response to " + what() + ": " +
                                       ec.message());
@@ -246,6 +305,7 @@ class client {
   mutable std::mutex mu_;
   std::vector<conn_ptr> pool_;
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
+  std::optional<boost::asio::ssl::context> tls_ctx_;
   std::atomic<std::uint64_t> opened_{0};
 };
 

@@ -19,6 +19,10 @@ struct server_options {
   std::chrono::milliseconds idle_timeout{60000};        // keep-alive wait for the next request; then close
   std::chrono::milliseconds write_timeout{30000};       // writing one response; then close
   std::size_t max_connections = 1024;                   // more are accepted and closed at once
+  // HTTPS: the server's certificate chain (leaf first) and private key, PEM files. Both empty: plain HTTP.
+  // The TLS handshake must finish within header_timeout.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 struct client_options {
@@ -27,6 +31,10 @@ struct client_options {
   std::size_t pool_size = 8;                    // idle keep-alive connections kept
   std::size_t max_header_bytes = std::size_t{1} << 20;
   std::size_t max_response_bytes = std::size_t{256} << 20;
+  // HTTPS: TLS 1.2+ to the server, whose certificate chain must verify against tls_ca_file (PEM; empty: the
+  // system's default CA paths) and name the host (DNS name or IP address, as given to the client).
+  bool tls = false;
+  std::string tls_ca_file;
 };
 
 }  // namespace jitembed::net::http

@@ -1,13 +1,18 @@
-// Async HTTP/1.1 server on Boost.Beast: keep-alive, per-phase timeouts, header/body limits, responses
-// written scatter/gather, and a graceful stop that drains in-flight requests.
+// Async HTTP/1.1 server on Boost.Beast, plain or over TLS (HTTPS): keep-alive, per-phase timeouts,
+// header/body limits, responses written scatter/gather, and a graceful stop that drains in-flight requests.
 #pragma once
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/socket_base.hpp>
+#include <boost/asio/ssl/context.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -33,6 +38,7 @@ struct server_stats {
   std::uint64_t requests = 0;              // handed to the handler
   std::uint64_t timeouts = 0;              // header/body/write timeouts (idle keep-alive closes not counted)
   std::uint64_t bad_requests = 0;          // 400/413/431 produced by the HTTP layer
+  std::uint64_t tls_handshake_failures = 0;  // HTTPS: handshakes that failed or timed out (connection closed)
 };
 
 // One listening socket served by `io_threads` threads; one strand per connection, one request at a time
@@ -43,8 +49,10 @@ struct server_stats {
 // it; a moved-from server may only be destroyed or assigned to.
 class server {
  public:
-  // Validates the options, binds, listens and starts the I/O threads. Errors: invalid_argument (io_threads
-  // outside [1, 1024], max_connections 0, no handler), io_error (cannot resolve, bind or listen).
+  // Validates the options, loads the TLS certificate and key (when set), binds, listens and starts the I/O
+  // threads. Errors: invalid_argument (io_threads outside [1, 1024], max_connections 0, no handler, only one
+  // of tls_cert_file / tls_key_file, a TLS file that is not a PEM certificate chain / private key, a key
+  // that does not match the certificate), io_error (cannot read a TLS file; cannot resolve, bind or listen).
   static result<server> create(server_options opts, handler h) {
     server s(std::move(opts), std::move(h));
     JITEMBED_TRY(s.start());
@@ -65,12 +73,14 @@ class server {
 
   std::uint16_t port() const noexcept { return state_->port; }
 
-  // "http://host:port" (IPv6 hosts in brackets).
+  // "http://host:port", or "https://host:port" with TLS (IPv6 hosts in brackets).
   std::string url() const {
     const auto& b = state_->bound;
     const std::string host = b.is_v6() ? "[" + b.to_string() + "]" : b.to_string();
-    return "http://" + host + ":" + std::to_string(state_->port);
+    return (tls() ? "https://" : "http://") + host + ":" + std::to_string(state_->port);
   }
+
+  bool tls() const noexcept { return state_->tls.has_value(); }
 
   // Stops accepting (new connections are refused), closes idle keep-alive connections, lets in-flight
   // requests finish (their responses are still written, with Connection: close) for up to `drain`, then
@@ -81,7 +91,7 @@ class server {
     std::lock_guard stop_lock(st.stop_mu);
     if (!st.started || st.stopped) return;
     st.stopped = true;
-    std::vector<std::shared_ptr<detail::server_connection>> live;
+    std::vector<std::shared_ptr<detail::server_connection_base>> live;
     {
       std::lock_guard lk(st.mu);
       st.stopping.store(true, std::memory_order_release);
@@ -122,6 +132,7 @@ class server {
     s.requests = st.requests.load(std::memory_order_relaxed);
     s.timeouts = st.timeouts.load(std::memory_order_relaxed);
     s.bad_requests = st.bad.load(std::memory_order_relaxed);
+    s.tls_handshake_failures = st.tls_failures.load(std::memory_order_relaxed);
     {
       std::lock_guard lk(st.mu);
       s.connections_active = st.conns.size();
@@ -143,6 +154,7 @@ class server {
                                               " outside [1, 1024]");
     if (st.opts.max_connections == 0) return fail(errc::invalid_argument, "http server: max_connections is 0");
     if (!st.on_request) return fail(errc::invalid_argument, "http server: no handler");
+    JITEMBED_TRY(load_tls(st));
 
     boost::system::error_code ec;
     tcp::endpoint ep;
@@ -185,6 +197,40 @@ class server {
     });
   }
 
+  // The HTTPS context: TLS 1.2 or later, the certificate chain and the private key from PEM files.
+  static result<void> load_tls(detail::server_state& st) {
+    namespace ssl = boost::asio::ssl;
+    const auto& cert = st.opts.tls_cert_file;
+    const auto& key = st.opts.tls_key_file;
+    if (cert.empty() && key.empty()) return {};
+    if (cert.empty() || key.empty())
+      return fail(errc::invalid_argument, "http server: TLS needs both tls_cert_file and tls_key_file");
+    for (const auto* f : {&cert, &key}) {
+      if (!std::ifstream(*f, std::ios::binary).good())
+        return fail(errc::io_error, "http server: cannot read TLS " + std::string(f == &cert ? "certificate" : "key") +
+                                        " file '" + *f + "'");
+    }
+    ssl::context ctx(ssl::context::tls_server);
+    ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                    ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+    boost::system::error_code ec;
+    ctx.use_certificate_chain_file(cert, ec);
+    if (ec)
+      return fail(errc::invalid_argument,
+                  "http server: TLS certificate file '" + cert + "' is not a PEM certificate chain: " + ec.message());
+    ctx.use_private_key_file(key, ssl::context::pem, ec);
+    const bool mismatch = ec && ec.category() == boost::asio::error::get_ssl_category() &&
+                          ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH;
+    if (ec && !mismatch)
+      return fail(errc::invalid_argument,
+                  "http server: TLS key file '" + key + "' is not a PEM private key: " + ec.message());
+    if (mismatch || SSL_CTX_check_private_key(ctx.native_handle()) != 1)
+      return fail(errc::invalid_argument,
+                  "http server: TLS key file '" + key + "' does not match the certificate in '" + cert + "'");
+    st.tls.emplace(std::move(ctx));
+    return {};
+  }
+
   // The accept loop refers to the state, never to the (movable) server.
   static void accept(detail::server_state& st) {
     st.acceptor.async_accept(boost::asio::make_strand(st.ioc), [&st](boost::system::error_code ec,
@@ -203,7 +249,7 @@ class server {
       });
       return;
     }
-    std::shared_ptr<detail::server_connection> conn;
+    std::shared_ptr<detail::server_connection_base> conn;
     {
       std::lock_guard lk(st.mu);
       if (!st.stopping.load(std::memory_order_acquire) && st.conns.size() < st.opts.max_connections) {
@@ -211,8 +257,13 @@ class server {
         socket.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
         const auto ep = socket.remote_endpoint(ignored);
         const auto id = st.next_id++;
-        conn = std::make_shared<detail::server_connection>(
-            st, std::move(socket), id, ep.address().to_string() + ":" + std::to_string(ep.port()));
+        auto remote = ep.address().to_string() + ":" + std::to_string(ep.port());
+        if (st.tls)
+          conn = std::make_shared<detail::server_connection<detail::tls_stream>>(st, id, std::move(remote),
+                                                                                 std::move(socket), *st.tls);
+        else
+          conn = std::make_shared<detail::server_connection<boost::beast::tcp_stream>>(st, id, std::move(remote),
+                                                                                       std::move(socket));
         st.conns.emplace(id, conn);
       }
     }

@@ -1,22 +1,29 @@
 // The server's shared state and one HTTP/1.1 connection: a state machine on its own strand
-// (idle → header → [100-continue] → body → handling → writing → idle ...) with a timer per phase.
+// ([TLS handshake →] idle → header → [100-continue] → body → handling → writing → idle ...) with a timer per
+// phase, templated on the stream (beast::tcp_stream, or beast::ssl_stream over it for HTTPS).
 #pragma once
 
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/stream_traits.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +35,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -46,7 +54,18 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 
-class server_connection;
+// What the server and a responder need of a connection, whatever its stream (plain or TLS).
+class server_connection_base {
+ public:
+  virtual ~server_connection_base() = default;
+  virtual void start() = 0;
+  virtual void begin_shutdown() = 0;
+  virtual void force_close() = 0;
+  virtual const asio::any_io_executor& executor() const noexcept = 0;
+  virtual void on_response(response r) = 0;
+};
+
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
 // Whether responders may still post to the io_context; closed (under the mutex) before it is destroyed,
 // so a service that answers after the server stopped does nothing instead of touching a dead executor.
@@ -63,12 +82,14 @@ struct server_state {
   handler on_request;
   std::shared_ptr<respond_gate> gate = std::make_shared<respond_gate>();
 
-  std::atomic<std::uint64_t> accepted{0}, rejected{0}, requests{0}, timeouts{0}, bad{0};
+  std::optional<asio::ssl::context> tls;  // set when opts.tls_cert_file is: every connection is HTTPS
+
+  std::atomic<std::uint64_t> accepted{0}, rejected{0}, requests{0}, timeouts{0}, bad{0}, tls_failures{0};
   std::atomic<bool> stopping{false};
 
   std::mutex mu;  // registry
   std::condition_variable drained;
-  std::unordered_map<std::uint64_t, std::shared_ptr<server_connection>> conns;
+  std::unordered_map<std::uint64_t, std::shared_ptr<server_connection_base>> conns;
   std::uint64_t next_id = 0;
 
   asio::io_context ioc;
@@ -86,7 +107,7 @@ struct server_state {
   server_state(server_options o, handler h) : opts(std::move(o)), on_request(std::move(h)) {}
 
   void unregister(std::uint64_t id) {
-    std::shared_ptr<server_connection> keep;  // destroyed outside the lock
+    std::shared_ptr<server_connection_base> keep;  // destroyed outside the lock
     {
       std::lock_guard lk(mu);
       auto it = conns.find(id);
@@ -102,7 +123,7 @@ struct server_state {
 // If the service drops every copy without answering, the client gets a 500 instead of a hung connection.
 class respond_state {
  public:
-  respond_state(std::shared_ptr<respond_gate> gate, std::weak_ptr<server_connection> conn)
+  respond_state(std::shared_ptr<respond_gate> gate, std::weak_ptr<server_connection_base> conn)
       : gate_(std::move(gate)), conn_(std::move(conn)) {}
   respond_state(const respond_state&) = delete;
   respond_state& operator=(const respond_state&) = delete;
@@ -120,42 +141,66 @@ class respond_state {
   inline void deliver(response r);
 
   std::shared_ptr<respond_gate> gate_;
-  std::weak_ptr<server_connection> conn_;
+  std::weak_ptr<server_connection_base> conn_;
   std::atomic<bool> done_{false};
 };
 
-class server_connection : public std::enable_shared_from_this<server_connection> {
+// One connection over `Stream`: beast::tcp_stream (HTTP) or tls_stream (HTTPS: the handshake comes first,
+// within header_timeout; a failed one closes the connection and counts in tls_failures).
+template <class Stream>
+class server_connection final : public server_connection_base,
+                                public std::enable_shared_from_this<server_connection<Stream>> {
+  static constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
+  using std::enable_shared_from_this<server_connection<Stream>>::shared_from_this;
+  using std::enable_shared_from_this<server_connection<Stream>>::weak_from_this;
+
  public:
-  server_connection(server_state& st, tcp::socket&& socket, std::uint64_t id, std::string remote)
-      : st_(st), stream_(std::move(socket)), ex_(stream_.get_executor()), timer_(ex_), id_(id), remote_(std::move(remote)) {}
+  // `stream_args` construct the stream: the socket (plain), or the socket and the TLS context.
+  template <class... StreamArgs>
+  server_connection(server_state& st, std::uint64_t id, std::string remote, StreamArgs&&... stream_args)
+      : st_(st),
+        stream_(std::forward<StreamArgs>(stream_args)...),
+        ex_(stream_.get_executor()),
+        timer_(ex_),
+        id_(id),
+        remote_(std::move(remote)) {}
 
   // Called once after registration (from the acceptor's strand).
-  void start() {
-    asio::dispatch(ex_, [self = shared_from_this()] { self->read_header(); });
-  }
-
-  // stop(): close now if nothing is in flight, otherwise answer the current request with Connection: close.
-  void begin_shutdown() {
+  void start() override {
     asio::dispatch(ex_, [self = shared_from_this()] {
-      self->closing_ = true;
-      if (self->phase_ == phase::idle || (self->phase_ == phase::header && self->buf_.size() == 0)) self->close();
+      if constexpr (is_tls)
+        self->handshake();
+      else
+        self->read_header();
     });
   }
 
-  void force_close() {
+  // stop(): close now if nothing is in flight, otherwise answer the current request with Connection: close.
+  void begin_shutdown() override {
+    asio::dispatch(ex_, [self = shared_from_this()] {
+      self->closing_ = true;
+      if (self->phase_ == phase::idle || self->phase_ == phase::handshake ||
+          (self->phase_ == phase::header && self->buf_.size() == 0))
+        self->close();
+    });
+  }
+
+  void force_close() override {
     asio::dispatch(ex_, [self = shared_from_this()] { self->close(); });
   }
 
-  const asio::any_io_executor& executor() const noexcept { return ex_; }
+  const asio::any_io_executor& executor() const noexcept override { return ex_; }
 
   // Runs on the strand (posted by respond_state).
-  void on_response(response r) {
+  void on_response(response r) override {
     if (phase_ != phase::handling) return;
     write(std::move(r), !keep_alive_ || closing_ || st_.stopping.load(std::memory_order_acquire));
   }
 
  private:
-  enum class phase { idle, header, body, handling, writing, closed };
+  enum class phase { handshake, idle, header, body, handling, writing, closed };
+
+  beast::tcp_stream& lowest() noexcept { return beast::get_lowest_layer(stream_); }
 
   // ---- timers: a per-phase deadline that cancels the pending read (so a 408 can still be written)
   void arm(std::chrono::milliseconds d) {
@@ -166,7 +211,7 @@ class server_connection : public std::enable_shared_from_this<server_connection>
       if (ec || gen != self->timer_gen_ || self->phase_ == phase::closed) return;
       self->timed_out_ = true;
       beast::error_code ignored;
-      self->stream_.socket().cancel(ignored);
+      self->lowest().socket().cancel(ignored);
     });
   }
   void disarm() {
@@ -174,12 +219,40 @@ class server_connection : public std::enable_shared_from_this<server_connection>
     timer_.cancel();
   }
 
+  // ---- the TLS handshake: a failure (a timeout included, which also counts as one) closes the connection
+  void handshake() {
+    phase_ = phase::handshake;
+    arm(st_.opts.header_timeout);
+    stream_.async_handshake(asio::ssl::stream_base::server, [self = shared_from_this()](beast::error_code ec) {
+      self->disarm();
+      if (self->phase_ != phase::handshake) return;  // closed by stop()
+      if (ec) {
+        self->st_.tls_failures.fetch_add(1, std::memory_order_relaxed);
+        if (self->timed_out_) self->st_.timeouts.fetch_add(1, std::memory_order_relaxed);
+        return self->close();
+      }
+      self->read_header();
+    });
+  }
+
+  // Decrypted or undecrypted TLS bytes already read from the socket (a pipelined request), which a wait
+  // on the socket would not see.
+  bool tls_buffered() {
+    if constexpr (is_tls) {
+      SSL* h = stream_.native_handle();
+      return SSL_pending(h) > 0 || BIO_ctrl_pending(SSL_get_rbio(h)) > 0;
+    } else {
+      return false;
+    }
+  }
+
   // ---- reading
   void wait_idle() {
     phase_ = phase::idle;
     if (closing_ || st_.stopping.load(std::memory_order_acquire)) return close();
+    if (tls_buffered()) return read_header();
     arm(st_.opts.idle_timeout);
-    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+    lowest().socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
       self->disarm();
       if (ec || self->phase_ != phase::idle) return self->close();  // idle timeout, stop, or error
       self->read_header();
@@ -210,12 +283,13 @@ class server_connection : public std::enable_shared_from_this<server_connection>
     if (h.version() >= 11 && iequals(to_std(h[bhttp::field::expect]), "100-continue")) {
       phase_ = phase::body;
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      stream_.expires_after(st_.opts.write_timeout);
+      lowest().expires_after(st_.opts.write_timeout);
       asio::async_write(stream_, asio::const_buffer(kContinue.data(), kContinue.size()),
                         [self = shared_from_this()](beast::error_code wec, std::size_t) {
-                          self->stream_.expires_never();
+                          self->lowest().expires_never();
                           if (wec) {
-                            if (wec == beast::error::timeout) self->st_.timeouts.fetch_add(1, std::memory_order_relaxed);
+                            if (wec == beast::error::timeout)
+                              self->st_.timeouts.fetch_add(1, std::memory_order_relaxed);
                             return self->close();
                           }
                           self->read_body();
@@ -299,7 +373,7 @@ class server_connection : public std::enable_shared_from_this<server_connection>
       gather(out_bufs_, out_head_, {}, {});
     else
       gather(out_bufs_, out_head_, out_resp_.body, out_resp_.pieces);
-    stream_.expires_after(st_.opts.write_timeout);
+    lowest().expires_after(st_.opts.write_timeout);
     asio::async_write(stream_, out_bufs_,
                       [self = shared_from_this(), close_after](beast::error_code ec, std::size_t) {
                         self->on_written(ec, close_after);
@@ -307,33 +381,35 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   }
 
   void on_written(beast::error_code ec, bool close_after) {
-    stream_.expires_never();
+    lowest().expires_never();
     out_bufs_.clear();
     out_head_.clear();
     out_resp_ = response{};
     if (ec == beast::error::timeout) st_.timeouts.fetch_add(1, std::memory_order_relaxed);
     if (ec || close_after) return close();
-    if (buf_.size() > 0) return read_header();  // a pipelined request is already buffered
+    if (buf_.size() > 0 || tls_buffered()) return read_header();  // a pipelined request is already buffered
     wait_idle();
   }
 
+  // Without a TLS close_notify: the response's Content-Length already frames it, and a peer that would not
+  // answer one must not hold the connection (clients read a missing close_notify as end of stream).
   void close() {
     if (phase_ == phase::closed) return;
     phase_ = phase::closed;
     disarm();
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    lowest().close();
     st_.unregister(id_);
   }
 
   server_state& st_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   const asio::any_io_executor ex_;  // the connection's strand
   asio::steady_timer timer_;
   beast::flat_buffer buf_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
-  phase phase_ = phase::header;
+  phase phase_ = is_tls ? phase::handshake : phase::header;
   std::uint64_t timer_gen_ = 0;
   bool timed_out_ = false;
   bool keep_alive_ = false;
@@ -352,7 +428,7 @@ inline void respond_state::deliver(response r) {
   if (!gate_->open) return;
   auto conn = conn_.lock();
   if (!conn) return;  // the connection was closed (peer gone, timeout, forced stop)
-  auto ex = conn->executor();
+  const auto& ex = conn->executor();
   asio::post(ex, [c = std::move(conn), r = std::move(r)]() mutable { c->on_response(std::move(r)); });
 }
 

@@ -15,9 +15,12 @@
 #include <vector>
 
 #include "jitembed/client/jit_client.hpp"
+#include "jitembed/net/http/client.hpp"
 #include "jitembed/net/http/server.hpp"
+#include "jitembed/net/kserve.hpp"
 #include "jitembed/server.hpp"
 #include "jitembed/server/grpc_server.hpp"
+#include "tls_test_util.hpp"
 
 namespace {
 
@@ -178,5 +181,121 @@ TEST_CASE("gRPC front end: malformed messages and unknown methods get status cod
   // an empty ModelInferRequest: no model name
   CHECK(raw_call(port, infer, "").error_code() == ::grpc::StatusCode::NOT_FOUND);
   auto c = cl::jit_client::create(options_for({f.grpc_url()})).value();
+  CHECK(c.embed(text_request({"still here"})).get().has_value());
+}
+
+TEST_CASE("grpcs://: TLS with the service's certificate, a bearer token; a wrong CA never gets an answer") {
+  const auto& pki = tls_test::files();
+  server::server_config sc;
+  sc.preprocess_threads = 2;
+  sc.auth_token = "s3cret";
+  server::model_config mc;
+  mc.name = "text-embed";
+  mc.params = {{"text_dim", 16}, {"text_max_length", 8}};
+  sc.models = {mc};
+  auto svc = server::service::create(sc).value();
+  server::grpc_server_options go;
+  go.tls_cert_file = pki.cert;
+  go.tls_key_file = pki.key;
+  auto g = server::grpc_server::create(go, svc).value();
+  const std::string url = "grpcs://127.0.0.1:" + std::to_string(g.port());
+  auto o = options_for({url});
+  o.tls_ca_file = pki.ca_cert;
+  o.auth_token = "s3cret";
+  auto c = cl::jit_client::create(o).value();
+  auto r = c.embed(text_request({"over tls", "two"})).get();
+  REQUIRE_MESSAGE(r, (r ? "" : r.error().message));
+  CHECK(r->endpoint == url);
+  CHECK(c.identity("text-embed").has_value());
+
+  o.auth_token = "wrong";
+  auto denied = cl::jit_client::create(o).value();
+  CHECK(denied.embed(text_request({"x"})).get().code() == errc::invalid_argument);  // UNAUTHENTICATED: fix the token
+
+  o.auth_token = "s3cret";
+  o.tls_ca_file = pki.wrong_ca_cert;
+  o.request_timeout = 1s;
+  auto wrong_ca = cl::jit_client::create(o).value();
+  const auto w = wrong_ca.embed(text_request({"x"})).get();
+  CHECK_FALSE(w.has_value());
+  CHECK(c.embed(text_request({"still serving"})).get().has_value());
+
+  // a plaintext client against the TLS port fails too (bounded by its deadline)
+  auto plain = cl::jit_client::create([&] {
+                 auto p = options_for({"grpc://127.0.0.1:" + std::to_string(g.port())});
+                 p.request_timeout = 1s;
+                 return p;
+               }())
+                   .value();
+  CHECK_FALSE(plain.embed(text_request({"x"})).get().has_value());
+}
+
+TEST_CASE(
+    "compressed tensors: offered outputs come back compressed when it pays, inputs too; same values; bad frames "
+    "refused") {
+  both_fronts f;
+  // 600 rows: the mask output (600 x 8 bytes, mostly 0/1) is past the 4 KiB floor and compresses well; the
+  // client decompresses it to the same values
+  std::vector<std::string> rows;
+  for (int i = 0; i < 600; ++i) rows.push_back("a caption about the sea number " + std::to_string(i));
+  for (const auto& url : {f.http_url(), f.grpc_url()}) {
+    CAPTURE(url);
+    auto plain_o = options_for({url});
+    plain_o.offer_compression = false;
+    auto packed_o = options_for({url});
+    packed_o.offer_compression = true;
+    packed_o.compress_inputs = true;
+    auto plain = cl::jit_client::create(plain_o).value();
+    auto packed = cl::jit_client::create(packed_o).value();
+    auto a = plain.embed(text_request(rows)).get();
+    auto b = packed.embed(text_request(rows)).get();
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(same_outputs(*a, *b));
+  }
+  // On the wire (HTTP, by hand): the mask (600 rows x 8 bytes, past the 4 KiB floor) is compressed and
+  // marked, the raw size announced
+  namespace ks = jitembed::net::kserve;
+  std::vector<std::string_view> views(rows.begin(), rows.end());
+  auto in = ks::infer_tensor::from_strings("text", {static_cast<std::int64_t>(rows.size()), 1}, views);
+  ks::infer_request req;
+  req.inputs.push_back(std::move(in));
+  req.parameters = ks::json::object();
+  req.parameters["jitembed_compression"] = "zstd_shuffle";
+  req.parameters["binary_data_output"] = true;
+  auto msg = ks::encode_request(req).value();
+  http::client hc("127.0.0.1", f.http_srv.port(), {});
+  http::header_list h{{"Inference-Header-Content-Length", std::to_string(*msg.header_length)}};
+  auto resp = hc.post("/v2/models/text-embed/infer", msg.flatten(), h).value();
+  REQUIRE(resp.status == 200);
+  std::optional<std::size_t> hl;
+  for (const auto& [k, v] : resp.headers)
+    if (k == "Inference-Header-Content-Length" || k == "inference-header-content-length") hl = std::stoull(v);
+  auto decoded = ks::decode_response(resp.body, hl).value();
+  const auto* mask = decoded.find_output("mask");
+  REQUIRE(mask);
+  CHECK(mask->parameters["jitembed_compression"] == "zstd_shuffle");
+  const auto raw = mask->parameters["jitembed_raw_byte_size"].get<std::uint64_t>();
+  CHECK(raw == 600 * 8);  // text_max_length 8 bytes per row
+  CHECK(mask->data.size() < raw);
+
+  // A compressed input whose frame is garbage: 400 decode_failed; one announcing more than max_body_bytes:
+  // limit_exceeded, before any allocation
+  for (const auto& [raw_size, want] :
+       {std::pair<std::uint64_t, int>{100, 400}, std::pair<std::uint64_t, int>{1ull << 40, 400}}) {
+    std::string junk(64, 'x');
+    auto t = ks::infer_tensor::owned("text", ks::datatype::bytes, {1, 1},
+                                     byte_buffer(reinterpret_cast<const std::byte*>(junk.data()),
+                                                 reinterpret_cast<const std::byte*>(junk.data()) + junk.size()));
+    ks::mark_compressed(t, raw_size);
+    ks::infer_request bad;
+    bad.inputs.push_back(std::move(t));
+    auto m = ks::encode_request(bad).value();
+    http::header_list bh{{"Inference-Header-Content-Length", std::to_string(*m.header_length)}};
+    auto r = hc.post("/v2/models/text-embed/infer", m.flatten(), bh).value();
+    CHECK(r.status == want);
+    CHECK(r.body.find(raw_size > 1000 ? "limit_exceeded" : "decode_failed") != std::string::npos);
+  }
+  auto c = cl::jit_client::create(options_for({f.http_url()})).value();
   CHECK(c.embed(text_request({"still here"})).get().has_value());
 }

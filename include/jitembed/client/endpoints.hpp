@@ -14,28 +14,32 @@
 namespace jitembed::client {
 
 struct endpoint_address {
-  std::string url;  // canonical "http://host:port", "https://host:port" or "grpc://host:port"
+  std::string url;  // canonical "http://host:port", "https://host:port", "grpc://host:port" or "grpcs://host:port"
   std::string host;
   std::uint16_t port = 0;
   std::string path;  // what follows host:port ("" or "/..."), for endpoint-list URLs
-  bool tls = false;  // https: TLS, the server's certificate verified (client_options.tls_ca_file)
+  bool tls = false;  // https, grpcs: TLS, the server's certificate verified (client_options.tls_ca_file)
 
   friend bool operator==(const endpoint_address& a, const endpoint_address& b) {
     return a.url == b.url && a.path == b.path;
   }
 };
 
-// Whether the endpoint speaks KServe gRPC (grpc://host:port) rather than HTTP.
-inline bool is_grpc(const endpoint_address& a) { return a.url.starts_with("grpc://"); }
+// Whether the endpoint speaks KServe gRPC (grpc://host:port, grpcs:// with TLS) rather than HTTP.
+inline bool is_grpc(const endpoint_address& a) { return a.url.starts_with("grpc://") || a.url.starts_with("grpcs://"); }
 
-// Parses "http://host:port[/path]", "https://host:port[/path]" or "grpc://host:port" (IPv6 as [addr]).
+// Parses "http://host:port[/path]", "https://host:port[/path]", "grpc://host:port" or "grpcs://host:port"
+// (IPv6 as [addr]).
 inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
-  const bool tls = s.starts_with("https://");
-  const std::string_view scheme = tls ? "https://" : s.starts_with("grpc://") ? "grpc://" : "http://";
+  const bool tls = s.starts_with("https://") || s.starts_with("grpcs://");
+  const std::string_view scheme = s.starts_with("https://")   ? "https://"
+                                  : s.starts_with("grpcs://") ? "grpcs://"
+                                  : s.starts_with("grpc://")  ? "grpc://"
+                                                              : "http://";
   if (!s.starts_with(scheme)) {
     return fail(errc::invalid_argument, "endpoint '" + std::string(s) +
-                                            "': only http://host:port, https://host:port and grpc://host:port URLs "
-                                            "are supported");
+                                            "': only http://host:port, https://host:port, grpc://host:port and "
+                                            "grpcs://host:port URLs are supported");
   }
   std::string_view rest = s.substr(scheme.size());
   std::string_view authority = rest, path;
@@ -69,8 +73,8 @@ inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
   a.host = std::string(host);
   a.port = static_cast<std::uint16_t>(port);
   a.url = std::string(scheme) + std::string(authority);
-  if (scheme == "grpc://" && !path.empty() && path != "/")
-    return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a grpc:// endpoint has no path");
+  if (scheme.starts_with("grpc") && !path.empty() && path != "/")
+    return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a gRPC endpoint has no path");
   a.path = std::string(path);
   a.tls = tls;
   return a;

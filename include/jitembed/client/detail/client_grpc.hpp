@@ -17,7 +17,9 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <fstream>
 #include <future>
+#include <sstream>
 
 #include "jitembed/net/grpc/infer_message.hpp"
 #include "jitembed/net/grpc/kserve_schema.hpp"
@@ -41,14 +43,27 @@ struct call {
   ::grpc::ByteBuffer request, response;
 };
 
-inline std::shared_ptr<channel> make_channel(const endpoint_address& a) {
+// The endpoint's channel: plaintext for grpc://; for grpcs:// TLS verifying the server's certificate
+// against client_options.tls_ca_file (empty: gRPC's default roots). A CA file that cannot be read leaves
+// the roots empty, so every call fails verification (UNAVAILABLE) rather than trusting anything.
+inline std::shared_ptr<channel> make_channel(const endpoint_address& a, const client_options& opts) {
   auto c = std::make_shared<channel>();
   ::grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
+  std::shared_ptr<::grpc::ChannelCredentials> creds = ::grpc::InsecureChannelCredentials();
+  if (a.tls) {
+    ::grpc::SslCredentialsOptions ssl;
+    if (!opts.tls_ca_file.empty()) {
+      std::ifstream f(opts.tls_ca_file, std::ios::binary);
+      std::ostringstream ss;
+      ss << f.rdbuf();
+      ssl.pem_root_certs = f ? ss.str() : std::string("-----INVALID-----");
+    }
+    creds = ::grpc::SslCredentials(ssl);
+  }
   const bool v6 = a.host.find(':') != std::string::npos;
-  c->ch = ::grpc::CreateCustomChannel((v6 ? "[" + a.host + "]" : a.host) + ":" + std::to_string(a.port),
-                                      ::grpc::InsecureChannelCredentials(), args);
+  c->ch = ::grpc::CreateCustomChannel((v6 ? "[" + a.host + "]" : a.host) + ":" + std::to_string(a.port), creds, args);
   c->stub = std::make_unique<::grpc::GenericStub>(c->ch);
   return c;
 }
@@ -183,7 +198,7 @@ inline ::grpc::Status unary(channel& ch, std::string_view name, const pb::Messag
 inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_view rpc, std::string_view req_type,
                                          std::string_view resp_type, const std::string& model,
                                          const client_options& opts) {
-  auto ch = make_channel(a);
+  auto ch = make_channel(a, opts);
   const auto& schema = net::grpc::kserve_schema::get();
   auto req = schema.make(req_type);
   req->GetReflection()->SetString(req.get(), req->GetDescriptor()->FindFieldByName("name"), model);
@@ -205,7 +220,7 @@ inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_
 
 inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
   auto& ep = *a->ep;
-  if (!ep.grpc) ep.grpc = grpc_client::make_channel(ep.addr);
+  if (!ep.grpc) ep.grpc = grpc_client::make_channel(ep.addr, opts_);
   auto ch = std::static_pointer_cast<grpc_client::channel>(ep.grpc);
   auto call = std::make_shared<grpc_client::call>();
   const auto remaining =
@@ -277,7 +292,7 @@ inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_
 }
 
 inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts) {
-  auto ch = grpc_client::make_channel(a);
+  auto ch = grpc_client::make_channel(a, opts);
   const auto& schema = net::grpc::kserve_schema::get();
   auto req = schema.make("ModelReadyRequest");
   req->GetReflection()->SetString(req.get(), req->GetDescriptor()->FindFieldByName("name"), model);

@@ -160,7 +160,7 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   jitembed_component(server
     GLOBS server.hpp server/*.hpp server/detail/*.hpp
     EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$" "/server/(detail/)?grpc[^/]*\\.hpp$"
-    LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format)
+    LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format ZLIB::ZLIB)
   if(JITEMBED_WITH_REPOSITORY)
     # The model repository: config.pbtxt (protobuf text format against a schema built at run time: libprotobuf
     # and libprotoc's .proto parser), backends, loading into a service. Not linked by the umbrella target.

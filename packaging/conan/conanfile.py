@@ -67,7 +67,7 @@ COMPONENT_CONAN_DEPS = {
     "parallel": ["openblas/[>=0.3 <1]"],
     "redis": ["hiredis/[>=0.14 <2]"],
     "repository": ["protobuf/[>=3.21 <6]"],
-    "server": [],
+    "server": ["zlib/[>=1.2.11 <2]"],
     "tcp_store": ["boost/[>=1.74 <2]"],
     "video": ["ffmpeg/[>=5.1 <8]"],
     "zstd": ["zstd/[>=1.5 <2]"],

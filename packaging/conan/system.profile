@@ -18,4 +18,5 @@ openblas/0.3.21
 openssl/3.0.19
 protobuf/3.21.12
 xxhash/0.8.1
+zlib/1.2.13
 zstd/1.5.4

@@ -390,3 +390,15 @@ def test_perf_analyzer_text_embed_system_shared_memory(server, work):
                                 extra=["--shared-memory", "system", "--output-shared-memory-size", str(1 << 20)])
     print("perf_analyzer text-embed (system shared memory):",
           [(r["Concurrency"], r["Inferences/Second"]) for r in rows])
+
+
+@pytest.mark.parametrize("req_alg,resp_alg", [("gzip", "gzip"), ("deflate", "deflate"), ("gzip", None), (None, "deflate")])
+def test_http_content_encoding_as_triton_accepts_it(client, ref, req_alg, resp_alg):
+    """tritonclient's request_compression_algorithm / response_compression_algorithm: the same embeddings."""
+    outs = ["pooled", "mask"]
+    r = client.infer("text-embed", [bytes_input("text", [t.encode() for t in TEXTS])],
+                     outputs=[httpclient.InferRequestedOutput(o, binary_data=True) for o in outs],
+                     request_compression_algorithm=req_alg, response_compression_algorithm=resp_alg)
+    refs = [ref.embed("text-embed", t.encode()) for t in TEXTS]
+    for o in outs:
+        assert_rows_equal(r, o, refs)

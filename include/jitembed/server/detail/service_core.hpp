@@ -21,6 +21,7 @@
 #include "jitembed/net/kserve/status.hpp"
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/detail/auth.hpp"
+#include "jitembed/server/detail/content_encoding.hpp"
 #include "jitembed/server/detail/metrics.hpp"
 #include "jitembed/server/detail/pipeline.hpp"
 #include "jitembed/server/detail/registry.hpp"
@@ -367,12 +368,43 @@ class service_core final {
   }
 
   void infer(std::string name, std::string version, http::request&& req, http::responder respond) {
+    // Content-Encoding gzip / deflate (tritonclient's request_compression_algorithm): inflated first, at
+    // most max_body_bytes; Accept-Encoding (response_compression_algorithm): the answer deflated.
+    const auto coding = parse_content_encoding(http::find_header(req.headers, "content-encoding"));
+    if (!coding)
+      return respond(error_response(400,
+                                    "unsupported Content-Encoding '" +
+                                        std::string(http::find_header(req.headers, "content-encoding")) +
+                                        "' (gzip, deflate or identity)",
+                                    errc::invalid_argument));
+    if (*coding != content_coding::identity) {
+      auto body = inflate_body(req.body, *coding, config_.protocol.max_body_bytes);
+      if (!body) return respond(error_response(body.error()));
+      req.body = std::move(*body);
+    }
+    const auto answer = pick_accept_encoding(http::find_header(req.headers, "accept-encoding"));
     infer_input in{.name = std::move(name),
                    .version = std::move(version),
                    .body = std::move(req.body),
                    .header_length = std::string(http::find_header(req.headers, "inference-header-content-length"))};
-    pipeline_.infer(std::move(in),
-                    [respond = std::move(respond)](result<infer_output> r) { respond(to_response(std::move(r))); });
+    pipeline_.infer(std::move(in), [respond = std::move(respond), answer](result<infer_output> r) {
+      auto out = to_response(std::move(r));
+      if (answer != content_coding::identity && out.status == 200) out = encode_body(std::move(out), answer);
+      respond(std::move(out));
+    });
+  }
+
+  // A response's body (header + binary pieces) deflated with `coding`, Content-Encoding set.
+  static http::response encode_body(http::response r, content_coding coding) {
+    std::string flat = std::move(r.body);
+    for (auto p : r.pieces) flat.append(reinterpret_cast<const char*>(p.data()), p.size());
+    auto packed = deflate_body(flat, coding);
+    if (!packed) return error_response(packed.error());
+    r.body = std::move(*packed);
+    r.pieces.clear();
+    r.keep_alive.reset();
+    r.headers.emplace_back("Content-Encoding", std::string(detail::to_string(coding)));
+    return r;
   }
 
   server_config config_;

@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   app.add_option("--preprocess-threads", preprocess_threads, "decode/preprocess threads (0 = hardware)")
       ->check(CLI::Range(0, 1024));
+  double compression_min_saving = -1;
+  app.add_option(
+         "--compression-min-saving", compression_min_saving,
+         "outputs go compressed to clients that offer it only when that saves this fraction (default 0.1; 1: never)")
+      ->check(CLI::Range(0.0, 1.0));
   int grpc_port = -1;
   std::string grpc_cert, grpc_key, grpc_root_cert;
   app.add_option(
@@ -102,6 +107,7 @@ int main(int argc, char** argv) {
   if (port >= 0) cfg.port = static_cast<std::uint16_t>(port);
   if (io_threads > 0) cfg.io_threads = static_cast<std::size_t>(io_threads);
   if (preprocess_threads >= 0) cfg.preprocess_threads = static_cast<std::size_t>(preprocess_threads);
+  if (compression_min_saving >= 0) cfg.compression.min_saving = compression_min_saving;
   if (!auth_token_file.empty()) cfg.auth_token_file = auth_token_file;
   if (!model_repository.empty()) cfg.model_repository = model_repository;
   if (auto r = server::load_auth_token(cfg); !r)

@@ -85,7 +85,8 @@ struct server_config {
   codec::wire_compression_options compression;
 
   // Keys: host, port, io_threads, preprocess_threads, auth_token, auth_token_file, max_rows_per_request,
-  // max_body_bytes, max_header_bytes, models [model_config...], model_repository. Strict: an unknown key
+  // max_body_bytes, max_header_bytes, models [model_config...], model_repository, compression_level,
+  // compression_min_saving (1: never), compression_min_bytes. Strict: an unknown key
   // or a wrong type is invalid_argument naming the key.
   static result<server_config> parse(const nlohmann::json& j);
   // parse() of a JSON file: io_error when it cannot be read, corrupt_data when it is not JSON.
@@ -260,7 +261,8 @@ inline result<model_config> model_config::parse(const nlohmann::json& j, std::st
 
 inline result<server_config> server_config::parse(const nlohmann::json& j) {
   JITEMBED_TRY(detail::only_keys(j, {"host", "port", "io_threads", "preprocess_threads", "auth_token", "auth_token_file",
-                                     "max_rows_per_request", "max_body_bytes", "max_header_bytes", "models", "model_repository"}, "config"));
+                                     "max_rows_per_request", "max_body_bytes", "max_header_bytes", "models", "model_repository",
+                                     "compression_level", "compression_min_saving", "compression_min_bytes"}, "config"));
   server_config c;
   JITEMBED_TRY(detail::read_key(j, "host", c.host, "config"));
   JITEMBED_TRY(detail::read_key(j, "port", c.port, "config"));
@@ -272,6 +274,13 @@ inline result<server_config> server_config::parse(const nlohmann::json& j) {
   JITEMBED_TRY(detail::read_key(j, "max_rows_per_request", c.max_rows_per_request, "config"));
   JITEMBED_TRY(detail::read_key(j, "max_body_bytes", c.protocol.max_body_bytes, "config"));
   JITEMBED_TRY(detail::read_key(j, "max_header_bytes", c.protocol.max_header_bytes, "config"));
+  JITEMBED_TRY(detail::read_key(j, "compression_level", c.compression.level, "config"));
+  JITEMBED_TRY(detail::read_key(j, "compression_min_bytes", c.compression.min_bytes, "config"));
+  if (auto it = j.find("compression_min_saving"); it != j.end()) {
+    if (!it->is_number() || it->get<double>() < 0.0 || it->get<double>() > 1.0)
+      return fail(errc::invalid_argument, "config: config.compression_min_saving is not a number in [0, 1] (1: never compress)");
+    c.compression.min_saving = it->get<double>();
+  }
   if (auto it = j.find("models"); it != j.end()) {
     if (!it->is_array()) return fail(errc::invalid_argument, "config: config.models is not an array");
     for (std::size_t i = 0; i < it->size(); ++i) {

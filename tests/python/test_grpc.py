@@ -18,27 +18,8 @@ from tritonclient.utils import InferenceServerException
 
 import interop_util
 
-TOL = dict(rtol=1e-6, atol=1e-6)
-TEXTS = ["a photo of a cat", "héllo wörld ☃ — UTF-8", "x", "a much longer caption " * 12]
-
-
-def _env(name):
-    v = os.environ.get(name)
-    if not v:
-        pytest.skip(f"{name} not set: run through run_interop.py (ctest -L python)")
-    return v
-
-
-@pytest.fixture(scope="session")
-def work():
-    w = _env("JITEMBED_INTEROP_WORK")
-    os.makedirs(w, exist_ok=True)
-    return w
-
-
-@pytest.fixture(scope="session")
-def ref(work):
-    return interop_util.Reference(_env("JITEMBED_REFERENCE"), work)
+# the session's work folder, reference models and captions: the HTTP interop suite's
+from test_interop import TEXTS, TOL, _env, jpeg, ref, work  # noqa: E402,F401  (fixtures)
 
 
 class GrpcServer(interop_util.Server):
@@ -72,11 +53,6 @@ def hclient(server):
     c = httpclient.InferenceServerClient(url=server.url)
     yield c
     c.close()
-
-
-@pytest.fixture(scope="session")
-def jpeg(ref):
-    return ref.make_jpeg(320, 240, 1)
 
 
 def g_input(name, elements):

@@ -91,14 +91,13 @@ def serve(data_dir: Path, kinds: list[str], port: int):
         raw = np.fromfile(data_dir / k["file"], dtype=np.uint8)
         dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[k["dtype"]]
         stored = torch.frombuffer(bytearray(raw.tobytes()), dtype=dt).reshape(k["shape"])
-        stored = torch.cat([stored, stored])  # so any n <= rows is one contiguous slice
         rows = k["shape"][0]
         state = {"next": 0}
 
         def fn(x, stored=stored, rows=rows, state=state):
             i = state["next"]
             state["next"] = (i + x.shape[0]) % rows
-            return stored[i:i + x.shape[0]]
+            return stored[(torch.arange(x.shape[0]) + i) % rows]
 
         models.append(jitembed.Model(fn, name, inputs=("image", "f32", [3, 8, 8]),
                                      outputs=[("latent", DTYPES[k["dtype"]], k["shape"][1:])], max_batch_size=64,
@@ -121,7 +120,10 @@ def fetch(bench_bin, url, kind, row_file, offer, a, label, in_ns=False):
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
     if p.returncode != 0 or not lines:
         raise RuntimeError(f"fetch {label} failed ({p.returncode}): {p.stdout[-2000:]} {p.stderr[-2000:]}")
-    return json.loads(lines[-1])
+    j = json.loads(lines[-1])
+    if j["errors"]:
+        raise RuntimeError(f"fetch {label}: {j['errors']} failed requests, first: {j.get('first_error')}")
+    return j
 
 
 def main():

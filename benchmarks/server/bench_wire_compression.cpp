@@ -116,9 +116,11 @@ int run_codec(const std::string& dir, std::vector<int> frame_rows_list) {
   return 0;
 }
 
-int run_fetch(const std::string& url, const std::string& model, const std::string& input, const std::string& row_file,
-              int rows, bool offer, int concurrency, double seconds, double warmup, const std::string& label) {
-  const auto row = read_file(row_file);
+int run_fetch(const std::string& url, const std::string& model, const std::string& input,
+              const std::vector<std::string>& row_files, int rows, bool offer, int concurrency, double seconds, double warmup, const std::string& label) {
+  std::vector<std::vector<std::byte>> row_bytes;
+  for (const auto& f : row_files) row_bytes.push_back(read_file(f));
+  if (row_bytes.empty()) throw std::runtime_error("fetch: no --row-file");
   jb::client::client_options co;
   co.endpoints.list = {url};
   co.offer_compression = offer;
@@ -137,7 +139,10 @@ int run_fetch(const std::string& url, const std::string& model, const std::strin
     jb::client::embed_request r;
     r.model = model;
     r.input = input;
-    r.rows.assign(static_cast<std::size_t>(rows), jb::bytes_view(row.data(), row.size()));
+    for (int i = 0; i < rows; ++i) {
+      const auto& b = row_bytes[static_cast<std::size_t>(i) % row_bytes.size()];
+      r.rows.push_back(jb::bytes_view(b.data(), b.size()));
+    }
     {
       std::lock_guard lk(mu);
       ++in_flight;
@@ -191,7 +196,8 @@ int main(int argc, char** argv) {
   jb::bench::command_line cli{"bench_wire_compression: zstd_shuffle wire codec on real encoder outputs; the "
                               "jit_client load generator of bench_wire_compression.py",
                               {"codec", "fetch"}};
-  std::string data_dir, url, model = "latents", input = "image", row_file, label;
+  std::string data_dir, url, model = "latents", input = "image", label;
+  std::vector<std::string> row_files;
   std::vector<int> frame_rows{1, 32};
   int rows = 32, concurrency = 4, offer = 1;
   double seconds = 3.0, warmup = 1.0;
@@ -201,7 +207,7 @@ int main(int argc, char** argv) {
   cli.app.add_option("--url", url, "fetch: the server's URL");
   cli.app.add_option("--model", model, "fetch: model name")->capture_default_str();
   cli.app.add_option("--input", input, "fetch: input name")->capture_default_str();
-  cli.app.add_option("--row-file", row_file, "fetch: the bytes of one row (sent --rows times per request)");
+  cli.app.add_option("--row-file", row_files, "fetch: files with the bytes of the rows (request row i is file i mod count)");
   cli.app.add_option("--rows", rows, "fetch: rows per request")->capture_default_str();
   cli.app.add_option("--offer", offer, "fetch: client_options.offer_compression (0 or 1)")->capture_default_str();
   cli.app.add_option("--concurrency", concurrency, "fetch: requests in flight")->capture_default_str();
@@ -214,7 +220,7 @@ int main(int argc, char** argv) {
       if (int rc = run_codec(data_dir, frame_rows)) return rc;
     }
     if (cli.wanted("fetch") && !url.empty())
-      return run_fetch(url, model, input, row_file, rows, offer != 0, concurrency, seconds, warmup, label);
+      return run_fetch(url, model, input, row_files, rows, offer != 0, concurrency, seconds, warmup, label);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_wire_compression: %s\n", e.what());
     return 2;

@@ -77,42 +77,90 @@ def netns_down():
     sh("ip", "link", "del", HOST_IF, check=False)
 
 
-def serve(data_dir: Path, kinds: list[str], port: int):
-    """Runs in the namespace: one model per kind answering each row with stored real tensors (round robin)."""
-    import jitembed
+def make_repository(data_dir: Path, kinds: list[str], repo: Path):
+    """A model repository for jitembed-server: per kind a TorchScript module that answers a batch of n rows
+    with the first n stored real tensors (the rows' 8x8 JPEGs are decoded and ignored), so the server's
+    work is the wire, not an encoder."""
     import numpy as np
     import torch
 
     manifest = json.loads((data_dir / "manifest.json").read_text())
     by_name = {k["name"]: k for k in manifest["kinds"]}
-    models = []
+    tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    pdt = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}
+
+    class Stored(torch.nn.Module):
+        def __init__(self, t):
+            super().__init__()
+            self.register_buffer("stored", t)
+
+        def forward(self, x):
+            # row i of the request is a uniform 8x8 JPEG of grey 8 * i + 4: it picks stored row i
+            grey = x.mean(dim=[1, 2, 3]) * 255.0
+            idx = torch.clamp(torch.round((grey - 4.0) / 8.0), 0, self.stored.shape[0] - 1).to(torch.long)
+            return self.stored[idx]
+
     for name in kinds:
         k = by_name[name]
         raw = np.fromfile(data_dir / k["file"], dtype=np.uint8)
-        dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[k["dtype"]]
-        stored = torch.frombuffer(bytearray(raw.tobytes()), dtype=dt).reshape(k["shape"])
-        rows = k["shape"][0]
-        state = {"next": 0}
-
-        def fn(x, stored=stored, rows=rows, state=state):
-            i = state["next"]
-            state["next"] = (i + x.shape[0]) % rows
-            return stored[(torch.arange(x.shape[0]) + i) % rows]
-
-        models.append(jitembed.Model(fn, name, inputs=("image", "f32", [3, 8, 8]),
-                                     outputs=[("latent", DTYPES[k["dtype"]], k["shape"][1:])], max_batch_size=64,
-                                     preprocess={"modality": "image", "image_resize": "stretch"}, tensor_type="torch"))
-    with jitembed.Server(models=models, host="0.0.0.0", port=port, io_threads=1):
-        print("ready", flush=True)
-        try:
-            signal.sigwait([signal.SIGTERM, signal.SIGINT])
-        except KeyboardInterrupt:
-            pass
+        t = torch.frombuffer(bytearray(raw.tobytes()), dtype=tdt[k["dtype"]]).reshape(k["shape"]).clone()
+        (repo / name / "1").mkdir(parents=True, exist_ok=True)
+        torch.jit.script(Stored(t)).save(str(repo / name / "1" / "model.pt"))
+        dims = ", ".join(str(d) for d in k["shape"][1:])
+        (repo / name / "config.pbtxt").write_text(f"""name: "{name}"
+platform: "pytorch_libtorch"
+max_batch_size: {k["shape"][0]}
+input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 8, 8 ] }} ]
+output [ {{ name: "OUTPUT__0" data_type: {pdt[k["dtype"]]} dims: [ {dims} ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+parameters {{ key: "modality" value: {{ string_value: "image" }} }}
+parameters {{ key: "image_resize" value: {{ string_value: "stretch" }} }}
+""")
 
 
-def fetch(bench_bin, url, kind, row_file, offer, a, label, in_ns=False):
-    cmd = [str(bench_bin), "fetch", "--url", url, "--model", kind, "--input", "image", "--row-file", str(row_file),
-           "--rows", str(a.rows), "--offer", "1" if offer else "0", "--concurrency", str(a.concurrency),
+def infer_raw(host, port, kind, row_files, offer):
+    """One KServe binary request of the rows (http.client): (output bytes, its parameters)."""
+    import http.client
+    import struct
+    rows = [Path(f).read_bytes() for f in row_files]
+    binary = b"".join(struct.pack("<I", len(r)) + r for r in rows)
+    hdr = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [len(rows)],
+                       "parameters": {"binary_data_size": len(binary)}}],
+           "outputs": [{"name": "OUTPUT__0", "parameters": {"binary_data": True}}]}
+    if offer:
+        hdr["parameters"] = {"jitembed_compression": "zstd_shuffle"}
+    h = json.dumps(hdr).encode()
+    c = http.client.HTTPConnection(host, port, timeout=30)
+    c.request("POST", f"/v2/models/{kind}/infer", body=h + binary,
+              headers={"Inference-Header-Content-Length": str(len(h)), "Content-Type": "application/octet-stream"})
+    r = c.getresponse()
+    body = r.read()
+    if r.status != 200:
+        raise RuntimeError(f"check {kind}: HTTP {r.status} {body[:500]!r}")
+    hl = int(r.getheader("Inference-Header-Content-Length"))
+    out = json.loads(body[:hl])["outputs"][0]
+    return body[hl:], out.get("parameters", {})
+
+
+def wait_ready(srv, port, log, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if srv.poll() is not None:
+            raise RuntimeError(f"jitembed-server exited {srv.returncode}: {log.read_text()[-2000:]}")
+        p = subprocess.run(["ip", "netns", "exec", NS, sys.executable, "-c",
+                            f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/v2/health/ready', timeout=2)"],
+                           capture_output=True)
+        if p.returncode == 0:
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"jitembed-server not ready: {log.read_text()[-2000:]}")
+
+
+def fetch(bench_bin, url, kind, row_files, offer, a, label, in_ns=False):
+    cmd = [str(bench_bin), "fetch", "--url", url, "--model", kind, "--input", "image"]
+    for f in row_files:
+        cmd += ["--row-file", str(f)]
+    cmd += ["--rows", str(a.rows), "--offer", "1" if offer else "0", "--concurrency", str(a.concurrency),
            "--seconds", str(a.seconds), "--warmup", "1", "--label", label]
     if in_ns:
         cmd = ["ip", "netns", "exec", NS] + cmd
@@ -130,6 +178,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", type=Path, default=ROOT / "build" / "release", help="its model_repository is used")
     ap.add_argument("--bench-bin", type=Path, default=None, help="bench_wire_compression (default: BUILD/benchmarks/server/)")
+    ap.add_argument("--server-bin", type=Path, default=None, help="jitembed-server (default: BUILD/tools/)")
     ap.add_argument("--data", type=Path, default=None, help="wire_data.py output (default: generated in a temp dir)")
     ap.add_argument("--kinds", default="vae_latent_f32,vae_latent_bf16", help="kinds served end to end")
     ap.add_argument("--links", default="1gbit,10gbit,loopback")
@@ -137,12 +186,10 @@ def main():
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--serve", nargs=2, metavar=("DATA", "PORT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     kinds = a.kinds.split(",")
-    if a.serve:
-        return serve(Path(a.serve[0]), kinds, int(a.serve[1]))
 
+    server_bin = a.server_bin or a.build / "tools" / "jitembed-server"
     bench_bin = a.bench_bin or a.build / "benchmarks" / "server" / "bench_wire_compression"
     if not bench_bin.exists():
         sys.exit(f"bench_wire_compression.py: {bench_bin} not built")
@@ -163,18 +210,32 @@ def main():
     # 2. fetch through the shaped link
     import numpy as np
     import jitembed
-    row_file = tmp / "row.jpg"
-    row_file.write_bytes(jitembed.encode_jpeg(np.full((8, 8, 3), 100, np.uint8), quality=90))
+    row_files = []
+    for i in range(32):  # distinct rows (identical rows would be computed once and answered alike)
+        row_files.append(tmp / f"row{i:02d}.jpg")
+        row_files[-1].write_bytes(jitembed.encode_jpeg(np.full((8, 8, 3), 8 * i + 4, np.uint8), quality=95))
     port = 18931
     results = {}
     srv = None
     try:
         netns_up()
-        srv = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, __file__, "--kinds", a.kinds, "--serve",
-                                str(data), str(port)], stdout=subprocess.PIPE, stderr=open(tmp / "server.log", "w"),
-                               text=True)
-        if srv.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"server did not start: {(tmp / 'server.log').read_text()[-2000:]}")
+        make_repository(data, kinds, tmp / "repository")
+        log = open(tmp / "server.log", "w")
+        srv = subprocess.Popen(["ip", "netns", "exec", NS, str(server_bin), "--host", "0.0.0.0", "--port", str(port),
+                                "--model-repository", str(tmp / "repository"), "--max-queue-delay-us", "0"],
+                               stdout=log, stderr=subprocess.STDOUT)
+        wait_ready(srv, port, tmp / "server.log")
+        wire_ratio = {}
+        for kind in kinds:  # the rows answer the stored real tensors, distinct, byte for byte
+            k = next(k for k in json.loads((data / "manifest.json").read_text())["kinds"] if k["name"] == kind)
+            raw, _ = infer_raw(NS_IP, port, kind, row_files[:k["rows"]], False)
+            if raw != (data / k["file"]).read_bytes():
+                raise RuntimeError(f"check {kind}: the served rows are not the stored tensors")
+            packed, params = infer_raw(NS_IP, port, kind, row_files[:a.rows], True)
+            wire_ratio[kind] = params.get("jitembed_raw_byte_size", len(packed)) / len(packed)
+            print(f"bench_wire_compression: {kind}: served rows == stored rows; one {a.rows}-row response "
+                  f"{params.get('jitembed_raw_byte_size', len(packed))} -> {len(packed)} bytes on the wire "
+                  f"({params.get('jitembed_compression', 'raw')}, ratio {wire_ratio[kind]:.3f})", file=sys.stderr, flush=True)
         for link in a.links.split(","):
             if link != "loopback":
                 set_rate(link)
@@ -182,7 +243,7 @@ def main():
             for kind in kinds:
                 for r in range(a.rounds):
                     for offer in ((True, False) if r % 2 == 0 else (False, True)):
-                        j = fetch(bench_bin, url, kind, row_file, offer, a, f"{link} {kind}", in_ns=link == "loopback")
+                        j = fetch(bench_bin, url, kind, row_files, offer, a, f"{link} {kind}", in_ns=link == "loopback")
                         k = (link, kind, offer)
                         if k not in results or j["samples_per_s"] > results[k]["samples_per_s"]:
                             results[k] = j
@@ -215,6 +276,7 @@ def main():
             print(f"{link:9s} {kind:16s} {ratio[kind]:6.3f} {off['samples_per_s']:14.0f} {on['samples_per_s']:13.0f} "
                   f"{got:7.3f} {('>= %.3f' % target) if target else '':>8s}  {verdict}")
             line = {"bench": "wire_compression/fetch_ratio", "link": link, "kind": kind, "codec_ratio": round(ratio[kind], 4),
+                    "served_response_ratio": round(wire_ratio[kind], 4),
                     "samples_per_s_offer_off": round(off["samples_per_s"], 1),
                     "samples_per_s_offer_on": round(on["samples_per_s"], 1), "on_over_off": round(got, 4),
                     "raw_mb_per_s_off": round(off["output_mb_per_s"], 1), "raw_mb_per_s_on": round(on["output_mb_per_s"], 1),

@@ -6,9 +6,10 @@ outputs, then samples/s end to end through an emulated 1 Gb/s and 10 Gb/s link, 
    32 generated images and their captions, the reference models), and `bench_wire_compression codec` runs
    codec::compress_for_wire / decompress_from_wire (the server's and the client's code) on them: ratio,
    compress and decompress GB/s per tensor kind, per row and per 32-row request.
-2. fetch: a Python jitembed.Server (in network namespace `wbns`, reached over a veth pair) serves a
-   jitembed.Model per kind that answers each row with the stored real latents (round robin; the request's
-   rows are 8x8 JPEGs, so the server's work is the wire, not an encoder). The link is shaped with
+2. fetch: jitembed-server (in network namespace `wbns`, reached over a veth pair) serves a model repository
+   made here: per kind a TorchScript module that answers row i with stored real row i (the request's rows are
+   32 distinct uniform 8x8 JPEGs whose grey level names the row, so the server's work is the wire, not an
+   encoder; the served bytes are checked against the stored tensors first). The link is shaped with
    `tc htb rate 1gbit` / `10gbit` on both veth ends (netem is not in this kernel; htb is a rate limit with no
    added delay). `bench_wire_compression fetch` (C++ jit_client, --rows rows per request, --concurrency in
    flight) is the load generator: offer_compression on vs off, interleaved rounds, best round kept; plus the
@@ -16,7 +17,7 @@ outputs, then samples/s end to end through an emulated 1 Gb/s and 10 Gb/s link, 
    Targets (issue #20): at 1 Gb/s compressed samples/s >= 0.9 x ratio x uncompressed samples/s (ratio: the
    codec's measured ratio at the request's row count); on loopback offer on costs <= 5% vs off.
 
-Needs root (ip netns, tc). Cleans the namespace up on exit.
+Needs root (ip netns, tc) and a jitembed-server built with LibTorch. Cleans the namespace up on exit.
 
   .venv/bin/python benchmarks/server/bench_wire_compression.py --bench-bin build/bench/benchmarks/server/bench_wire_compression
       [--build build/release] [--kinds vae_latent_f32,vae_latent_bf16] [--rounds 2] [--seconds 3]

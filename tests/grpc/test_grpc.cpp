@@ -244,6 +244,7 @@ TEST_CASE(
     plain_o.offer_compression = false;
     auto packed_o = options_for({url});
     packed_o.offer_compression = true;
+    packed_o.compress_on_loopback = true;  // the test server is on loopback, where it is not offered by default
     packed_o.compress_inputs = true;
     auto plain = cl::jit_client::create(plain_o).value();
     auto packed = cl::jit_client::create(packed_o).value();

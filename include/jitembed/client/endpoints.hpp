@@ -25,6 +25,12 @@ struct endpoint_address {
   }
 };
 
+// Whether the endpoint is this host's loopback ("localhost", 127.0.0.0/8, ::1): a link that is not short of
+// bandwidth (the client does not offer compression there).
+inline bool is_loopback(const endpoint_address& a) {
+  return a.host == "localhost" || a.host.starts_with("127.") || a.host == "::1";
+}
+
 // Whether the endpoint speaks KServe gRPC (grpc://host:port, grpcs:// with TLS) rather than HTTP.
 inline bool is_grpc(const endpoint_address& a) { return a.url.starts_with("grpc://") || a.url.starts_with("grpcs://"); }
 

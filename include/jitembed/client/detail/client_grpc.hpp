@@ -225,7 +225,7 @@ inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
   auto call = std::make_shared<grpc_client::call>();
   const auto remaining =
       std::chrono::duration_cast<std::chrono::microseconds>(a->call->deadline - clock::now()).count();
-  call->request = grpc_client::infer_request(*a->call, std::max<std::int64_t>(1, remaining), opts_.offer_compression,
+  call->request = grpc_client::infer_request(*a->call, std::max<std::int64_t>(1, remaining), offers_compression(ep),
                                              packed_rows(*a->call));
   call->ctx.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::microseconds(std::max<std::int64_t>(1, remaining)));

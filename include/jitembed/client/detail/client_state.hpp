@@ -386,6 +386,8 @@ class client_state {
   result<embed_result> decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen,
                               const std::string& url);
 
+  bool offers_compression(const endpoint_state& ep) const;
+
   // The call's rows compressed once when compress_inputs is set and it pays; nullptr: send them raw.
   const byte_buffer* packed_rows(remote_call& c);
 

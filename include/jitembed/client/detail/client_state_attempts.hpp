@@ -51,7 +51,7 @@ inline auto client_state::build_request(remote_call& c, remote_attempt& a) -> re
   r.parameters = kserve::json::object();
   r.parameters["binary_data_output"] = opts_.binary_outputs;
   r.parameters["timeout"] = std::max<std::int64_t>(1, remaining);
-  if (opts_.offer_compression) r.parameters[std::string(kserve::kCompressionParameter)] = kserve::kZstdShuffle;
+  if (offers_compression(*a.ep)) r.parameters[std::string(kserve::kCompressionParameter)] = kserve::kZstdShuffle;
   const auto* packed = packed_rows(c);
   r.inputs.push_back(kserve::infer_tensor::view(
       c.input, kserve::datatype::bytes, {static_cast<std::int64_t>(c.n_rows), 1},
@@ -347,6 +347,11 @@ inline void client_state::on_answer(const attempt_ptr& a, int status, result<emb
   else if (c->active.empty())
     finish(c, e, d);
   resume_waiting(d);
+}
+
+// Whether requests to this endpoint offer compressed outputs (not to loopback unless asked).
+inline bool client_state::offers_compression(const endpoint_state& ep) const {
+  return opts_.offer_compression && (opts_.compress_on_loopback || !is_loopback(ep.addr));
 }
 
 // The call's rows compressed once (compress_inputs), or nullptr when they travel raw.

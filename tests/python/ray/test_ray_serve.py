@@ -56,15 +56,26 @@ def remove(app: str):
 
 
 def kill_replica_with_rows_in_flight(app: str, eps) -> str:
-    """Kills a replica process (no graceful drain) while its server holds admitted rows; returns its endpoint."""
-    victim = eventually(lambda: next((e for e in eps if inflight_rows(e) > 0), None), 30, "rows in flight on a replica")
+    """Kills a replica process (no graceful drain) while its server holds admitted rows; returns its endpoint.
+    The actors are looked up first, so the kill follows the observation of rows in flight at once (under a
+    loaded CI machine the lookups took long enough for those rows to finish, and nothing was retried)."""
     names = replica_actor_names(app)
     assert len(names) == len(eps)
-    # Which replica actor serves `victim`: the registry maps replica ids (the actor name's tail) to endpoints.
+    # Which replica actor serves each endpoint: the registry maps replica ids (the actor name's tail) to endpoints.
     by_replica = ray.get(jray.get_registry(app, create=False).entries.remote())
-    killed = next(n_ for n_ in names if by_replica.get(n_.rsplit("#", 1)[-1]) == victim.removeprefix("http://"))
-    ray.kill(ray.get_actor(killed, namespace="serve"), no_restart=True)
-    return victim
+    actors = {}
+    for e in eps:
+        name = next(n_ for n_ in names if by_replica.get(n_.rsplit("#", 1)[-1]) == e.removeprefix("http://"))
+        actors[e] = ray.get_actor(name, namespace="serve")
+
+    def kill_busy():
+        for e in eps:
+            if inflight_rows(e) > 0:
+                ray.kill(actors[e], no_restart=True)
+                return e
+        return None
+
+    return eventually(kill_busy, 30, "rows in flight on a replica", step_s=0.01)
 
 
 def check_exactly_once(samples, n, reference=None):

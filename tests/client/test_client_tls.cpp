@@ -27,6 +27,7 @@ cl::client_options tls_options_for(std::vector<std::string> urls, std::string ca
   o.endpoints.list = std::move(urls);
   o.request_timeout = 5s;
   o.tls_ca_file = std::move(ca);
+  o.shared_memory.enabled = false;  // these count connections: no registration call among them
   return o;
 }
 

@@ -327,13 +327,23 @@ TEST_CASE("shared-memory tensors: parameters only, no data, both ways (Triton's 
   CHECK(enc->header ==
         R"({"model_name":"m","model_version":"1","outputs":[{"name":"y","datatype":"FP32","shape":[2]}]})");
   CHECK(resp.outputs.front().parameters["shared_memory_region"] == "out");
-  // The response decoder refuses outputs in shared memory (its client never asks for them).
-  CHECK(decode_response(R"({"outputs":[{"name":"y","datatype":"FP32","shape":[2],"parameters":{)"
+  // The response decoder takes an output in shared memory, with its parameters (gRPC's form) or without
+  // (HTTP's): no data; its receiver reads the region.
+  auto with_params = decode_response(R"({"outputs":[{"name":"y","datatype":"FP32","shape":[2],"parameters":{)"
+                                     R"("shared_memory_region":"out","shared_memory_byte_size":8}}]})",
+                                     std::nullopt);
+  REQUIRE(with_params);
+  CHECK(with_params->outputs.front().data.empty());
+  CHECK(with_params->outputs.front().parameters["shared_memory_region"] == "out");
+  auto bare = decode_response(enc->header, std::nullopt);
+  REQUIRE(bare);
+  CHECK(bare->outputs.front().data.empty());
+  CHECK(bare->outputs.front().shape == std::vector<std::int64_t>{2});
+  // Data and a region together stay an error.
+  CHECK(decode_response(R"({"outputs":[{"name":"y","datatype":"FP32","shape":[2],"data":[1,2],"parameters":{)"
                         R"("shared_memory_region":"out","shared_memory_byte_size":8}}]})",
                         std::nullopt)
-            .error()
-            .message == "output 'y': shared_memory_region in a response (outputs in shared memory are not supported "
-                        "by this decoder)");
+            .code() == errc::invalid_argument);
   CHECK(resp.outputs.front().parameters["shared_memory_byte_size"] == 8);
 }
 

@@ -108,6 +108,23 @@ struct breaker_options {
       1000};  // a model ejected from an endpoint (404, not ready) is re-probed after this
 };
 
+// Shared memory for same-host endpoints (Triton's system shared-memory extension, client side): for an
+// endpoint on this host (loopback, or an address of one of its interfaces) the client creates one POSIX
+// shared-memory object of pool_bytes, registers it with the server (HTTP or gRPC), and then sends each
+// request's rows and receives its outputs through a span of it instead of the socket. A model's output
+// sizes are learned from its first answer (over the socket); a request that does not fit in the free part
+// of the pool, a model with outputs of variable size, and an endpoint that cannot register the object
+// (another container, a server without the extension) use the socket. The object is unlinked once
+// registered and unregistered at close(). A span whose attempt was abandoned (a hedge lost, a connection
+// lost) is reused only `quarantine` after the request's deadline: a jitembed server writes no output into
+// shared memory after its deadline.
+struct shared_memory_options {
+  bool enabled = true;
+  std::size_t pool_bytes = std::size_t{64} << 20;  // per endpoint
+  std::size_t min_bytes = 0;                       // smaller requests (rows + outputs) use the socket
+  std::chrono::milliseconds quarantine{1000};
+};
+
 struct client_options {
   endpoint_source endpoints;
   // Local mode: with no endpoint source, requests run on these in-process models (name() routes).
@@ -132,6 +149,7 @@ struct client_options {
   bool compress_on_loopback = false;
   bool compress_inputs = false;
   codec::wire_compression_options compression;
+  shared_memory_options shared_memory;
   int io_threads = 1;      // threads running the Asio event loop
   std::string auth_token;  // sent as Authorization: Bearer <token> when set
   // https:// endpoints: the CA bundle (PEM) their certificates must chain to; empty: the system's CA paths.

@@ -9,7 +9,10 @@
 
 #include "jitembed/client/detail/client_state.hpp"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
@@ -97,11 +100,21 @@ inline error_info call_error(const ::grpc::Status& s, const ::grpc::ClientContex
 // An HTTP-like status for the policy shared with HTTP answers (client_state::on_answer).
 inline int http_like_status(errc code) { return net::kserve::http_status(code); }
 
+// Triton's shared-memory parameters of a tensor in span (offset, bytes) of the region.
+inline void set_shm_parameters(pb::Message& m, const pb::FieldDescriptor* params, const std::string& region,
+                               std::size_t offset, std::size_t bytes) {
+  net::grpc::set_grpc_parameter(m, params, "shared_memory_region", region);
+  // int64_param, as tritonclient sends them (Triton refuses another type)
+  net::grpc::set_grpc_parameter(m, params, "shared_memory_byte_size", static_cast<std::int64_t>(bytes));
+  net::grpc::set_grpc_parameter(m, params, "shared_memory_offset", static_cast<std::int64_t>(offset));
+}
+
 // A ModelInferRequest for the call: one BYTES input [n, 1] (raw_input_contents; `packed`: the rows
-// compressed), the requested outputs, the deadline as the KServe "timeout" parameter (microseconds), the
-// compression offer.
+// compressed; with `shm` in the attempt's shared memory instead), the requested outputs (with `shm`: each in
+// its span), the deadline as the KServe "timeout" parameter (microseconds), the compression offer. The rows
+// go into the message as a slice over the call's buffer, after the message's own bytes: no copy.
 inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeout_us, bool offer_compression,
-                                        const byte_buffer* packed) {
+                                        const byte_buffer* packed, const shm_use* shm) {
   namespace ks = net::kserve;
   const auto& f = net::grpc::grpc_infer_fields::get();
   auto m = net::grpc::kserve_schema::get().make("ModelInferRequest");
@@ -109,7 +122,7 @@ inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeo
   r->SetString(m.get(), f.model_name, c.model);
   if (!c.version.empty()) r->SetString(m.get(), f.model_version, c.version);
   net::grpc::set_grpc_parameter(*m, f.parameters, "timeout", timeout_us);
-  if (offer_compression)
+  if (offer_compression && !shm)
     net::grpc::set_grpc_parameter(*m, f.parameters, std::string(ks::kCompressionParameter), ks::kZstdShuffle);
   auto* in = r->AddMessage(m.get(), f.inputs);
   const auto* ir = in->GetReflection();
@@ -117,23 +130,51 @@ inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeo
   ir->SetString(in, f.in_datatype, "BYTES");
   ir->AddInt64(in, f.in_shape, static_cast<std::int64_t>(c.n_rows));
   ir->AddInt64(in, f.in_shape, 1);
-  if (packed) {
+  if (shm) {
+    set_shm_parameters(*in, f.in_parameters, shm->arena->region, shm->offset, shm->input_bytes);
+  } else if (packed) {
     net::grpc::set_grpc_parameter(*in, f.in_parameters, std::string(ks::kCompressionParameter), ks::kZstdShuffle);
     net::grpc::set_grpc_parameter(*in, f.in_parameters, std::string(ks::kRawByteSizeParameter), c.rows->size());
   }
-  for (const auto& o : c.outputs) {
+  const auto add_output = [&](const std::string& name) {
     auto* out = r->AddMessage(m.get(), f.outputs);
-    out->GetReflection()->SetString(out, f.out_name, o);
+    out->GetReflection()->SetString(out, f.out_name, name);
+    return out;
+  };
+  if (shm) {
+    for (const auto& [name, span] : shm->outputs)
+      set_shm_parameters(*add_output(name), f.out_parameters, shm->arena->region, span.first, span.second);
+  } else {
+    for (const auto& o : c.outputs) add_output(o);
   }
-  const auto& bytes = packed ? *packed : *c.rows;
-  r->AddString(m.get(), f.raw_input_contents, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  return serialize(*m);
+  std::string head = m->SerializeAsString();
+  if (shm) {
+    ::grpc::Slice s(head.data(), head.size());
+    return ::grpc::ByteBuffer(&s, 1);
+  }
+  // raw_input_contents (field 7): tag and length, then the rows as a slice that holds the buffer.
+  const std::shared_ptr<const byte_buffer> rows = packed ? *c.packed_rows : std::shared_ptr<const byte_buffer>(c.rows);
+  std::string prefix;
+  {
+    pb::io::StringOutputStream sos(&prefix);
+    pb::io::CodedOutputStream cos(&sos);
+    cos.WriteTag(pb::internal::WireFormatLite::MakeTag(f.raw_input_contents->number(),
+                                                       pb::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    cos.WriteVarint64(rows->size());
+  }
+  head += prefix;
+  const auto release = [](void* p) { delete static_cast<std::shared_ptr<const byte_buffer>*>(p); };
+  ::grpc::Slice slices[2] = {::grpc::Slice(head.data(), head.size()),
+                             ::grpc::Slice(const_cast<std::byte*>(rows->data()), rows->size(), +release,
+                                           new std::shared_ptr<const byte_buffer>(rows))};
+  return ::grpc::ByteBuffer(slices, rows->empty() ? 1 : 2);
 }
 
 // A ModelInferResponse as the call's result: each output [n_rows, ...] from raw_output_contents
-// (decompressed when the server compressed it).
+// (decompressed when the server compressed it) or from the attempt's shared memory. An output in shared
+// memory has an empty raw_output_contents entry (jitembed) or none (only the other outputs have one).
 inline result<embed_result> infer_result(::grpc::ByteBuffer& b, const remote_call& c, const std::string& url,
-                                         std::size_t max_bytes) {
+                                         std::size_t max_bytes, const shm_use* shm) {
   namespace ks = net::kserve;
   const auto& f = net::grpc::grpc_infer_fields::get();
   auto m = net::grpc::kserve_schema::get().make("ModelInferResponse");
@@ -145,14 +186,13 @@ inline result<embed_result> infer_result(::grpc::ByteBuffer& b, const remote_cal
   out.endpoint = url;
   out.attempts = c.attempts;
   const auto* raw = m->GetDescriptor()->FindFieldByNumber(f.raw_output_contents_number);
-  const int n = r->FieldSize(*m, f.r_outputs);
-  if (r->FieldSize(*m, raw) != n)
-    return fail(errc::corrupt_data, "response of " + url + ": " + std::to_string(r->FieldSize(*m, raw)) +
-                                        " raw_output_contents for " + std::to_string(n) + " outputs");
+  const int n = r->FieldSize(*m, f.r_outputs), n_raw = r->FieldSize(*m, raw);
+  std::vector<ks::infer_tensor> tensors(static_cast<std::size_t>(n));
+  int in_shm = 0;
   for (int i = 0; i < n; ++i) {
     const auto& o = r->GetRepeatedMessage(*m, f.r_outputs, i);
     const auto* orf = o.GetReflection();
-    ks::infer_tensor t;
+    auto& t = tensors[static_cast<std::size_t>(i)];
     t.name = orf->GetString(o, f.ro_name);
     const auto dt = ks::datatype_from_string(orf->GetString(o, f.ro_datatype));
     if (!dt)
@@ -160,13 +200,20 @@ inline result<embed_result> infer_result(::grpc::ByteBuffer& b, const remote_cal
     t.type = *dt;
     for (int k = 0; k < orf->FieldSize(o, f.ro_shape); ++k) t.shape.push_back(orf->GetRepeatedInt64(o, f.ro_shape, k));
     t.parameters = net::grpc::grpc_parameters(o, f.ro_parameters);
-    const std::string& bytes = r->GetRepeatedStringReference(*m, raw, i, nullptr);
-    t.data = bytes_view(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
-    JITEMBED_ASSIGN_OR_RETURN(auto v, output_tensor(t, max_bytes, url));
-    if (v.rank() == 0 || v.shape()[0] != static_cast<std::int64_t>(c.n_rows))
-      return fail(errc::corrupt_data, "response of " + url + ": output '" + t.name + "' has " +
-                                          (v.rank() ? std::to_string(v.shape()[0]) : std::string("no")) +
-                                          " rows, sent " + std::to_string(c.n_rows));
+    in_shm += ks::has_shared_memory(t.parameters) ? 1 : 0;
+  }
+  const bool every = n_raw == n;
+  if (!every && n_raw != n - in_shm)
+    return fail(errc::corrupt_data, "response of " + url + ": " + std::to_string(n_raw) + " raw_output_contents for " +
+                                        std::to_string(n) + " outputs");
+  int next_raw = 0;
+  for (auto& t : tensors) {
+    const bool shm_out = ks::has_shared_memory(t.parameters);
+    if (every || !shm_out) {
+      const std::string& bytes = r->GetRepeatedStringReference(*m, raw, next_raw++, nullptr);
+      t.data = bytes_view(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+    }
+    JITEMBED_ASSIGN_OR_RETURN(auto v, output_tensor(t, c.n_rows, max_bytes, url, shm));
     out.outputs.emplace_back(t.name, std::move(v));
   }
   return out;
@@ -225,8 +272,9 @@ inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
   auto call = std::make_shared<grpc_client::call>();
   const auto remaining =
       std::chrono::duration_cast<std::chrono::microseconds>(a->call->deadline - clock::now()).count();
+  const shm_use* shm = a->shm ? &*a->shm : nullptr;
   call->request = grpc_client::infer_request(*a->call, std::max<std::int64_t>(1, remaining), offers_compression(ep),
-                                             packed_rows(*a->call));
+                                             shm ? nullptr : packed_rows(*a->call), shm);
   call->ctx.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::microseconds(std::max<std::int64_t>(1, remaining)));
   if (!opts_.auth_token.empty()) call->ctx.AddMetadata("authorization", "Bearer " + opts_.auth_token);
@@ -243,7 +291,8 @@ inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
           if (!a->finished) {
             const auto& url = a->ep->addr.url;
             if (s.ok()) {
-              auto r = grpc_client::infer_result(call->response, *a->call, url, self->opts_.max_response_bytes);
+              auto r = grpc_client::infer_result(call->response, *a->call, url, self->opts_.max_response_bytes,
+                                                 a->shm ? &*a->shm : nullptr);
               self->on_answer(a, 200, r ? std::move(r) : result<embed_result>(r.error()), dd);
             } else if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE &&
                        call->ctx.GetServerTrailingMetadata().empty()) {
@@ -300,6 +349,30 @@ inline bool grpc_model_ready(const endpoint_address& a, const std::string& model
   error_info err;
   if (!grpc_client::unary(*ch, "ModelReady", *req, *resp, opts, "ModelReady", err).ok()) return false;
   return resp->GetReflection()->GetBool(*resp, resp->GetDescriptor()->FindFieldByName("ready"));
+}
+
+inline shm_call_result grpc_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
+                                     std::size_t bytes, const client_options& opts) {
+  auto ch = grpc_client::make_channel(a, opts);
+  const auto& schema = net::grpc::kserve_schema::get();
+  const bool reg = !key.empty();
+  auto req = schema.make(reg ? "SystemSharedMemoryRegisterRequest" : "SystemSharedMemoryUnregisterRequest");
+  const auto* d = req->GetDescriptor();
+  const auto* rr = req->GetReflection();
+  rr->SetString(req.get(), d->FindFieldByName("name"), region);
+  if (reg) {
+    rr->SetString(req.get(), d->FindFieldByName("key"), key);
+    rr->SetUInt64(req.get(), d->FindFieldByName("offset"), 0);
+    rr->SetUInt64(req.get(), d->FindFieldByName("byte_size"), bytes);
+  }
+  auto resp = schema.make(reg ? "SystemSharedMemoryRegisterResponse" : "SystemSharedMemoryUnregisterResponse");
+  error_info err;
+  const auto s = grpc_client::unary(*ch, reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister", *req,
+                                    *resp, opts, "shared memory region '" + region + "' on " + a.url, err);
+  if (s.ok()) return {true, true, {}};
+  const bool answered =
+      s.error_code() != ::grpc::StatusCode::UNAVAILABLE && s.error_code() != ::grpc::StatusCode::DEADLINE_EXCEEDED;
+  return {false, answered, err.message};
 }
 
 inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "jitembed/client/detail/client_policy.hpp"
+#include "jitembed/client/detail/client_shm.hpp"
 #include "jitembed/client/endpoints.hpp"
 #include "jitembed/client/options.hpp"
 #include "jitembed/client/request.hpp"
@@ -107,6 +108,9 @@ struct endpoint_state {
   clock::time_point open_until{};  // circuit open until; then half-open (one probe)
   bool probe_in_flight = false;
   std::map<std::string, clock::time_point> ejected;  // model -> re-probe time
+  shm_status shm = shm_status::off;                   // client_options.shared_memory
+  std::shared_ptr<shm_arena> arena;                   // shm == ready: the registered object
+  clock::time_point shm_retry{};                      // pending: the next registration try
 
   bool circuit_open(clock::time_point now) const { return open_until > now; }
   bool half_open(clock::time_point now) const { return open_until != clock::time_point{} && open_until <= now; }
@@ -128,6 +132,7 @@ struct remote_attempt {
   kserve::encoded_message msg;
   std::vector<asio::const_buffer> bufs;
   std::shared_ptr<void> grpc_call;  // grpc:// endpoints: the call in flight (client_grpc.hpp)
+  std::optional<shm_use> shm;       // its rows and outputs go through the endpoint's shared memory
 };
 
 struct remote_call {
@@ -145,6 +150,7 @@ struct remote_call {
   std::optional<hash128> coalesce_key;
   bool done = false;
   bool internal = false;  // a row of a split request (no id, no coalescing)
+  bool no_shm = false;    // a shared-memory attempt was refused: the socket only
   int attempts = 0, retries = 0;
   bool hedged = false;
   std::vector<std::shared_ptr<attempt>> active;

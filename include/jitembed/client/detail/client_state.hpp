@@ -26,6 +26,9 @@ inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_
 inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
                                                   const client_options& opts);
 inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts);
+// grpc:// endpoints' SystemSharedMemoryRegister (`key` set) / SystemSharedMemoryUnregister.
+inline shm_call_result grpc_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
+                                     std::size_t bytes, const client_options& opts);
 
 // Handlers hold `this`, not a shared_ptr: the owning jit_client closes the state (joining every thread
 // that runs handlers) before it is destroyed, so no handler outlives it and no handler can be the one that
@@ -253,6 +256,7 @@ class client_state {
       es.draining = e->draining;
       es.circuit_open = e->circuit_open(now);
       es.connections_opened = e->conns_opened;
+      es.shared_memory = e->shm == shm_status::ready;
       s.endpoints.push_back(std::move(es));
     }
     for (const auto& e : retired_) s.endpoints.push_back(e);
@@ -282,6 +286,16 @@ class client_state {
       }
     }
     watcher_.stop();  // its stop_token wakes it
+    {  // the regions registered with endpoints: unregistered (the servers then close their descriptors)
+      std::vector<std::pair<endpoint_address, std::string>> regions;
+      {
+        std::lock_guard lk(mu_);
+        regions.swap(shm_retired_);
+        for (auto& e : endpoints_)
+          if (e->arena) regions.emplace_back(e->addr, e->arena->region);
+      }
+      for (const auto& [addr, region] : regions) unregister_region(addr, region);
+    }
     work_.reset();
     if (local_) {
       local_->close();
@@ -383,10 +397,27 @@ class client_state {
   void grpc_cancel(remote_attempt& a);  // TryCancel of the attempt's call, when it has one
   void on_grpc_transport_error(const attempt_ptr& a, const std::string& message, deferred& d);
 
-  result<embed_result> decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen,
-                              const std::string& url);
+  result<embed_result> decode(const remote_call& c, const remote_attempt& a, std::string_view body,
+                              std::optional<std::size_t> hlen);
 
   bool offers_compression(const endpoint_state& ep) const;
+
+  // --- shared memory (client_state_shm.hpp) --------------------------------------------------------------
+
+  static std::string layout_key(const remote_call& c);
+  // The attempt's span of its endpoint's region, its rows written there, when the endpoint has one and the
+  // model's output sizes are known; otherwise the attempt uses the socket.
+  void plan_shm(remote_call& c, remote_attempt& a);
+  // Frees the attempt's span (answered), or quarantines it until the server cannot write into it any more.
+  void end_shm(remote_attempt& a);
+  // Remembers the bytes per row of each output of a model's answer.
+  void learn_outputs(const remote_call& c, const embed_result& r);
+  // A shared-memory attempt the server refused for its shared memory: resent over the socket (true).
+  bool shm_fallback(const attempt_ptr& a, int status, const result<embed_result>& r, deferred& d);
+  // The watcher: registers a region with each same-host endpoint that has none yet (off the lock), and
+  // unregisters the regions of endpoints gone.
+  void setup_shared_memory();
+  void unregister_region(const endpoint_address& a, const std::string& region);
 
   // The call's rows compressed once when compress_inputs is set and it pays; nullptr: send them raw.
   const byte_buffer* packed_rows(remote_call& c);
@@ -424,6 +455,8 @@ class client_state {
   double hedge_after_ms_ = 0;
   std::mt19937_64 rng_;
   std::map<std::string, model_identity> identities_;
+  std::map<std::string, shm_model_layout> shm_layouts_;                 // layout_key -> outputs' sizes
+  std::vector<std::pair<endpoint_address, std::string>> shm_retired_;  // regions to unregister (watcher)
   std::unique_ptr<local_backend> local_;
   std::unordered_map<std::uint64_t, std::shared_ptr<local_call>> local_calls_;
 
@@ -451,6 +484,7 @@ class client_state {
 #include "jitembed/client/detail/client_state_endpoints.hpp"
 #include "jitembed/client/detail/client_state_finish.hpp"
 #include "jitembed/client/detail/client_state_local.hpp"
+#include "jitembed/client/detail/client_state_shm.hpp"
 #if defined(JITEMBED_HAS_GRPC)  // the program links jitembed::grpc: grpc:// endpoints
 #include "jitembed/client/detail/client_grpc.hpp"
 #endif

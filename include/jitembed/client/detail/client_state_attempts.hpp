@@ -33,8 +33,10 @@ inline void client_state::launch(const call_ptr& c, bool hedge, deferred& d) {
   ++ep->outstanding;
   ++ep->requests;
   ++stats_.attempts;
+  plan_shm(*c, *a);
   auto built = build_request(*c, *a);
   if (!built) {
+    if (a->shm) a->shm->answered = true;  // never sent
     end_attempt(a);
     return finish(c, built.error(), d);
   }
@@ -51,13 +53,26 @@ inline auto client_state::build_request(remote_call& c, remote_attempt& a) -> re
   r.parameters = kserve::json::object();
   r.parameters["binary_data_output"] = opts_.binary_outputs;
   r.parameters["timeout"] = std::max<std::int64_t>(1, remaining);
-  if (offers_compression(*a.ep)) r.parameters[std::string(kserve::kCompressionParameter)] = kserve::kZstdShuffle;
-  const auto* packed = packed_rows(c);
-  r.inputs.push_back(kserve::infer_tensor::view(
-      c.input, kserve::datatype::bytes, {static_cast<std::int64_t>(c.n_rows), 1},
-      packed ? bytes_view(packed->data(), packed->size()) : bytes_view(c.rows->data(), c.rows->size()), true));
-  if (packed) kserve::mark_compressed(r.inputs.back(), c.rows->size());
-  for (const auto& o : c.outputs) r.outputs.push_back({o, opts_.binary_outputs, {}});
+  const auto shm_parameters = [&](std::size_t offset, std::size_t bytes) {
+    return kserve::json{{"shared_memory_region", a.shm->arena->region},
+                        {"shared_memory_byte_size", bytes},
+                        {"shared_memory_offset", offset}};
+  };
+  if (a.shm) {  // rows and outputs in the endpoint's shared memory: the message carries neither
+    r.inputs.push_back(kserve::infer_tensor::view(c.input, kserve::datatype::bytes,
+                                                  {static_cast<std::int64_t>(c.n_rows), 1}, bytes_view{}, true));
+    r.inputs.back().parameters = shm_parameters(a.shm->offset, a.shm->input_bytes);
+    for (const auto& [name, span] : a.shm->outputs)
+      r.outputs.push_back({name, std::nullopt, shm_parameters(span.first, span.second)});
+  } else {
+    if (offers_compression(*a.ep)) r.parameters[std::string(kserve::kCompressionParameter)] = kserve::kZstdShuffle;
+    const auto* packed = packed_rows(c);
+    r.inputs.push_back(kserve::infer_tensor::view(
+        c.input, kserve::datatype::bytes, {static_cast<std::int64_t>(c.n_rows), 1},
+        packed ? bytes_view(packed->data(), packed->size()) : bytes_view(c.rows->data(), c.rows->size()), true));
+    if (packed) kserve::mark_compressed(r.inputs.back(), c.rows->size());
+    for (const auto& o : c.outputs) r.outputs.push_back({o, opts_.binary_outputs, {}});
+  }
   auto msg = kserve::encode_request(r);
   if (!msg) return msg.error();
   a.msg = std::move(*msg);
@@ -90,6 +105,7 @@ inline void client_state::send(const attempt_ptr& a, deferred& d) {
   }
   if (ep.open_conns >= opts_.max_connections_per_endpoint) {
     // Every connection of this endpoint is busy: wait for one (resume_waiting) unless the deadline passes.
+    if (a->shm) a->shm->answered = true;  // never sent
     end_attempt(a);
     --a->call->attempts;
     waiting_.push_back(a->call);
@@ -171,6 +187,7 @@ inline void client_state::end_attempt(const attempt_ptr& a) {
   a->finished = true;
   if (a->ep->outstanding) --a->ep->outstanding;
   if (a->probe) a->ep->probe_in_flight = false;
+  end_shm(*a);
   auto& act = a->call->active;
   act.erase(std::remove(act.begin(), act.end(), a), act.end());
 }
@@ -291,7 +308,7 @@ inline void client_state::on_response(const attempt_ptr& a, deferred& d) {
   if (status == 200)  // a call already finished (a hedge won) counts the latency only: nothing to decode
     return on_answer(a, 200,
                      c->done ? result<embed_result>(fail(errc::cancelled, "answered after the call finished"))
-                             : decode(*c, body, hlen, a->ep->addr.url),
+                             : decode(*c, *a, body, hlen),
                      d);
   on_answer(a, status, http_error(status, body, "model '" + c->model + "' on " + a->ep->addr.url), d);
 }
@@ -300,6 +317,9 @@ inline void client_state::on_response(const attempt_ptr& a, deferred& d) {
 // decoded result (status 200) or the answer's error.
 inline void client_state::on_answer(const attempt_ptr& a, int status, result<embed_result> r, deferred& d) {
   const auto c = a->call;
+  if (a->shm) a->shm->answered = true;  // the server writes nothing more into its span
+  if (shm_fallback(a, status, r, d)) return;
+  if (status == 200 && r && !c->done) learn_outputs(*c, *r);
   const double ms = std::chrono::duration<double, std::milli>(clock::now() - a->start).count();
   end_attempt(a);
   if (status == 200) {
@@ -364,28 +384,66 @@ inline auto client_state::packed_rows(remote_call& c) -> const byte_buffer* {
   return c.packed_rows->get();
 }
 
-// An output of a response as a tensor: a compressed one (net/kserve/compression.hpp) decompressed, bounded
-// by max_response_bytes.
-inline result<tensor> output_tensor(const kserve::infer_tensor& o, std::size_t max_bytes, const std::string& url) {
+// An output of a response as a tensor of `n_rows` rows: a compressed one (net/kserve/compression.hpp)
+// decompressed, bounded by max_bytes (the decompressed buffer becomes the tensor's storage); one the server
+// wrote into the attempt's shared memory (`shm`) read from there. corrupt_data for an answer that does not
+// match the request: another row count, a region or span the attempt did not name.
+inline result<tensor> output_tensor(const kserve::infer_tensor& o, std::size_t n_rows, std::size_t max_bytes,
+                                    const std::string& url, const shm_use* shm) {
   const std::string w = "response of " + url + ": output '" + o.name + "'";
+  const auto check_rows = [&](tensor t) -> result<tensor> {
+    if (t.rank() == 0 || t.shape()[0] != static_cast<std::int64_t>(n_rows))
+      return fail(errc::corrupt_data, w + " has " + (t.rank() ? std::to_string(t.shape()[0]) : std::string("no")) +
+                                          " rows, sent " + std::to_string(n_rows));
+    return t;
+  };
+  const auto view_of = [&](bytes_view data) -> result<tensor_view> {
+    kserve::infer_tensor plain;
+    plain.name = o.name;
+    plain.type = o.type;
+    plain.shape = o.shape;
+    plain.data = data;
+    auto v = plain.as_tensor_view();
+    if (!v) return fail(v.code(), "response of " + url + ": " + v.error().message);
+    return v;
+  };
+  // In the attempt's shared memory: named by its parameters (gRPC), or an output without data (HTTP answers
+  // name, datatype and shape only) that the attempt asked to have there.
+  JITEMBED_ASSIGN_OR_RETURN(const auto ref, kserve::shared_memory_parameters(o.parameters, w));
+  const auto* span = shm ? shm->output(o.name) : nullptr;
+  if (ref || (span && o.data.empty())) {
+    if (ref && (!span || ref->region != shm->arena->region || ref->offset != span->first))
+      return fail(errc::corrupt_data, w + ": in shared memory region '" + ref->region + "' at " +
+                                          std::to_string(ref->offset) + ", not where the request asked");
+    const auto dt = kserve::to_dtype(o.type);
+    if (!dt) return fail(errc::corrupt_data, w + ": " + std::string(kserve::to_string(o.type)) + " has no dtype");
+    auto nb = checked_nbytes(o.shape, *dt);
+    if (!nb) return fail(errc::corrupt_data, w + ": " + nb.error().message);
+    if ((ref && *nb != ref->byte_size) || *nb > span->second)
+      return fail(errc::corrupt_data, w + ": shape " + kserve::detail::shape_string(o.shape) + " (" +
+                                          std::to_string(*nb) + " bytes) does not match its shared memory span of " +
+                                          std::to_string(span->second) + " bytes");
+    auto t = tensor::empty(jitembed::shape(std::span<const std::int64_t>(o.shape)), *dt);
+    JITEMBED_TRY(shm->arena->object->read(span->first, std::span<std::byte>(static_cast<std::byte*>(t.data()), *nb)));
+    return check_rows(std::move(t));
+  }
   JITEMBED_ASSIGN_OR_RETURN(const auto raw_size, kserve::compressed_tensor(o.parameters, w));
-  std::optional<byte_buffer> raw;
-  kserve::infer_tensor plain = o;
   if (raw_size) {
     auto r = codec::decompress_from_wire(o.data, *raw_size, kserve::element_size(o.type), max_bytes);
     if (!r)
       return fail(r.code() == errc::limit_exceeded ? errc::limit_exceeded : errc::corrupt_data,
                   w + ": " + r.error().message);
-    raw = std::move(*r);
-    plain.data = bytes_view(raw->data(), raw->size());
+    auto owner = std::make_shared<byte_buffer>(std::move(*r));
+    JITEMBED_ASSIGN_OR_RETURN(const auto v, view_of(bytes_view(owner->data(), owner->size())));
+    return check_rows(tensor::wrap(std::move(owner), v));
   }
-  auto v = plain.as_tensor_view();
-  if (!v) return fail(v.code(), "response of " + url + ": " + v.error().message);
-  return tensor::copy_of(plain.data, v->dtype(), v->shape());
+  JITEMBED_ASSIGN_OR_RETURN(const auto v, view_of(o.data));
+  return check_rows(tensor::copy_of(o.data, v.dtype(), v.shape()));
 }
 
-inline auto client_state::decode(const remote_call& c, std::string_view body, std::optional<std::size_t> hlen,
-                                 const std::string& url) -> result<embed_result> {
+inline auto client_state::decode(const remote_call& c, const remote_attempt& a, std::string_view body,
+                                 std::optional<std::size_t> hlen) -> result<embed_result> {
+  const auto& url = a.ep->addr.url;
   kserve::protocol_limits lim;
   lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
   auto resp = kserve::decode_response(body, hlen, lim);
@@ -396,12 +454,8 @@ inline auto client_state::decode(const remote_call& c, std::string_view body, st
   r.endpoint = url;
   r.attempts = c.attempts;
   for (auto& o : resp->outputs) {
-    JITEMBED_ASSIGN_OR_RETURN(auto t, output_tensor(o, opts_.max_response_bytes, url));
-    if (t.rank() == 0 || t.shape()[0] != static_cast<std::int64_t>(c.n_rows)) {
-      return fail(errc::corrupt_data, "response of " + url + ": output '" + o.name + "' has " +
-                                          (t.rank() ? std::to_string(t.shape()[0]) : std::string("no")) +
-                                          " rows, sent " + std::to_string(c.n_rows));
-    }
+    JITEMBED_ASSIGN_OR_RETURN(auto t,
+                              output_tensor(o, c.n_rows, opts_.max_response_bytes, url, a.shm ? &*a.shm : nullptr));
     r.outputs.emplace_back(o.name, std::move(t));
   }
   return r;
@@ -415,6 +469,10 @@ inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
             fail(errc::not_found, a->ep->addr.url + ": this client was built without gRPC (link jitembed::grpc)"), d);
 }
 inline void client_state::grpc_cancel(remote_attempt&) {}
+inline shm_call_result grpc_shm_call(const endpoint_address& a, const std::string&, const std::string&, std::size_t,
+                                     const client_options&) {
+  return {false, true, a.url + ": this client was built without gRPC (link jitembed::grpc)"};
+}
 inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string&,
                                                                  const client_options&) {
   return fail(errc::not_found, a.url + ": this client was built without gRPC (link jitembed::grpc)");

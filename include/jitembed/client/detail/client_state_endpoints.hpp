@@ -89,6 +89,7 @@ inline void client_state::apply_endpoints(const std::vector<endpoint_address>& l
     if (have) continue;
     auto e = std::make_shared<endpoint_state>();
     e->addr = a;
+    if (opts_.shared_memory.enabled) e->shm = shm_status::pending;  // the watcher registers a region if same-host
     if (auto it = resolved.find(a.url); it != resolved.end()) e->resolved = std::move(it->second);
     endpoints_.push_back(std::move(e));  // unresolved (a name that did not resolve): never eligible
     changed = true;
@@ -109,6 +110,7 @@ inline void client_state::reap_drained() {
       es.draining = true;
       es.connections_opened = (*it)->conns_opened;
       retired_.push_back(std::move(es));
+      if ((*it)->arena) shm_retired_.emplace_back((*it)->addr, (*it)->arena->region);
       if (retired_.size() > 64) retired_.erase(retired_.begin());
       it = endpoints_.erase(it);
     } else {
@@ -150,6 +152,7 @@ inline void client_state::watch(std::stop_token stop) {
       if (auto l = read_source(); l) update_endpoints(*l);
     }
     probe_ejected();
+    setup_shared_memory();
     lk.lock();
   }
 }

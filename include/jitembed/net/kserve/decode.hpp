@@ -126,13 +126,9 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
   std::optional<std::uint64_t> binary_size;
   if (t.parameters.is_object()) {
     // Triton's shared-memory extension: a request's input whose bytes are in a region the server resolves
-    // (server/detail/shared_memory.hpp); the message carries none for it. A response never names one: an
-    // output written to a region comes back as name, datatype and shape only, which this decoder refuses
-    // (jitembed's client does not ask for outputs in shared memory).
+    // (server/detail/shared_memory.hpp), or a response's output the server wrote into the region its request
+    // named; the message carries no data for it (its receiver reads the region).
     JITEMBED_ASSIGN_OR_RETURN(const auto shm, shared_memory_parameters(t.parameters, w));
-    if (shm && kind != "input")
-      return fail(errc::invalid_argument, w + ": shared_memory_region in a response (outputs in shared memory are "
-                                              "not supported by this decoder)");
     if (shm) {
       if (t.parameters.contains("binary_data_size") || find(tj, "data"))
         return fail(errc::invalid_argument, w + ": has shared_memory_region '" + shm->region + "' and also data in the message");
@@ -186,6 +182,12 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
                                                 shape_string(t.shape) + " needs " + std::to_string(*numel));
       }
     }
+    return t;
+  }
+  if (!data && kind == "output" && !compressed) {
+    // A response's output with no data: Triton's HTTP answer for an output it wrote into the shared-memory
+    // region its request named (name, datatype and shape only). Its receiver reads the region; data stays empty.
+    t.binary = true;
     return t;
   }
   if (!data) return fail(errc::invalid_argument, w + ": no data (neither \"data\" nor binary_data_size)");

@@ -310,6 +310,11 @@ class inference_pipeline {
 
   void finish_error(infer_call& c, const error_info& e) {
     if (c.answered.exchange(true, std::memory_order_acq_rel)) return;
+    answer_error(c, e);
+  }
+
+  // Answers `e` (the caller set `answered`).
+  void answer_error(infer_call& c, const error_info& e) {
     auto& inst = *c.inst;
     inst.counters().failure.fetch_add(1, std::memory_order_relaxed);
     inst.counters().failure_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
@@ -324,9 +329,19 @@ class inference_pipeline {
     if (c.answered.load(std::memory_order_acquire)) return;  // expired: answered timeout already
     if (c.first_error) return finish_error(c, *c.first_error);
     auto encoded = stack_outputs(c);
-    if (encoded && !c.shm_outputs.empty()) encoded = write_shared_memory_outputs(std::move(*encoded), c.shm_outputs);
     if (!encoded) return finish_error(c, encoded.error());
     if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while stacking: counted there
+    if (!c.shm_outputs.empty()) {
+      // Nothing is written into shared memory once the request's deadline passed (the answer is then timeout):
+      // a client reuses the span of a request it gave up on after that deadline (jit_client's shared memory).
+      // The answer was claimed above, so the deadline timer cannot answer while the outputs are written.
+      if (c.deadline && clock::now() >= *c.deadline)
+        return answer_error(c, fail(errc::timeout,
+                                    "timeout: deadline passed before the outputs were written into "
+                                    "shared memory (not written)"));
+      encoded = write_shared_memory_outputs(std::move(*encoded), c.shm_outputs);
+      if (!encoded) return answer_error(c, encoded.error());
+    }
     auto& inst = *c.inst;
     inst.counters().success.fetch_add(1, std::memory_order_relaxed);
     inst.counters().inferences.fetch_add(c.rows.size(), std::memory_order_relaxed);

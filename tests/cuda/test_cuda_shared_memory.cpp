@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,7 +21,6 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -192,16 +192,18 @@ int run_server_process(const std::string& dir) {
   char* argv[] = {arg0, nullptr};
   pid_t pid = 0;
   if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) return -1;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-  int st = 0;
-  while (::waitpid(pid, &st, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &st, 0);
-      return -2;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto waited = std::async(std::launch::async, [pid] {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return st;
+  });
+  bool killed = false;
+  if (waited.wait_for(std::chrono::minutes(2)) != std::future_status::ready) {
+    ::kill(pid, SIGKILL);
+    killed = true;
   }
+  const int st = waited.get();
+  if (killed) return -2;
   return WIFEXITED(st) ? WEXITSTATUS(st) : -3;
 }
 
@@ -283,7 +285,7 @@ TEST_CASE("cuda shared memory: a server in another process reads inputs from and
   CHECK(res["register_in"]["status"] == 200);
   CHECK(res["register_out"]["status"] == 200);
   CHECK(res["register_bad"]["status"] == 400);
-  const std::string bad = res["register_bad"]["body"].dump();
+  const auto bad = res["register_bad"]["body"].get<std::string>();
   CHECK(bad.find("CUDA shared memory region 'bad': cannot open raw_handle on device " + std::to_string(device)) !=
         std::string::npos);
   CHECK(res["status"] == json::parse(R"([{"name":"in","device_id":)" + std::to_string(device) +

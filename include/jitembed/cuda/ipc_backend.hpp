@@ -25,7 +25,7 @@ class ipc_device_scope {
   ~ipc_device_scope() {
     if (prev_ >= 0 && prev_ != device_ && cudaSetDevice(prev_) != cudaSuccess) (void)cudaGetLastError();
   }
-  static result<ipc_device_scope> enter(int device) {
+  static result<ipc_device_scope> create(int device) {
     ipc_device_scope s(device);
     JITEMBED_CUDA_TRY(cudaGetDevice(&s.prev_));
     if (s.prev_ != device) JITEMBED_CUDA_TRY(cudaSetDevice(device));
@@ -61,7 +61,7 @@ class ipc_backend {
     if (device < 0 || device >= n)
       return fail(errc::invalid_argument,
                   "device " + std::to_string(device) + " does not exist (" + std::to_string(n) + " CUDA devices)");
-    auto scope = detail::ipc_device_scope::enter(device);
+    auto scope = detail::ipc_device_scope::create(device);
     if (!scope) return fail(errc::invalid_argument, scope.error().message);
     cudaIpcMemHandle_t h;
     std::memcpy(&h, handle.data(), sizeof h);
@@ -73,21 +73,21 @@ class ipc_backend {
   }
 
   result<void> copy_to_host(int device, const void* src, std::span<std::byte> dst) {
-    JITEMBED_ASSIGN_OR_RETURN(auto scope, detail::ipc_device_scope::enter(device));
+    JITEMBED_ASSIGN_OR_RETURN(auto scope, detail::ipc_device_scope::create(device));
     if (const auto e = cudaMemcpy(dst.data(), src, dst.size(), cudaMemcpyDeviceToHost); e != cudaSuccess)
       return fail(errc::io_error, "cudaMemcpy device to host failed: " + detail::ipc_error_text(e));
     return {};
   }
 
   result<void> copy_to_device(int device, void* dst, std::span<const std::byte> src) {
-    JITEMBED_ASSIGN_OR_RETURN(auto scope, detail::ipc_device_scope::enter(device));
+    JITEMBED_ASSIGN_OR_RETURN(auto scope, detail::ipc_device_scope::create(device));
     if (const auto e = cudaMemcpy(dst, src.data(), src.size(), cudaMemcpyHostToDevice); e != cudaSuccess)
       return fail(errc::io_error, "cudaMemcpy host to device failed: " + detail::ipc_error_text(e));
     return {};
   }
 
   void close(int device, void* base) noexcept {
-    auto scope = detail::ipc_device_scope::enter(device);
+    auto scope = detail::ipc_device_scope::create(device);
     if (!scope) return;
     if (cudaIpcCloseMemHandle(base) != cudaSuccess) (void)cudaGetLastError();
   }

@@ -26,6 +26,7 @@
 #include "jitembed/server/model_repository.hpp"
 #endif
 #if defined(JITEMBED_SERVER_GPU)
+#include "jitembed/cuda/ipc_backend.hpp"
 #include "server_gpu_models.hpp"
 #endif
 
@@ -112,6 +113,9 @@ int main(int argc, char** argv) {
   if (!model_repository.empty()) cfg.model_repository = model_repository;
   if (auto r = server::load_auth_token(cfg); !r)
     return fail_exit(std::string(to_string(r.code())) + ": " + r.error().message);
+#if defined(JITEMBED_SERVER_GPU)
+  cfg.cuda_ipc = any_cuda_ipc_backend(cuda::ipc_backend{});  // Triton's CUDA shared-memory extension
+#endif
 
   server::model_config defaults;
   const auto apply_flags = [&](server::model_config& m) {

@@ -3,6 +3,7 @@
 
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/byte_order.hpp"
+#include "jitembed/core/cuda_ipc.hpp"
 #include "jitembed/core/dlpack.hpp"
 #include "jitembed/core/dtype.hpp"
 #include "jitembed/core/error.hpp"

@@ -3,5 +3,6 @@
 
 #include "jitembed/cuda/buffer.hpp"
 #include "jitembed/cuda/check.hpp"
+#include "jitembed/cuda/ipc_backend.hpp"
 #include "jitembed/cuda/pinned_pool.hpp"
 #include "jitembed/cuda/stream.hpp"

@@ -4,17 +4,23 @@
 // malformed messages and unknown methods get clear status codes and leave the server serving.
 #include <doctest/doctest.h>
 
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jitembed/client/jit_client.hpp"
+#include "jitembed/net/grpc/kserve_schema.hpp"
 #include "jitembed/net/http/client.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/net/kserve.hpp"
@@ -94,7 +100,111 @@ bool same_outputs(const cl::embed_result& a, const cl::embed_result& b) {
   return done.get_future().get();
 }
 
+// A unary call of `method` whose request is `request` (JSON of message `type` + "Request"; `bytes_field`, when
+// given, set to `bytes`): the status and the response as JSON.
+std::pair<::grpc::Status, nlohmann::json> json_call(std::uint16_t port, const std::string& type,
+                                                    const nlohmann::json& request, const char* bytes_field = nullptr,
+                                                    const std::string& bytes = {}) {
+  const auto& schema = net::grpc::kserve_schema::get();
+  auto msg = schema.make(type + "Request");
+  REQUIRE(google::protobuf::util::JsonStringToMessage(request.dump(), msg.get()).ok());
+  if (bytes_field)
+    msg->GetReflection()->SetString(msg.get(), msg->GetDescriptor()->FindFieldByName(bytes_field), bytes);
+  const std::string wire = msg->SerializeAsString();
+  auto ch = ::grpc::CreateChannel("127.0.0.1:" + std::to_string(port), ::grpc::InsecureChannelCredentials());
+  ::grpc::GenericStub stub(ch);
+  ::grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  ::grpc::Slice s(wire.data(), wire.size());
+  ::grpc::ByteBuffer req(&s, 1), resp;
+  std::promise<::grpc::Status> done;
+  stub.UnaryCall(&ctx, "/inference.GRPCInferenceService/" + type, ::grpc::StubOptions(), &req, &resp,
+                 [&](::grpc::Status st) { done.set_value(std::move(st)); });
+  auto st = done.get_future().get();
+  if (!st.ok()) return {st, nullptr};
+  std::vector<::grpc::Slice> slices;
+  REQUIRE(resp.Dump(&slices).ok());
+  std::string out;
+  for (const auto& sl : slices) out.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  auto answer = schema.make(type + "Response");
+  REQUIRE(answer->ParseFromString(out));
+  std::string text;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  REQUIRE(google::protobuf::util::MessageToJsonString(*answer, &text, opts).ok());
+  return {st, nlohmann::json::parse(text)};
+}
+
+// One "device" allocation that the handle "fake-handle" (padded to 64 bytes) opens.
+struct one_allocation_ipc {
+  std::shared_ptr<std::vector<std::byte>> memory = std::make_shared<std::vector<std::byte>>(128);
+  static std::string handle() {
+    std::string h = "fake-handle";
+    h.resize(cuda_ipc_handle_size, '\0');
+    return h;
+  }
+  result<cuda_ipc_mapping> open(std::span<const std::byte> h, int) {
+    if (std::string(reinterpret_cast<const char*>(h.data()), h.size()) != handle())
+      return fail(errc::invalid_argument, "cudaErrorInvalidValue (fake)");
+    return cuda_ipc_mapping{memory->data(), memory->size()};
+  }
+  result<void> copy_to_host(int, const void* src, std::span<std::byte> dst) {
+    std::memcpy(dst.data(), src, dst.size());
+    return {};
+  }
+  result<void> copy_to_device(int, void* dst, std::span<const std::byte> src) {
+    std::memcpy(dst, src.data(), src.size());
+    return {};
+  }
+  void close(int, void*) noexcept {}
+};
+
 }  // namespace
+
+TEST_CASE("gRPC front end: CUDA shared memory calls (a fake backend; none: register refused)") {
+  server::server_config sc;
+  sc.preprocess_threads = 1;
+  sc.cuda_ipc = any_cuda_ipc_backend(one_allocation_ipc{});
+  auto svc = server::service::create(sc).value();
+  auto g = server::grpc_server::create(server::grpc_server_options{}, svc).value();
+  const auto port = g.port();
+  const auto ext = json_call(port, "ServerMetadata", nlohmann::json::object()).second["extensions"];
+  CHECK(std::find(ext.begin(), ext.end(), "cuda_shared_memory") != ext.end());
+
+  const auto handle = one_allocation_ipc::handle();
+  auto reg = json_call(port, "CudaSharedMemoryRegister", {{"name", "c"}, {"device_id", "0"}, {"byte_size", "100"}},
+                       "raw_handle", handle);
+  CHECK(reg.first.ok());
+  auto st = json_call(port, "CudaSharedMemoryStatus", nlohmann::json::object());
+  REQUIRE(st.first.ok());
+  CHECK(st.second ==
+        nlohmann::json::parse(R"({"regions":{"c":{"name":"c","byte_size":"100"}}})"));  // device 0: default
+  CHECK(json_call(port, "SystemSharedMemoryStatus", nlohmann::json::object()).second == nlohmann::json::object());
+  auto dup = json_call(port, "CudaSharedMemoryRegister", {{"name", "c"}, {"byte_size", "8"}}, "raw_handle", handle);
+  CHECK(dup.first.error_code() == ::grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(dup.first.error_message() == "shared memory region 'c' already in manager");
+  auto bogus = json_call(port, "CudaSharedMemoryRegister", {{"name", "b"}, {"byte_size", "8"}}, "raw_handle",
+                         std::string(cuda_ipc_handle_size, 'z'));
+  CHECK(bogus.first.error_code() == ::grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(bogus.first.error_message() ==
+        "CUDA shared memory region 'b': cannot open raw_handle on device 0: cudaErrorInvalidValue (fake)");
+  auto one = json_call(port, "CudaSharedMemoryStatus", {{"name", "nope"}});
+  CHECK(one.first.error_code() == ::grpc::StatusCode::NOT_FOUND);
+  CHECK(json_call(port, "CudaSharedMemoryUnregister", {{"name", "c"}}).first.ok());
+  CHECK(json_call(port, "CudaSharedMemoryStatus", nlohmann::json::object()).second == nlohmann::json::object());
+
+  // Without a backend: not advertised, register refused.
+  server::server_config plain;
+  plain.preprocess_threads = 1;
+  auto bare = server::service::create(plain).value();
+  auto g2 = server::grpc_server::create(server::grpc_server_options{}, bare).value();
+  const auto ext2 = json_call(g2.port(), "ServerMetadata", nlohmann::json::object()).second["extensions"];
+  CHECK(std::find(ext2.begin(), ext2.end(), "cuda_shared_memory") == ext2.end());
+  auto refused =
+      json_call(g2.port(), "CudaSharedMemoryRegister", {{"name", "c"}, {"byte_size", "8"}}, "raw_handle", handle);
+  CHECK(refused.first.error_code() == ::grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(refused.first.error_message() == "CUDA shared memory: this server was built without CUDA");
+}
 
 TEST_CASE("grpc:// endpoints: the same embeddings as HTTP, bitwise; identity and metadata over gRPC") {
   both_fronts f;

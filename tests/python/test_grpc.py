@@ -160,6 +160,27 @@ def test_errors_map_to_status_codes(gclient, jpeg):
     assert gclient.infer("image-latent", [g_input("image", [jpeg])]).as_numpy("latent").shape[0] == 1
 
 
+def test_cuda_shared_memory_calls_reach_the_server(gclient, hclient):
+    """tritonclient's CUDA shared-memory calls over both protocols (Triton's wire fields: raw_handle bytes over
+    gRPC, {"b64": ...} over HTTP): a handle that is no allocation is refused naming the region, whether the
+    server has a CUDA backend (no GPU here: the device does not exist) or not (built without CUDA)."""
+    import base64
+    handle = base64.b64encode(b"\x5a" * 64)
+    with pytest.raises(InferenceServerException) as e:
+        gclient.register_cuda_shared_memory("c_bogus", handle, 0, 64)
+    assert status_of(e.value) == "INVALID_ARGUMENT" and "CUDA shared memory" in e.value.message(), e.value
+    with pytest.raises(InferenceServerException) as e:
+        hclient.register_cuda_shared_memory("c_bogus", handle.decode(), 0, 64)
+    assert e.value.status() == "400" and "CUDA shared memory" in e.value.message(), e.value
+    assert gclient.get_cuda_shared_memory_status(as_json=True).get("regions", {}) == {}
+    assert hclient.get_cuda_shared_memory_status() == []
+    gclient.unregister_cuda_shared_memory()
+    hclient.unregister_cuda_shared_memory("c_bogus")
+    extensions = hclient.get_server_metadata()["extensions"]
+    assert "system_shared_memory" in extensions
+    assert ("cuda_shared_memory" in extensions) == ("built without CUDA" not in e.value.message())
+
+
 def test_system_shared_memory_over_grpc(gclient):
     """Inputs read from and outputs written into regions made with tritonclient.utils.shared_memory, over gRPC."""
     import tritonclient.utils as utils

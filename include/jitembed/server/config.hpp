@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jitembed/codec/zstd_wire.hpp"
+#include "jitembed/core/cuda_ipc.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/limits.hpp"
 #include "jitembed/net/kserve/limits.hpp"
@@ -83,6 +84,10 @@ struct server_config {
   // Compressed outputs for clients that offer them (net/kserve/compression.hpp): zstd level, the least
   // saving that makes an output travel compressed, the smallest output considered.
   codec::wire_compression_options compression;
+  // Triton's CUDA shared-memory extension: a program built with the CUDA component sets
+  // any_cuda_ipc_backend(cuda::ipc_backend{}) (cuda/ipc_backend.hpp); empty: CUDA regions are refused and
+  // the server does not advertise cuda_shared_memory. Not a JSON key.
+  any_cuda_ipc_backend cuda_ipc;
 
   // Keys: host, port, io_threads, preprocess_threads, auth_token, auth_token_file, max_rows_per_request,
   // max_body_bytes, max_header_bytes, models [model_config...], model_repository, compression_level,

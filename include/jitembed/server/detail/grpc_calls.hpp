@@ -17,6 +17,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -48,6 +49,9 @@ enum class grpc_method : std::uint8_t {
   shm_status,
   shm_register,
   shm_unregister,
+  cuda_shm_status,
+  cuda_shm_register,
+  cuda_shm_unregister,
   unknown
 };
 
@@ -73,6 +77,9 @@ inline constexpr grpc_method_info kGrpcMethods[] = {
     {"SystemSharedMemoryStatus", grpc_method::shm_status, "SystemSharedMemoryStatusRequest"},
     {"SystemSharedMemoryRegister", grpc_method::shm_register, "SystemSharedMemoryRegisterRequest"},
     {"SystemSharedMemoryUnregister", grpc_method::shm_unregister, "SystemSharedMemoryUnregisterRequest"},
+    {"CudaSharedMemoryStatus", grpc_method::cuda_shm_status, "CudaSharedMemoryStatusRequest"},
+    {"CudaSharedMemoryRegister", grpc_method::cuda_shm_register, "CudaSharedMemoryRegisterRequest"},
+    {"CudaSharedMemoryUnregister", grpc_method::cuda_shm_unregister, "CudaSharedMemoryUnregisterRequest"},
 };
 
 // "/inference.GRPCInferenceService/ModelInfer" -> its entry; nullptr for any other path.
@@ -232,7 +239,7 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
         return reply_bool("ModelReadyResponse", "ready", bool(r));
       }
       case grpc_method::server_metadata:
-        return reply_json("ServerMetadataResponse", service_core::server_metadata());
+        return reply_json("ServerMetadataResponse", core_.server_metadata());
       case grpc_method::model_metadata:
         return reply_json("ModelMetadataResponse",
                           core_.metadata_json(string_field(req, "name"), string_field(req, "version")));
@@ -257,12 +264,16 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
         return reply(serialize_message(net::grpc::kserve_schema::get().prototype(
             load ? "RepositoryModelLoadResponse" : "RepositoryModelUnloadResponse")));
       }
-      case grpc_method::shm_status: {
-        auto st = core_.shared_memory().status(string_field(req, "name"));
+      case grpc_method::shm_status:
+      case grpc_method::cuda_shm_status: {
+        const bool cuda = method_->method == grpc_method::cuda_shm_status;
+        auto st = core_.shared_memory().status(string_field(req, "name"),
+                                               cuda ? shared_memory_kind::cuda : shared_memory_kind::system);
         if (!st) return fail(st.error());
         ojson regions = ojson::object();
         for (const auto& r : *st) regions[r["name"].get<std::string>()] = r;
-        return reply_json("SystemSharedMemoryStatusResponse", ojson{{"regions", std::move(regions)}});
+        return reply_json(cuda ? "CudaSharedMemoryStatusResponse" : "SystemSharedMemoryStatusResponse",
+                          ojson{{"regions", std::move(regions)}});
       }
       case grpc_method::shm_register: {
         const auto* d = req.GetDescriptor();
@@ -274,14 +285,27 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
         return reply(
             serialize_message(net::grpc::kserve_schema::get().prototype("SystemSharedMemoryRegisterResponse")));
       }
-      case grpc_method::shm_unregister: {
+      case grpc_method::cuda_shm_register: {
+        const auto* d = req.GetDescriptor();
+        const auto* r = req.GetReflection();
+        const std::string raw = string_field(req, "raw_handle");  // bytes
+        auto ok = core_.shared_memory().register_cuda_region(
+            string_field(req, "name"), std::as_bytes(std::span(raw.data(), raw.size())),
+            r->GetInt64(req, d->FindFieldByName("device_id")), r->GetUInt64(req, d->FindFieldByName("byte_size")));
+        if (!ok) return fail(ok.error());
+        return reply(serialize_message(net::grpc::kserve_schema::get().prototype("CudaSharedMemoryRegisterResponse")));
+      }
+      case grpc_method::shm_unregister:
+      case grpc_method::cuda_shm_unregister: {
+        const bool cuda = method_->method == grpc_method::cuda_shm_unregister;
+        const auto kind = cuda ? shared_memory_kind::cuda : shared_memory_kind::system;
         const auto name = string_field(req, "name");
         if (name.empty())
-          core_.shared_memory().unregister_all();
+          core_.shared_memory().unregister_all(kind);
         else
-          core_.shared_memory().unregister_region(name);
-        return reply(
-            serialize_message(net::grpc::kserve_schema::get().prototype("SystemSharedMemoryUnregisterResponse")));
+          core_.shared_memory().unregister_region(name, kind);
+        return reply(serialize_message(net::grpc::kserve_schema::get().prototype(
+            cuda ? "CudaSharedMemoryUnregisterResponse" : "SystemSharedMemoryUnregisterResponse")));
       }
       case grpc_method::model_infer:
         return infer();

@@ -2,8 +2,8 @@
 // model's dynamic batcher, response encoding. It knows no HTTP: a front end (the HTTP routes of
 // server/detail/service_core.hpp, a gRPC service) hands it the request bytes and gets the encoded KServe
 // response (net::kserve::infer_response, which the front end encodes) or an error_info whose errc decides
-// the status. Inputs and outputs that name a shared-memory region (Triton's system shared-memory extension,
-// detail/shared_memory.hpp) are read from and written to it here, for every front end.
+// the status. Inputs and outputs that name a shared-memory region (Triton's system and CUDA shared-memory
+// extensions, detail/shared_memory.hpp) are read from and written to it here, for every front end.
 #pragma once
 
 #include <algorithm>
@@ -67,7 +67,7 @@ class inference_pipeline {
  public:
   using clock = std::chrono::steady_clock;
 
-  // `shm`: the shared-memory regions requests may name (Triton's system shared-memory extension); without
+  // `shm`: the shared-memory regions requests may name (Triton's system and CUDA extensions); without
   // it a request naming a region is answered invalid_argument.
   inference_pipeline(model_registry& registry, const server_config& cfg, const shared_memory_registry* shm = nullptr)
       : registry_(registry),

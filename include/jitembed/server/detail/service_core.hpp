@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include "jitembed/net/kserve/status.hpp"
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/detail/auth.hpp"
+#include "jitembed/server/detail/base64.hpp"
 #include "jitembed/server/detail/content_encoding.hpp"
 #include "jitembed/server/detail/metrics.hpp"
 #include "jitembed/server/detail/pipeline.hpp"
@@ -133,6 +135,7 @@ class service_core final {
       : config_(std::move(cfg)),
         auth_(config_.auth_token),
         registry_(std::move(factory)),
+        shared_memory_(config_.cuda_ipc),
         pipeline_(registry_, config_, &shared_memory_) {
     add_routes();
   }
@@ -143,7 +146,7 @@ class service_core final {
   model_registry& registry() noexcept { return registry_; }
   const model_registry& registry() const noexcept { return registry_; }
   inference_pipeline& pipeline() noexcept { return pipeline_; }
-  // The system shared-memory regions (register / unregister / status for every front end).
+  // The shared-memory regions, system and CUDA (register / unregister / status for every front end).
   shared_memory_registry& shared_memory() noexcept { return shared_memory_; }
   const server_config& config() const noexcept { return config_; }
 
@@ -171,11 +174,12 @@ class service_core final {
 
   // What every front end answers, protocol-neutral (HTTP routes here, the gRPC service of
   // server/grpc_server.hpp): JSON as Triton's HTTP API has it (its gRPC messages share the field names).
-  static ojson server_metadata() {
-    return ojson{{"name", "jitembed"},
-                 {"version", kServerVersion},
-                 {"extensions", ojson::array({"binary_tensor_data", "statistics", "model_configuration",
-                                              "model_repository", "system_shared_memory"})}};
+  // cuda_shared_memory only with a CUDA backend (server_config::cuda_ipc).
+  ojson server_metadata() const {
+    auto ext = ojson::array(
+        {"binary_tensor_data", "statistics", "model_configuration", "model_repository", "system_shared_memory"});
+    if (shared_memory_.has_cuda()) ext.push_back("cuda_shared_memory");
+    return ojson{{"name", "jitembed"}, {"version", kServerVersion}, {"extensions", std::move(ext)}};
   }
   // Whether the bearer token (when one is configured) allows a call with this Authorization value.
   bool authorized(std::string_view authorization) const { return !auth_.enabled() || auth_.allows(authorization); }
@@ -266,7 +270,7 @@ class service_core final {
   void add_routes() {
     add_sync(methods::get, "/metrics",
              [this](const route_match&) { return text_response(200, metrics(), "text/plain; version=0.0.4"); });
-    add_sync(methods::get, "/v2", [](const route_match&) { return json_response(200, server_metadata()); });
+    add_sync(methods::get, "/v2", [this](const route_match&) { return json_response(200, server_metadata()); });
     add_sync(methods::get, "/v2/health/live", [](const route_match&) { return text_response(200, "", "text/plain"); });
     add_sync(methods::get, "/v2/health/ready", [this](const route_match&) { return ready_or_not(); });
 
@@ -338,6 +342,26 @@ class service_core final {
     add_sync(methods::get, "/v2/systemsharedmemory/region/{region}/status",
              [this](const route_match& p) { return json_or_error(shared_memory_.status(p["region"])); });
     add_sync(methods::any, "/v2/systemsharedmemory/**", [](const route_match&) { return method_not_allowed(); });
+
+    // Triton's CUDA shared-memory extension: the same registry (one namespace of names), CUDA regions.
+    constexpr auto cuda = shared_memory_kind::cuda;
+    routes_.add(methods::post, "/v2/cudasharedmemory/region/{region}/register",
+                [this](http::request&& req, http::responder respond, const route_match& p) {
+                  respond(register_cuda_shared_memory(std::string(p["region"]), req.body));
+                });
+    add_sync(methods::post, "/v2/cudasharedmemory/region/{region}/unregister", [this](const route_match& p) {
+      shared_memory_.unregister_region(p["region"], cuda);
+      return json_response(200, ojson::object());
+    });
+    add_sync(methods::post, "/v2/cudasharedmemory/unregister", [this](const route_match&) {
+      shared_memory_.unregister_all(cuda);
+      return json_response(200, ojson::object());
+    });
+    add_sync(methods::get, "/v2/cudasharedmemory/status",
+             [this](const route_match&) { return json_or_error(shared_memory_.status({}, cuda)); });
+    add_sync(methods::get, "/v2/cudasharedmemory/region/{region}/status",
+             [this](const route_match& p) { return json_or_error(shared_memory_.status(p["region"], cuda)); });
+    add_sync(methods::any, "/v2/cudasharedmemory/**", [](const route_match&) { return method_not_allowed(); });
   }
 
   // A register request's JSON body: {"key": string, "offset": unsigned (default 0), "byte_size": unsigned}.
@@ -358,6 +382,34 @@ class service_core final {
       return bad("shared memory register request has no non-negative integer 'byte_size'");
     auto r =
         shared_memory_.register_region(std::move(name), key->get<std::string>(), offset, size->get<std::uint64_t>());
+    return r ? json_response(200, ojson::object()) : error_response(r.error());
+  }
+
+  // A CUDA register request's JSON body (tritonclient's): {"raw_handle": {"b64": base64 of the
+  // cudaIpcMemHandle_t}, "device_id": unsigned, "byte_size": unsigned}.
+  http::response register_cuda_shared_memory(std::string name, const std::string& body) {
+    if (!shared_memory_.has_cuda())
+      return error_response(400, std::string(kNoCudaSharedMemory), errc::invalid_argument);
+    const auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    auto bad = [](std::string m) { return error_response(400, m, errc::invalid_argument); };
+    if (j.is_discarded() || !j.is_object()) return bad("CUDA shared memory register request body is not a JSON object");
+    const auto handle = j.find("raw_handle");
+    const nlohmann::json* b64 = nullptr;
+    if (handle != j.end() && handle->is_object())
+      if (const auto it = handle->find("b64"); it != handle->end() && it->is_string()) b64 = &*it;
+    if (!b64) return bad("CUDA shared memory register request has no 'raw_handle': {\"b64\": string}");
+    auto raw = decode_base64(b64->get_ref<const std::string&>());
+    if (!raw) return bad("CUDA shared memory region '" + name + "': raw_handle.b64 is not base64");
+    const auto device = j.find("device_id");
+    if (device == j.end() || !device->is_number_unsigned())
+      return bad("CUDA shared memory register request has no non-negative integer 'device_id'");
+    if (device->get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      return bad("CUDA shared memory register request 'device_id' is out of range");
+    const auto size = j.find("byte_size");
+    if (size == j.end() || !size->is_number_unsigned())
+      return bad("CUDA shared memory register request has no non-negative integer 'byte_size'");
+    auto r = shared_memory_.register_cuda_region(std::move(name), *raw, device->get<std::int64_t>(),
+                                                 size->get<std::uint64_t>());
     return r ? json_response(200, ojson::object()) : error_response(r.error());
   }
 

@@ -1,18 +1,12 @@
-// Triton's system shared-memory extension, server side: the registry of regions that clients register
-// (POSIX shared-memory objects), inputs read from them and outputs written into them. Protocol-neutral:
-// the HTTP routes (service_core.hpp) and a gRPC front end call the same registry, and the pipeline
-// (pipeline.hpp) resolves every request's regions whichever front end decoded it.
+// Triton's system and CUDA shared-memory extensions, server side: the registry of regions that clients
+// register (POSIX shared-memory objects: shared_memory_region.hpp; CUDA IPC handles: cuda_shared_memory.hpp),
+// inputs read from them and outputs written into them. Protocol-neutral: the HTTP routes (service_core.hpp)
+// and the gRPC front end call the same registry, and the pipeline (pipeline.hpp) resolves every request's
+// regions whichever front end decoded it.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -27,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/cuda_ipc.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/net/kserve/bytes_elements.hpp"
 #include "jitembed/net/kserve/datatype.hpp"
@@ -34,180 +29,78 @@
 #include "jitembed/net/kserve/limits.hpp"
 #include "jitembed/net/kserve/message.hpp"
 #include "jitembed/net/kserve/shared_memory.hpp"
+#include "jitembed/server/detail/cuda_shared_memory.hpp"
+#include "jitembed/server/detail/shared_memory_region.hpp"
 
 namespace jitembed::server::detail {
 
-// At most this many regions are registered at once (each holds a descriptor).
+// At most this many regions (of both kinds) are registered at once (each holds a descriptor or a mapping).
 inline constexpr std::size_t kMaxSharedMemoryRegions = 1024;
 
-// One registered region: `byte_size` bytes at `offset` into the POSIX shared-memory object `key`, held
-// open by descriptor. Reads and writes go through pread/pwrite on that descriptor, not through a
-// mapping: an object its owner truncates after registration then reads short (a clear error) where a
-// mapping would raise SIGBUS in the server. Before each access the object's size is checked again
-// (fstat) so that the error says what happened. The region stays open while anyone holds it (a request
-// in flight), even after it is unregistered.
-class shared_memory_region {
- public:
-  shared_memory_region(const shared_memory_region&) = delete;
-  shared_memory_region& operator=(const shared_memory_region&) = delete;
-  ~shared_memory_region() {
-    if (fd_ >= 0) ::close(fd_);
-  }
+// What registering a CUDA region answers when the service has no CUDA backend (server_config::cuda_ipc).
+inline constexpr std::string_view kNoCudaSharedMemory = "CUDA shared memory: this server was built without CUDA";
 
-  // Opens `key` (shm_open O_RDWR, not following a symbolic link) and checks that the object covers
-  // offset + byte_size. Errors (invalid_argument, naming the region and the key): a key that is not a
-  // shared-memory object name ('/name': no other '/', no NUL), an object that does not exist, is a symbolic
-  // link or cannot be opened read-write, byte_size 0, an object too small.
-  static result<std::shared_ptr<const shared_memory_region>> open(std::string name, std::string key,
-                                                                  std::uint64_t offset, std::uint64_t byte_size) {
-    const std::string w = "shared memory region '" + name + "'";
-    std::string_view stem = key;
-    while (stem.starts_with('/')) stem.remove_prefix(1);
-    if (stem.empty() || stem == "." || stem == ".." ||
-        stem.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos || stem.size() > 255)
-      return fail(errc::invalid_argument, w + ": key '" + key + "' is not a shared memory object name ('/name')");
-    if (byte_size == 0) return fail(errc::invalid_argument, w + ": byte_size is 0");
-    if (offset > ~std::uint64_t{0} - byte_size)
-      return fail(errc::invalid_argument, w + ": offset + byte_size overflows");
-    // O_NOFOLLOW: a symbolic link planted in the shared-memory folder must not lead the server's writes to
-    // another file (glibc adds it too; said here so it does not depend on that).
-    const int fd = ::shm_open(key.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
-    if (fd < 0) {
-      const int e = errno;
-      return fail(errc::invalid_argument, w + ": cannot open shared memory object '" + key + "': " + std::strerror(e));
-    }
-    std::shared_ptr<shared_memory_region> r(
-        new shared_memory_region(fd, std::move(name), std::move(key), offset, byte_size));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) return fail(errc::io_error, w + ": fstat failed: " + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) return fail(errc::invalid_argument, w + ": '" + r->key_ + "' is not a regular object");
-    if (static_cast<std::uint64_t>(st.st_size) < offset + byte_size)
-      return fail(errc::invalid_argument, w + ": offset " + std::to_string(offset) + " + byte_size " +
-                                              std::to_string(byte_size) + " is past the end of the " +
-                                              std::to_string(st.st_size) + "-byte object '" + r->key_ + "'");
-    return std::shared_ptr<const shared_memory_region>(std::move(r));
-  }
-
-  const std::string& name() const noexcept { return name_; }
-  const std::string& key() const noexcept { return key_; }
-  std::uint64_t offset() const noexcept { return offset_; }
-  std::uint64_t byte_size() const noexcept { return byte_size_; }
-
-  // Whether `size` bytes at `at` (into the region) lie inside it. Errors (invalid_argument, naming
-  // `what` and the region): `at` past the end, the bytes running past the end.
-  result<void> check_bounds(std::uint64_t at, std::uint64_t size, std::string_view what) const {
-    if (at > byte_size_)
-      return fail(errc::invalid_argument, std::string(what) + ": shared_memory_offset " + std::to_string(at) +
-                                              " is past the end of the " + std::to_string(byte_size_) +
-                                              "-byte shared memory region '" + name_ + "'");
-    if (size > byte_size_ - at)
-      return fail(errc::invalid_argument, std::string(what) + ": " + std::to_string(size) +
-                                              " bytes at shared_memory_offset " + std::to_string(at) +
-                                              " run past the end of the " + std::to_string(byte_size_) +
-                                              "-byte shared memory region '" + name_ + "'");
-    return {};
-  }
-
-  // Copies dst.size() bytes at `at` (into the region) into dst. Errors: as check_bounds; the object was
-  // truncated below them since registration (invalid_argument); a read error (io_error).
-  result<void> read(std::uint64_t at, std::span<std::byte> dst, std::string_view what) const {
-    JITEMBED_TRY(check_object(at, dst.size(), what));
-    std::size_t done = 0;
-    while (done < dst.size()) {
-      const auto n = ::pread(fd_, dst.data() + done, dst.size() - done, static_cast<off_t>(offset_ + at + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0)
-        return fail(errc::io_error, std::string(what) + ": reading shared memory region '" + name_ +
-                                        "' failed: " + std::strerror(errno));
-      if (n == 0) return truncated(at + done, dst.size() - done, what);
-      done += static_cast<std::size_t>(n);
-    }
-    return {};
-  }
-
-  // Writes src at `at` (into the region). Errors: as read. Nothing is written outside the region.
-  result<void> write(std::uint64_t at, bytes_view src, std::string_view what) const {
-    JITEMBED_TRY(check_object(at, src.size(), what));
-    std::size_t done = 0;
-    while (done < src.size()) {
-      const auto n = ::pwrite(fd_, src.data() + done, src.size() - done, static_cast<off_t>(offset_ + at + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        return fail(errc::io_error, std::string(what) + ": writing shared memory region '" + name_ +
-                                        "' failed: " + std::strerror(errno));
-      done += static_cast<std::size_t>(n);
-    }
-    return {};
-  }
-
- private:
-  shared_memory_region(int fd, std::string name, std::string key, std::uint64_t offset, std::uint64_t byte_size)
-      : fd_(fd), name_(std::move(name)), key_(std::move(key)), offset_(offset), byte_size_(byte_size) {}
-
-  // The bounds, then the object's current size: a region whose object shrank is an error, not SIGBUS.
-  result<void> check_object(std::uint64_t at, std::uint64_t size, std::string_view what) const {
-    JITEMBED_TRY(check_bounds(at, size, what));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0)
-      return fail(errc::io_error, std::string(what) + ": fstat of shared memory region '" + name_ +
-                                      "' failed: " + std::strerror(errno));
-    if (static_cast<std::uint64_t>(st.st_size) < offset_ + at + size) return truncated(at, size, what);
-    return {};
-  }
-  result<void> truncated(std::uint64_t at, std::uint64_t size, std::string_view what) const {
-    struct stat st {};
-    const auto now = ::fstat(fd_, &st) == 0 ? std::to_string(st.st_size) : std::string("?");
-    return fail(errc::invalid_argument, std::string(what) + ": shared memory region '" + name_ + "': its object '" +
-                                            key_ + "' is now " + now + " bytes, short of the " + std::to_string(size) +
-                                            " bytes at " + std::to_string(offset_ + at) +
-                                            " (truncated by its owner after registration)");
-  }
-
-  int fd_ = -1;
-  std::string name_;
-  std::string key_;
-  std::uint64_t offset_ = 0;
-  std::uint64_t byte_size_ = 0;
-};
-
-// The registered regions by name. Thread-safe.
+// The registered regions by name, both kinds in one namespace (as in Triton). Thread-safe.
 class shared_memory_registry {
  public:
   using region_ptr = std::shared_ptr<const shared_memory_region>;
 
-  // Registers `name` (shared_memory_region::open). Errors: invalid_argument (Triton's "shared memory
-  // region 'x' already in manager"; those of open), limit_exceeded (kMaxSharedMemoryRegions).
+  shared_memory_registry() = default;
+  // `cuda`: opens and copies CUDA regions; empty: registering one is invalid_argument kNoCudaSharedMemory.
+  explicit shared_memory_registry(any_cuda_ipc_backend cuda) : cuda_(std::move(cuda)) {}
+
+  // Whether CUDA regions can be registered (the server then advertises cuda_shared_memory).
+  bool has_cuda() const noexcept { return static_cast<bool>(cuda_); }
+
+  // Registers the system region `name` (system_shared_memory_region::open). Errors: invalid_argument
+  // (Triton's "shared memory region 'x' already in manager", whichever kind holds the name; those of open),
+  // limit_exceeded (kMaxSharedMemoryRegions).
   result<void> register_region(std::string name, std::string key, std::uint64_t offset, std::uint64_t byte_size) {
-    if (name.empty()) return fail(errc::invalid_argument, "shared memory region name is empty");
-    std::lock_guard lock(mu_);
-    if (regions_.contains(name))
-      return fail(errc::invalid_argument, "shared memory region '" + name + "' already in manager");
-    if (regions_.size() >= kMaxSharedMemoryRegions)
-      return fail(errc::limit_exceeded, "shared memory region '" + name +
-                                            "': " + std::to_string(kMaxSharedMemoryRegions) +
-                                            " regions are registered already");
-    JITEMBED_ASSIGN_OR_RETURN(auto r, shared_memory_region::open(name, std::move(key), offset, byte_size));
-    regions_.emplace(std::move(name), std::move(r));
-    return {};
+    return insert(std::move(name), [&](std::string n) -> result<region_ptr> {
+      JITEMBED_ASSIGN_OR_RETURN(auto r,
+                                system_shared_memory_region::open(std::move(n), std::move(key), offset, byte_size));
+      return region_ptr(std::move(r));
+    });
   }
 
-  // Unregisters `name` (a name not registered is no error, as in Triton). A request that holds the region
-  // keeps it open until it finishes.
-  void unregister_region(std::string_view name) {
+  // Registers the CUDA region `name` (cuda_shared_memory_region::open). Errors: invalid_argument
+  // kNoCudaSharedMemory without a backend; as register_region.
+  result<void> register_cuda_region(std::string name, std::span<const std::byte> raw_handle, std::int64_t device_id,
+                                    std::uint64_t byte_size) {
+    if (!cuda_) return fail(errc::invalid_argument, std::string(kNoCudaSharedMemory));
+    return insert(std::move(name), [&](std::string n) -> result<region_ptr> {
+      JITEMBED_ASSIGN_OR_RETURN(auto r,
+                                cuda_shared_memory_region::open(cuda_, std::move(n), raw_handle, device_id, byte_size));
+      return region_ptr(std::move(r));
+    });
+  }
+
+  // Unregisters `name` if a region of `kind` holds it (any other name is no error, as in Triton). A
+  // request that holds the region keeps it open until it finishes.
+  void unregister_region(std::string_view name, shared_memory_kind kind = shared_memory_kind::system) {
     region_ptr dropped;  // closed outside the lock
     std::lock_guard lock(mu_);
-    if (auto it = regions_.find(name); it != regions_.end()) {
+    if (auto it = regions_.find(name); it != regions_.end() && it->second->kind() == kind) {
       dropped = std::move(it->second);
       regions_.erase(it);
     }
   }
-  void unregister_all() {
-    std::map<std::string, region_ptr, std::less<>> dropped;
+  // Unregisters every region of `kind`.
+  void unregister_all(shared_memory_kind kind = shared_memory_kind::system) {
+    std::vector<region_ptr> dropped;  // closed outside the lock
     std::lock_guard lock(mu_);
-    dropped.swap(regions_);
+    for (auto it = regions_.begin(); it != regions_.end();) {
+      if (it->second->kind() != kind) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(std::move(it->second));
+      it = regions_.erase(it);
+    }
   }
 
-  // The region `name`. Errors: invalid_argument "<what>: shared memory region 'x' is not registered".
+  // The region `name`, of either kind. Errors: invalid_argument "<what>: shared memory region 'x' is not
+  // registered".
   result<region_ptr> find(std::string_view name, std::string_view what) const {
     std::lock_guard lock(mu_);
     if (auto it = regions_.find(name); it != regions_.end()) return it->second;
@@ -215,23 +108,24 @@ class shared_memory_registry {
                 std::string(what) + ": shared memory region '" + std::string(name) + "' is not registered");
   }
 
-  // Triton's status JSON: [{"name", "key", "offset", "byte_size"}] of `name`, or of every region when
-  // `name` is empty. Errors: not_found (404) for a name not registered.
-  result<nlohmann::ordered_json> status(std::string_view name = {}) const {
-    auto entry = [](const shared_memory_region& r) {
-      return nlohmann::ordered_json{
-          {"name", r.name()}, {"key", r.key()}, {"offset", r.offset()}, {"byte_size", r.byte_size()}};
-    };
+  // Triton's status JSON of the regions of `kind`: [{"name", "key", "offset", "byte_size"}] (system) or
+  // [{"name", "device_id", "byte_size"}] (CUDA) of `name`, or of every region of `kind` when `name` is empty.
+  // Errors: not_found (404) for a name no region of `kind` holds.
+  result<nlohmann::ordered_json> status(std::string_view name = {},
+                                        shared_memory_kind kind = shared_memory_kind::system) const {
     auto arr = nlohmann::ordered_json::array();
     std::lock_guard lock(mu_);
     if (name.empty()) {
-      for (const auto& [n, r] : regions_) arr.push_back(entry(*r));
+      for (const auto& [n, r] : regions_)
+        if (r->kind() == kind) arr.push_back(r->status());
       return arr;
     }
     auto it = regions_.find(name);
-    if (it == regions_.end())
-      return fail(errc::not_found, "Unable to find system shared memory region: '" + std::string(name) + "'");
-    arr.push_back(entry(*it->second));
+    if (it == regions_.end() || it->second->kind() != kind)
+      return fail(errc::not_found, std::string("Unable to find ") +
+                                       (kind == shared_memory_kind::cuda ? "CUDA" : "system") +
+                                       " shared memory region: '" + std::string(name) + "'");
+    arr.push_back(it->second->status());
     return arr;
   }
 
@@ -241,6 +135,23 @@ class shared_memory_registry {
   }
 
  private:
+  // Checks the name, then opens the region under the lock (two registrations of one name cannot race).
+  template <class Open>
+  result<void> insert(std::string name, Open&& open) {
+    if (name.empty()) return fail(errc::invalid_argument, "shared memory region name is empty");
+    std::lock_guard lock(mu_);
+    if (regions_.contains(name))
+      return fail(errc::invalid_argument, "shared memory region '" + name + "' already in manager");
+    if (regions_.size() >= kMaxSharedMemoryRegions)
+      return fail(errc::limit_exceeded, "shared memory region '" + name +
+                                            "': " + std::to_string(kMaxSharedMemoryRegions) +
+                                            " regions are registered already");
+    JITEMBED_ASSIGN_OR_RETURN(auto r, open(name));
+    regions_.emplace(std::move(name), std::move(r));
+    return {};
+  }
+
+  any_cuda_ipc_backend cuda_;
   mutable std::mutex mu_;
   std::map<std::string, region_ptr, std::less<>> regions_;
 };

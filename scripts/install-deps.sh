@@ -115,7 +115,7 @@ with_bench_models=0
 for s in "${sets[@]}"; do
   case "$s" in
     build) ;;
-    python) components+=(server repository client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=))
+    python) components+=(server repository grpc client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=); grpc: Server(grpc_port=))
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
     ray) components+=(server grpc client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
     tools) components+=(server repository grpc client lmdb redis); dev+=(tools) ;;

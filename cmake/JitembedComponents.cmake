@@ -155,6 +155,15 @@ if(JITEMBED_WITH_ZSTD)
   endif()
 endif()
 
+if(JITEMBED_WITH_PROTOBUF)
+  # .proto text built into a DescriptorPool at run time (libprotoc's parser): the base of the repository's
+  # config.pbtxt schema and of the KServe gRPC messages. Not linked by the umbrella target.
+  jitembed_component(protobuf
+    GLOBS net/protobuf/*.hpp
+    LINK jitembed::core protobuf::libprotobuf protobuf::libprotoc
+    NOT_IN_UMBRELLA)
+endif()
+
 if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   # The embedding service: model registry, per-model batchers, KServe v2 routes (HTTP-agnostic handler).
   jitembed_component(server
@@ -162,11 +171,11 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
     EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$" "/server/(detail/)?grpc[^/]*\\.hpp$"
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format ZLIB::ZLIB)
   if(JITEMBED_WITH_REPOSITORY)
-    # The model repository: config.pbtxt (protobuf text format against a schema built at run time: libprotobuf
-    # and libprotoc's .proto parser), backends, loading into a service. Not linked by the umbrella target.
+    # The model repository: config.pbtxt (protobuf text format against a schema built at run time:
+    # net/protobuf/), backends, loading into a service. Not linked by the umbrella target.
     jitembed_component(repository
       GLOBS server/repository*.hpp server/model_repository*.hpp server/detail/repository*.hpp
-      LINK jitembed::server protobuf::libprotobuf protobuf::libprotoc
+      LINK jitembed::server jitembed::protobuf protobuf::libprotobuf
       NOT_IN_UMBRELLA)
   endif()
 endif()
@@ -186,7 +195,7 @@ if(JITEMBED_WITH_GRPC AND TARGET jitembed_server AND TARGET jitembed_client)
   # built at run time, so nothing is generated. Not linked by the umbrella target.
   jitembed_component(grpc
     GLOBS net/grpc/*.hpp server/grpc*.hpp server/detail/grpc*.hpp client/detail/client_grpc*.hpp
-    LINK jitembed::server jitembed::client protobuf::libprotobuf protobuf::libprotoc gRPC::grpc++
+    LINK jitembed::server jitembed::client jitembed::protobuf protobuf::libprotobuf gRPC::grpc++
     NOT_IN_UMBRELLA)
 endif()
 

@@ -33,22 +33,23 @@ if(JITEMBED_WITH_HTTP)
   find_package(OpenSSL 1.1.1 REQUIRED)  # net/http: HTTPS through Asio's ssl (Debian: libssl-dev)
 endif()
 # Before Torch: the wheel's Caffe2Config.cmake defines protobuf::libprotobuf as an alias of an INTERFACE
-# target "dummy" when no protobuf target exists yet, which the repository component would then link.
-if(JITEMBED_WITH_REPOSITORY)
-  find_package(Protobuf REQUIRED)  # server/repository*.hpp: config.pbtxt (Debian: libprotobuf-dev libprotoc-dev)
+# target "dummy" when no protobuf target exists yet, which the protobuf component would then link.
+foreach(_o JITEMBED_WITH_REPOSITORY JITEMBED_WITH_GRPC)  # both build their schemas with the protobuf component
+  if(${_o} AND NOT JITEMBED_WITH_PROTOBUF)
+    message(FATAL_ERROR "${_o} needs JITEMBED_WITH_PROTOBUF (the .proto schemas it builds at run time)")
+  endif()
+endforeach()
+if(JITEMBED_WITH_PROTOBUF)
+  # net/protobuf/: .proto text built at run time (the repository's config.pbtxt schema, the KServe gRPC
+  # messages). Debian: libprotobuf-dev libprotoc-dev.
+  find_package(Protobuf REQUIRED)
   if(NOT TARGET protobuf::libprotoc)
-    message(FATAL_ERROR "JITEMBED_WITH_REPOSITORY needs libprotoc (the .proto parser; Debian: libprotoc-dev)")
+    message(FATAL_ERROR "JITEMBED_WITH_PROTOBUF needs libprotoc (the .proto parser; Debian: libprotoc-dev)")
   endif()
 endif()
 if(JITEMBED_WITH_GRPC)
   # server/grpc_server.hpp: gRPC's callback API on generic byte buffers, messages built at run time from a
-  # .proto text (libprotoc's parser, like the repository's schema). Debian: libgrpc++-dev.
-  if(NOT TARGET protobuf::libprotoc)
-    find_package(Protobuf REQUIRED)
-  endif()
-  if(NOT TARGET protobuf::libprotoc)
-    message(FATAL_ERROR "JITEMBED_WITH_GRPC needs libprotoc (the .proto parser; Debian: libprotoc-dev)")
-  endif()
+  # .proto text (net/protobuf/, like the repository's schema). Debian: libgrpc++-dev.
   find_package(gRPC CONFIG REQUIRED)
 endif()
 if(JITEMBED_WITH_TORCH)

@@ -5,7 +5,7 @@
 # Sets:
 #   <component>  a jitembed component and every component it needs (core, codec, batching, kserve, http,
 #                zstd, format, cache, lmdb, redis, jpeg, video, models, models_image, models_video, torch,
-#                server, repository, client, parallel, tcp_store, gloo), e.g. `format jpeg` for an application that uses
+#                server, protobuf, repository, grpc, client, parallel, tcp_store, gloo), e.g. `format jpeg` for an application that uses
 #                those two (configuring jitembed itself with its defaults needs every default component:
 #                `test`, or turn the others off with -DJITEMBED_WITH_<X>=OFF)
 #   build        compiler, CMake, Ninja, pkg-config, ccache (part of every set)
@@ -56,6 +56,7 @@ declare -A component_debs=(
   [models_video]=""
   [torch]=""
   [server]="zlib1g-dev"
+  [protobuf]="libprotobuf-dev libprotoc-dev"
   [repository]="libprotobuf-dev libprotoc-dev"
   [grpc]="libprotobuf-dev libprotoc-dev libgrpc++-dev"
   [client]=""
@@ -82,8 +83,9 @@ declare -A component_requires=(
   [models_video]="models_image video"
   [torch]="models_video"
   [server]="kserve batching models_video format"
-  [repository]="server"
-  [grpc]="server client"
+  [protobuf]="core"
+  [repository]="server protobuf"
+  [grpc]="server client protobuf"
   [client]="http kserve models cache format"
   [parallel]="core"
   [tcp_store]="parallel"
@@ -103,7 +105,7 @@ build_debs="build-essential cmake pkg-config ninja-build ccache"
 # (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11
 test_peer_debs="redis-server lmdb-utils ffmpeg tar openssl python3-venv libb64-0d python3.11 python3.11-venv libpython3.11"
 # components the default configure builds without the CUDA toolkit (the test command's CPU build)
-cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video torch server repository grpc client parallel tcp_store gloo"
+cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video torch server protobuf repository grpc client parallel tcp_store gloo"
 
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then sets=(all); fi
@@ -115,7 +117,7 @@ with_bench_models=0
 for s in "${sets[@]}"; do
   case "$s" in
     build) ;;
-    python) components+=(server repository client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=))
+    python) components+=(server repository grpc client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=); grpc: Server(grpc_port=))
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
     ray) components+=(server grpc client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
     tools) components+=(server repository grpc client lmdb redis); dev+=(tools) ;;

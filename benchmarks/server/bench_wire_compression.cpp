@@ -7,15 +7,15 @@
 #include "bench_util.hpp"
 
 #include <atomic>
-#include <cstring>
-#include <functional>
-#include <stdexcept>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,9 +36,7 @@ std::vector<std::byte> read_file(const std::string& path) {
   return out;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Seconds per call of fn: repeats for at least `min_s`, best of `rounds` such windows.
 template <class F>
@@ -62,8 +60,8 @@ double per_call(F&& fn, double min_s = 0.15, int rounds = 3) {
 int run_codec(const std::string& dir, std::vector<int> frame_rows_list) {
   const auto manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
   jb::bench::reporter rep;
-  std::printf("%-28s %6s %10s %8s %10s %10s %s\n", "tensor kind", "rows", "frame KiB", "ratio", "comp GB/s",
-              "dec GB/s", "sent compressed (>=10% saving)");
+  std::printf("%-28s %6s %10s %8s %10s %10s %s\n", "tensor kind", "rows", "frame KiB", "ratio", "comp GB/s", "dec GB/s",
+              "sent compressed (>=10% saving)");
   for (const auto& k : manifest["kinds"]) {
     const std::string name = k["name"];
     const auto data = read_file(dir + "/" + k["file"].get<std::string>());
@@ -92,7 +90,7 @@ int run_codec(const std::string& dir, std::vector<int> frame_rows_list) {
       const double td = per_call([&] {
         for (std::size_t i = 0; i < frames; ++i) {
           auto d = jb::codec::decompress_from_wire(jb::bytes_view(comp[i].data(), comp[i].size()), frame, es,
-                                                  std::uint64_t{1} << 34);
+                                                   std::uint64_t{1} << 34);
           if (!d || d->size() != frame || std::memcmp(d->data(), data.data() + i * frame, frame) != 0)
             throw std::runtime_error("round trip failed on " + name);
         }
@@ -117,13 +115,15 @@ int run_codec(const std::string& dir, std::vector<int> frame_rows_list) {
 }
 
 int run_fetch(const std::string& url, const std::string& model, const std::string& input,
-              const std::vector<std::string>& row_files, int rows, bool offer, int concurrency, double seconds, double warmup, const std::string& label) {
+              const std::vector<std::string>& row_files, int rows, bool offer, bool on_loopback, int concurrency,
+              double seconds, double warmup, const std::string& label) {
   std::vector<std::vector<std::byte>> row_bytes;
   for (const auto& f : row_files) row_bytes.push_back(read_file(f));
   if (row_bytes.empty()) throw std::runtime_error("fetch: no --row-file");
   jb::client::client_options co;
   co.endpoints.list = {url};
   co.offer_compression = offer;
+  co.compress_on_loopback = on_loopback;  // a loopback port that stands for a remote link (the user-space proxy)
   auto cl = jb::client::jit_client::create(std::move(co));
   if (!cl) {
     std::fprintf(stderr, "bench_wire_compression: jit_client::create: %s\n", cl.error().message.c_str());
@@ -182,9 +182,10 @@ int run_fetch(const std::string& url, const std::string& model, const std::strin
   cl->close();
   const double sps = static_cast<double>(r1 - r0) / (t1 - t0);
   const double mbps = static_cast<double>(b1 - b0) / (t1 - t0) / 1e6;
-  nlohmann::json j = {{"bench", "wire_compression/fetch"}, {"label", label},          {"offer_compression", offer},
-                      {"samples_per_s", sps},             {"output_mb_per_s", mbps}, {"rows_per_request", rows},
-                      {"concurrency", concurrency},       {"errors", errors.load()}};
+  nlohmann::json j = {{"bench", "wire_compression/fetch"}, {"label", label},
+                      {"offer_compression", offer},        {"samples_per_s", sps},
+                      {"output_mb_per_s", mbps},           {"rows_per_request", rows},
+                      {"concurrency", concurrency},        {"errors", errors.load()}};
   if (!first_error.empty()) j["first_error"] = first_error;
   std::printf("%s\n", j.dump().c_str());
   return errors.load() && r1 == r0 ? 1 : 0;
@@ -193,13 +194,14 @@ int run_fetch(const std::string& url, const std::string& model, const std::strin
 }  // namespace
 
 int main(int argc, char** argv) {
-  jb::bench::command_line cli{"bench_wire_compression: zstd_shuffle wire codec on real encoder outputs; the "
-                              "jit_client load generator of bench_wire_compression.py",
-                              {"codec", "fetch"}};
+  jb::bench::command_line cli{
+      "bench_wire_compression: zstd_shuffle wire codec on real encoder outputs; the "
+      "jit_client load generator of bench_wire_compression.py",
+      {"codec", "fetch"}};
   std::string data_dir, url, model = "latents", input = "image", label;
   std::vector<std::string> row_files;
   std::vector<int> frame_rows{1, 32};
-  int rows = 32, concurrency = 4, offer = 1;
+  int rows = 32, concurrency = 4, offer = 1, on_loopback = 0;
   double seconds = 3.0, warmup = 1.0;
   cli.app.add_option("--data", data_dir, "codec: directory with manifest.json and the raw tensors");
   cli.app.add_option("--frame-rows", frame_rows, "codec: rows per compressed frame (one request's output tensor)")
@@ -207,9 +209,14 @@ int main(int argc, char** argv) {
   cli.app.add_option("--url", url, "fetch: the server's URL");
   cli.app.add_option("--model", model, "fetch: model name")->capture_default_str();
   cli.app.add_option("--input", input, "fetch: input name")->capture_default_str();
-  cli.app.add_option("--row-file", row_files, "fetch: files with the bytes of the rows (request row i is file i mod count)");
+  cli.app.add_option("--row-file", row_files,
+                     "fetch: files with the bytes of the rows (request row i is file i mod count)");
   cli.app.add_option("--rows", rows, "fetch: rows per request")->capture_default_str();
   cli.app.add_option("--offer", offer, "fetch: client_options.offer_compression (0 or 1)")->capture_default_str();
+  cli.app
+      .add_option("--compress-on-loopback", on_loopback,
+                  "fetch: client_options.compress_on_loopback (0 or 1): offer also to a 127.0.0.1 URL")
+      ->capture_default_str();
   cli.app.add_option("--concurrency", concurrency, "fetch: requests in flight")->capture_default_str();
   cli.app.add_option("--seconds", seconds, "fetch: measurement window")->capture_default_str();
   cli.app.add_option("--warmup", warmup, "fetch: seconds before measuring")->capture_default_str();
@@ -220,7 +227,8 @@ int main(int argc, char** argv) {
       if (int rc = run_codec(data_dir, frame_rows)) return rc;
     }
     if (cli.wanted("fetch") && !url.empty())
-      return run_fetch(url, model, input, row_files, rows, offer != 0, concurrency, seconds, warmup, label);
+      return run_fetch(url, model, input, row_files, rows, offer != 0, on_loopback != 0, concurrency, seconds, warmup,
+                       label);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_wire_compression: %s\n", e.what());
     return 2;

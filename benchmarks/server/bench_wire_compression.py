@@ -17,10 +17,20 @@ outputs, then samples/s end to end through an emulated 1 Gb/s and 10 Gb/s link, 
    Targets (issue #20): at 1 Gb/s compressed samples/s >= 0.9 x ratio x uncompressed samples/s (ratio: the
    codec's measured ratio at the request's row count); on loopback offer on costs <= 5% vs off.
 
-Needs root (ip netns, tc) and a jitembed-server built with LibTorch. Cleans the namespace up on exit.
+   Where netem or the privilege is missing (no `ip` / `tc`, not root, or the namespace setup fails) the
+   benchmark uses a user-space rate-limiting proxy, which it names (table and JSON "shaping"):
+   benchmarks/server/rate_proxy.py on 127.0.0.1, one token bucket per direction at the link rate, between the
+   client and a jitembed-server on 127.0.0.1 (the client told compress_on_loopback: the proxy's port stands
+   for a remote link). --shaping netns|proxy forces one (auto: netns when it can be set up). The proxy has a
+   ceiling of its own (`python3 benchmarks/server/rate_proxy.py --self-test` measures it and checks the rates
+   within 10%); a busy machine may not reach 10 Gb/s through it.
+
+Needs a jitembed-server built with LibTorch; root (ip netns, tc) for the netns shaping. Cleans the namespace
+up on exit.
 
   .venv/bin/python benchmarks/server/bench_wire_compression.py --bench-bin build/bench/benchmarks/server/bench_wire_compression
       [--build build/release] [--kinds vae_latent_f32,vae_latent_bf16] [--rounds 2] [--seconds 3]
+      [--shaping auto|netns|proxy]
 
 Prints tables, then one JSON object per result line.
 """
@@ -39,12 +49,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # wire_data, rate_proxy
 
 NS = "wbns"
 HOST_IF, NS_IF = "wbv0", "wbv1"
 HOST_IP, NS_IP = "10.77.0.1", "10.77.0.2"
 DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+import rate_proxy  # noqa: E402  (HERE is on sys.path)
+
+
+def netns_unavailable() -> str | None:
+    """Why the netns shaping cannot run here (None: it may)."""
+    for tool in ("ip", "tc"):
+        if not shutil.which(tool):
+            return f"no `{tool}` (iproute2)"
+    if os.geteuid() != 0:
+        return "not root (ip netns, tc need CAP_NET_ADMIN)"
+    return None
 
 
 def sh(*cmd, check=True):
@@ -143,24 +165,26 @@ def infer_raw(host, port, kind, row_files, offer):
     return body[hl:], out.get("parameters", {})
 
 
-def wait_ready(srv, port, log, timeout=60.0):
+def wait_ready(srv, port, log, in_ns=True, timeout=60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if srv.poll() is not None:
             raise RuntimeError(f"jitembed-server exited {srv.returncode}: {log.read_text()[-2000:]}")
-        p = subprocess.run(["ip", "netns", "exec", NS, sys.executable, "-c",
-                            f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/v2/health/ready', timeout=2)"],
-                           capture_output=True)
+        probe = [sys.executable, "-c",
+                 f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/v2/health/ready', timeout=2)"]
+        p = subprocess.run((["ip", "netns", "exec", NS] if in_ns else []) + probe, capture_output=True)
         if p.returncode == 0:
             return
         time.sleep(0.3)
     raise RuntimeError(f"jitembed-server not ready: {log.read_text()[-2000:]}")
 
 
-def fetch(bench_bin, url, kind, row_files, offer, a, label, in_ns=False):
+def fetch(bench_bin, url, kind, row_files, offer, a, label, in_ns=False, on_loopback=False):
     cmd = [str(bench_bin), "fetch", "--url", url, "--model", kind, "--input", "image"]
     for f in row_files:
         cmd += ["--row-file", str(f)]
+    if on_loopback:  # the proxy's 127.0.0.1 port stands for a remote link: offer there too
+        cmd += ["--compress-on-loopback", "1"]
     cmd += ["--rows", str(a.rows), "--offer", "1" if offer else "0", "--concurrency", str(a.concurrency),
            "--seconds", str(a.seconds), "--warmup", "1", "--label", label]
     if in_ns:
@@ -187,6 +211,9 @@ def main():
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per arm (best kept: the shaped link stalls now and then on a loaded machine)")
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--shaping", choices=("auto", "netns", "proxy"), default="auto",
+                    help="netns: veth + tc htb (root); proxy: the user-space rate-limiting proxy (rate_proxy.py); "
+                         "auto: netns when it can be set up, else the proxy")
     a = ap.parse_args()
     kinds = a.kinds.split(",")
 
@@ -218,33 +245,62 @@ def main():
     port = 18931
     results, every = {}, {}
     srv = None
+    proxy = None
+    shaping = {}  # link -> how it was emulated (table and JSON)
+    use_netns = a.shaping == "netns"
+    if a.shaping == "auto":
+        why = netns_unavailable()
+        if why is None:
+            try:
+                netns_up()
+                use_netns = True
+            except (subprocess.CalledProcessError, OSError) as e:
+                why = f"netns setup failed: {getattr(e, 'stderr', '') or e}".strip()
+                netns_down()
+        if not use_netns:
+            print(f"bench_wire_compression: {why}: shaping with the user-space rate-limiting proxy (rate_proxy.py)",
+                  file=sys.stderr, flush=True)
+    server_host = NS_IP if use_netns else "127.0.0.1"
     try:
-        netns_up()
+        if a.shaping == "netns":
+            netns_up()
         make_repository(data, kinds, tmp / "repository")
         log = open(tmp / "server.log", "w")
-        srv = subprocess.Popen(["ip", "netns", "exec", NS, str(server_bin), "--host", "0.0.0.0", "--port", str(port),
-                                "--model-repository", str(tmp / "repository"), "--max-queue-delay-us", "0"],
+        serve = [str(server_bin), "--host", "0.0.0.0" if use_netns else "127.0.0.1", "--port", str(port),
+                 "--model-repository", str(tmp / "repository"), "--max-queue-delay-us", "0"]
+        srv = subprocess.Popen((["ip", "netns", "exec", NS] if use_netns else []) + serve,
                                stdout=log, stderr=subprocess.STDOUT)
-        wait_ready(srv, port, tmp / "server.log")
+        wait_ready(srv, port, tmp / "server.log", in_ns=use_netns)
+        if not use_netns:
+            proxy = rate_proxy.RateProxy(("127.0.0.1", port), None).start()
         wire_ratio = {}
         for kind in kinds:  # the rows answer the stored real tensors, distinct, byte for byte
             k = next(k for k in json.loads((data / "manifest.json").read_text())["kinds"] if k["name"] == kind)
-            raw, _ = infer_raw(NS_IP, port, kind, row_files[:k["rows"]], False)
+            raw, _ = infer_raw(server_host, port, kind, row_files[:k["rows"]], False)
             if raw != (data / k["file"]).read_bytes():
                 raise RuntimeError(f"check {kind}: the served rows are not the stored tensors")
-            packed, params = infer_raw(NS_IP, port, kind, row_files[:a.rows], True)
+            packed, params = infer_raw(server_host, port, kind, row_files[:a.rows], True)
             wire_ratio[kind] = params.get("jitembed_raw_byte_size", len(packed)) / len(packed)
             print(f"bench_wire_compression: {kind}: served rows == stored rows; one {a.rows}-row response "
                   f"{params.get('jitembed_raw_byte_size', len(packed))} -> {len(packed)} bytes on the wire "
                   f"({params.get('jitembed_compression', 'raw')}, ratio {wire_ratio[kind]:.3f})", file=sys.stderr, flush=True)
         for link in a.links.split(","):
-            if link != "loopback":
+            if link == "loopback":
+                url = f"http://127.0.0.1:{port}"
+                shaping[link] = "loopback in the namespace" if use_netns else "loopback (no proxy)"
+            elif use_netns:
                 set_rate(link)
-            url = f"http://127.0.0.1:{port}" if link == "loopback" else f"http://{NS_IP}:{port}"
+                url = f"http://{NS_IP}:{port}"
+                shaping[link] = "veth + tc htb (no netem)"
+            else:
+                proxy.set_rate(rate_proxy.parse_rate(link))
+                url = f"http://127.0.0.1:{proxy.port}"
+                shaping[link] = proxy.describe()
             for kind in kinds:
                 for r in range(a.rounds):
                     for offer in ((True, False) if r % 2 == 0 else (False, True)):
-                        j = fetch(bench_bin, url, kind, row_files, offer, a, f"{link} {kind}", in_ns=link == "loopback")
+                        j = fetch(bench_bin, url, kind, row_files, offer, a, f"{link} {kind}",
+                                  in_ns=use_netns and link == "loopback", on_loopback=not use_netns and link != "loopback")
                         k = (link, kind, offer)
                         every.setdefault(k, []).append(j["samples_per_s"])
                         if k not in results or j["samples_per_s"] > results[k]["samples_per_s"]:
@@ -253,15 +309,20 @@ def main():
                               f"{j['samples_per_s']:9.0f} samples/s {j['output_mb_per_s']:8.1f} MB/s (raw)",
                               file=sys.stderr, flush=True)
     finally:
+        if proxy is not None:
+            proxy.stop()
         if srv is not None:
             srv.send_signal(signal.SIGTERM)
             try:
                 srv.wait(10)
             except subprocess.TimeoutExpired:
                 srv.kill()
-        netns_down()
+        if use_netns:
+            netns_down()
 
     lines = [j for j in codec_lines]
+    for link in a.links.split(","):
+        print(f"shaping {link}: {shaping[link]}")
     print(f"{'link':9s} {'kind':16s} {'ratio':>6s} {'off samples/s':>14s} {'on samples/s':>13s} {'on/off':>7s} "
           f"{'target':>8s}  verdict")
     for link in a.links.split(","):
@@ -285,7 +346,7 @@ def main():
                     "rounds_off": [round(x) for x in every[(link, kind, False)]],
                     "rounds_on": [round(x) for x in every[(link, kind, True)]],
                     "rows_per_request": a.rows, "concurrency": a.concurrency,
-                    "shaping": "veth + tc htb (no netem)" if link != "loopback" else "loopback in the namespace"}
+                    "shaping": shaping[link]}
             if target:
                 line.update({"target": round(target, 4), "target_met": got >= target})
             lines.append(line)

@@ -69,8 +69,10 @@ py_embed_result convert(embed_result&& r) {
   out.attempts = r.attempts;
   for (auto& [name, t] : r.outputs) out.outputs[nb::str(name.c_str())] = to_numpy(t, /*read_only=*/true);
   for (const auto& e : r.row_errors) {
-    if (e.code == errc::ok) out.row_errors.append(nb::none());
-    else out.row_errors.append(nb::make_tuple(std::string(to_string(e.code)), e.message));
+    if (e.code == errc::ok)
+      out.row_errors.append(nb::none());
+    else
+      out.row_errors.append(nb::make_tuple(std::string(to_string(e.code)), e.message));
   }
   return out;
 }
@@ -81,9 +83,9 @@ struct request_rows {
   std::vector<format::record_view> records;
 };
 
-embed_request make_request(std::string model, const std::vector<nb::object>& rows, std::string input, std::string version,
-                           std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms,
-                           request_rows& hold) {
+embed_request make_request(std::string model, const std::vector<nb::object>& rows, std::string input,
+                           std::string version, std::optional<std::vector<std::string>> outputs,
+                           std::optional<double> timeout_ms, request_rows& hold) {
   embed_request req;
   req.model = std::move(model);
   req.input = std::move(input);
@@ -194,8 +196,10 @@ nb::dict batch_dict(const py_loader& pl, step&& b) {
         nb::gil_scoped_release nogil;
         r = b.collate(name);
       }
-      if (r) stacked = std::move(*r);
-      else if (const errc c = r.error().code; c != errc::not_found && c != errc::invalid_argument && c != errc::limit_exceeded)
+      if (r)
+        stacked = std::move(*r);
+      else if (const errc c = r.error().code;
+               c != errc::not_found && c != errc::invalid_argument && c != errc::limit_exceeded)
         throw jitembed::error(std::move(r).error());
     }
     if (stacked) {
@@ -219,8 +223,8 @@ nb::dict batch_dict(const py_loader& pl, step&& b) {
       }
   d["dtypes"] = dtypes;
   d["ids"] = ids;
-  const tensor idx = tensor::copy_of(bytes_view(reinterpret_cast<const std::byte*>(indices.data()), indices.size() * 8), dtype::i64,
-                                     shape{static_cast<std::int64_t>(indices.size())});
+  const tensor idx = tensor::copy_of(bytes_view(reinterpret_cast<const std::byte*>(indices.data()), indices.size() * 8),
+                                     dtype::i64, shape{static_cast<std::int64_t>(indices.size())});
   d["indices"] = to_numpy(idx, false);
   d["failed"] = failed;
   d["epoch"] = b.epoch;
@@ -278,7 +282,8 @@ void register_client(nb::module_& m) {
       .def_ro("model_version", &py_embed_result::model_version)
       .def_ro("endpoint", &py_embed_result::endpoint)
       .def_ro("attempts", &py_embed_result::attempts)
-      .def_ro("outputs", &py_embed_result::outputs, "{output name: array [N, ...]} (read-only, sharing the response buffer)")
+      .def_ro("outputs", &py_embed_result::outputs,
+              "{output name: array [N, ...]} (read-only, sharing the response buffer)")
       .def_ro("row_errors", &py_embed_result::row_errors,
               "[] when every row succeeded, else one entry per row: None, or (errc, message) for a row that failed")
       .def("__getitem__", [](const py_embed_result& r, nb::handle name) { return r.outputs[name]; })
@@ -298,7 +303,12 @@ void register_client(nb::module_& m) {
              double request_timeout_ms, double connect_timeout_ms, int io_threads, int max_attempts, bool hedge,
              std::string auth_token,
              std::optional<std::map<std::string, std::map<std::string, std::string>>> identities,
-             std::size_t max_in_flight, std::string tls_ca_file) {
+             std::size_t max_in_flight, std::string tls_ca_file, bool offer_compression, bool compress_on_loopback,
+             bool compress_inputs, int compression_level, double compression_min_saving,
+             std::size_t compression_min_bytes) {
+            if (!(compression_min_saving >= 0.0 && compression_min_saving <= 1.0))
+              raise(errc::invalid_argument, "client: compression_min_saving " + std::to_string(compression_min_saving) +
+                                                " not in [0, 1] (1: never compress)");
             client_options o;
             if (endpoints) o.endpoints.list = std::move(*endpoints);
             o.endpoints.file = std::move(endpoints_file);
@@ -314,6 +324,12 @@ void register_client(nb::module_& m) {
             o.auth_token = std::move(auth_token);
             o.max_in_flight = max_in_flight;
             o.tls_ca_file = std::move(tls_ca_file);
+            o.offer_compression = offer_compression;
+            o.compress_on_loopback = compress_on_loopback;
+            o.compress_inputs = compress_inputs;
+            o.compression.level = compression_level;
+            o.compression.min_saving = compression_min_saving;
+            o.compression.min_bytes = compression_min_bytes;
             if (identities)
               for (auto& [model, kv] : *identities) {
                 model_identity id;
@@ -336,18 +352,27 @@ void register_client(nb::module_& m) {
           nb::arg("connect_timeout_ms") = 2000.0, nb::arg("io_threads") = 1, nb::arg("max_attempts") = 5,
           nb::arg("hedge") = true, nb::arg("auth_token") = "", nb::arg("identities") = nb::none(),
           nb::arg("max_in_flight") = 4096, nb::arg("tls_ca_file") = "",
-          "Exactly one endpoint source (a list of http://host:port or https://host:port URLs, a file, or a URL serving "
-          "the list), or local_models: reference-model specs 'NAME[:k=v,...]' (the jitembed-server --model syntax) run "
-          "in "
-          "this process. tls_ca_file: the PEM CA bundle https:// endpoints' certificates must chain to (empty: the "
-          "system's CA paths).")
+          nb::arg("offer_compression") = client_options{}.offer_compression,
+          nb::arg("compress_on_loopback") = client_options{}.compress_on_loopback,
+          nb::arg("compress_inputs") = client_options{}.compress_inputs,
+          nb::arg("compression_level") = codec::wire_compression_options{}.level,
+          nb::arg("compression_min_saving") = codec::wire_compression_options{}.min_saving,
+          nb::arg("compression_min_bytes") = codec::wire_compression_options{}.min_bytes,
+          "Exactly one endpoint source (a list of http://host:port, https://host:port, grpc://host:port or "
+          "grpcs://host:port URLs, a file, or a URL serving the list), or local_models: reference-model specs "
+          "'NAME[:k=v,...]' (the jitembed-server --model syntax) run in this process. tls_ca_file: the PEM CA bundle "
+          "https:// / grpcs:// endpoints' certificates must chain to (empty: the system's CA paths). "
+          "offer_compression: ask jitembed servers for zstd-compressed outputs (when that saves the server's fraction; "
+          "Triton ignores it), not on loopback endpoints unless compress_on_loopback (there compressing costs more "
+          "than it saves); compress_inputs: send input rows compressed (level compression_level) when at least "
+          "compression_min_bytes and that saves compression_min_saving (jitembed servers only).")
       .def(
           "embed",
           [](py_client& self, std::string model, const std::vector<nb::object>& rows, std::string input,
              std::string version, std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
             request_rows hold;
-            embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version), std::move(outputs),
-                                              timeout_ms, hold);
+            embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version),
+                                             std::move(outputs), timeout_ms, hold);
             jit_client& c = self.get();
             result<embed_result> r = fail(errc::internal, "");
             {
@@ -367,8 +392,8 @@ void register_client(nb::module_& m) {
              std::string version, std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
             py_client& self = nb::cast<py_client&>(self_h);
             request_rows hold;
-            embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version), std::move(outputs),
-                                              timeout_ms, hold);
+            embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version),
+                                             std::move(outputs), timeout_ms, hold);
             jit_client& c = self.get();
             nb::object future = nb::module_::import_("concurrent.futures").attr("Future")();
             PyObject* fut = future.ptr();
@@ -379,8 +404,10 @@ void register_client(nb::module_& m) {
               nb::object f = nb::steal(fut);
               try {
                 if (nb::cast<bool>(f.attr("cancelled")())) return;
-                if (r) f.attr("set_result")(nb::cast(convert(std::move(*r))));
-                else f.attr("set_exception")(make_exception(r.error()));
+                if (r)
+                  f.attr("set_result")(nb::cast(convert(std::move(*r))));
+                else
+                  f.attr("set_exception")(make_exception(r.error()));
               } catch (nb::python_error& e) {
                 e.discard_as_unraisable("jitembed.Client.embed_async callback");
               } catch (const std::exception& e) {
@@ -433,23 +460,27 @@ void register_client(nb::module_& m) {
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](py_client& self, nb::args) { self.close(); });
 
-  nb::class_<py_loader>(m, "Loader",
-                        "The prefetching JIT loader (jitembed::client::jit_loader): an iterator of steps over a Dataset; "
-                        "each epoch is one pass of `for batch in loader` (the next pass starts the next epoch).")
+  nb::class_<py_loader>(
+      m, "Loader",
+      "The prefetching JIT loader (jitembed::client::jit_loader): an iterator of steps over a Dataset; "
+      "each epoch is one pass of `for batch in loader` (the next pass starts the next epoch).")
       .def(
           "__init__",
-          [](py_loader* self, nb::handle data, nb::handle client, const std::vector<nb::object>& embeddings, std::size_t batch_size,
-             std::size_t samples_per_request, std::size_t requests_in_flight, std::size_t workers, std::size_t max_buffered,
-             std::size_t rank, std::size_t world_size, std::uint64_t seed, bool shuffle, std::string_view order,
-             std::optional<const py_cache*> cache, std::string_view cache_compression, std::optional<double> request_timeout_ms,
-             int resubmits, std::optional<nb::bytes> resume, bool stack, std::uint64_t epoch) {
+          [](py_loader* self, nb::handle data, nb::handle client, const std::vector<nb::object>& embeddings,
+             std::size_t batch_size, std::size_t samples_per_request, std::size_t requests_in_flight,
+             std::size_t workers, std::size_t max_buffered, std::size_t rank, std::size_t world_size,
+             std::uint64_t seed, bool shuffle, std::string_view order, std::optional<const py_cache*> cache,
+             std::string_view cache_compression, std::optional<double> request_timeout_ms, int resubmits,
+             std::optional<nb::bytes> resume, bool stack, std::uint64_t epoch) {
             format::dataset ds;
             if (nb::isinstance<py_dataset>(data)) {
               ds = nb::cast<const py_dataset&>(data).d;
             } else {
               std::vector<std::string> p;
-              if (nb::isinstance<nb::str>(data)) p.push_back(nb::cast<std::string>(data));
-              else for (auto h : data) p.push_back(nb::cast<std::string>(nb::str(h)));
+              if (nb::isinstance<nb::str>(data))
+                p.push_back(nb::cast<std::string>(data));
+              else
+                for (auto h : data) p.push_back(nb::cast<std::string>(nb::str(h)));
               nb::gil_scoped_release nogil;
               ds = unwrap(format::dataset::open(std::span<const std::string>(p)));
             }
@@ -467,7 +498,8 @@ void register_client(nb::module_& m) {
                 if (d.contains("input")) s.input = nb::cast<std::string>(d["input"]);
               } else {
                 nb::tuple t = nb::cast<nb::tuple>(e);
-                if (t.size() < 3) raise(errc::invalid_argument, "embedding spec: (name, model, kind[, output]) expected");
+                if (t.size() < 3)
+                  raise(errc::invalid_argument, "embedding spec: (name, model, kind[, output]) expected");
                 s.name = nb::cast<std::string>(t[0]);
                 s.model = nb::cast<std::string>(t[1]);
                 s.kind = kind_of(nb::cast<std::string>(t[2]));
@@ -486,11 +518,14 @@ void register_client(nb::module_& m) {
             o.seed = seed;
             o.shuffle = shuffle;
             o.epoch = epoch;
-            if (order == "completion") o.order = delivery_order::completion;
-            else if (order != "dataset") raise(errc::invalid_argument, "order '" + std::string(order) + "' is not dataset or completion");
+            if (order == "completion")
+              o.order = delivery_order::completion;
+            else if (order != "dataset")
+              raise(errc::invalid_argument, "order '" + std::string(order) + "' is not dataset or completion");
             if (cache && *cache) o.cache = (*cache)->s;
             if (cache_compression == "zstd") o.cache_values.compression = format::compression::zstd;
-            if (request_timeout_ms) o.request_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*request_timeout_ms));
+            if (request_timeout_ms)
+              o.request_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*request_timeout_ms));
             o.resubmits = resubmits;
             if (resume) {
               const auto* p = static_cast<const std::byte*>(resume->data());
@@ -509,32 +544,36 @@ void register_client(nb::module_& m) {
             self->names = std::move(names);
             self->stack = stack;
           },
-          nb::arg("data"), nb::arg("client"), nb::arg("embeddings"), nb::arg("batch_size") = 32, nb::arg("samples_per_request") = 16,
-          nb::arg("requests_in_flight") = 8, nb::arg("workers") = 2, nb::arg("max_buffered") = 256, nb::arg("rank") = 0,
-          nb::arg("world_size") = 1, nb::arg("seed") = 0, nb::arg("shuffle") = true, nb::arg("order") = "dataset",
-          nb::arg("cache") = nb::none(), nb::arg("cache_compression") = "raw", nb::arg("request_timeout_ms") = nb::none(),
-          nb::arg("resubmits") = 2, nb::arg("resume") = nb::none(), nb::arg("stack") = true, nb::arg("epoch") = 0,
-          "data: a Dataset or path(s); client: a Client (kept alive by the loader); embeddings: dicts {name, model, kind "
+          nb::arg("data"), nb::arg("client"), nb::arg("embeddings"), nb::arg("batch_size") = 32,
+          nb::arg("samples_per_request") = 16, nb::arg("requests_in_flight") = 8, nb::arg("workers") = 2,
+          nb::arg("max_buffered") = 256, nb::arg("rank") = 0, nb::arg("world_size") = 1, nb::arg("seed") = 0,
+          nb::arg("shuffle") = true, nb::arg("order") = "dataset", nb::arg("cache") = nb::none(),
+          nb::arg("cache_compression") = "raw", nb::arg("request_timeout_ms") = nb::none(), nb::arg("resubmits") = 2,
+          nb::arg("resume") = nb::none(), nb::arg("stack") = true, nb::arg("epoch") = 0,
+          "data: a Dataset or path(s); client: a Client (kept alive by the loader); embeddings: dicts {name, model, "
+          "kind "
           "('image' | 'video' | 'text')[, output, input]} or tuples (name, model, kind[, output]).")
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__next__",
-           [](py_loader& self) {
-             jit_loader& l = self.get();
-             result<std::optional<step>> r = fail(errc::internal, "");
-             {
-               nb::gil_scoped_release nogil;
-               r = l.next();
-             }
-             auto b = unwrap(std::move(r));
-             if (!b) throw nb::stop_iteration();
-             return batch_dict(self, std::move(*b));
-           },
-           "The next step (GIL released while waiting): {name: array [n, ...] stacked over the samples that succeeded "
-           "(a list of per-sample arrays when shapes differ or stack=False), 'ids': [...], 'indices': int64 array, "
-           "'failed': [{'id', 'index', 'errc', 'message'}], 'epoch', 'step', 'dtypes': {name: 'f32' | 'bf16' | ...} "
-           "(bf16 fields are uint16 arrays of the same bits)}. StopIteration at the end of each epoch.")
-      .def("state", [](py_loader& self) { return to_bytes(bytes_view(self.get().state())); },
-           "A checkpoint: pass it as resume= to a new Loader over the same data to deliver exactly the rest.")
+      .def(
+          "__next__",
+          [](py_loader& self) {
+            jit_loader& l = self.get();
+            result<std::optional<step>> r = fail(errc::internal, "");
+            {
+              nb::gil_scoped_release nogil;
+              r = l.next();
+            }
+            auto b = unwrap(std::move(r));
+            if (!b) throw nb::stop_iteration();
+            return batch_dict(self, std::move(*b));
+          },
+          "The next step (GIL released while waiting): {name: array [n, ...] stacked over the samples that succeeded "
+          "(a list of per-sample arrays when shapes differ or stack=False), 'ids': [...], 'indices': int64 array, "
+          "'failed': [{'id', 'index', 'errc', 'message'}], 'epoch', 'step', 'dtypes': {name: 'f32' | 'bf16' | ...} "
+          "(bf16 fields are uint16 arrays of the same bits)}. StopIteration at the end of each epoch.")
+      .def(
+          "state", [](py_loader& self) { return to_bytes(bytes_view(self.get().state())); },
+          "A checkpoint: pass it as resume= to a new Loader over the same data to deliver exactly the rest.")
       .def("stats", [](py_loader& self) { return loader_stats_dict(self.get().stats()); })
       .def_prop_ro("epoch", [](py_loader& self) { return self.get().epoch(); })
       .def_prop_ro("steps_per_epoch", [](py_loader& self) { return self.get().steps_per_epoch(); })

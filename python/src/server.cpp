@@ -1,6 +1,7 @@
 // Binding of the embedding server: jitembed.Server runs server::service on net::http::server in this process
-// (loopback by default, port 0 = ephemeral), with the jitembed-server --model spec syntax, hot swap
-// (load / unload), drain, and handle() to pass one HTTP request to the service without a socket.
+// (loopback by default, port 0 = ephemeral) and, with grpc_port, on the KServe gRPC front end beside it, with
+// the jitembed-server --model spec syntax, hot swap (load / unload), drain, and handle() to pass one HTTP
+// request to the service without a socket.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -12,10 +13,11 @@
 #include <thread>
 
 #include "common.hpp"
-#include "model.hpp"
+#include "grpc_front.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
 #include "jitembed/server/model_spec.hpp"
+#include "model.hpp"
 #if JITEMBED_PYTHON_REPOSITORY
 #include "jitembed/server/model_repository.hpp"
 #endif
@@ -29,6 +31,7 @@ using http_server = net::http::server;
 struct py_server {
   std::unique_ptr<server::service> svc;
   std::unique_ptr<http_server> http;
+  std::unique_ptr<grpc_front> grpc;  // null without grpc_port
   std::string host;
   std::uint16_t port = 0;
   std::int64_t drain_grace_ms = 0;
@@ -42,7 +45,9 @@ struct py_server {
     if (svc) svc->begin_drain();
     if (drain_grace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(drain_grace_ms));
     if (http) http->stop(drain);
+    if (grpc) grpc->stop(drain);
     if (svc) svc->shutdown();
+    grpc.reset();
     http.reset();
     svc.reset();
   }
@@ -65,13 +70,15 @@ struct py_server {
 // The repository's "pytorch_libtorch" / "torch_aoti" backend: jitembed._repository.open_model (Python torch
 // loads the file, a jitembed.Model serves it). Called with or without the GIL (load routes, __init__).
 result<models::any_model> python_torch_backend(const models::backend_config& c) {
-  if (!Py_IsInitialized() || python_finalizing()) return fail(errc::unavailable, c.config_file + ": the Python interpreter is shutting down");
+  if (!Py_IsInitialized() || python_finalizing())
+    return fail(errc::unavailable, c.config_file + ": the Python interpreter is shutting down");
   nb::gil_scoped_acquire gil;
   try {
     const auto tensors = [](const std::vector<models::backend_tensor>& ts) {
       nb::list l;
       for (const auto& t : ts)
-        l.append(nb::make_tuple(t.name, t.data_type, t.type ? nb::object(nb::str(std::string(to_string(*t.type)).c_str())) : nb::none(),
+        l.append(nb::make_tuple(t.name, t.data_type,
+                                t.type ? nb::object(nb::str(std::string(to_string(*t.type)).c_str())) : nb::none(),
                                 nb::cast(t.dims)));
       return l;
     };
@@ -95,7 +102,10 @@ result<models::any_model> python_torch_backend(const models::backend_config& c) 
     const bool bad = e.matches(PyExc_ValueError) || e.matches(PyExc_TypeError);
     std::string what = e.what();
     if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);  // the message, not the traceback
-    return fail(missing ? errc::not_found : bad ? errc::invalid_argument : errc::decode_failed, c.config_file + ": " + what);
+    return fail(missing ? errc::not_found
+                : bad   ? errc::invalid_argument
+                        : errc::decode_failed,
+                c.config_file + ": " + what);
   } catch (const jitembed::error& e) {
     return e.info();
   }
@@ -185,9 +195,18 @@ void register_server(nb::module_& m) {
           [](py_server* self, std::vector<nb::object> models, std::string host, int port, std::size_t io_threads,
              std::size_t preprocess_threads, std::int64_t drain_grace_ms, std::size_t max_rows_per_request,
              std::string auth_token, std::optional<std::string> model_repository, std::string tls_cert,
-             std::string tls_key) {
+             std::string tls_key, std::optional<int> grpc_port, std::string grpc_tls_cert, std::string grpc_tls_key,
+             std::string grpc_tls_root_cert, int compression_level, double compression_min_saving,
+             std::size_t compression_min_bytes) {
             if (port < 0 || port > 65535)
               raise(errc::invalid_argument, "server: port " + std::to_string(port) + " not in [0, 65535]");
+            if (grpc_port && (*grpc_port < 0 || *grpc_port > 65535))
+              raise(errc::invalid_argument, "server: grpc_port " + std::to_string(*grpc_port) + " not in [0, 65535]");
+            if (!grpc_port && (!grpc_tls_cert.empty() || !grpc_tls_key.empty() || !grpc_tls_root_cert.empty()))
+              raise(errc::invalid_argument, "server: grpc_tls_cert / grpc_tls_key / grpc_tls_root_cert need grpc_port");
+            if (!(compression_min_saving >= 0.0 && compression_min_saving <= 1.0))
+              raise(errc::invalid_argument, "server: compression_min_saving " + std::to_string(compression_min_saving) +
+                                                " not in [0, 1] (1: never compress)");
             server::server_config cfg;
             cfg.host = host;
             cfg.port = static_cast<std::uint16_t>(port);
@@ -195,6 +214,9 @@ void register_server(nb::module_& m) {
             cfg.preprocess_threads = preprocess_threads;
             cfg.max_rows_per_request = max_rows_per_request;
             cfg.auth_token = std::move(auth_token);
+            cfg.compression.level = compression_level;
+            cfg.compression.min_saving = compression_min_saving;
+            cfg.compression.min_bytes = compression_min_bytes;
             std::vector<py_model_handle> python_models;  // loaded after the service starts (service::load)
             for (const auto& m : models) {
               if (nb::isinstance<py_model_handle>(m))
@@ -217,7 +239,18 @@ void register_server(nb::module_& m) {
             ho.tls_cert_file = std::move(tls_cert);
             ho.tls_key_file = std::move(tls_key);
             std::unique_ptr<server::service> svc;
+            std::optional<server::grpc_server_options> go;
+            if (grpc_port) {
+              go.emplace();
+              go->host = cfg.host;
+              go->port = static_cast<std::uint16_t>(*grpc_port);
+              go->max_message_bytes = cfg.protocol.max_body_bytes;
+              go->tls_cert_file = std::move(grpc_tls_cert);
+              go->tls_key_file = std::move(grpc_tls_key);
+              go->tls_root_cert_file = std::move(grpc_tls_root_cert);
+            }
             std::unique_ptr<http_server> http;
+            std::unique_ptr<grpc_front> grpc;
             {
               nb::gil_scoped_release nogil;
               svc = std::make_unique<server::service>(unwrap(server::service::create(std::move(cfg))));
@@ -236,6 +269,7 @@ void register_server(nb::module_& m) {
 #endif
               }
               http = std::make_unique<http_server>(unwrap(http_server::create(ho, svc->as_handler())));
+              if (go) grpc = unwrap(start_grpc_front(std::move(*go), *svc));
             }
             new (self) py_server{};
             self->host = host;
@@ -243,12 +277,23 @@ void register_server(nb::module_& m) {
             self->drain_grace_ms = drain_grace_ms;
             self->svc = std::move(svc);
             self->http = std::move(http);
+            self->grpc = std::move(grpc);
           },
           nb::arg("models") = std::vector<nb::object>{}, nb::arg("host") = "127.0.0.1", nb::arg("port") = 0,
           nb::arg("io_threads") = 1, nb::arg("preprocess_threads") = 0, nb::arg("drain_grace_ms") = 0,
           nb::arg("max_rows_per_request") = 1024, nb::arg("auth_token") = "", nb::arg("model_repository") = nb::none(),
-          nb::arg("tls_cert") = "", nb::arg("tls_key") = "",
-          "tls_cert / tls_key: PEM certificate chain and private key: serve HTTPS (both or neither). models: "
+          nb::arg("tls_cert") = "", nb::arg("tls_key") = "", nb::arg("grpc_port") = nb::none(),
+          nb::arg("grpc_tls_cert") = "", nb::arg("grpc_tls_key") = "", nb::arg("grpc_tls_root_cert") = "",
+          nb::arg("compression_level") = codec::wire_compression_options{}.level,
+          nb::arg("compression_min_saving") = codec::wire_compression_options{}.min_saving,
+          nb::arg("compression_min_bytes") = codec::wire_compression_options{}.min_bytes,
+          "tls_cert / tls_key: PEM certificate chain and private key: serve HTTPS (both or neither). grpc_port: also "
+          "serve KServe v2 gRPC (inference.GRPCInferenceService, e.g. tritonclient.grpc, jitembed.Client with "
+          "grpc://HOST:PORT) on this port of the same host (0: ephemeral, see .grpc_port; None: no gRPC); "
+          "grpc_tls_cert / grpc_tls_key: its TLS (PEM), grpc_tls_root_cert: clients must present a certificate this "
+          "CA signed. compression_level / compression_min_saving / compression_min_bytes: outputs go zstd-compressed "
+          "(net/kserve/compression.hpp) to clients that offer it when at least min_bytes and that saves min_saving "
+          "(1: never). models: "
           "jitembed.Model objects (Python encoders) and 'NAME[:k=v,...]' specs as jitembed-server --model "
           "(empty and no model_repository: the three reference models); model_repository: a Triton-style directory "
           "(TorchScript / AOTInductor models run by this Python's torch as jitembed.Model, jitembed backend models in "
@@ -257,6 +302,17 @@ void register_server(nb::module_& m) {
       .def_prop_ro("port", [](const py_server& s) { return s.port; })
       .def_prop_ro(
           "url", [](const py_server& s) { return s.host + ":" + std::to_string(s.port); }, "'HOST:PORT'")
+      .def_prop_ro(
+          "grpc_port",
+          [](const py_server& s) { return s.grpc ? std::optional<int>(s.grpc->port()) : std::optional<int>(); },
+          "The gRPC port (None without grpc_port, or once stopped).")
+      .def_prop_ro(
+          "grpc_url",
+          [](const py_server& s) {
+            return s.grpc ? std::optional<std::string>(s.host + ":" + std::to_string(s.grpc->port()))
+                          : std::optional<std::string>();
+          },
+          "'HOST:PORT' of the gRPC front end (None without grpc_port); a Client endpoint is 'grpc://' + grpc_url.")
       .def(
           "load",
           [](py_server& s, const std::string& name, std::optional<std::string> version,

@@ -62,3 +62,30 @@ def test_tls_option_errors(pki):
     with pytest.raises(jitembed.Error) as e:
         jitembed.Client(endpoints=["https://127.0.0.1:1"], tls_ca_file="/nonexistent/ca.pem")
     assert "ca.pem" in str(e.value)
+
+
+def test_grpcs_client_server_equals_local(pki):
+    try:
+        srv = jitembed.Server(models=[TEXT], io_threads=1, preprocess_threads=1, grpc_port=0,
+                              grpc_tls_cert=pki["cert"], grpc_tls_key=pki["key"])
+    except jitembed.Error as e:
+        if "built without the grpc component" in str(e):
+            pytest.skip(str(e))
+        raise
+    with srv, jitembed.Client(local_models=[TEXT], local_threads=1) as local:
+        url = f"grpcs://127.0.0.1:{srv.grpc_port}"
+        with jitembed.Client(endpoints=[url], tls_ca_file=pki["ca"], request_timeout_ms=20000) as c:
+            rows = [b"a cat", b"two dogs on a mat"]
+            r = c.embed("text-embed", rows, input="text")
+            assert r.endpoint == url
+            want = local.embed("text-embed", rows, input="text")
+            for name in want.outputs:
+                assert r[name].tobytes() == want[name].tobytes(), name
+        with jitembed.Client(endpoints=[url], tls_ca_file=pki["wrong_ca"], request_timeout_ms=5000,
+                             max_attempts=1) as bad:
+            with pytest.raises(jitembed.Error):
+                bad.embed("text-embed", [b"x"], input="text")
+        with pytest.raises(jitembed.Error) as e:
+            jitembed.Server(models=[TEXT], grpc_port=0, grpc_tls_cert=pki["cert"],
+                            grpc_tls_key=os.path.join(os.path.dirname(pki["ca"]), "nope.key"))
+        assert "nope.key" in str(e.value)

@@ -1,23 +1,21 @@
 // The KServe v2 / Triton gRPC messages (package `inference`, service GRPCInferenceService), written here
 // with KServe's and Triton's field names and numbers (facts of grpc_service.proto and, for
 // ModelConfigResponse, the part of model_config.proto jitembed fills), built at run time into a
-// DescriptorPool of dynamic messages: the library is header-only (no generated .pb.cc), like the model
-// repository's config.pbtxt schema (server/detail/repository_schema.hpp). Message names are not on the
-// wire; the method paths ("/inference.GRPCInferenceService/ModelInfer") are.
+// DescriptorPool of dynamic messages (net/protobuf/schema.hpp): the library is header-only (no generated
+// .pb.cc), like the model repository's config.pbtxt schema (server/detail/repository_schema.hpp). Message names are not
+// on the wire; the method paths ("/inference.GRPCInferenceService/ModelInfer") are.
 #pragma once
 
-#include <google/protobuf/compiler/parser.h>
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/dynamic_message.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/message.h>
 
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+
+#include "jitembed/net/protobuf/schema.hpp"
 
 namespace jitembed::net::grpc {
 
@@ -243,20 +241,7 @@ class kserve_schema {
 
  private:
   kserve_schema() {
-    struct collector final : google::protobuf::io::ErrorCollector {
-      std::string errors;
-      void AddError(int line, int column, const std::string& message) override {
-        errors += std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message + "\n";
-      }
-    } errors;
-    google::protobuf::io::ArrayInputStream in(kKServeSchema.data(), static_cast<int>(kKServeSchema.size()));
-    google::protobuf::io::Tokenizer tokenizer(&in, &errors);
-    google::protobuf::compiler::Parser parser;
-    parser.RecordErrorsTo(&errors);
-    google::protobuf::FileDescriptorProto file;
-    file.set_name("jitembed/kserve_grpc.proto");
-    if (!parser.Parse(&tokenizer, &file) || !pool_.BuildFile(file))
-      throw std::logic_error("jitembed: the KServe gRPC schema does not build:\n" + errors.errors);
+    protobuf::build_schema(pool_, kKServeSchema, "jitembed/kserve_grpc.proto", "KServe gRPC");
     factory_.SetDelegateToGeneratedFactory(false);
   }
 

@@ -1,19 +1,15 @@
 // The schema config.pbtxt files are parsed against: Triton's ModelConfig field names and numbers (facts of
 // Triton's model_config.proto, written here as the subset jitembed reads plus every field it must
-// recognise to refuse or ignore), built at run time into a DescriptorPool (the library is header-only: no
-// generated .pb.cc). Fields whose contents jitembed never reads are messages whose field names are
-// `reserved`: protobuf's text parser skips reserved names (nested contents included) while any other
-// unknown name is still an error, so a typo in a supported field is reported, not dropped. The parser
-// cannot skip a list of messages (`step [ {...}, {...} ]`), so repeated message fields are declared (with
-// reserved contents) down to where only scalars, lists of scalars and single messages are left.
+// recognise to refuse or ignore), built at run time into a DescriptorPool (net/protobuf/schema.hpp; the
+// library is header-only: no generated .pb.cc). Fields whose contents jitembed never reads are messages whose field
+// names are `reserved`: protobuf's text parser skips reserved names (nested contents included) while any other unknown
+// name is still an error, so a typo in a supported field is reported, not dropped. The parser cannot skip a list of
+// messages (`step [ {...}, {...} ]`), so repeated message fields are declared (with reserved contents) down to where
+// only scalars, lists of scalars and single messages are left.
 #pragma once
 
-#include <google/protobuf/compiler/parser.h>
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/dynamic_message.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <cstdlib>
 #include <memory>
@@ -21,11 +17,14 @@
 #include <string>
 #include <string_view>
 
+#include "jitembed/net/protobuf/schema.hpp"
+
 namespace jitembed::server::detail {
 
 // Package jitembed.triton: full names differ from Triton's `inference.*`; text format does not use them.
-inline constexpr std::string_view kModelConfigSchema = R"proto(
-syntax = "proto3";
+inline constexpr std::string_view kModelConfigSchema = R"pb(
+  syntax = "proto3"
+  ;
 package jitembed.triton;
 
 enum DataType {
@@ -202,7 +201,7 @@ message ModelConfig {
   ModelResponseCache response_cache = 24;
   ModelMetrics model_metrics = 26;
 }
-)proto";
+)pb";
 
 // The pool and factory that ModelConfig messages come from; built once, on first use (thread-safe). The
 // prototype is made here, once, so parsing only calls its const New().
@@ -219,25 +218,10 @@ struct model_config_schema {
 
  private:
   // The schema is a constant of this file: a failure to build it is a bug here, not bad input.
-  struct collector final : google::protobuf::io::ErrorCollector {
-    std::string errors;
-    void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
-      errors += std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message + "\n";
-    }
-  };
-
   model_config_schema() {
-    collector errors;
-    google::protobuf::io::ArrayInputStream in(kModelConfigSchema.data(), static_cast<int>(kModelConfigSchema.size()));
-    google::protobuf::io::Tokenizer tokens(&in, &errors);
-    google::protobuf::compiler::Parser parser;
-    parser.RecordErrorsTo(&errors);
-    google::protobuf::FileDescriptorProto file;
-    if (!parser.Parse(&tokens, &file)) throw std::logic_error("jitembed: the ModelConfig schema does not parse:\n" + errors.errors);
-    file.set_name("jitembed/triton/model_config.proto");
-    const auto* fd = pool.BuildFile(file);
-    if (!fd) throw std::logic_error("jitembed: the ModelConfig schema does not build");
-    model_config = fd->FindMessageTypeByName("ModelConfig");
+    const auto& fd =
+        net::protobuf::build_schema(pool, kModelConfigSchema, "jitembed/triton/model_config.proto", "ModelConfig");
+    model_config = fd.FindMessageTypeByName("ModelConfig");
     if (!model_config) throw std::logic_error("jitembed: the ModelConfig schema has no ModelConfig");
     prototype = factory.GetPrototype(model_config);
   }

@@ -1,0 +1,59 @@
+// A .proto text built into a DescriptorPool at run time (libprotoc's parser): how jitembed gets message types
+// without generated .pb.cc files (the library is header-only). Shared by the model repository's config.pbtxt
+// schema (server/detail/repository_schema.hpp) and the KServe gRPC messages (net/grpc/kserve_schema.hpp).
+#pragma once
+
+#include <google/protobuf/compiler/parser.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace jitembed::net::protobuf {
+
+namespace detail {
+// The parser's messages as "LINE:COLUMN: message" lines (1-based).
+struct parse_errors final : google::protobuf::io::ErrorCollector {
+  std::string text;
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    text += std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message + "\n";
+  }
+};
+// The pool's messages (an unknown type, a name defined twice) as "ELEMENT: message" lines.
+struct build_errors final : google::protobuf::DescriptorPool::ErrorCollector {
+  std::string text;
+  void AddError(const std::string&, const std::string& element_name, const google::protobuf::Message*, ErrorLocation,
+                const std::string& message) override {
+    text += element_name + ": " + message + "\n";
+  }
+};
+}  // namespace detail
+
+// Parses `proto` (the text of a .proto file) and builds it into `pool` as the file `file_name`; returns the
+// file's descriptor, which lives as long as the pool. The schemas are constants of the headers that call this,
+// so a schema that does not parse or build is a bug there, not bad input: std::logic_error, "jitembed: the
+// <what> schema does not parse:" and the parser's messages ("LINE:COLUMN: ..."), or "... does not build:" and
+// the pool's ("ELEMENT: ...": an unknown type, a name already defined).
+inline const google::protobuf::FileDescriptor& build_schema(google::protobuf::DescriptorPool& pool,
+                                                            std::string_view proto, const std::string& file_name,
+                                                            std::string_view what) {
+  detail::parse_errors errors;
+  google::protobuf::io::ArrayInputStream in(proto.data(), static_cast<int>(proto.size()));
+  google::protobuf::io::Tokenizer tokens(&in, &errors);
+  google::protobuf::compiler::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  google::protobuf::FileDescriptorProto file;
+  if (!parser.Parse(&tokens, &file))
+    throw std::logic_error("jitembed: the " + std::string(what) + " schema does not parse:\n" + errors.text);
+  file.set_name(file_name);
+  detail::build_errors build;
+  const google::protobuf::FileDescriptor* fd = pool.BuildFileCollectingErrors(file, &build);
+  if (!fd) throw std::logic_error("jitembed: the " + std::string(what) + " schema does not build:\n" + build.text);
+  return *fd;
+}
+
+}  // namespace jitembed::net::protobuf

@@ -305,7 +305,7 @@ void register_client(nb::module_& m) {
              std::optional<std::map<std::string, std::map<std::string, std::string>>> identities,
              std::size_t max_in_flight, std::string tls_ca_file, bool offer_compression, bool compress_on_loopback,
              bool compress_inputs, int compression_level, double compression_min_saving,
-             std::size_t compression_min_bytes) {
+             std::size_t compression_min_bytes, bool shared_memory, std::size_t shared_memory_pool_bytes) {
             if (!(compression_min_saving >= 0.0 && compression_min_saving <= 1.0))
               raise(errc::invalid_argument, "client: compression_min_saving " + std::to_string(compression_min_saving) +
                                                 " not in [0, 1] (1: never compress)");
@@ -330,6 +330,8 @@ void register_client(nb::module_& m) {
             o.compression.level = compression_level;
             o.compression.min_saving = compression_min_saving;
             o.compression.min_bytes = compression_min_bytes;
+            o.shared_memory.enabled = shared_memory;
+            o.shared_memory.pool_bytes = shared_memory_pool_bytes;
             if (identities)
               for (auto& [model, kv] : *identities) {
                 model_identity id;
@@ -358,6 +360,8 @@ void register_client(nb::module_& m) {
           nb::arg("compression_level") = codec::wire_compression_options{}.level,
           nb::arg("compression_min_saving") = codec::wire_compression_options{}.min_saving,
           nb::arg("compression_min_bytes") = codec::wire_compression_options{}.min_bytes,
+          nb::arg("shared_memory") = shared_memory_options{}.enabled,
+          nb::arg("shared_memory_pool_bytes") = shared_memory_options{}.pool_bytes,
           "Exactly one endpoint source (a list of http://host:port, https://host:port, grpc://host:port or "
           "grpcs://host:port URLs, a file, or a URL serving the list), or local_models: reference-model specs "
           "'NAME[:k=v,...]' (the jitembed-server --model syntax) run in this process. tls_ca_file: the PEM CA bundle "
@@ -365,7 +369,10 @@ void register_client(nb::module_& m) {
           "offer_compression: ask jitembed servers for zstd-compressed outputs (when that saves the server's fraction; "
           "Triton ignores it), not on loopback endpoints unless compress_on_loopback (there compressing costs more "
           "than it saves); compress_inputs: send input rows compressed (level compression_level) when at least "
-          "compression_min_bytes and that saves compression_min_saving (jitembed servers only).")
+          "compression_min_bytes and that saves compression_min_saving (jitembed servers only). shared_memory: "
+          "endpoints on this host get a POSIX shared-memory region of shared_memory_pool_bytes, registered with "
+          "Triton's system shared-memory extension, and rows and outputs go through it instead of the socket "
+          "(docs/client.md, Shared memory for same-host endpoints).")
       .def(
           "embed",
           [](py_client& self, std::string model, const std::vector<nb::object>& rows, std::string input,

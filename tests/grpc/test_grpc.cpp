@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #include "jitembed/client/jit_client.hpp"
@@ -409,4 +410,28 @@ TEST_CASE(
   }
   auto c = cl::jit_client::create(options_for({f.http_url()})).value();
   CHECK(c.embed(text_request({"still here"})).get().has_value());
+}
+
+TEST_CASE("grpc:// on this host: rows and outputs through a registered shared-memory region, bitwise HTTP's") {
+  both_fronts f;
+  auto over_grpc = cl::jit_client::create(options_for({f.grpc_url()})).value();
+  auto plain_opts = options_for({f.http_url()});
+  plain_opts.shared_memory.enabled = false;
+  auto over_http = cl::jit_client::create(plain_opts).value();
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < until && !over_grpc.stats().endpoints[0].shared_memory)
+    std::this_thread::sleep_for(10ms);
+  REQUIRE(over_grpc.stats().endpoints[0].shared_memory);
+  for (int i = 0; i < 6; ++i) {
+    const std::vector<std::string> rows = {"row " + std::to_string(i), "a cat", std::string(i * 3, 'x')};
+    auto g = over_grpc.embed(text_request(rows)).get();
+    auto h = over_http.embed(text_request(rows)).get();
+    REQUIRE_MESSAGE(g, (g ? std::string() : g.error().message));
+    REQUIRE(h);
+    CHECK(same_outputs(*h, *g));
+  }
+  const auto st = over_grpc.stats();
+  CHECK(st.shared_memory_attempts == 5);  // the first answer taught the output sizes
+  CHECK(st.shared_memory_fallbacks == 0);
+  CHECK(over_http.stats().shared_memory_attempts == 0);
 }

@@ -15,6 +15,7 @@
 
 #include "bench_util.hpp"
 #include "jitembed/client/jit_client.hpp"
+#include "jitembed/models/reference.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
 #if defined(JITEMBED_HAS_GRPC)
@@ -93,26 +94,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(cli.app, argc, argv);
 
-  server::server_config sc;
-  sc.preprocess_threads = 2;
-  for (const auto& s : kSizes) {
-    auto mc = server::parse_model_spec("text-embed:text_dim=" + std::to_string(s.dim) +
-                                       ",text_max_length=" + std::to_string(s.length))
-                  .value();
-    mc.name = std::string("text-") + s.label;
-    mc.max_queue_delay_us = 0;
-    sc.models.push_back(mc);
-  }
-  auto svc = server::service::create(sc).value();
-  net::http::server_options ho;
-  ho.io_threads = 2;
-  auto http_srv = net::http::server::create(ho, svc.as_handler()).value();
-  std::vector<std::pair<std::string, std::string>> fronts = {{"http", http_srv.url()}};
-#if defined(JITEMBED_HAS_GRPC)
-  auto grpc_srv = server::grpc_server::create(server::grpc_server_options{}, svc).value();
-  fronts.emplace_back("grpc", "grpc://127.0.0.1:" + std::to_string(grpc_srv.port()));
-#endif
-
   const auto make = [&](const std::string& url, bool shm) {
     client::client_options o;
     o.endpoints.list = {url};
@@ -134,41 +115,71 @@ int main(int argc, char** argv) {
     std::size_t bytes;
     double socket_rps, shm_rps;
     std::uint64_t shm_attempts;
+    double local_rps;
   };
   std::vector<row> out;
-  for (const auto& [proto, url] : fronts) {
-    auto sock = make(url, false);
-    auto shm = make(url, true);
-    for (const auto& s : kSizes) {
-      const std::string model = std::string("text-") + s.label;
+  for (const auto& s : kSizes) {  // one service per size (the reference model's name is its kind)
+    server::server_config sc;
+    sc.preprocess_threads = 2;
+    auto mc = server::parse_model_spec("text-embed:text_dim=" + std::to_string(s.dim) +
+                                       ",text_max_length=" + std::to_string(s.length))
+                  .value();
+    mc.max_queue_delay_us = 0;
+    sc.models = {mc};
+    auto svc = server::service::create(sc).value();
+    net::http::server_options ho;
+    ho.io_threads = 2;
+    auto http_srv = net::http::server::create(ho, svc.as_handler()).value();
+    std::vector<std::pair<std::string, std::string>> fronts = {{"http", http_srv.url()}};
+#if defined(JITEMBED_HAS_GRPC)
+    auto grpc_srv = server::grpc_server::create(server::grpc_server_options{}, svc).value();
+    fronts.emplace_back("grpc", "grpc://127.0.0.1:" + std::to_string(grpc_srv.port()));
+#endif
+    // The ceiling: the same model in this process (local mode: no transport, no service), same concurrency.
+    double local_rps = 0;
+    {
+      client::client_options lo;
+      models::reference_options ro;
+      ro.text_dim = s.dim;
+      ro.text_max_length = s.length;
+      lo.local_models = {models::reference_model::create("text-embed", ro).value()};
+      lo.local_threads = 2;
+      auto local = client::jit_client::create(lo).value();
+      std::string err;
+      local_rps = drive(local, "text-embed", s.rows, concurrency, seconds, err);
+    }
+    for (const auto& [proto, url] : fronts) {
+      auto sock = make(url, false);
+      auto shm = make(url, true);
+      if (shm.stats().endpoints.empty() || !shm.stats().endpoints[0].shared_memory)
+        std::fprintf(stderr, "%s: no shared-memory region registered\n", proto.c_str());
       double best_sock = 0, best_shm = 0;
       std::string err;
       for (int r = 0; r < rounds; ++r) {
         if (r % 2 == 0) {
-          best_sock = std::max(best_sock, drive(sock, model, s.rows, concurrency, seconds, err));
-          best_shm = std::max(best_shm, drive(shm, model, s.rows, concurrency, seconds, err));
+          best_sock = std::max(best_sock, drive(sock, "text-embed", s.rows, concurrency, seconds, err));
+          best_shm = std::max(best_shm, drive(shm, "text-embed", s.rows, concurrency, seconds, err));
         } else {
-          best_shm = std::max(best_shm, drive(shm, model, s.rows, concurrency, seconds, err));
-          best_sock = std::max(best_sock, drive(sock, model, s.rows, concurrency, seconds, err));
+          best_shm = std::max(best_shm, drive(shm, "text-embed", s.rows, concurrency, seconds, err));
+          best_sock = std::max(best_sock, drive(sock, "text-embed", s.rows, concurrency, seconds, err));
         }
       }
       if (!err.empty()) std::fprintf(stderr, "%s %s: first error: %s\n", proto.c_str(), s.label, err.c_str());
-      out.push_back({proto, s.label, out_bytes(s), best_sock, best_shm, shm.stats().shared_memory_attempts});
+      out.push_back({proto, s.label, out_bytes(s), best_sock, best_shm, shm.stats().shared_memory_attempts, local_rps});
     }
-    if (shm.stats().endpoints.empty() || !shm.stats().endpoints[0].shared_memory)
-      std::fprintf(stderr, "%s: no shared-memory region registered\n", proto.c_str());
+    http_srv.stop(std::chrono::seconds(1));
   }
-  std::printf("%-6s %-7s %12s %14s %12s %8s\n", "proto", "output", "bytes/req", "socket req/s", "shm req/s",
-              "ratio");
+  std::printf("%-6s %-7s %12s %14s %12s %8s %16s\n", "proto", "output", "bytes/req", "socket req/s", "shm req/s",
+              "ratio", "in-process req/s");
   for (const auto& r : out)
-    std::printf("%-6s %-7s %12zu %14.1f %12.1f %8.2f\n", r.proto.c_str(), r.size.c_str(), r.bytes, r.socket_rps,
-                r.shm_rps, r.socket_rps > 0 ? r.shm_rps / r.socket_rps : 0);
+    std::printf("%-6s %-7s %12zu %14.1f %12.1f %8.2f %16.1f\n", r.proto.c_str(), r.size.c_str(), r.bytes, r.socket_rps,
+                r.shm_rps, r.socket_rps > 0 ? r.shm_rps / r.socket_rps : 0, r.local_rps);
   for (const auto& r : out)
     std::printf(
         "{\"bench\": \"client_shm\", \"protocol\": \"%s\", \"output\": \"%s\", \"output_bytes\": %zu, "
-        "\"concurrency\": %d, \"socket_rps\": %.2f, \"shm_rps\": %.2f, \"ratio\": %.4f, \"shm_attempts\": %llu}\n",
+        "\"concurrency\": %d, \"socket_rps\": %.2f, \"shm_rps\": %.2f, \"ratio\": %.4f, \"shm_attempts\": %llu, "
+        "\"in_process_rps\": %.2f}\n",
         r.proto.c_str(), r.size.c_str(), r.bytes, concurrency, r.socket_rps, r.shm_rps,
-        r.socket_rps > 0 ? r.shm_rps / r.socket_rps : 0, static_cast<unsigned long long>(r.shm_attempts));
-  http_srv.stop(std::chrono::seconds(1));
+        r.socket_rps > 0 ? r.shm_rps / r.socket_rps : 0, static_cast<unsigned long long>(r.shm_attempts), r.local_rps);
   return 0;
 }

@@ -100,6 +100,7 @@ TEST_CASE("shared memory: a same-host endpoint's rows and outputs go through a r
   so.endpoints.list = {s.url()};
   so.request_timeout = 5s;
   so.hedge.enabled = false;
+  so.shared_memory.min_bytes = 0;  // these requests are small
   cl::client_options plain = so;
   plain.shared_memory.enabled = false;
   {
@@ -145,6 +146,7 @@ TEST_CASE("shared memory: a server that lost the region answers over the socket;
   so.endpoints.list = {s.url()};
   so.request_timeout = 5s;
   so.hedge.enabled = false;
+  so.shared_memory.min_bytes = 0;
   auto c = cl::jit_client::create(so).value();
   REQUIRE(wait_registered(c));
   REQUIRE(c.embed(shm_request(rows_of(1, 2))).get());  // learns the outputs
@@ -164,7 +166,7 @@ TEST_CASE("shared memory: a server that lost the region answers over the socket;
   CHECK(c.stats().failed == 0);
 }
 
-TEST_CASE("shared memory: off, a request under min_bytes, and a non-local endpoint use the socket") {
+TEST_CASE("shared memory: a request under min_bytes, and an endpoint that refuses the region, use the socket") {
   shm_service s;
   cl::client_options so;
   so.endpoints.list = {s.url()};

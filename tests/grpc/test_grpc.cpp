@@ -16,8 +16,8 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "jitembed/client/jit_client.hpp"
@@ -414,7 +414,9 @@ TEST_CASE(
 
 TEST_CASE("grpc:// on this host: rows and outputs through a registered shared-memory region, bitwise HTTP's") {
   both_fronts f;
-  auto over_grpc = cl::jit_client::create(options_for({f.grpc_url()})).value();
+  auto shm_opts = options_for({f.grpc_url()});
+  shm_opts.shared_memory.min_bytes = 0;  // these requests are small
+  auto over_grpc = cl::jit_client::create(shm_opts).value();
   auto plain_opts = options_for({f.http_url()});
   plain_opts.shared_memory.enabled = false;
   auto over_http = cl::jit_client::create(plain_opts).value();

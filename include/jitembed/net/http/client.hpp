@@ -212,7 +212,7 @@ class client {
     ec = conn->run([&](auto handler) { lowest.async_connect(eps, std::move(handler)); });
     if (ec == boost::beast::error::timeout)
       return fail(errc::timeout, "http client: connect to " + where() + " timed out after " +
-                                      std::to_string(opts_.connect_timeout.count()) + " ms");
+                                     std::to_string(opts_.connect_timeout.count()) + " ms");
     if (ec) return fail(errc::io_error, "http client: cannot connect to " + where() + ": " + ec.message());
     lowest.socket().set_option(tcp::no_delay(true), ec);
     if (conn->tls) {
@@ -233,13 +233,14 @@ class client {
   }
 
   result<response> exchange(detail::client_connection& c, const std::vector<boost::asio::const_buffer>& bufs,
-                            bool head_only, const std::string& method, const std::string& target, bool& stale, bool& keep) {
+                            bool head_only, const std::string& method, const std::string& target, bool& stale,
+                            bool& keep) {
     namespace bhttp = boost::beast::http;
     keep = false;
     const auto what = [&] { return method + " " + target + " on " + where(); };
     const auto timed_out = [&] {
       return fail(errc::timeout, "http client: timed out after " + std::to_string(opts_.io_timeout.count()) +
-                                      " ms waiting for " + what());
+                                     " ms waiting for " + what());
     };
     c.lowest().expires_after(opts_.io_timeout);  // one deadline for the whole exchange
     auto ec = c.visit([&](auto& stream) {
@@ -263,6 +264,9 @@ class client {
       if (auto cl = parser.content_length(); cl && *cl > opts_.max_response_bytes && !head_only) {
         ec = bhttp::error::body_limit;
       } else if (!parser.is_done()) {
+        // Room for up to 256 KiB per read (Beast reads at most the buffer's free capacity, 512 bytes at least).
+        if (auto n = parser.content_length(); n && *n > c.buffer.capacity())
+          c.buffer.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*n, std::uint64_t{256} << 10)));
         ec = c.visit([&](auto& stream) {
           return c.run([&](auto handler) { bhttp::async_read(stream, c.buffer, parser, std::move(handler)); });
         });
@@ -274,8 +278,8 @@ class client {
     if (ec == bhttp::error::end_of_stream || ec == boost::asio::error::connection_reset ||
         ec == boost::asio::error::eof || ec == boost::asio::ssl::error::stream_truncated) {
       stale = true;
-      return fail(errc::io_error, "http client: connection closed before a response to " + what() + ": " +
-                                      ec.message());
+      return fail(errc::io_error,
+                  "http client: connection closed before a response to " + what() + ": " + ec.message());
     }
     if (ec == bhttp::error::body_limit)
       return fail(errc::limit_exceeded, "http client: response body of " + what() + " exceeds max_response_bytes " +
@@ -293,7 +297,8 @@ class client {
     response r;
     r.status = static_cast<int>(msg.result_int());
     r.headers.reserve(8);
-    for (const auto& f : msg) r.headers.emplace_back(std::string(detail::to_std(f.name_string())), std::string(detail::to_std(f.value())));
+    for (const auto& f : msg)
+      r.headers.emplace_back(std::string(detail::to_std(f.name_string())), std::string(detail::to_std(f.value())));
     r.body = std::move(msg.body());
     keep = msg.keep_alive();
     return r;

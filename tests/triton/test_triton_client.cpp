@@ -12,6 +12,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "jitembed/client/jit_client.hpp"
@@ -302,5 +303,50 @@ TEST_CASE("triton over gRPC: FP32 and FP16 equal the reference; an http + grpc l
   const auto st = mixed.stats();
   REQUIRE(st.endpoints.size() == 2);
   for (const auto& e : st.endpoints) CHECK_MESSAGE(e.successes > 0, e.url);
+}
+#endif
+
+namespace {
+// Runs the shared-memory check on one Triton endpoint (http:// or grpc://): the client registers its region
+// with Triton's system shared-memory extension, then sends rows and receives outputs through it.
+void check_shared_memory(const std::string& url) {
+  client::client_options o = options(true);
+  o.endpoints.list = {url};
+  o.shared_memory.min_bytes = 0;  // these rows and outputs are small
+  auto c = jit_client::create(o).value();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until && !c.stats().endpoints[0].shared_memory)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE_MESSAGE(c.stats().endpoints[0].shared_memory, "Triton did not take the client's region");
+  for (const std::size_t n : {1, 7, 33, 64}) {
+    CAPTURE(n);
+    const auto rows = make_rows(n, static_cast<std::uint32_t>(n) + 9000);
+    check_result(c.embed(request_for("jit_embed", rows)).get(), rows, false);
+    check_result(c.embed(request_for("jit_embed_fp16", rows)).get(), rows, true);
+  }
+  std::vector<std::vector<std::string>> rows(24);
+  std::vector<std::future<result<embed_result>>> fs;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i] = make_rows(1 + i % 5, static_cast<std::uint32_t>(9500 + i));
+    fs.push_back(c.embed(request_for("jit_embed", rows[i])));
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) check_result(fs[i].get(), rows[i], false);
+  const auto st = c.stats();
+  CHECK(st.shared_memory_attempts >= 30);  // all but each model's first request (which learns the sizes)
+  CHECK(st.shared_memory_fallbacks == 0);
+  CHECK(st.failed == 0);
+}
+}  // namespace
+
+TEST_CASE("triton: the client's shared memory (a registered region) gives the reference embeddings") {
+  REQUIRE(!triton_url().empty());
+  check_shared_memory(triton_url());
+}
+
+#if defined(JITEMBED_HAS_GRPC)
+TEST_CASE("triton over gRPC: the client's shared memory gives the reference embeddings") {
+  const char* g = std::getenv("JITEMBED_TRITON_GRPC_URL");
+  REQUIRE_MESSAGE(g != nullptr, "JITEMBED_TRITON_GRPC_URL is not set: run through run_tritonserver.py --grpc");
+  check_shared_memory(g);
 }
 #endif

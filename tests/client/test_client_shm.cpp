@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "batching/eventually.hpp"
 #include "client_test_util.hpp"
 #include "jitembed/client/detail/client_shm.hpp"
 #include "jitembed/net/http/client.hpp"
@@ -66,14 +66,11 @@ bool same(const cl::embed_result& a, const cl::embed_result& b) {
 }
 
 // Waits until the client reports its endpoint's region registered (the watcher does it off the request path).
-bool wait_registered(cl::jit_client& c, std::chrono::milliseconds limit = 5s) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
+bool wait_registered(cl::jit_client& c) {
+  return jitembed::test::eventually([&] {
     const auto st = c.stats();
-    if (!st.endpoints.empty() && st.endpoints[0].shared_memory) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return false;
+    return !st.endpoints.empty() && st.endpoints[0].shared_memory;
+  });
 }
 
 // This process's shared-memory objects left in /dev/shm.
@@ -185,10 +182,10 @@ TEST_CASE("shared memory: a request under min_bytes, and an endpoint that refuse
   req.model = "m";
   const std::string row = "x";
   req.rows = {as_bytes_view(row)};
-  for (int i = 0; i < 5; ++i) {
-    REQUIRE(f.embed(req).get());
-    std::this_thread::sleep_for(100ms);
-  }
+  REQUIRE(f.embed(req).get());
+  // The watcher's registration reaches the fake (one request more than the infers), which refuses it.
+  CHECK(jitembed::test::eventually([&] { return fs.server_stats().requests >= 2; }));
+  for (int i = 0; i < 4; ++i) REQUIRE(f.embed(req).get());
   CHECK_FALSE(f.stats().endpoints[0].shared_memory);
   CHECK(f.stats().shared_memory_attempts == 0);
   CHECK(own_objects() == 0);

@@ -16,10 +16,10 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "batching/eventually.hpp"
 #include "jitembed/client/jit_client.hpp"
 #include "jitembed/net/grpc/kserve_schema.hpp"
 #include "jitembed/net/http/client.hpp"
@@ -420,10 +420,7 @@ TEST_CASE("grpc:// on this host: rows and outputs through a registered shared-me
   auto plain_opts = options_for({f.http_url()});
   plain_opts.shared_memory.enabled = false;
   auto over_http = cl::jit_client::create(plain_opts).value();
-  const auto until = std::chrono::steady_clock::now() + 5s;
-  while (std::chrono::steady_clock::now() < until && !over_grpc.stats().endpoints[0].shared_memory)
-    std::this_thread::sleep_for(10ms);
-  REQUIRE(over_grpc.stats().endpoints[0].shared_memory);
+  REQUIRE(jitembed::test::eventually([&] { return over_grpc.stats().endpoints[0].shared_memory; }));
   for (int i = 0; i < 6; ++i) {
     const std::vector<std::string> rows = {"row " + std::to_string(i), "a cat", std::string(i * 3, 'x')};
     auto g = over_grpc.embed(text_request(rows)).get();

@@ -12,9 +12,9 @@
 #include <limits>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "batching/eventually.hpp"
 #include "jitembed/client/jit_client.hpp"
 
 namespace {
@@ -314,10 +314,8 @@ void check_shared_memory(const std::string& url) {
   o.endpoints.list = {url};
   o.shared_memory.min_bytes = 0;  // these rows and outputs are small
   auto c = jit_client::create(o).value();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < until && !c.stats().endpoints[0].shared_memory)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE_MESSAGE(c.stats().endpoints[0].shared_memory, "Triton did not take the client's region");
+  REQUIRE_MESSAGE(jitembed::test::eventually([&] { return c.stats().endpoints[0].shared_memory; }),
+                  "Triton did not take the client's region");
   for (const std::size_t n : {1, 7, 33, 64}) {
     CAPTURE(n);
     const auto rows = make_rows(n, static_cast<std::uint32_t>(n) + 9000);

@@ -119,8 +119,9 @@ inline void client_state::learn_outputs(const remote_call& c, const embed_result
   if (!opts_.shared_memory.enabled || c.n_rows == 0) return;
   auto& layout = shm_layouts_[layout_key(c)];
   if (layout.variable) return;
-  for (const auto& [name, t] : r.outputs) {
-    const std::size_t row = t.nbytes() / c.n_rows;
+  for (const auto& out : r.outputs) {
+    const std::string& name = out.first;  // not a structured binding: clang-14 cannot capture one in a lambda
+    const std::size_t row = out.second.nbytes() / c.n_rows;
     const auto it =
         std::find_if(layout.outputs.begin(), layout.outputs.end(), [&](const auto& l) { return l.name == name; });
     if (it == layout.outputs.end())

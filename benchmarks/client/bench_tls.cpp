@@ -5,12 +5,9 @@
 // ratio https/http is reported.
 //
 //   bench_tls [--seconds S] [--rounds R]
-#include <atomic>
-#include <condition_variable>
-#include <functional>
-#include <mutex>
 
 #include "bench_util.hpp"
+#include "client/drive.hpp"
 #include "jitembed/client/jit_client.hpp"
 #include "jitembed/net/http/server.hpp"
 #include "jitembed/server.hpp"
@@ -19,47 +16,20 @@
 namespace {
 
 using namespace jitembed;
-using clock_type = std::chrono::steady_clock;
 
 const std::string kText = "x";
 
-// Completed requests per second with `concurrency` in flight (closed loop), after a 0.3 s warm-up.
 double drive(client::jit_client& c, int concurrency, double seconds, std::string& first_error) {
-  std::atomic<int> phase{0};  // 0 warm-up, 1 measure, 2 stop
-  std::atomic<std::uint64_t> ok{0};
-  std::mutex mu;
-  std::condition_variable cv;
-  int live = concurrency;
-  std::function<void()> submit = [&] {
-    client::embed_request r;
-    r.model = "text-embed";
-    r.input = "text";
-    r.rows = {as_bytes_view(kText)};
-    c.embed(std::move(r), [&](result<client::embed_result> res) {
-      const int ph = phase.load(std::memory_order_acquire);
-      if (ph == 1 && res) ok.fetch_add(1, std::memory_order_relaxed);
-      if (!res) {
-        std::lock_guard lk(mu);
-        if (first_error.empty()) first_error = res.error().message;
-      }
-      if (ph == 2) {
-        std::lock_guard lk(mu);
-        if (--live == 0) cv.notify_all();
-        return;
-      }
-      submit();
-    });
-  };
-  for (int i = 0; i < concurrency; ++i) submit();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const auto t0 = clock_type::now();
-  phase.store(1, std::memory_order_release);
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  phase.store(2, std::memory_order_release);
-  const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-  std::unique_lock lk(mu);
-  cv.wait_for(lk, std::chrono::seconds(30), [&] { return live == 0; });
-  return static_cast<double>(ok.load()) / s;
+  return bench::drive(
+      c,
+      [] {
+        client::embed_request r;
+        r.model = "text-embed";
+        r.input = "text";
+        r.rows = {as_bytes_view(kText)};
+        return r;
+      },
+      concurrency, seconds, first_error);
 }
 
 }  // namespace

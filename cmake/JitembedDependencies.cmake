@@ -49,7 +49,8 @@ if(JITEMBED_WITH_PROTOBUF)
 endif()
 if(JITEMBED_WITH_GRPC)
   # server/grpc_server.hpp: gRPC's callback API on generic byte buffers, messages built at run time from a
-  # .proto text (net/protobuf/, like the repository's schema). Debian: libgrpc++-dev.
+  # .proto text (net/protobuf/, like the repository's schema). Debian: libgrpc++-dev, and protobuf-compiler-grpc, whose
+  # grpc_cpp_plugin gRPCTargets.cmake checks for (find_package fails without it, though nothing here runs it).
   find_package(gRPC CONFIG REQUIRED)
 endif()
 if(JITEMBED_WITH_TORCH)

@@ -1,9 +1,9 @@
-// client_state's gRPC transport (grpc://host:port endpoints): one channel per endpoint (HTTP/2: calls
+// The client's gRPC transport (grpc://host:port endpoints): one channel per endpoint (HTTP/2: calls
 // multiplex on it; gRPC reconnects it), each attempt a unary ModelInfer on gRPC's callback API with the
-// dynamic messages of net/grpc/kserve_schema.hpp. The answer goes through the same policy as an HTTP one
-// (client_state::on_answer): balancing, retries, hedging, row split and exactly-once are transport-blind.
-// Included when the program links jitembed::grpc (JITEMBED_HAS_GRPC); without it a grpc:// endpoint
-// answers every attempt with errc::not_found (client_state_attempts.hpp: "built without gRPC").
+// dynamic messages of net/grpc/kserve_schema.hpp. Its completions run on the client's executor; the answer
+// goes through the same policy as an HTTP one (attempt_events::on_answer). The only code of the client that
+// touches gRPC. Included when the program links jitembed::grpc (JITEMBED_HAS_GRPC); without it a grpc://
+// endpoint answers every attempt with errc::not_found (client_state.hpp: "built without gRPC").
 // Included at the end of jitembed/client/detail/client_state.hpp (users include that header).
 #pragma once
 
@@ -20,9 +20,11 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <condition_variable>
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <unordered_map>
 
 #include "jitembed/net/grpc/infer_message.hpp"
 #include "jitembed/net/grpc/kserve_schema.hpp"
@@ -265,65 +267,104 @@ inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_
 
 }  // namespace grpc_client
 
-inline void client_state::grpc_send(const attempt_ptr& a, deferred& d) {
-  auto& ep = *a->ep;
-  if (!ep.grpc) ep.grpc = grpc_client::make_channel(ep.addr, opts_);
-  auto ch = std::static_pointer_cast<grpc_client::channel>(ep.grpc);
-  auto call = std::make_shared<grpc_client::call>();
-  const auto remaining =
-      std::chrono::duration_cast<std::chrono::microseconds>(a->call->deadline - clock::now()).count();
-  const shm_use* shm = a->shm ? &*a->shm : nullptr;
-  call->request = grpc_client::infer_request(*a->call, std::max<std::int64_t>(1, remaining), offers_compression(ep),
-                                             shm ? nullptr : packed_rows(*a->call), shm);
-  call->ctx.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::microseconds(std::max<std::int64_t>(1, remaining)));
-  if (!opts_.auth_token.empty()) call->ctx.AddMetadata("authorization", "Bearer " + opts_.auth_token);
-  a->grpc_call = call;
-  (void)d;
-  client_state* const self = this;  // close() cancels the calls and waits for their callbacks
-  ++grpc_calls_;
-  ch->stub->UnaryCall(
-      &call->ctx, grpc_client::method("ModelInfer"), ::grpc::StubOptions(), &call->request, &call->response,
-      [self, a, call, ch](::grpc::Status s) {
-        deferred dd;  // user callbacks: after the lock is released
-        std::lock_guard lk(self->mu_);
-        {
-          if (!a->finished) {
-            const auto& url = a->ep->addr.url;
-            if (s.ok()) {
-              auto r = grpc_client::infer_result(call->response, *a->call, url, self->opts_.max_response_bytes,
-                                                 a->shm ? &*a->shm : nullptr);
-              self->on_answer(a, 200, r ? std::move(r) : result<embed_result>(r.error()), dd);
-            } else if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE &&
-                       call->ctx.GetServerTrailingMetadata().empty()) {
-              // no answer from a server (connect failure, reset): a transport error
-              self->on_grpc_transport_error(a, s.error_message(), dd);
-            } else {
-              auto e = grpc_client::call_error(s, call->ctx, "model '" + a->call->model + "' on " + url);
-              self->on_answer(a, grpc_client::http_like_status(e.code), e, dd);
-            }
-          }
-        }
-        if (--self->grpc_calls_ == 0) self->grpc_idle_.notify_all();  // close() may go on
-      });
-}
+inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string& model,
+                                                                 const client_options& opts);
+inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
+                                                  const client_options& opts);
+inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts);
+// SystemSharedMemoryRegister (`key` set) / SystemSharedMemoryUnregister.
+inline shm_call_result grpc_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
+                                     std::size_t bytes, const client_options& opts);
 
-inline void client_state::grpc_cancel(remote_attempt& a) {
-  if (a.grpc_call) std::static_pointer_cast<grpc_client::call>(a.grpc_call)->ctx.TryCancel();
-}
+class grpc_transport final : public transport {
+ public:
+  grpc_transport(const client_options& opts, client_executor& exec, attempt_events& events)
+      : opts_(opts), exec_(exec), events_(events) {}
 
-inline void client_state::on_grpc_transport_error(const attempt_ptr& a, const std::string& message, deferred& d) {
-  const auto c = a->call;
-  end_attempt(a);
-  if (c->done) return resume_waiting(d);
-  a->ep->failures++;
-  note_endpoint_failure(*a->ep);
-  const bool deadline = clock::now() >= c->deadline;
-  schedule_retry(
-      c,
-      deadline ? deadline_error(*c) : fail(errc::io_error, "gRPC call to " + a->ep->addr.url + " failed: " + message),
-      d, true);
-  resume_waiting(d);
+  void send(const attempt_ptr& a, deferred&) override {
+    auto& ep = *a->ep;
+    auto& ch = channels_[&ep];
+    if (!ch) ch = grpc_client::make_channel(ep.addr, opts_);
+    auto call = std::make_shared<grpc_client::call>();
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::microseconds>(a->call->deadline - clock::now()).count();
+    const shm_use* shm = a->shm ? &*a->shm : nullptr;
+    call->request =
+        grpc_client::infer_request(*a->call, std::max<std::int64_t>(1, remaining), offers_compression(opts_, ep.addr),
+                                   shm ? nullptr : packed_rows(opts_, *a->call), shm);
+    call->ctx.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::microseconds(std::max<std::int64_t>(1, remaining)));
+    if (!opts_.auth_token.empty()) call->ctx.AddMetadata("authorization", "Bearer " + opts_.auth_token);
+    a->io = call;
+    grpc_transport* const self = this;  // close() waits for every callback
+    {
+      std::lock_guard lk(mu_);
+      ++in_flight_;
+    }
+    ch->stub->UnaryCall(&call->ctx, grpc_client::method("ModelInfer"), ::grpc::StubOptions(), &call->request,
+                        &call->response, [self, a, call, ch](::grpc::Status s) {
+                          // on a gRPC thread: the answer is handled on the client's executor
+                          self->exec_.post([self, a, call, s = std::move(s)] { self->complete(a, *call, s); });
+                          std::lock_guard lk(self->mu_);
+                          if (--self->in_flight_ == 0) self->idle_.notify_all();
+                        });
+  }
+
+  void abandon(remote_attempt& a) override {
+    if (a.io) std::static_pointer_cast<grpc_client::call>(a.io)->ctx.TryCancel();
+  }
+
+  void forget(const endpoint_state& e) override { channels_.erase(&e); }
+
+  result<std::optional<model_identity>> identity(const endpoint_address& a, const std::string& model) override {
+    return grpc_fetch_identity(a, model, opts_);
+  }
+  result<model_metadata> metadata(const endpoint_address& a, const std::string& model) override {
+    return grpc_fetch_metadata(a, model, opts_);
+  }
+  bool ready(const endpoint_address& a, const std::string& model) override { return grpc_model_ready(a, model, opts_); }
+  shm_call_result shared_memory(const endpoint_address& a, const std::string& region, const std::string& key,
+                                std::size_t bytes) override {
+    return grpc_shm_call(a, region, key, bytes, opts_);
+  }
+
+  // Waits for the callbacks of the calls in flight (abandon() cancelled them).
+  void close() override {
+    std::unique_lock lk(mu_);
+    idle_.wait(lk, [&] { return in_flight_ == 0; });
+  }
+
+ private:
+  void complete(const attempt_ptr& a, grpc_client::call& call, const ::grpc::Status& s) {
+    deferred d;  // user callbacks: after the lock is released
+    std::lock_guard lk(events_.mutex());
+    if (a->finished) return;
+    const auto& url = a->ep->addr.url;
+    if (s.ok()) {
+      auto r = grpc_client::infer_result(call.response, *a->call, url, opts_.max_response_bytes,
+                                         a->shm ? &*a->shm : nullptr);
+      events_.on_answer(a, 200, r ? std::move(r) : result<embed_result>(r.error()), d);
+    } else if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE && call.ctx.GetServerTrailingMetadata().empty()) {
+      // no answer from a server (connect failure, reset): a transport error
+      events_.on_no_answer(a, "gRPC call to " + url + " failed: " + s.error_message(), false, d);
+    } else {
+      auto e = grpc_client::call_error(s, call.ctx, "model '" + a->call->model + "' on " + url);
+      events_.on_answer(a, grpc_client::http_like_status(e.code), e, d);
+    }
+  }
+
+  const client_options& opts_;
+  client_executor& exec_;
+  attempt_events& events_;
+  std::unordered_map<const endpoint_state*, std::shared_ptr<grpc_client::channel>> channels_;  // state lock
+  std::mutex mu_;                                                                              // in_flight_
+  std::condition_variable idle_;                                                               // in_flight_ reached 0
+  std::size_t in_flight_ = 0;  // calls whose callback has not run
+};
+
+inline std::unique_ptr<transport> make_grpc_transport(const client_options& opts, client_executor& exec,
+                                                      attempt_events& events) {
+  return std::make_unique<grpc_transport>(opts, exec, events);
 }
 
 inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string& model,

@@ -1,4 +1,4 @@
-// The client's local mode: the same embed() over in-process models ("embed on a local GPU"), run on a
+// The client's local models (local_transport.hpp): in-process models ("embed on a local GPU") run on a
 // worker pool. Rows are preprocessed one by one (a row that fails alone is a row error), then run in
 // batches of consecutive rows with the same preprocessed shape, up to the model's max_batch_size.
 #pragma once
@@ -58,16 +58,16 @@ class local_backend {
   }
 
   // Runs `rows` through `m`: per-row outputs (present[i] false with errors[i] set for a failed row).
-  static void run_rows(const models::any_model& m, const std::vector<byte_buffer>& rows, bool is_sample,
-                       const decode_limits& limits, std::vector<models::named_tensors>& outs, std::vector<bool>& present,
-                       std::vector<error_info>& errors) {
+  static void run_rows(const models::any_model& m, const std::vector<bytes_view>& rows, bool is_sample,
+                       const decode_limits& limits, std::vector<models::named_tensors>& outs,
+                       std::vector<bool>& present, std::vector<error_info>& errors) {
     const std::size_t n = rows.size();
     outs.assign(n, {});
     present.assign(n, false);
     errors.assign(n, error_info{});
     std::vector<tensor> inputs(n);
     for (std::size_t i = 0; i < n; ++i) {
-      auto t = models::preprocess_input(m, bytes_view(rows[i].data(), rows[i].size()), is_sample, limits);
+      auto t = models::preprocess_input(m, rows[i], is_sample, limits);
       if (!t) {
         errors[i] = t.error();
         continue;
@@ -84,8 +84,8 @@ class local_backend {
       std::vector<tensor> batch{inputs[i]};
       std::vector<std::size_t> idx{i};
       std::size_t j = i + 1;
-      while (j < n && batch.size() < max_batch && errors[j].code == errc::ok && inputs[j].shape() == inputs[i].shape() &&
-             inputs[j].dtype() == inputs[i].dtype()) {
+      while (j < n && batch.size() < max_batch && errors[j].code == errc::ok &&
+             inputs[j].shape() == inputs[i].shape() && inputs[j].dtype() == inputs[i].dtype()) {
         batch.push_back(inputs[j]);
         idx.push_back(j);
         ++j;

@@ -1,5 +1,6 @@
 // The client's policies, free of I/O so they are tested alone: retry budget (token bucket), backoff with
-// full jitter, a latency window for percentiles (hedging), and the HTTP status -> errc mapping.
+// full jitter, a latency window for percentiles (hedging), the HTTP status -> errc mapping, the balancer
+// (power of two choices) and what a failed answer leads to.
 #pragma once
 
 #include <algorithm>
@@ -98,16 +99,29 @@ inline error_info http_error(int status, std::string_view body, std::string_view
   if (message.empty()) message = std::string(body.substr(0, 200));
   if (!code || *code == errc::ok) {
     switch (status) {
-      case 400: code = errc::invalid_argument; break;
-      case 404: code = errc::not_found; break;
+      case 400:
+        code = errc::invalid_argument;
+        break;
+      case 404:
+        code = errc::not_found;
+        break;
       case 408:
-      case 504: code = errc::timeout; break;
+      case 504:
+        code = errc::timeout;
+        break;
       case 429:
-      case 503: code = errc::unavailable; break;
-      case 499: code = errc::cancelled; break;
+      case 503:
+        code = errc::unavailable;
+        break;
+      case 499:
+        code = errc::cancelled;
+        break;
       case 413:
-      case 431: code = errc::limit_exceeded; break;
-      default: code = status >= 400 && status < 500 ? errc::invalid_argument : errc::internal;
+      case 431:
+        code = errc::limit_exceeded;
+        break;
+      default:
+        code = status >= 400 && status < 500 ? errc::invalid_argument : errc::internal;
     }
   }
   return fail(*code, std::string(what) + ": HTTP " + std::to_string(status) + ": " + message);
@@ -116,8 +130,56 @@ inline error_info http_error(int status, std::string_view body, std::string_view
 // Whether a failed answer with this status/errc is retried (the list: connection errors, 408,
 // 429, 503, 504 and unavailable; timeout and resource_exhausted are the service's trouble too).
 inline bool retryable_answer(int status, errc code) {
-  return status == 408 || status == 429 || status == 502 || status == 503 || status == 504 || code == errc::unavailable ||
-         code == errc::timeout || code == errc::resource_exhausted;
+  return status == 408 || status == 429 || status == 502 || status == 503 || status == 504 ||
+         code == errc::unavailable || code == errc::timeout || code == errc::resource_exhausted;
+}
+
+// Whether a failed answer counts against the endpoint's circuit breaker: it failed, not the request, and it
+// is not merely busy (503) or late (504).
+inline bool endpoint_fault(int status) { return status >= 500 && status != 503 && status != 504; }
+
+// What the client does after a failed answer (connection-level failures are retried elsewhere):
+// - eject: the endpoint does not serve the model (404 / not_found): ejected for it, another endpoint tried;
+// - retry: the service's trouble (retryable_answer): a retry after a backoff, within the budget;
+// - split_rows: the caller's input in a multi-row request: each row resent alone, so one bad row fails alone;
+// - fail: the caller's input: never retried.
+enum class answer_action { eject, retry, split_rows, fail };
+
+inline answer_action after_failed_answer(int status, errc code, std::size_t n_rows) {
+  if (status == 404 || code == errc::not_found) return answer_action::eject;
+  if (retryable_answer(status, code)) return answer_action::retry;
+  if (n_rows > 1 && status >= 400 && status < 500) return answer_action::split_rows;
+  return answer_action::fail;
+}
+
+// The balancer: power of two choices on attempts in flight (`outstanding`), latency as the tie break: ties on
+// outstanding go to the clearly faster one (latency more than 20% lower); otherwise the random pair already
+// spreads a sequential client's load over equal servers. An endpoint's latency is its EWMA (`has_ewma`,
+// `ewma_ms`) aged by the time since its last sample (`ewma_at`), halved every kLatencyHalfLife: one that was
+// slow once and then never picked (a sequential client always has ties) would otherwise be starved forever,
+// however fast it became.
+inline constexpr std::chrono::milliseconds kLatencyHalfLife{1000};
+
+template <class E>
+double aged_latency_ms(const E& e, clock::time_point now) {
+  if (!e.has_ewma) return 0;
+  const double age = std::chrono::duration<double>(now - e.ewma_at).count();
+  const double half = std::chrono::duration<double>(kLatencyHalfLife).count();
+  return e.ewma_ms * std::exp2(-std::max(0.0, age) / half);
+}
+
+template <class E>
+E* power_of_two(const std::vector<E*>& pool, std::mt19937_64& rng, clock::time_point now = clock::now()) {
+  if (pool.empty()) return nullptr;
+  if (pool.size() == 1) return pool[0];
+  std::uniform_int_distribution<std::size_t> u(0, pool.size() - 1);
+  const std::size_t i = u(rng);
+  std::size_t j = u(rng);
+  while (j == i) j = u(rng);
+  E* a = pool[i];
+  E* b = pool[j];
+  if (a->outstanding != b->outstanding) return a->outstanding < b->outstanding ? a : b;
+  return aged_latency_ms(*b, now) < 0.8 * aged_latency_ms(*a, now) ? b : a;
 }
 
 }  // namespace jitembed::client::detail

@@ -1,5 +1,13 @@
-// The state behind a jit_client handle: local mode (worker pool over in-process models) or remote mode
-// (Asio event loop, endpoints, balancing, retries, hedging), and the endpoint watcher thread.
+// The state behind a jit_client handle: it puts together the pieces of client/detail/ and owns the lock that
+// guards them.
+// - call_table.hpp: ids, calls in flight, coalescing, waiting calls, deadlines;
+// - endpoint_set.hpp: the endpoints (source, drain, ejection, circuit breaker), no I/O;
+// - client_policy.hpp, hedger.hpp: the balancer, retry and hedge policies, pure;
+// - transport.hpp and its three: http_transport.hpp (Beast, a connection pool per endpoint), client_grpc.hpp
+//   (gRPC, a channel per endpoint), local_transport.hpp (in-process models: local mode is its one endpoint);
+// - executor.hpp: the I/O threads every completion, timer and user callback runs on;
+// - client_state_shm.hpp: shared memory with same-host endpoints.
+// The watcher thread re-reads the endpoint source, re-probes ejected models and registers shared memory.
 #pragma once
 
 #include <sys/stat.h>
@@ -7,37 +15,38 @@
 #include <atomic>
 #include <condition_variable>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
 #include <sstream>
 #include <stop_token>
 
-#include "jitembed/client/detail/client_common.hpp"
+#include "jitembed/client/detail/call_table.hpp"
 #include "jitembed/client/detail/client_identity.hpp"
-#include "jitembed/client/detail/client_local.hpp"
-#include "jitembed/client/detail/client_remote.hpp"
+#include "jitembed/client/detail/client_policy.hpp"
+#include "jitembed/client/detail/endpoint_set.hpp"
+#include "jitembed/client/detail/executor.hpp"
+#include "jitembed/client/detail/hedger.hpp"
+#include "jitembed/client/detail/http_transport.hpp"
+#include "jitembed/client/detail/local_transport.hpp"
+#include "jitembed/client/detail/transport.hpp"
 #include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/worker_group.hpp"
 #include "jitembed/net/http/client.hpp"
 
 namespace jitembed::client::detail {
 
-// grpc:// endpoints' metadata calls (client_grpc.hpp).
-inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string& model,
-                                                                 const client_options& opts);
-inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
-                                                  const client_options& opts);
-inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts);
-// grpc:// endpoints' SystemSharedMemoryRegister (`key` set) / SystemSharedMemoryUnregister.
-inline shm_call_result grpc_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
-                                     std::size_t bytes, const client_options& opts);
+// The gRPC transport (client_grpc.hpp with jitembed::grpc; else one that answers every call not_found).
+inline std::unique_ptr<transport> make_grpc_transport(const client_options& opts, client_executor& exec,
+                                                      attempt_events& events);
 
 // Handlers hold `this`, not a shared_ptr: the owning jit_client closes the state (joining every thread
 // that runs handlers) before it is destroyed, so no handler outlives it and no handler can be the one that
 // destroys it on its own thread.
-class client_state {
+class client_state final : public attempt_events {
  public:
-  using call_ptr = std::shared_ptr<remote_call>;
-  using attempt_ptr = std::shared_ptr<remote_attempt>;
-
   // Every failure is in the result: a thread that cannot start (the local workers, the I/O threads or the
   // watcher) is resource_exhausted, after the threads already started are stopped and joined.
   static result<std::shared_ptr<client_state>> create(client_options opts) {
@@ -59,31 +68,42 @@ class client_state {
                     "client: request_timeout, retry.max_attempts and io_threads must be positive");
       }
       std::shared_ptr<client_state> s(new client_state(std::move(opts)));
-      if (s->local_) return s;
-      // https:// endpoints may join the list later: the verifying context is made now, so a bad CA file fails here.
-      auto tls = net::http::detail::make_client_tls_context(s->opts_.tls_ca_file, "client");
-      if (!tls) return tls.error();
-      s->tls_ctx_.emplace(std::move(*tls));
-      // The first list must be readable now: a typo in a path fails here, not as timeouts later.
-      auto first = s->read_source();
-      if (!first) return first.error();
-      s->update_endpoints(*first);
-      s->start_threads();
+      std::vector<endpoint_address> first;
+      if (s->local_mode_) {
+        s->local_ = std::make_unique<local_transport>(s->opts_, s->exec_, *s);
+        first.push_back(local_endpoint());
+      } else {
+        // https:// endpoints may join the list later: the verifying context is made now, so a bad CA file fails here.
+        auto tls = net::http::detail::make_client_tls_context(s->opts_.tls_ca_file, "client");
+        if (!tls) return tls.error();
+        s->tls_ctx_.emplace(std::move(*tls));
+        s->http_ = std::make_unique<http_transport>(s->opts_, s->exec_.context(), *s->tls_ctx_, *s);
+        s->grpc_ = make_grpc_transport(s->opts_, s->exec_, *s);
+        // The first list must be readable now: a typo in a path fails here, not as timeouts later.
+        auto read = s->read_source();
+        if (!read) return read.error();
+        first = std::move(*read);
+      }
+      s->update_endpoints(first);
+      s->exec_.start(static_cast<std::size_t>(s->opts_.io_threads));
+      // List changes, re-admission probes, shared memory. A watcher that cannot start throws here; create()'s
+      // result says so and ~client_state (close()) stops the I/O threads above.
+      if (!s->local_mode_)
+        s->watcher_ = worker_group(1, [p = s.get()](std::stop_token stop, std::size_t) { p->watch(stop); });
       return s;
     });
   }
 
   ~client_state() { close(); }
 
-  bool local() const noexcept { return local_ != nullptr; }
+  bool local() const noexcept { return local_mode_; }
 
   // --- embed -------------------------------------------------------------------------------------------
 
   std::uint64_t embed(embed_request req, embed_callback done) {
-    const std::uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    if (local_) return embed_local(id, std::move(req), std::move(done));
-    deferred d;
+    const std::uint64_t id = calls_.next_id();
     std::lock_guard lk(mu_);
+    deferred d(closed_ ? nullptr : &exec_);  // callbacks on the executor, never inside embed()
     auto fail_now = [&](error_info e) {
       ++stats_.requests;
       ++stats_.failed;
@@ -102,68 +122,29 @@ class client_state {
                            "client: " + std::to_string(opts_.max_in_flight) + " requests in flight (max_in_flight)"));
     }
     if (req.coalesce_key) {
-      if (auto it = coalesce_.find(*req.coalesce_key); it != coalesce_.end() && !it->second->done) {
+      if (auto joined = calls_.joinable(*req.coalesce_key)) {
         ++stats_.requests;
         ++stats_.coalesced;
-        it->second->callbacks.push_back(std::move(done));
+        joined->callbacks.push_back(std::move(done));
         return id;
       }
     }
-    auto c = std::make_shared<remote_call>();
-    c->id = id;
-    c->model = std::move(req.model);
-    c->version = std::move(req.version);
-    c->input = std::move(req.input);
-    c->outputs = std::move(req.outputs);
-    c->n_rows = req.rows.size();
-    std::vector<std::string_view> views;
-    views.reserve(req.rows.size());
-    for (auto r : req.rows) views.emplace_back(reinterpret_cast<const char*>(r.data()), r.size());
-    auto rows = kserve::encode_bytes_elements(views);
-    if (!rows) return fail_now(rows.error());
-    c->rows = std::make_shared<byte_buffer>(std::move(*rows));
-    std::size_t off = 0;
-    for (auto r : req.rows) {
-      c->row_spans.emplace_back(off + 4, r.size());
-      off += 4 + r.size();
-    }
-    c->start = clock::now();
-    c->deadline = c->start + req.timeout.value_or(opts_.request_timeout);
-    c->callbacks.push_back(std::move(done));
-    c->coalesce_key = req.coalesce_key;
+    auto c = call_table::make(id, req, opts_.request_timeout);
+    if (!c) return fail_now(c.error());
+    (*c)->callbacks.push_back(std::move(done));
     ++stats_.requests;
     budget_.on_request();
-    calls_.emplace(id, c);
-    if (c->coalesce_key) coalesce_[*c->coalesce_key] = c;
-    launch(c, false, d);
+    calls_.add(*c);
+    launch(*c, false, d);
     return id;
   }
 
   bool cancel(std::uint64_t id) {
-    if (local_) {
-      std::shared_ptr<local_call> lc;
-      {
-        std::lock_guard lk(mu_);
-        auto it = local_calls_.find(id);
-        if (it == local_calls_.end()) return false;
-        lc = it->second;
-        local_calls_.erase(it);
-      }
-      if (lc->done.exchange(true)) return false;
-      {
-        std::lock_guard lk(mu_);
-        ++stats_.failed;
-        ++stats_.cancelled;
-      }
-      lc->callback(fail(errc::cancelled, "embed: cancelled"));
-      return true;
-    }
-    deferred d;
     std::lock_guard lk(mu_);
-    auto it = calls_.find(id);
-    if (it == calls_.end() || it->second->done) return false;
+    deferred d(closed_ ? nullptr : &exec_);
+    const call_ptr c = calls_.find(id);
+    if (!c || c->done) return false;
     ++stats_.cancelled;
-    const call_ptr c = it->second;  // finish() erases the map entry
     finish(c, fail(errc::cancelled, "embed: cancelled"), d);
     return true;
   }
@@ -172,19 +153,13 @@ class client_state {
 
   result<model_identity> identity(const std::string& model) {
     if (auto it = opts_.identities.find(model); it != opts_.identities.end()) return it->second;
-    if (local_) {
-      const auto* m = local_->find(model);
-      if (!m) return fail(errc::not_found, "client: no local model '" + model + "'");
-      return model_identity{std::string(m->version()), std::string(m->preprocess_key()),
-                            std::string(models::to_string(m->input_modality()))};
-    }
     {
       std::lock_guard lk(mu_);
       if (auto it = identities_.find(model); it != identities_.end()) return it->second;
     }
     error_info last = no_endpoint_error(model);
     for (const auto& a : live_endpoints()) {
-      auto id = is_grpc(a) ? grpc_fetch_identity(a, model, opts_) : fetch_identity(a, model, opts_);
+      auto id = transport_for(a).identity(a, model);
       if (!id) {
         last = id.error();
         continue;
@@ -198,24 +173,9 @@ class client_state {
   }
 
   result<model_metadata> metadata(const std::string& model) {
-    if (local_) {
-      const auto* m = local_->find(model);
-      if (!m) return fail(errc::not_found, "client: no local model '" + model + "'");
-      model_metadata md;
-      md.name = model;
-      md.platform = "jitembed";
-      md.versions = {std::string(m->version())};
-      md.inputs.push_back({std::string(models::to_string(m->input_modality())), "BYTES", {-1, 1}});
-      for (const auto& o : m->outputs()) {
-        served_tensor t{o.name, std::string(kserve::to_string(kserve::from_dtype(o.type))), {-1}};
-        t.shape.insert(t.shape.end(), o.shape.begin(), o.shape.end());
-        md.outputs.push_back(std::move(t));
-      }
-      return md;
-    }
     error_info last = no_endpoint_error(model);
     for (const auto& a : live_endpoints()) {
-      auto md = is_grpc(a) ? grpc_fetch_metadata(a, model, opts_) : fetch_metadata(a, model, opts_);
+      auto md = transport_for(a).metadata(a, model);
       if (md) return md;
       if (last.code != errc::not_found) last = md.error();  // "not served" outranks a transport error elsewhere
     }
@@ -225,10 +185,7 @@ class client_state {
   // The endpoints not draining (a copy: they are asked without the lock).
   std::vector<endpoint_address> live_endpoints() const {
     std::lock_guard lk(mu_);
-    std::vector<endpoint_address> eps;
-    for (const auto& e : endpoints_)
-      if (!e->draining) eps.push_back(e->addr);
-    return eps;
+    return endpoints_.live();
   }
 
   static error_info no_endpoint_error(const std::string& model) {
@@ -240,167 +197,108 @@ class client_state {
   client_stats stats() const {
     std::lock_guard lk(mu_);
     client_stats s = stats_;
-    s.in_flight = local_ ? local_calls_.size() : calls_.size();
-    s.latency_p50_ms = latencies_.percentile(0.50);
-    s.latency_p95_ms = latencies_.percentile(0.95);
-    s.latency_p99_ms = latencies_.percentile(0.99);
-    const auto now = clock::now();
-    for (const auto& e : endpoints_) {
-      endpoint_stats es;
-      es.url = e->addr.url;
-      es.requests = e->requests;
-      es.successes = e->successes;
-      es.failures = e->failures;
-      es.outstanding = e->outstanding;
-      es.ewma_latency_ms = e->ewma_ms;
-      es.draining = e->draining;
-      es.circuit_open = e->circuit_open(now);
-      es.connections_opened = e->conns_opened;
-      es.shared_memory = e->shm == shm_status::ready;
-      s.endpoints.push_back(std::move(es));
-    }
-    for (const auto& e : retired_) s.endpoints.push_back(e);
+    s.in_flight = calls_.size();
+    s.latency_p50_ms = hedger_.percentile(0.50);
+    s.latency_p95_ms = hedger_.percentile(0.95);
+    s.latency_p99_ms = hedger_.percentile(0.99);
+    endpoints_.report(s.endpoints, clock::now());
     return s;
   }
 
   std::vector<std::string> endpoint_urls() const {
     std::lock_guard lk(mu_);
     std::vector<std::string> out;
-    for (const auto& e : endpoints_)
-      if (!e->draining) out.push_back(e->addr.url);
+    for (const auto& a : endpoints_.live()) out.push_back(a.url);
     return out;
   }
 
+  // Every call still open fails with `cancelled` (its callbacks run here, on the closing thread); the
+  // regions registered with endpoints are unregistered; the transports, the watcher and the I/O threads stop.
   void close() {
     {
       deferred d;
       std::lock_guard lk(mu_);
       if (closed_) return;
       closed_ = true;
-      std::vector<call_ptr> open;
-      for (auto& [id, c] : calls_) open.push_back(c);
-      for (auto& c : open) finish(c, fail(errc::cancelled, "client: closed with the request in flight"), d);
-      for (auto& e : endpoints_) {
-        for (auto& conn : e->idle) close_conn(*conn);
-        e->idle.clear();
-      }
+      for (auto& c : calls_.open()) finish(c, fail(errc::cancelled, "client: closed with the request in flight"), d);
+      for (const auto& e : endpoints_.all()) e->via->close_idle(*e);
     }
     watcher_.stop();  // its stop_token wakes it
-    {  // the regions registered with endpoints: unregistered (the servers then close their descriptors)
+    {                 // the regions registered with endpoints: unregistered (the servers then close their descriptors)
       std::vector<std::pair<endpoint_address, std::string>> regions;
       {
         std::lock_guard lk(mu_);
         regions.swap(shm_retired_);
-        for (auto& e : endpoints_)
+        for (const auto& e : endpoints_.all())
           if (e->arena) regions.emplace_back(e->addr, e->arena->region);
       }
       for (const auto& [addr, region] : regions) unregister_region(addr, region);
     }
-    work_.reset();
-    if (local_) {
-      local_->close();
-      std::vector<std::shared_ptr<local_call>> left;
-      {
-        std::lock_guard lk(mu_);
-        for (auto& [id, lc] : local_calls_) left.push_back(lc);
-        local_calls_.clear();
-      }
-      for (auto& lc : left)
-        if (!lc->done.exchange(true)) lc->callback(fail(errc::cancelled, "client: closed with the request in flight"));
-    }
-    ioc_.stop();
-    io_threads_.join();        // an I/O thread closing its own client is detached by worker_group
-    std::unique_lock lk(mu_);  // gRPC callbacks hold `this`: wait for the cancelled calls' callbacks
-    grpc_idle_.wait(lk, [&] { return grpc_calls_ == 0; });
+    for (auto* t : {local_.get(), grpc_.get(), http_.get()})
+      if (t) t->close();  // their completions post to the executor, which still runs
+    exec_.stop();
   }
+
+  // --- attempt_events: what the transports report (lock held) ----------------------------------------
+
+  std::mutex& mutex() override { return mu_; }
+  bool closed() const override { return closed_; }
+  void on_answer(const attempt_ptr& a, int status, result<embed_result> r, deferred& d) override;
+  void on_no_answer(const attempt_ptr& a, std::string what, bool timed_out, deferred& d) override;
+  void on_tls_failure(const attempt_ptr& a, std::string reason, deferred& d) override;
+  void on_unsendable(const attempt_ptr& a, error_info e, deferred& d) override;
+  void on_busy(const attempt_ptr& a, deferred& d) override;
 
  private:
   explicit client_state(client_options opts)
-      : opts_(std::move(opts)), budget_(opts_.retry), rng_(std::random_device{}()), work_(asio::make_work_guard(ioc_)) {
-    if (!opts_.local_models.empty()) local_ = std::make_unique<local_backend>(opts_);
+      : opts_(std::move(opts)),
+        local_mode_(!opts_.local_models.empty()),
+        budget_(opts_.retry),
+        hedger_(opts_.hedge),
+        rng_(std::random_device{}()),
+        endpoints_(opts_.breaker, opts_.ewma_alpha) {}
+
+  transport& transport_for(const endpoint_address& a) const {
+    if (local_) return *local_;
+    return is_grpc(a) ? *grpc_ : *http_;
   }
 
-  // --- local mode --------------------------------------------------------------------------------------
-
-  struct local_call {
-    std::atomic<bool> done{false};
-    embed_callback callback;
-  };
-
-  std::uint64_t embed_local(std::uint64_t id, embed_request req, embed_callback done);
-
-  // --- endpoints ---------------------------------------------------------------------------------------
+  // --- endpoints (client_state_endpoints.hpp) ----------------------------------------------------------
 
   result<std::vector<endpoint_address>> read_source();
-
-  // Adds new endpoints, drains removed ones (no new attempts; dropped once their attempts finish).
+  // Resolves the endpoints the set does not know yet without the lock, then applies the list under it.
   void update_endpoints(const std::vector<endpoint_address>& list);
-  void apply_endpoints(const std::vector<endpoint_address>& list,
-                       std::map<std::string, std::vector<tcp::endpoint>>& resolved, deferred& d);
-
+  // Drained endpoints with no attempt left leave the set (and their transports).
   void reap_drained();
-
-  // The I/O threads and the watcher, all or none (throws worker_group's std::system_error).
-  void start_threads();
-
-  // The watcher: re-reads the file (when its mtime/size changes) or the URL, and re-probes ejected models,
-  // until its stop_token is set (close()).
+  // The watcher: re-reads the file (when its mtime/size changes) or the URL, re-probes ejected models and
+  // registers shared memory, until its stop_token is set (close()).
   void watch(std::stop_token stop);
-
-  // GET /v2/models/{m}/ready for every (endpoint, model) whose ejection expired: 200 re-admits it.
+  // A readiness probe for every (endpoint, model) whose ejection expired: ready re-admits it.
   void probe_ejected();
+  // A failure held against the endpoint: its idle connections close when its circuit opens.
+  void endpoint_failure(endpoint_state& e, bool fatal = false);
 
-  // --- balancing ---------------------------------------------------------------------------------------
-
-  bool eligible(const endpoint_state& e, const remote_call& c, clock::time_point now) const;
-
-  // Power of two choices on outstanding attempts, EWMA latency as the tie break; endpoints this call
-  // already tried are avoided while others are eligible.
-  std::shared_ptr<endpoint_state> choose(const remote_call& c);
-
-  // --- attempts ----------------------------------------------------------------------------------------
+  // --- calls (client_state_calls.hpp) -----------------------------------------------------------------
 
   void launch(const call_ptr& c, bool hedge, deferred& d);
-
-  result<void> build_request(remote_call& c, remote_attempt& a);
-
-  void send(const attempt_ptr& a, deferred& d);
-
-  void write(const attempt_ptr& a);
-
-  void read(const attempt_ptr& a);
-
   // Removes the attempt from its call and its endpoint's count (idempotent).
   void end_attempt(const attempt_ptr& a);
-
-  void close_conn(http_conn& c);
-  void handshake(const attempt_ptr& a, deferred& d);
-  void on_tls_failure(const attempt_ptr& a, boost::system::error_code ec, deferred& d);
-
-  void drop_conn(const attempt_ptr& a);
-
-  void release_conn(const attempt_ptr& a, bool keep_alive);
-
-  void on_transport_error(const attempt_ptr& a, boost::system::error_code ec, const char* stage, deferred& d);
-
-  void note_endpoint_failure(endpoint_state& e);
-  void note_endpoint_success(endpoint_state& e, double ms);
-
-  void on_response(const attempt_ptr& a, deferred& d);
-
-  // An answer from any transport (on_response: HTTP; grpc_send's callback: gRPC).
-  void on_answer(const attempt_ptr& a, int status, result<embed_result> r, deferred& d);
-
-  // The gRPC transport (client_grpc.hpp; compiled in with jitembed::grpc, else every grpc:// attempt
-  // answers not_found): one unary ModelInfer per attempt on the endpoint's channel.
-  void grpc_send(const attempt_ptr& a, deferred& d);
-  void grpc_cancel(remote_attempt& a);  // TryCancel of the attempt's call, when it has one
-  void on_grpc_transport_error(const attempt_ptr& a, const std::string& message, deferred& d);
-
-  result<embed_result> decode(const remote_call& c, const remote_attempt& a, std::string_view body,
-                              std::optional<std::size_t> hlen);
-
-  bool offers_compression(const endpoint_state& ep) const;
+  // After a retryable failure: another attempt after a jittered backoff, while attempts, the deadline and
+  // the retry budget allow; otherwise the call fails with `e`. A hedge still running makes this a no-op.
+  void schedule_retry(const call_ptr& c, error_info e, deferred& d, bool counts_attempt);
+  // A hedge: a second attempt on another endpoint when the first is still running after the latency
+  // percentile; first answer wins. Costs retry budget.
+  void arm_hedge(const call_ptr& c);
+  // A 4xx on a multi-row request: each row goes out alone; rows that fail alone are reported failed.
+  void split_rows(const call_ptr& c, deferred& d);
+  result<embed_result> assemble(const remote_call& c, std::vector<std::optional<result<embed_result>>>& rows);
+  // Another endpoint for a call that one refused (not served, a TLS failure), or the call fails with `e`.
+  void try_elsewhere(const call_ptr& c, const error_info& e, bool untried_only, deferred& d);
+  // Completes a call once: cancels its timers and other attempts, hands the result to every callback
+  // (coalesced ones included) after the lock is released.
+  void finish(const call_ptr& c, result<embed_result> r, deferred& d);
+  // Calls that waited for a free connection or an endpoint get another chance.
+  void resume_waiting(deferred& d);
 
   // --- shared memory (client_state_shm.hpp) --------------------------------------------------------------
 
@@ -419,58 +317,24 @@ class client_state {
   void setup_shared_memory();
   void unregister_region(const endpoint_address& a, const std::string& region);
 
-  // The call's rows compressed once when compress_inputs is set and it pays; nullptr: send them raw.
-  const byte_buffer* packed_rows(remote_call& c);
-
-  error_info deadline_error(const remote_call& c) const;
-
-  // After a retryable failure: another attempt after a jittered backoff, while attempts, the deadline and
-  // the retry budget allow; otherwise the call fails with `e`. A hedge still running makes this a no-op.
-  void schedule_retry(const call_ptr& c, error_info e, deferred& d, bool counts_attempt);
-
-  // A hedge: a second attempt on another endpoint when the first is still running after the latency
-  // percentile; first answer wins. Costs retry budget.
-  void arm_hedge(const call_ptr& c);
-
-  // A 4xx on a multi-row request: each row goes out alone; rows that fail alone are reported failed.
-  void split_rows(const call_ptr& c, deferred& d);
-
-  result<embed_result> assemble(const remote_call& c, std::vector<std::optional<result<embed_result>>>& rows);
-
-  // Completes a call once: cancels its timers and other attempts, hands the result to every callback
-  // (coalesced ones included) after the lock is released.
-  void finish(const call_ptr& c, result<embed_result> r, deferred& d);
-
-  // Calls that waited for a free connection or an endpoint get another chance.
-  void resume_waiting(deferred& d);
-
   client_options opts_;
+  const bool local_mode_;
   mutable std::mutex mu_;
   bool closed_ = false;
-  std::atomic<std::uint64_t> next_id_{1};
   client_stats stats_;
-  std::vector<endpoint_stats> retired_;
   retry_budget budget_;
-  latency_window latencies_;
-  double hedge_after_ms_ = 0;
+  hedger hedger_;
   std::mt19937_64 rng_;
   std::map<std::string, model_identity> identities_;
-  std::map<std::string, shm_model_layout> shm_layouts_;                 // layout_key -> outputs' sizes
+  std::map<std::string, shm_model_layout> shm_layouts_;                // layout_key -> outputs' sizes
   std::vector<std::pair<endpoint_address, std::string>> shm_retired_;  // regions to unregister (watcher)
-  std::unique_ptr<local_backend> local_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<local_call>> local_calls_;
 
-  std::optional<asio::ssl::context> tls_ctx_;  // before ioc_: outlives every connection and pending handler
-  asio::io_context ioc_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  worker_group io_threads_;
-  std::vector<std::shared_ptr<endpoint_state>> endpoints_;
-  std::unordered_map<std::uint64_t, call_ptr> calls_;
-  std::unordered_map<hash128, call_ptr> coalesce_;
-  std::vector<call_ptr> waiting_;
-
-  std::size_t grpc_calls_ = 0;         // gRPC calls whose callback has not run (close() waits for them)
-  std::condition_variable grpc_idle_;  // grpc_calls_ reached 0
+  std::optional<asio::ssl::context> tls_ctx_;  // before the executor: outlives every connection and handler
+  client_executor exec_;
+  // after the executor, which runs their handlers; before what their handlers hold
+  std::unique_ptr<transport> local_, http_, grpc_;
+  endpoint_set endpoints_;
+  call_table calls_;
 
   std::mutex watch_mu_;
   std::condition_variable_any watcher_cv_;  // only its stop_token wakes the watcher early
@@ -480,11 +344,41 @@ class client_state {
 }  // namespace jitembed::client::detail
 
 // The private member functions declared above, defined out of line.
-#include "jitembed/client/detail/client_state_attempts.hpp"
+#include "jitembed/client/detail/client_state_calls.hpp"
 #include "jitembed/client/detail/client_state_endpoints.hpp"
-#include "jitembed/client/detail/client_state_finish.hpp"
-#include "jitembed/client/detail/client_state_local.hpp"
 #include "jitembed/client/detail/client_state_shm.hpp"
 #if defined(JITEMBED_HAS_GRPC)  // the program links jitembed::grpc: grpc:// endpoints
 #include "jitembed/client/detail/client_grpc.hpp"
+#else
+namespace jitembed::client::detail {
+// Without jitembed::grpc a grpc:// endpoint answers every attempt not_found.
+class no_grpc_transport final : public transport {
+ public:
+  explicit no_grpc_transport(attempt_events& events) : events_(events) {}
+  void send(const attempt_ptr& a, deferred& d) override {
+    events_.on_answer(a, 404, fail(errc::not_found, why(a->ep->addr)), d);
+  }
+  void abandon(remote_attempt&) override {}
+  result<std::optional<model_identity>> identity(const endpoint_address& a, const std::string&) override {
+    return fail(errc::not_found, why(a));
+  }
+  result<model_metadata> metadata(const endpoint_address& a, const std::string&) override {
+    return fail(errc::not_found, why(a));
+  }
+  bool ready(const endpoint_address&, const std::string&) override { return false; }
+  shm_call_result shared_memory(const endpoint_address& a, const std::string&, const std::string&,
+                                std::size_t) override {
+    return {false, true, why(a)};
+  }
+
+ private:
+  static std::string why(const endpoint_address& a) {
+    return a.url + ": this client was built without gRPC (link jitembed::grpc)";
+  }
+  attempt_events& events_;
+};
+inline std::unique_ptr<transport> make_grpc_transport(const client_options&, client_executor&, attempt_events& events) {
+  return std::make_unique<no_grpc_transport>(events);
+}
+}  // namespace jitembed::client::detail
 #endif

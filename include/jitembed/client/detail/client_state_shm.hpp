@@ -14,7 +14,7 @@ namespace jitembed::client::detail {
 
 // Whether every resolved address of the endpoint is this host's: loopback, or an address of one of its
 // interfaces (getifaddrs).
-inline bool is_same_host(const endpoint_address& a, const std::vector<tcp::endpoint>& resolved) {
+inline bool is_same_host(const endpoint_address& a, const std::vector<asio::ip::tcp::endpoint>& resolved) {
   if (is_loopback(a)) return true;
   if (resolved.empty()) return false;
   std::vector<asio::ip::address> local;
@@ -33,28 +33,10 @@ inline bool is_same_host(const endpoint_address& a, const std::vector<tcp::endpo
     }
     ::freeifaddrs(list);
   }
-  return std::all_of(resolved.begin(), resolved.end(), [&](const tcp::endpoint& e) {
+  return std::all_of(resolved.begin(), resolved.end(), [&](const asio::ip::tcp::endpoint& e) {
     const auto ad = e.address();
     return ad.is_loopback() || std::any_of(local.begin(), local.end(), [&](const auto& l) { return l == ad; });
   });
-}
-
-// POST /v2/systemsharedmemory/region/<region>/register (or .../unregister, `key` empty) on an http(s) endpoint.
-inline shm_call_result http_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
-                                     std::size_t bytes, const client_options& opts) {
-  auto ho = metadata_http_options(a, opts);
-  ho.io_timeout = std::min<std::chrono::milliseconds>(ho.io_timeout, std::chrono::milliseconds(2000));
-  net::http::client hc(a.host, a.port, ho);
-  const bool reg = !key.empty();
-  std::string body = "{}";
-  if (reg) body = nlohmann::json{{"key", key}, {"offset", 0}, {"byte_size", bytes}}.dump();
-  auto h = auth_headers(opts);
-  h.emplace_back("Content-Type", "application/json");
-  auto r = hc.post("/v2/systemsharedmemory/region/" + region + (reg ? "/register" : "/unregister"), body, h);
-  if (!r) return {false, false, r.error().message};
-  if (r->status == 200) return {true, true, {}};
-  return {false, r->status != 502 && r->status != 503 && r->status != 504,
-          "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 300)};
 }
 
 inline std::string client_state::layout_key(const remote_call& c) { return c.model + '\n' + c.version; }
@@ -167,7 +149,7 @@ inline void client_state::setup_shared_memory() {
   struct job {
     std::shared_ptr<endpoint_state> ep;
     endpoint_address addr;
-    std::vector<tcp::endpoint> resolved;
+    std::vector<asio::ip::tcp::endpoint> resolved;
   };
   std::vector<job> jobs;
   std::vector<std::pair<endpoint_address, std::string>> drop;
@@ -175,7 +157,7 @@ inline void client_state::setup_shared_memory() {
     std::lock_guard lk(mu_);
     if (closed_) return;
     const auto now = clock::now();
-    for (auto& e : endpoints_)
+    for (const auto& e : endpoints_.all())
       if (e->shm == shm_status::pending && !e->draining && e->shm_retry <= now)
         jobs.push_back({e, e->addr, e->resolved});
     drop.swap(shm_retired_);
@@ -188,8 +170,7 @@ inline void client_state::setup_shared_memory() {
       auto obj = shm_object::create(opts_.shared_memory.pool_bytes);
       if (obj) {
         const std::string region = (*obj)->key().substr(1);
-        const auto r = is_grpc(j.addr) ? grpc_shm_call(j.addr, region, (*obj)->key(), (*obj)->size(), opts_)
-                                       : http_shm_call(j.addr, region, (*obj)->key(), (*obj)->size(), opts_);
+        const auto r = transport_for(j.addr).shared_memory(j.addr, region, (*obj)->key(), (*obj)->size());
         if (r.ok) {
           (*obj)->unlink();  // the server holds it now: nothing is left behind if this process dies
           arena = std::make_shared<shm_arena>(std::move(*obj), region);
@@ -212,10 +193,7 @@ inline void client_state::setup_shared_memory() {
 }
 
 inline void client_state::unregister_region(const endpoint_address& a, const std::string& region) {
-  if (is_grpc(a))
-    (void)grpc_shm_call(a, region, {}, 0, opts_);
-  else
-    (void)http_shm_call(a, region, {}, 0, opts_);
+  (void)transport_for(a).shared_memory(a, region, {}, 0);
 }
 
 }  // namespace jitembed::client::detail

@@ -1,0 +1,200 @@
+// The client's calls and their attempts, and the call table: ids, the calls in flight (cancellation finds
+// them here), coalescing of equal requests, the calls waiting for an endpoint or a connection, deadlines.
+// No I/O: the client state calls every member with its lock held.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "jitembed/client/detail/client_shm.hpp"
+#include "jitembed/client/detail/endpoint_set.hpp"
+#include "jitembed/client/detail/executor.hpp"
+#include "jitembed/client/request.hpp"
+#include "jitembed/core/hash.hpp"
+#include "jitembed/net/kserve/encode.hpp"
+
+namespace jitembed::client::detail {
+
+// Functions to run after the state lock is released (user callbacks): where it goes out of scope, which is
+// on the client's executor for every completion; with `post_to` set (a caller's thread: embed(), cancel())
+// they are posted to the executor instead.
+struct deferred {
+  std::vector<std::function<void()>> fns;
+  client_executor* post_to = nullptr;
+  deferred() = default;
+  explicit deferred(client_executor* e) : post_to(e) {}
+  deferred(const deferred&) = delete;
+  ~deferred() {
+    for (auto& f : fns) {
+      if (post_to) {
+        post_to->post([f = std::move(f)] { run(f); });
+      } else {
+        run(f);
+      }
+    }
+  }
+  static void run(const std::function<void()>& f) {
+    try {
+      f();
+    } catch (...) {  // a throwing user callback is its bug; the client keeps going (docs/api.md rule 1.4)
+    }
+  }
+};
+
+struct remote_call;
+
+struct remote_attempt {
+  std::shared_ptr<remote_call> call;
+  endpoint_ptr ep;
+  bool hedge = false;
+  bool probe = false;  // the half-open probe of its endpoint
+  bool finished = false;
+  clock::time_point start;
+  std::shared_ptr<void> io;    // its transport's state: an HTTP connection and message, a gRPC call, a local task
+  std::optional<shm_use> shm;  // its rows and outputs go through the endpoint's shared memory
+};
+
+using attempt_ptr = std::shared_ptr<remote_attempt>;
+
+struct remote_call {
+  std::uint64_t id = 0;
+  std::string model, version, input;
+  std::vector<std::string> outputs;
+  std::shared_ptr<byte_buffer> rows;  // BYTES elements (uint32-LE length + bytes), N of them
+  std::optional<std::shared_ptr<const byte_buffer>>
+      packed_rows;                                             // compress_inputs: the rows compressed once (null: raw)
+  std::vector<std::pair<std::size_t, std::size_t>> row_spans;  // element payload offset and size
+  std::size_t n_rows = 0;
+  clock::time_point start, deadline;
+  std::vector<embed_callback> callbacks;
+  std::optional<hash128> coalesce_key;
+  bool done = false;
+  bool internal = false;  // a row of a split request (no id, no coalescing)
+  bool no_shm = false;    // a shared-memory attempt was refused: the socket only
+  int attempts = 0, retries = 0;
+  bool hedged = false;
+  std::vector<attempt_ptr> active;
+  std::set<const endpoint_state*> tried;
+  error_info last_error{errc::unavailable, "no attempt made"};
+  std::shared_ptr<scheduled> retry_timer, hedge_timer;
+  std::vector<std::shared_ptr<remote_call>> children;  // row split
+
+  bytes_view row(std::size_t i) const { return bytes_view(rows->data() + row_spans[i].first, row_spans[i].second); }
+};
+
+using call_ptr = std::shared_ptr<remote_call>;
+
+class call_table {
+ public:
+  std::uint64_t next_id() noexcept { return next_.fetch_add(1, std::memory_order_relaxed); }
+
+  // A call for `req` (its rows encoded once as KServe BYTES elements, which every transport reads).
+  static result<call_ptr> make(std::uint64_t id, embed_request& req, clock::duration default_timeout) {
+    auto c = std::make_shared<remote_call>();
+    c->id = id;
+    c->model = std::move(req.model);
+    c->version = std::move(req.version);
+    c->input = std::move(req.input);
+    c->outputs = std::move(req.outputs);
+    c->n_rows = req.rows.size();
+    std::vector<std::string_view> views;
+    views.reserve(req.rows.size());
+    for (auto r : req.rows) views.emplace_back(reinterpret_cast<const char*>(r.data()), r.size());
+    auto rows = net::kserve::encode_bytes_elements(views);
+    if (!rows) return rows.error();
+    c->rows = std::make_shared<byte_buffer>(std::move(*rows));
+    std::size_t off = 0;
+    for (auto r : req.rows) {
+      c->row_spans.emplace_back(off + 4, r.size());
+      off += 4 + r.size();
+    }
+    c->start = clock::now();
+    c->deadline =
+        c->start + (req.timeout ? std::chrono::duration_cast<clock::duration>(*req.timeout) : default_timeout);
+    c->coalesce_key = req.coalesce_key;
+    return c;
+  }
+
+  // Row i of a split call alone, with the parent's deadline.
+  static call_ptr make_row(const remote_call& parent, std::size_t i) {
+    auto child = std::make_shared<remote_call>();
+    child->internal = true;
+    child->model = parent.model;
+    child->version = parent.version;
+    child->input = parent.input;
+    child->outputs = parent.outputs;
+    child->n_rows = 1;
+    const auto one = parent.row(i);
+    auto rows = net::kserve::encode_bytes_elements(
+        std::vector<std::string_view>{std::string_view(reinterpret_cast<const char*>(one.data()), one.size())});
+    child->rows = std::make_shared<byte_buffer>(std::move(rows).value());
+    child->row_spans.emplace_back(4, one.size());
+    child->start = clock::now();
+    child->deadline = parent.deadline;
+    return child;
+  }
+
+  static error_info deadline_error(const remote_call& c) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - c.start).count();
+    std::string m =
+        "deadline of " + std::to_string(ms) + " ms passed after " + std::to_string(c.attempts) + " attempt(s)";
+    if (c.last_error.code != errc::ok && c.attempts > 0) m += "; last: " + c.last_error.message;
+    return fail(errc::timeout, std::move(m));
+  }
+
+  std::size_t size() const noexcept { return calls_.size(); }
+
+  // The unfinished call that a request with `key` joins instead of going out again (coalescing).
+  call_ptr joinable(const hash128& key) const {
+    const auto it = coalesce_.find(key);
+    return it != coalesce_.end() && !it->second->done ? it->second : nullptr;
+  }
+
+  void add(const call_ptr& c) {
+    calls_.emplace(c->id, c);
+    if (c->coalesce_key) coalesce_[*c->coalesce_key] = c;
+  }
+
+  // A finished call leaves the table (and its coalescing entry, if still its own).
+  void remove(const remote_call& c) {
+    calls_.erase(c.id);
+    if (c.coalesce_key)
+      if (auto it = coalesce_.find(*c.coalesce_key); it != coalesce_.end() && it->second.get() == &c)
+        coalesce_.erase(it);
+  }
+
+  call_ptr find(std::uint64_t id) const {
+    const auto it = calls_.find(id);
+    return it == calls_.end() ? nullptr : it->second;
+  }
+
+  std::vector<call_ptr> open() const {
+    std::vector<call_ptr> out;
+    out.reserve(calls_.size());
+    for (const auto& [id, c] : calls_) out.push_back(c);
+    return out;
+  }
+
+  // A call that found no free connection: resumed by take_waiting() when one frees up or the set changes.
+  void wait(call_ptr c) { waiting_.push_back(std::move(c)); }
+  std::vector<call_ptr> take_waiting() { return std::exchange(waiting_, {}); }
+
+ private:
+  std::atomic<std::uint64_t> next_{1};
+  std::unordered_map<std::uint64_t, call_ptr> calls_;
+  std::unordered_map<hash128, call_ptr> coalesce_;
+  std::vector<call_ptr> waiting_;
+};
+
+}  // namespace jitembed::client::detail

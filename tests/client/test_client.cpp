@@ -4,15 +4,16 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <random>
 #include <set>
-#include <condition_variable>
-#include <functional>
-#include <mutex>
+#include <thread>
 
 #include "client_test_util.hpp"
 #include "jitembed/client/detail/client_policy.hpp"
@@ -38,7 +39,8 @@ cl::client_options options_for(std::vector<std::string> urls) {
 }
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("jitembed_client_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::temp_directory_path() / ("jitembed_client_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -64,7 +66,9 @@ bool eventually(P pred, std::chrono::milliseconds limit = 5s) {
 }  // namespace
 
 TEST_CASE("endpoint lists: URLs, comments, blanks, duplicates, bad lines fail the whole list") {
-  auto l = cl::parse_endpoint_list("# fleet\n http://127.0.0.1:8000 \n\nhttp://[::1]:9000 # v6\nhttp://127.0.0.1:8000\r\n").value();
+  auto l =
+      cl::parse_endpoint_list("# fleet\n http://127.0.0.1:8000 \n\nhttp://[::1]:9000 # v6\nhttp://127.0.0.1:8000\r\n")
+          .value();
   REQUIRE(l.size() == 2);
   CHECK(l[0].url == "http://127.0.0.1:8000");
   CHECK(l[0].port == 8000);
@@ -113,7 +117,8 @@ TEST_CASE("policies: retry budget, backoff with jitter, HTTP status to errc") {
   CHECK(cl::detail::http_error(504, "", "x").code == errc::timeout);
   CHECK(cl::detail::http_error(404, "{\"error\":\"nope\"}", "x").code == errc::not_found);
   CHECK(cl::detail::http_error(400, "{\"error\":\"bad\",\"errc\":\"invalid_utf8\"}", "x").code == errc::invalid_utf8);
-  CHECK(cl::detail::http_error(503, "{\"error\":\"oom\",\"errc\":\"resource_exhausted\"}", "x").code == errc::resource_exhausted);
+  CHECK(cl::detail::http_error(503, "{\"error\":\"oom\",\"errc\":\"resource_exhausted\"}", "x").code ==
+        errc::resource_exhausted);
   CHECK(cl::detail::http_error(500, "oops", "x").code == errc::internal);
   CHECK(cl::detail::http_error(429, "", "x").code == errc::unavailable);
 }
@@ -303,7 +308,8 @@ TEST_CASE("deadlines and hedging: a server that accepts and never answers") {
   SUBCASE("with a good one: hedges carry its requests") {
     fake_server good(always_ok());
     std::atomic<bool> hang_on{false};
-    fake_server hang([&](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = hang_on.load()}; });
+    fake_server hang(
+        [&](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = hang_on.load()}; });
     auto o = options_for({good.url(), hang.url()});
     o.hedge.min_samples = 20;
     o.hedge.min_delay = 10ms;
@@ -368,6 +374,68 @@ TEST_CASE("cancel completes at once with cancelled, close cancels what is in fli
   c.close();
   CHECK(f.get().code() == errc::cancelled);
   CHECK(c.embed(request("m", rows_of(1, 2))).get().code() == errc::cancelled);
+}
+
+TEST_CASE("callbacks run on the client's I/O threads, never in embed() or cancel(); close() runs what it cancels") {
+  fake_server hang([](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = true}; });
+  auto c = cl::jit_client::create(options_for({hang.url()})).value();
+  const auto me = std::this_thread::get_id();
+  struct seen {
+    std::thread::id thread;
+    errc code;
+  };
+  std::promise<seen> refused, cancelled;
+  cl::embed_request none;  // no rows: refused at once
+  none.model = "m";
+  c.embed(none, [&](result<cl::embed_result> r) { refused.set_value({std::this_thread::get_id(), r.code()}); });
+  const auto id = c.embed(request("m", rows_of(1, 0)), [&](result<cl::embed_result> r) {
+    cancelled.set_value({std::this_thread::get_id(), r.code()});
+  });
+  REQUIRE(eventually([&] { return hang.requests() == 1; }));
+  CHECK(c.cancel(id));
+  const seen a = refused.get_future().get(), b = cancelled.get_future().get();
+  CHECK(a.code == errc::invalid_argument);
+  CHECK(a.thread != me);
+  CHECK(b.code == errc::cancelled);
+  CHECK(b.thread != me);
+
+  std::atomic<bool> done{false};
+  std::thread::id who;
+  c.embed(request("m", rows_of(1, 1)), [&](result<cl::embed_result> r) {
+    who = std::this_thread::get_id();
+    done = r.code() == errc::cancelled;
+  });
+  REQUIRE(eventually([&] { return hang.requests() == 2; }));
+  c.close();
+  CHECK(done.load());  // before close() returned, on the closing thread
+  CHECK(who == me);
+}
+
+TEST_CASE("local mode: its one endpoint is 'local', a model's error is final, callbacks on an I/O thread") {
+  auto model = jitembed::models::text_embed::create({}).value();
+  cl::client_options o;
+  o.local_models = {model};
+  o.local_threads = 1;
+  auto c = cl::jit_client::create(o).value();
+  CHECK(c.local());
+  CHECK(c.endpoints() == std::vector<std::string>{"local"});
+  const auto me = std::this_thread::get_id();
+  std::promise<std::pair<std::thread::id, bool>> ran;
+  c.embed(request(std::string(model.name()), rows_of(2, 0)), [&](result<cl::embed_result> r) {
+    ran.set_value({std::this_thread::get_id(), r.has_value()});
+  });
+  const auto [thread, ok] = ran.get_future().get();
+  CHECK(ok);
+  CHECK(thread != me);
+  // an unknown model: not_found, once, not retried, not held against the endpoint
+  CHECK(c.embed(request("nope", rows_of(1, 0))).get().code() == errc::not_found);
+  const auto st = c.stats();
+  CHECK(st.retries == 0);
+  CHECK(st.completed == 1);
+  CHECK(st.failed == 1);
+  REQUIRE(st.endpoints.size() == 1);
+  CHECK(st.endpoints[0].url == "local");
+  CHECK_FALSE(st.endpoints[0].circuit_open);
 }
 
 TEST_CASE("coalescing: concurrent requests with the same key go out once") {
@@ -468,7 +536,8 @@ TEST_CASE("local mode equals remote mode on the real service (text-embed), rows 
   auto remote = cl::jit_client::create(options_for({"http://127.0.0.1:" + std::to_string(port)})).value();
   CHECK(local.local());
 
-  const std::vector<std::string> captions = {"a cat on a mat", "two dogs", "", "a long caption about a video of the sea"};
+  const std::vector<std::string> captions = {"a cat on a mat", "two dogs", "",
+                                             "a long caption about a video of the sea"};
   cl::embed_request req;
   req.model = "text-embed";
   req.input = "text";

@@ -99,29 +99,16 @@ inline error_info http_error(int status, std::string_view body, std::string_view
   if (message.empty()) message = std::string(body.substr(0, 200));
   if (!code || *code == errc::ok) {
     switch (status) {
-      case 400:
-        code = errc::invalid_argument;
-        break;
-      case 404:
-        code = errc::not_found;
-        break;
+      case 400: code = errc::invalid_argument; break;
+      case 404: code = errc::not_found; break;
       case 408:
-      case 504:
-        code = errc::timeout;
-        break;
+      case 504: code = errc::timeout; break;
       case 429:
-      case 503:
-        code = errc::unavailable;
-        break;
-      case 499:
-        code = errc::cancelled;
-        break;
+      case 503: code = errc::unavailable; break;
+      case 499: code = errc::cancelled; break;
       case 413:
-      case 431:
-        code = errc::limit_exceeded;
-        break;
-      default:
-        code = status >= 400 && status < 500 ? errc::invalid_argument : errc::internal;
+      case 431: code = errc::limit_exceeded; break;
+      default: code = status >= 400 && status < 500 ? errc::invalid_argument : errc::internal;
     }
   }
   return fail(*code, std::string(what) + ": HTTP " + std::to_string(status) + ": " + message);

@@ -46,15 +46,19 @@ class client_executor {
   // The I/O threads (throws worker_group's std::system_error, after stopping the threads already started).
   void start(std::size_t threads) {
     {
-      std::lock_guard lk(mu_);
-      running_ = threads;
+      std::lock_guard lk(count_->mu);
+      count_->running = threads;
     }
-    threads_ = worker_group(threads, [this](std::stop_token stop, std::size_t) {
-      std::stop_callback wake(stop, [this] { ioc_.stop(); });  // only a failed start asks: stop() stops ioc_ itself
-      ioc_.run();
-      std::lock_guard lk(mu_);
-      --running_;
-      ran_out_.notify_all();
+    // The count is shared with the threads: one detached by stop() (an I/O thread closing its own client)
+    // may return from run() after the executor is gone.
+    threads_ = worker_group(threads, [this, count = count_](std::stop_token stop, std::size_t) {
+      {
+        std::stop_callback wake(stop, [this] { ioc_.stop(); });  // only a failed start asks: stop() stops ioc_ itself
+        ioc_.run();
+      }
+      std::lock_guard lk(count->mu);
+      --count->running;
+      count->ran_out.notify_all();
     });
   }
 
@@ -79,24 +83,33 @@ class client_executor {
   }
 
   // Lets the loop run out of work, for at most `grace` (the handlers already queued run: user callbacks
-  // posted before close()), then stops it and joins the threads (an I/O thread stopping its own executor is
-  // detached and drains without waiting).
+  // posted before close()), then stops it, joins the threads and runs what is still queued on this thread,
+  // so that no posted callback is lost. An I/O thread stopping its own executor (a callback closing its
+  // client) is detached instead and cannot run the rest: the handlers queued behind its own are dropped.
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(2000)) {
     work_.reset();
-    if (grace.count() > 0 && !ioc_.get_executor().running_in_this_thread()) {
-      std::unique_lock lk(mu_);
-      ran_out_.wait_for(lk, grace, [&] { return running_ == 0; });
+    const bool own = ioc_.get_executor().running_in_this_thread();
+    if (grace.count() > 0 && !own) {
+      std::unique_lock lk(count_->mu);
+      count_->ran_out.wait_for(lk, grace, [&] { return count_->running == 0; });
     }
     ioc_.stop();
     threads_.join();
+    if (!own) {
+      ioc_.restart();
+      ioc_.poll();
+    }
   }
 
  private:
   asio::io_context ioc_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::mutex mu_;
-  std::condition_variable ran_out_;  // an I/O thread's run() returned
-  std::size_t running_ = 0;
+  struct thread_count {
+    std::mutex mu;
+    std::condition_variable ran_out;  // an I/O thread's run() returned
+    std::size_t running = 0;
+  };
+  std::shared_ptr<thread_count> count_ = std::make_shared<thread_count>();
   worker_group threads_;  // last: the threads use the members above
 };
 

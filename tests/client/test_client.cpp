@@ -409,6 +409,13 @@ TEST_CASE("callbacks run on the client's I/O threads, never in embed() or cancel
   c.close();
   CHECK(done.load());  // before close() returned, on the closing thread
   CHECK(who == me);
+  // After close() there is no executor: embed() completes on this thread, once its lock is released, so the
+  // callback may call embed() again.
+  errc inner = errc::ok;
+  c.embed(request("m", rows_of(1, 2)), [&](result<cl::embed_result>) {
+    c.embed(request("m", rows_of(1, 3)), [&](result<cl::embed_result> r) { inner = r.code(); });
+  });
+  CHECK(inner == errc::cancelled);
 }
 
 TEST_CASE("local mode: its one endpoint is 'local', a model's error is final, callbacks on an I/O thread") {

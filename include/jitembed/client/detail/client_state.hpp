@@ -102,8 +102,11 @@ class client_state final : public attempt_events {
 
   std::uint64_t embed(embed_request req, embed_callback done) {
     const std::uint64_t id = calls_.next_id();
+    deferred d;  // before the lock: what it runs here (after close()) runs once the lock is released
     std::lock_guard lk(mu_);
-    deferred d(closed_ ? nullptr : &exec_);  // callbacks on the executor, never inside embed()
+    // Callbacks go to the executor, never run inside embed(); once closed there is none: they run on this
+    // thread, after the lock.
+    if (!closed_) d.post_to = &exec_;
     auto fail_now = [&](error_info e) {
       ++stats_.requests;
       ++stats_.failed;
@@ -140,8 +143,8 @@ class client_state final : public attempt_events {
   }
 
   bool cancel(std::uint64_t id) {
+    deferred d(&exec_);  // not closed when a call is found: close() finished every call
     std::lock_guard lk(mu_);
-    deferred d(closed_ ? nullptr : &exec_);
     const call_ptr c = calls_.find(id);
     if (!c || c->done) return false;
     ++stats_.cancelled;

@@ -100,13 +100,9 @@ class endpoint_set {
     std::vector<endpoint_ptr> gone;
     for (auto it = eps_.begin(); it != eps_.end();) {
       if ((*it)->draining && (*it)->outstanding == 0) {
-        endpoint_stats es;
-        es.url = (*it)->addr.url;
-        es.requests = (*it)->requests;
-        es.successes = (*it)->successes;
-        es.failures = (*it)->failures;
-        es.draining = true;
-        es.connections_opened = (*it)->conns_opened;
+        endpoint_stats es = stats_of(**it, clock::time_point{});
+        es.circuit_open = false;  // gone: neither open nor holding shared memory
+        es.shared_memory = false;
         retired_.push_back(std::move(es));
         if (retired_.size() > 64) retired_.erase(retired_.begin());
         gone.push_back(std::move(*it));

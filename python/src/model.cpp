@@ -79,7 +79,12 @@ class python_callable_model {
   std::span<const models::tensor_meta> outputs() const noexcept { return s_->outputs; }
   std::size_t max_batch_size() const noexcept { return s_->max_batch_size; }
   jitembed::device device() const noexcept { return s_->dev; }
-  result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const { return s_->preprocess.run(raw, limits); }
+  result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const {
+    if (!s_->preprocess.run)
+      return fail(errc::invalid_argument, "model '" + s_->name + "' has no preprocessing: send its input '" + s_->inputs.front().name + "'");
+    return s_->preprocess.run(raw, limits);
+  }
+  bool has_preprocess() const noexcept { return static_cast<bool>(s_->preprocess.run); }
 
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
     const std::string who = "model '" + s_->name + "'";
@@ -267,12 +272,14 @@ void register_model(nb::module_& m) {
             }
             const auto& in = s->inputs.front();
             auto spec = unwrap(models::preprocess_spec::parse(preprocess, in.type, in.shape, std::filesystem::path(base_dir), who));
-            if (!spec.active)
+            // Without preprocess={'modality': ...} the model is served through its declared input tensor only.
+            if (!spec.active && preprocess.count("modality"))
               raise(errc::invalid_argument, who + ": input '" + in.name + "' " + dims_text(in.type, in.shape) +
                                                 " gets no built-in preprocessing: image f32 [3, H, W], video f32 [3, T, H, W] or "
-                                                "text i64 [2, L] with preprocess={'modality': 'text', 'sentencepiece_model': ...}");
+                                                "text i64 [2, L] with preprocess={'modality': 'text', 'tokenizer': ...}");
             s->modality = spec.input_modality;
-            s->preprocess = unwrap(models::make_preprocess_function(spec, who));
+            if (spec.active) s->preprocess = unwrap(models::make_preprocess_function(spec, who));
+            else s->preprocess.key = preprocess_params{}.set("preprocess", "none").str();
             s->fn = fn.inc_ref().ptr();
             new (self) py_model_handle{};
             self->fn = s->fn;

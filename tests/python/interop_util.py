@@ -47,6 +47,21 @@ def find_perf_analyzer(venv):
     return None
 
 
+def wait_for_port(port, proc=None, timeout=30.0):
+    """Until 127.0.0.1:port accepts a TCP connection (or `proc` exits, or the timeout passes: RuntimeError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the process exited with {proc.returncode} before port {port} listened")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+            time.sleep(0.05)
+
+
 class Server:
     """jitembed-server on a free loopback port; stop() sends SIGTERM and expects exit 0."""
 

@@ -27,6 +27,9 @@ class GrpcServer(interop_util.Server):
         self.grpc_port = interop_util.free_port()
         super().__init__(binary, ["--grpc-port", str(self.grpc_port)] + list(args), log_path=log_path)
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
+        # HTTP ready says nothing of the gRPC port: wait until it accepts connections itself (a client that
+        # connected first got `Connection refused` on a loaded machine)
+        interop_util.wait_for_port(self.grpc_port, self.proc, timeout=30.0)
 
 
 def stop_ok(s):
@@ -278,3 +281,55 @@ def test_perf_analyzer_grpc(server, work):
         assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2, 3, 4], rows
         assert all(float(r["Inferences/Second"]) > 0 for r in rows), rows
         print(f"perf_analyzer -i grpc {tag}:", [(r["Concurrency"], r["Inferences/Second"]) for r in rows])
+
+
+def test_tensor_model_from_a_repository_serves_its_declared_input(work):
+    """A Triton user's repository: a TorchScript model with INPUT__0 TYPE_FP32 [3, 16, 16] and no preprocessing
+    parameters is served with exactly that input, over gRPC and HTTP, equal to eager PyTorch."""
+    torch = pytest.importorskip("torch")
+    repo = os.path.join(work, "tensor_repo")
+    os.makedirs(os.path.join(repo, "pooled", "1"), exist_ok=True)
+
+    class Pool(torch.nn.Module):
+        def forward(self, x):
+            return x.mean(dim=(2, 3)) * 2.0 + 1.0
+
+    torch.jit.script(Pool()).save(os.path.join(repo, "pooled", "1", "model.pt"))
+    with open(os.path.join(repo, "pooled", "config.pbtxt"), "w") as f:
+        f.write('platform: "pytorch_libtorch"\nmax_batch_size: 8\n'
+                'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 16, 16 ] } ]\n'
+                'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 3 ] } ]\n')
+    s = GrpcServer(_env("JITEMBED_SERVER"), ["--model-repository", repo], log_path=os.path.join(work, "server_tensor.log"))
+    try:
+        x = np.random.default_rng(3).standard_normal((4, 3, 16, 16)).astype(np.float32)
+        want = x.mean(axis=(2, 3)) * 2.0 + 1.0
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        meta = g.get_model_metadata("pooled", as_json=True)
+        assert [(i["name"], i["datatype"], [int(d) for d in i["shape"]]) for i in meta["inputs"]] == \
+            [("INPUT__0", "FP32", [-1, 3, 16, 16])]
+        gi = grpcclient.InferInput("INPUT__0", list(x.shape), "FP32")
+        gi.set_data_from_numpy(x)
+        np.testing.assert_allclose(g.infer("pooled", [gi]).as_numpy("OUTPUT__0"), want, rtol=1e-5, atol=1e-5)
+        h = httpclient.InferenceServerClient(url=s.url)
+        hi = httpclient.InferInput("INPUT__0", list(x.shape), "FP32")
+        hi.set_data_from_numpy(x)
+        np.testing.assert_allclose(h.infer("pooled", [hi]).as_numpy("OUTPUT__0"), want, rtol=1e-5, atol=1e-5)
+        cfg = h.get_model_config("pooled")
+        assert cfg["input"][0]["name"] == "INPUT__0" and cfg["input"][0]["data_type"] == "TYPE_FP32"
+        # raw bytes are refused, naming the declared input
+        bi = httpclient.InferInput("image", [1, 1], "BYTES")
+        bi.set_data_from_numpy(np.array([[b"\xff\xd8"]], dtype=np.object_))
+        with pytest.raises(InferenceServerException, match="INPUT__0"):
+            h.infer("pooled", [bi])
+        # Triton refuses a request with both contents and raw_input_contents (one would be dropped silently)
+        from tritonclient.grpc import service_pb2
+        req = service_pb2.ModelInferRequest(model_name="pooled")
+        t = req.inputs.add(name="INPUT__0", datatype="FP32", shape=[1, 3, 16, 16])
+        t.contents.fp32_contents.extend(x[0].ravel().tolist())
+        req.raw_input_contents.append(x[0].tobytes())
+        with pytest.raises(Exception, match="contents must not be set"):
+            g._client_stub.ModelInfer(req)
+        g.close()
+        h.close()
+    finally:
+        stop_ok(s)

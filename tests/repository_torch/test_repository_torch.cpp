@@ -95,6 +95,7 @@ input [ { name: "INPUT__0" data_type: TYPE_UINT8 dims: [ 8, 8, 3 ] } ]
 output [ { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ ] }, { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 3 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 100 }
 instance_group [ { kind: KIND_CPU count: 2 } ]
+parameters { key: "modality" value { string_value: "image" } }
 parameters { key: "batch_transform" value { string_value: "nchw_unit" } }
 parameters { key: "INFERENCE_MODE" value { string_value: "true" } }
 )pb";
@@ -102,8 +103,7 @@ parameters { key: "INFERENCE_MODE" value { string_value: "true" } }
 std::string proj_config(const std::string& input_dims = "4", const std::string& output_dims = "3", const std::string& extra = {}) {
   return "backend: \"pytorch\"\nmax_batch_size: 8\n"
          "input [ { name: \"INPUT__0\" data_type: TYPE_FP32 dims: [ " + input_dims + " ] } ]\n"
-         "output [ { name: \"OUTPUT__0\" data_type: TYPE_FP32 dims: [ " + output_dims + " ] } ]\n"
-         "parameters { key: \"modality\" value { string_value: \"text\" } }\n" + extra;
+         "output [ { name: \"OUTPUT__0\" data_type: TYPE_FP32 dims: [ " + output_dims + " ] } ]\n" + extra;
 }
 
 repository_options torch_options() {
@@ -190,8 +190,7 @@ TEST_CASE("repository torch: bad repository content fails that model only, with 
   proj_module().save(model("wrongindims", proj_config("5")).string());
   proj_module().save(model("wrongoutdims", proj_config("4", "5")).string());
   proj_module().save(model("nobatch", "backend: \"pytorch\"\ninput [ { name: \"INPUT__0\" data_type: TYPE_FP32 dims: [ 4 ] } ]\n"
-                                      "output [ { name: \"OUTPUT__0\" data_type: TYPE_FP32 dims: [ 3 ] } ]\n"
-                                      "parameters { key: \"modality\" value { string_value: \"text\" } }\n").string());
+                                      "output [ { name: \"OUTPUT__0\" data_type: TYPE_FP32 dims: [ 3 ] } ]\n").string());
   proj_module().save(model("stringout", "backend: \"pytorch\"\nmax_batch_size: 2\n"
                                         "input [ { name: \"INPUT__0\" data_type: TYPE_FP32 dims: [ 4 ] } ]\n"
                                         "output [ { name: \"OUTPUT__0\" data_type: TYPE_STRING dims: [ 1 ] } ]\n").string());

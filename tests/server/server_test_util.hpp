@@ -96,6 +96,18 @@ inline encoded_request bytes_request(std::string input, const std::vector<std::s
   return e;
 }
 
+// A KServe request with these (typed) inputs, binary.
+inline encoded_request tensors_request(std::vector<ks::infer_tensor> inputs) {
+  ks::infer_request r;
+  r.id = "req-1";
+  r.inputs = std::move(inputs);
+  auto m = ks::encode_request(r).value();
+  encoded_request e;
+  e.body = m.flatten();
+  if (m.header_length) e.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*m.header_length));
+  return e;
+}
+
 inline reply infer(server::service& s, const std::string& model, const encoded_request& e, const std::string& version = {}) {
   const std::string target = "/v2/models/" + model + (version.empty() ? "" : "/versions/" + version) + "/infer";
   return call(s, "POST", target, e.body, e.headers);

@@ -29,6 +29,7 @@ class any_model {
   std::size_t max_batch_size() const { return impl_->max_batch_size(); }
   jitembed::device device() const { return impl_->device(); }
   result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const { return impl_->preprocess(raw, limits); }
+  bool has_preprocess() const { return impl_->has_preprocess(); }
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const { return impl_->run(batch); }
 
   // The wrapped model, or nullptr when it is not an M.
@@ -50,6 +51,7 @@ class any_model {
     virtual std::size_t max_batch_size() const = 0;
     virtual jitembed::device device() const = 0;
     virtual result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const = 0;
+    virtual bool has_preprocess() const = 0;
     virtual result<std::vector<named_tensors>> run(std::span<const tensor> batch) const = 0;
   };
   template <class M>
@@ -64,6 +66,7 @@ class any_model {
     std::size_t max_batch_size() const override { return m.max_batch_size(); }
     jitembed::device device() const override { return m.device(); }
     result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const override { return m.preprocess(raw, limits); }
+    bool has_preprocess() const override { return models::has_preprocess(m); }
     result<std::vector<named_tensors>> run(std::span<const tensor> batch) const override { return m.run(batch); }
     M m;
   };

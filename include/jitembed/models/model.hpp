@@ -63,6 +63,9 @@ constexpr std::string_view to_string(modality m) noexcept {
 //   shape does not match inputs() fails the whole call (errc::dtype_mismatch / errc::invalid_argument);
 //   a batch larger than max_batch_size() is errc::limit_exceeded. Deterministic models give bit-identical
 //   outputs for an item whatever batch it is run in.
+// Optional: `m.has_preprocess()` (bool): false when the model has no preprocessing of raw bytes and is
+// served only through its declared input tensor (a Triton tensor model); models without the member
+// preprocess (has_preprocess(m) is true).
 template <class M>
 concept model = requires(const M& m, bytes_view raw, const decode_limits& limits, std::span<const tensor> batch) {
   { m.name() } -> std::convertible_to<std::string_view>;
@@ -76,5 +79,12 @@ concept model = requires(const M& m, bytes_view raw, const decode_limits& limits
   { m.preprocess(raw, limits) } -> std::same_as<result<tensor>>;
   { m.run(batch) } -> std::same_as<result<std::vector<named_tensors>>>;
 };
+
+// Whether `m` turns raw field bytes into its input (preprocess()), or takes only its declared input tensor.
+template <model M>
+bool has_preprocess(const M& m) {
+  if constexpr (requires { { m.has_preprocess() } -> std::convertible_to<bool>; }) return m.has_preprocess();
+  else return true;
+}
 
 }  // namespace jitembed::models

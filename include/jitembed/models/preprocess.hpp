@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -58,19 +59,30 @@ struct video_preprocess {
   int frame_stride = 1;     // frames 0, s, 2s, ... (the last frame repeats when the clip is shorter)
 };
 
-// T5's rules: ids of SentencePiece's encode, truncated to max_length - 1 (truncation), EOS appended
-// (append_eos), padded with the pad id to max_length; row 1 the attention mask (1 real, 0 padding).
+// A caption -> token ids, by one of two tokenizers:
+// - tokenizer_json (a Hugging Face tokenizer.json, models/hf_tokenizer.hpp): its normalizer, pre-tokenizer,
+//   model and post-processor (special tokens when add_special_tokens), truncated to max_length
+//   (truncation), padded with pad_id to max_length;
+// - sentencepiece_model (T5's rules, models/tokenizer.hpp): SentencePiece's ids truncated to max_length - 1,
+//   EOS appended (append_eos), padded with the pad id to max_length.
+// The input is i64 [2, L] (row 0 the ids, row 1 the attention mask: 1 real, 0 padding) or, with
+// tokenizer_json, i64 [L] (ids only, a model that takes no mask).
 struct text_preprocess {
   std::filesystem::path sentencepiece_model;  // absolute (resolved against the model directory)
+  std::filesystem::path tokenizer_json;       // absolute; exactly one of the two is set
   std::int64_t max_length = 32;
   bool truncation = true;   // false: a longer caption is invalid_argument
-  bool append_eos = true;
+  bool append_eos = true;   // sentencepiece_model only
+  bool add_special_tokens = true;     // tokenizer_json only
+  std::optional<std::int64_t> pad_id;  // tokenizer_json only; unset: the file's padding pad_id, else 0
+  bool with_mask = true;    // false: the input is ids only, [L]
 };
 
 // Every parameter parse() reads (the backends refuse others).
 inline constexpr std::string_view kPreprocessParameters[] = {
     "modality", "image_resize", "image_normalize", "image_mean", "image_std", "image_decode", "video_frames", "video_frame_stride",
-    "sentencepiece_model", "text_max_length", "text_padding", "text_truncation", "text_append_eos"};
+    "sentencepiece_model", "tokenizer", "text_max_length", "text_padding", "text_truncation", "text_append_eos", "text_pad_id",
+    "text_add_special_tokens"};
 
 namespace detail {
 
@@ -246,16 +258,25 @@ struct preprocess_spec {
   video_preprocess video;
   text_preprocess text;
 
-  // The canonical preprocess_params string of every setting; text models pass their SentencePiece model
-  // file's hash (t5_tokenizer::model_hash), so a new vocabulary changes the key.
-  std::string key(std::string_view sentencepiece_hash = {}) const {
+  // The canonical preprocess_params string of every setting; text models pass their tokenizer file's hash
+  // (t5_tokenizer::model_hash, hf_tokenizer::file_hash) and the pad id in effect, so a new vocabulary changes
+  // the key.
+  std::string key(std::string_view tokenizer_hash = {}, std::int64_t pad_id = 0) const {
     preprocess_params k;
     k.set("modality", to_string(input_modality));
     if (input_modality == modality::text) {
+      if (!text.tokenizer_json.empty()) {
+        k.set("tokenizer", "hf-tokenizer-json").set("tokenizer_file", text.tokenizer_json.filename().string());
+        if (!tokenizer_hash.empty()) k.set("tokenizer_xxh3", tokenizer_hash);
+        k.set("text_max_length", text.max_length).set("text_padding", "max_length").set("text_truncation", text.truncation);
+        k.set("text_add_special_tokens", text.add_special_tokens).set("text_pad_id", pad_id);
+        k.set("layout", text.with_mask ? "ids_mask" : "ids");
+        return k.str();
+      }
       k.set("tokenizer", "sentencepiece-t5").set("text_max_length", text.max_length).set("text_padding", "max_length");
       k.set("text_truncation", text.truncation).set("text_append_eos", text.append_eos);
       k.set("sentencepiece_model", text.sentencepiece_model.filename().string());
-      if (!sentencepiece_hash.empty()) k.set("sentencepiece_xxh3", sentencepiece_hash);
+      if (!tokenizer_hash.empty()) k.set("sentencepiece_xxh3", tokenizer_hash);
       return k.str();
     }
     k.set("decode", input_modality == modality::video                ? "ffmpeg-rgb-native"
@@ -279,10 +300,13 @@ struct preprocess_spec {
   }
 
   // From a config's parameters (keys not in kPreprocessParameters are ignored here) and the one input's
-  // declared dtype and item dims: image needs f32 [3, H, W], video f32 [3, T, H, W] (video_frames must be T),
-  // text with sentencepiece_model i64 [2, L] (text_max_length must be L). `active` is set for f32 image /
-  // video inputs and for text with sentencepiece_model; image_* / video_* / text_* settings on another input
-  // are refused. Errors: invalid_argument naming the parameter and `file`.
+  // declared dtype and item dims. Preprocessing is opt-in, as in Triton: without `modality` the model takes
+  // only its declared input tensor (`active` false; any other preprocessing parameter is refused).
+  // With it: image needs f32 [3, H, W] (or u8 [H, W, 3]: the backend's own reference decode, `active` false),
+  // video f32 [3, T, H, W] (video_frames must be T), text a tokenizer (`tokenizer`: a Hugging Face
+  // tokenizer.json, or `sentencepiece_model`) and i64 [2, L] (ids, mask; or [L] with `tokenizer`;
+  // text_max_length must be L). Settings of another modality are refused. Errors: invalid_argument naming
+  // the parameter and `file`.
   static result<preprocess_spec> parse(const std::map<std::string, std::string>& params, dtype in_type,
                                        const std::vector<std::int64_t>& in_dims, const std::filesystem::path& model_dir,
                                        const std::string& file) {
@@ -291,12 +315,22 @@ struct preprocess_spec {
       const auto it = params.find(std::string(k));
       return it == params.end() ? nullptr : &it->second;
     };
-    if (const auto* v = get("modality")) {
-      if (*v == "image") s.input_modality = modality::image;
-      else if (*v == "video") s.input_modality = modality::video;
-      else if (*v == "text") s.input_modality = modality::text;
-      else return detail::bad_param(file, "modality", *v, "not image, video or text");
+    const auto is_setting = [](const std::string& k) {
+      return k.starts_with("image_") || k.starts_with("video_") || k.starts_with("text_") || k == "sentencepiece_model" ||
+             k == "tokenizer";
+    };
+    const auto* mod = get("modality");
+    if (!mod) {
+      for (const auto& [k, v] : params)
+        if (is_setting(k))
+          return fail(errc::invalid_argument, file + ": parameters '" + k +
+                                                  "' needs parameters 'modality' (image, video or text): preprocessing is opt-in");
+      return s;
     }
+    if (*mod == "image") s.input_modality = modality::image;
+    else if (*mod == "video") s.input_modality = modality::video;
+    else if (*mod == "text") s.input_modality = modality::text;
+    else return detail::bad_param(file, "modality", *mod, "not image, video or text");
     const auto dims_text = [&] {
       std::string d = "[";
       for (std::size_t i = 0; i < in_dims.size(); ++i) d += (i ? ", " : "") + std::to_string(in_dims[i]);
@@ -305,27 +339,35 @@ struct preprocess_spec {
     const auto refuse_others = [&](std::string_view prefix_a, std::string_view prefix_b, const char* why) -> result<void> {
       for (const auto& [k, v] : params)
         if (k != "modality" && (k.starts_with(prefix_a) || k.starts_with(prefix_b) ||
-                                (k == "sentencepiece_model" && s.input_modality != modality::text)))
+                                ((k == "sentencepiece_model" || k == "tokenizer") && s.input_modality != modality::text)))
           return fail(errc::invalid_argument, file + ": parameters '" + k + "' " + why);
       return {};
     };
     if (s.input_modality == modality::text) {
       JITEMBED_TRY(refuse_others("image_", "video_", "does not apply to a text model"));
-      const auto* model = get("sentencepiece_model");
-      if (!model) {
-        for (const auto& [k, v] : params)
-          if (k.starts_with("text_")) return fail(errc::invalid_argument, file + ": parameters '" + k + "' needs sentencepiece_model");
-        return s;
-      }
-      if (in_type != dtype::i64 || in_dims.size() != 2 || in_dims[0] != 2 || in_dims[1] < 2)
-        return fail(errc::invalid_argument, file + ": sentencepiece_model makes TYPE_INT64 [2, L] (ids, attention mask), input is " + dims_text());
+      const auto* sp = get("sentencepiece_model");
+      const auto* hf = get("tokenizer");
+      if (!sp && !hf)
+        return fail(errc::invalid_argument, file + ": a text model needs parameters 'tokenizer' (a Hugging Face tokenizer.json) or "
+                                                   "'sentencepiece_model'");
+      if (sp && hf)
+        return fail(errc::invalid_argument, file + ": parameters 'tokenizer' and 'sentencepiece_model' are both set: one tokenizer");
+      const std::string& path = hf ? *hf : *sp;
+      const char* key = hf ? "tokenizer" : "sentencepiece_model";
+      if (path.empty()) return detail::bad_param(file, key, path, "empty");
+      const bool ids_only = hf && in_type == dtype::i64 && in_dims.size() == 1 && in_dims[0] >= 1;
+      if (!ids_only && (in_type != dtype::i64 || in_dims.size() != 2 || in_dims[0] != 2 || in_dims[1] < 2))
+        return fail(errc::invalid_argument, file + ": parameters '" + key + "' makes TYPE_INT64 [2, L] (ids, attention mask)" +
+                                                (hf ? " or [L] (ids)" : "") + ", input is " + dims_text());
       s.active = true;
-      if (model->empty()) return detail::bad_param(file, "sentencepiece_model", *model, "empty");
-      s.text.sentencepiece_model = std::filesystem::path(*model).is_absolute() ? std::filesystem::path(*model) : model_dir / *model;
-      s.text.max_length = in_dims[1];
+      const auto resolved = std::filesystem::path(path).is_absolute() ? std::filesystem::path(path) : model_dir / path;
+      (hf ? s.text.tokenizer_json : s.text.sentencepiece_model) = resolved;
+      s.text.with_mask = !ids_only;
+      s.text.max_length = in_dims.back();
       if (const auto* v = get("text_max_length")) {
-        JITEMBED_ASSIGN_OR_RETURN(auto n, detail::param_int(file, "text_max_length", *v, 2, 1 << 20));
-        if (n != in_dims[1]) return detail::bad_param(file, "text_max_length", *v, "the input declares L = " + std::to_string(in_dims[1]));
+        JITEMBED_ASSIGN_OR_RETURN(auto n, detail::param_int(file, "text_max_length", *v, 1, 1 << 20));
+        if (n != in_dims.back())
+          return detail::bad_param(file, "text_max_length", *v, "the input declares L = " + std::to_string(in_dims.back()));
       }
       if (const auto* v = get("text_padding"); v && *v != "max_length")
         return detail::bad_param(file, "text_padding", *v, "only max_length (the input has a fixed length)");
@@ -333,8 +375,18 @@ struct preprocess_spec {
         JITEMBED_ASSIGN_OR_RETURN(s.text.truncation, detail::param_bool(file, "text_truncation", *v));
       }
       if (const auto* v = get("text_append_eos")) {
+        if (hf) return detail::bad_param(file, "text_append_eos", *v, "applies to sentencepiece_model; tokenizer.json's post-processor adds special tokens");
         JITEMBED_ASSIGN_OR_RETURN(s.text.append_eos, detail::param_bool(file, "text_append_eos", *v));
       }
+      if (const auto* v = get("text_add_special_tokens")) {
+        if (!hf) return detail::bad_param(file, "text_add_special_tokens", *v, "applies to tokenizer (use text_append_eos)");
+        JITEMBED_ASSIGN_OR_RETURN(s.text.add_special_tokens, detail::param_bool(file, "text_add_special_tokens", *v));
+      }
+      if (const auto* v = get("text_pad_id")) {
+        if (!hf) return detail::bad_param(file, "text_pad_id", *v, "applies to tokenizer (SentencePiece's pad id is the model's)");
+        JITEMBED_ASSIGN_OR_RETURN(s.text.pad_id, detail::param_int(file, "text_pad_id", *v, 0, (std::int64_t{1} << 31) - 1));
+      }
+      if (!hf && s.text.max_length < 2) return detail::bad_param(file, "text_max_length", std::to_string(s.text.max_length), "< 2");
       return s;
     }
     JITEMBED_TRY(refuse_others("text_", "text_", "does not apply to an image or video model"));
@@ -343,10 +395,13 @@ struct preprocess_spec {
     const std::size_t rank = video ? 4 : 3;
     const bool f32_input = in_type == dtype::f32 && in_dims.size() == rank && in_dims[0] == 3;
     if (!f32_input) {
+      // u8 [H, W, 3]: the backend's own reference JPEG decode (torch_model's), none of these settings
+      const bool reference_image = !video && in_type == dtype::u8 && in_dims.size() == 3 && in_dims[2] == 3;
       for (const auto& [k, v] : params)
-        if (k.starts_with("image_") || k.starts_with("video_"))
-          return fail(errc::invalid_argument, file + ": parameters '" + k + "' makes TYPE_FP32 " + (video ? "[3, T, H, W]" : "[3, H, W]") +
-                                                  ", input is " + dims_text());
+        if (k.starts_with("image_") || k.starts_with("video_") || !reference_image)
+          return fail(errc::invalid_argument, file + ": parameters '" + (k.starts_with("image_") || k.starts_with("video_") ? k : "modality") +
+                                                  "' makes TYPE_FP32 " + (video ? "[3, T, H, W]" : "[3, H, W]") +
+                                                  (video ? "" : " (or TYPE_UINT8 [H, W, 3] without image_ settings)") + ", input is " + dims_text());
       return s;
     }
     for (std::size_t d = 1; d < rank; ++d)

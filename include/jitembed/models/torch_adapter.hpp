@@ -69,6 +69,9 @@ struct torch_model_options {
   // does); for other modalities preprocess() fails with errc::invalid_argument (run() still works).
   std::function<result<tensor>(bytes_view, const decode_limits&)> preprocess;
   std::string preprocess_key;  // every parameter of `preprocess` (preprocess_params::str()); required with it
+  // true: no preprocessing of raw bytes at all, not even the reference image one; the model is served only
+  // through its declared input tensor (has_preprocess() is false). Not with `preprocess`.
+  bool tensor_input_only = false;
   torch_file_format file_format = torch_file_format::by_extension;  // open() only
   // AOTInductor packages: how many run() calls execute at once (the loader's runners; more wait). >= 1
   std::size_t aoti_runners = 1;
@@ -168,6 +171,11 @@ class torch_model {
   std::string_view preprocess_key() const noexcept { return s_->preprocess_key; }
   modality input_modality() const noexcept { return s_->opts.input_modality; }
   std::span<const tensor_meta> inputs() const noexcept { return {&s_->opts.input, 1}; }
+  // Whether preprocess() makes the input from raw bytes (a preprocess callable, or the reference image one).
+  bool has_preprocess() const noexcept {
+    const auto& o = s_->opts;
+    return o.preprocess || (o.input_modality == modality::image && !o.tensor_input_only);
+  }
   std::span<const tensor_meta> outputs() const noexcept { return s_->opts.outputs; }
   std::size_t max_batch_size() const noexcept { return s_->opts.max_batch_size; }
   jitembed::device device() const noexcept { return s_->opts.device; }
@@ -186,9 +194,9 @@ class torch_model {
         return fail(errc::internal, o.name + ": preprocess threw: " + detail::torch_what(e));
       }
     }
-    if (o.input_modality != modality::image)
-      return fail(errc::invalid_argument, o.name + ": no preprocess for " + std::string(to_string(o.input_modality)) +
-                                              " input (set torch_model_options::preprocess)");
+    if (!has_preprocess())
+      return fail(errc::invalid_argument, o.name + ": no preprocessing of raw " + std::string(to_string(o.input_modality)) +
+                                              " bytes: send the input tensor '" + o.input.name + "'");
     codec::jpeg_decode_options jo;
     jo.target_height = static_cast<int>(o.input.shape[0]);
     jo.target_width = static_cast<int>(o.input.shape[1]);
@@ -280,11 +288,13 @@ class torch_model {
       if (!names.insert(m.name).second) return fail(errc::invalid_argument, who + ": output '" + m.name + "' declared twice");
     }
     auto s = std::make_shared<state>();
+    if (o.preprocess && o.tensor_input_only)
+      return fail(errc::invalid_argument, who + ": preprocess is set with tensor_input_only");
     if (o.preprocess) {
       if (o.preprocess_key.empty())
         return fail(errc::invalid_argument, who + ": preprocess is set but preprocess_key is empty");
       s->preprocess_key = o.preprocess_key;
-    } else if (o.input_modality == modality::image) {
+    } else if (o.input_modality == modality::image && !o.tensor_input_only) {
       const auto& sh = o.input.shape;
       if (o.input.type != dtype::u8 || sh.size() != 3 || sh[2] != 3 || sh[0] < 1 || sh[1] < 1 || sh[0] > 65535 ||
           sh[1] > 65535)

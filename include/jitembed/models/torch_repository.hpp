@@ -107,6 +107,8 @@ inline result<any_model> open_torch_repository_model(const backend_config& c, bo
                                      c.version_dir.parent_path(), file);
   if (!spec) return spec.error();
   o.input_modality = spec->input_modality;
+  // No `modality`: Triton's tensor model, served through its declared input only (no reference JPEG decode).
+  o.tensor_input_only = !spec->active && !c.parameters.count("modality");
   o.input = std::move(*in);
   if (c.outputs.empty()) return fail(errc::invalid_argument, file + ": no output declared");
   std::vector<std::pair<std::int64_t, tensor_meta>> outs;
@@ -142,10 +144,13 @@ inline result<any_model> open_torch_repository_model(const backend_config& c, bo
 
 // One TorchScript model version from its repository config (platform "pytorch_libtorch" / backend
 // "pytorch"; the module file is model.pt, or default_model_filename). Parameters (strings):
-//   modality         image | video | text (default image): which sample field feeds it
+//   modality         image | video | text: preprocessing is opt-in; without it the model is served as Triton
+//                    serves it, through its declared input tensor only. With it, raw fields of that kind
+//                    are preprocessed (and the declared input tensor is accepted too)
 //   preprocessing    image_resize, image_normalize, image_mean, image_std (image / video models with a
 //                    TYPE_FP32 [3, H, W] / [3, T, H, W] input), video_frames, video_frame_stride, and
-//                    sentencepiece_model, text_max_length, text_padding, text_truncation, text_append_eos
+//                    tokenizer (a Hugging Face tokenizer.json) or sentencepiece_model, text_max_length,
+//                    text_padding, text_truncation, text_append_eos, text_pad_id, text_add_special_tokens
 //                    (text models with a TYPE_INT64 [2, L] input): preprocess_spec::parse, docs/models.md.
 //                    Image models with a TYPE_UINT8 [H, W, 3] input get the reference JPEG preprocessing
 //                    (decode + stretch) instead
@@ -155,7 +160,7 @@ inline result<any_model> open_torch_repository_model(const backend_config& c, bo
 // Config: max_batch_size >= 1 (forward gets [N, dims...]); one input; outputs in forward's order (Triton's
 // OUTPUT__<k> names give the position; else the order declared), in the declared dtype (floating outputs
 // are cast). Errors: invalid_argument (settings, naming the parameter and the file), not_found (no model
-// file, no sentencepiece_model file), decode_failed (a file LibTorch or SentencePiece does not load).
+// file, no tokenizer file), decode_failed (a file LibTorch or the tokenizer does not load).
 inline result<any_model> open_torch_script_model(const backend_config& c) { return detail::open_torch_repository_model(c, false); }
 
 // One AOTInductor package version (platform "torch_aoti"; model.pt2, or default_model_filename): the same

@@ -144,10 +144,17 @@ def test_bad_declarations_are_refused():
     with pytest.raises(jitembed.ERROR_CLASSES["invalid_argument"], match="not callable"):
         jitembed.Model(42, "x", inputs=("image", "f32", [3, 8, 8]), outputs=[("y", "f32", [1])])
     with pytest.raises(jitembed.ERROR_CLASSES["invalid_argument"], match="no built-in preprocessing"):
-        jitembed.Model(lambda x: x, "x", inputs=("image", "u8", [8, 8, 3]), outputs=[("y", "f32", [1])])
+        jitembed.Model(lambda x: x, "x", inputs=("image", "u8", [8, 8, 3]), outputs=[("y", "f32", [1])],
+                       preprocess={"modality": "image"})
+    with pytest.raises(jitembed.ERROR_CLASSES["invalid_argument"], match="needs parameters 'modality'"):
+        jitembed.Model(lambda x: x, "x", inputs=("image", "f32", [3, 8, 8]), outputs=[("y", "f32", [1])],
+                       preprocess={"image_normalize": "signed"})
     with pytest.raises(jitembed.ERROR_CLASSES["invalid_argument"], match="image_normalize"):
         jitembed.Model(lambda x: x, "x", inputs=("image", "f32", [3, 8, 8]), outputs=[("y", "f32", [1])],
-                       preprocess={"image_normalize": "sideways"})
+                       preprocess={"modality": "image", "image_normalize": "sideways"})
+    with pytest.raises(jitembed.ERROR_CLASSES["invalid_argument"], match="needs parameters 'tokenizer'"):
+        jitembed.Model(lambda x: x, "x", inputs=("text", "i64", [2, 8]), outputs=[("y", "f32", [1])],
+                       preprocess={"modality": "text"})
 
 
 def test_a_slow_model_does_not_hold_up_another(images):

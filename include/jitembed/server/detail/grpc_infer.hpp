@@ -178,6 +178,9 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
       continue;
     }
     if (n_raw) {
+      // Triton refuses both forms at once rather than silently dropping one of them.
+      if (ir->HasField(in, f.in_contents))
+        return fail(errc::invalid_argument, w + ": contents must not be set when the request uses raw_input_contents");
       if (next_raw >= n_raw)
         return fail(errc::invalid_argument, "raw_input_contents has " + std::to_string(n_raw) +
                                                 " entries, fewer than the inputs not in shared memory");

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -182,13 +183,14 @@ class inference_pipeline {
     return call;
   }
 
-  // Checks the decoded request, then preprocesses its rows on the pool and submits them to the batcher.
+  // Checks the decoded request, then preprocesses its rows on the pool (raw fields) or takes them as they are
+  // (tensor inputs), and submits them to the batcher.
   void dispatch(std::shared_ptr<infer_call> call) {
     if (auto shm = resolve_shared_memory(*call); !shm) return finish_error(*call, shm.error());
     if (auto raw = decompress_inputs(*call); !raw) return finish_error(*call, raw.error());
     auto rows = check_rows(*call);
     if (!rows) return finish_error(*call, rows.error());
-    const std::size_t n = rows->size();
+    const std::size_t n = rows->count();
     call->inst->admit_more(n - 1);
     call->admitted = n;
     call->rows.resize(n);
@@ -199,21 +201,29 @@ class inference_pipeline {
     // Answered `timeout` at the deadline even when the model is still running its rows (a model cannot be
     // interrupted; its instance reports not ready until it returns: model_instance::ready).
     if (call->deadline) timer_.arm(*call->deadline, call);
+    if (!rows->items.empty()) {  // tensor inputs: nothing to decode, straight to the batcher
+      for (std::size_t i = 0; i < n; ++i) submit_row(call, i, std::move(rows->items[i]));
+      return;
+    }
     const bool is_sample = call->req.inputs.front().name == "sample";
     for (std::size_t i = 0; i < n; ++i) {
-      pool_.submit([this, call, i, raw = (*rows)[i], is_sample] {
+      pool_.submit([this, call, i, raw = rows->raw[i], is_sample] {
         // A row whose deadline passed while it waited for a preprocessing thread is not decoded at all.
         if (call->deadline && clock::now() >= *call->deadline)
           return call->row_done(i, fail(errc::timeout, "timeout: deadline passed before preprocessing"));
         auto item = preprocess(*call->inst, raw, is_sample);
         if (!item) return call->row_done(i, std::move(item).error());
-        batching::submit_options<shape_bucket> opts;
-        opts.bucket = bucket_of(*item);
-        opts.deadline = call->deadline;
-        call->inst->batcher().submit(row_item{std::move(*item), call->deadline}, std::move(opts),
-                                     [call, i](result<models::named_tensors> r) { call->row_done(i, std::move(r)); });
+        submit_row(call, i, std::move(*item));
       });
     }
+  }
+
+  static void submit_row(const std::shared_ptr<infer_call>& call, std::size_t i, tensor item) {
+    batching::submit_options<shape_bucket> opts;
+    opts.bucket = bucket_of(item);
+    opts.deadline = call->deadline;
+    call->inst->batcher().submit(row_item{std::move(item), call->deadline}, std::move(opts),
+                                 [call, i](result<models::named_tensors> r) { call->row_done(i, std::move(r)); });
   }
 
   // Inputs that name a region get its bytes; outputs that name one get it held until the answer (both
@@ -254,38 +264,179 @@ class inference_pipeline {
     return {};
   }
 
-  // Checks the request's single BYTES input ("image" | "video" | "text" as the model's modality, or
-  // "sample") and returns its rows.
-  result<std::vector<std::string_view>> check_rows(infer_call& c) {
+  // A request's rows: raw fields to preprocess, or the model's input items as they came.
+  struct request_rows {
+    std::vector<std::string_view> raw;
+    std::vector<tensor> items;
+    std::size_t count() const noexcept { return items.empty() ? raw.size() : items.size(); }
+  };
+
+  // The rows of the request, by the input it sends (model_inputs() in render.hpp describes the same):
+  // - one BYTES input named as the model's modality ("image" | "video" | "text") or "sample": raw fields the
+  //   model preprocesses (models with preprocessing only);
+  // - the model's declared input (its name, dtype and [batch, dims...]): items as they are, as Triton takes
+  //   them;
+  // - token ids for a text model whose input is ids (i64 [2, L]: ids and attention mask, or [L]): "input_ids"
+  //   INT64 or INT32 [batch, L], with "attention_mask" of the same shape when the model takes a mask (all ones
+  //   when absent, as transformers does).
+  result<request_rows> check_rows(infer_call& c) {
     const auto& m = c.inst->model();
-    const std::string_view expected = input_name(m.input_modality());
-    if (c.req.inputs.size() != 1)
-      return fail(errc::invalid_argument, "model '" + c.inst->name() + "' expects 1 input ('" + std::string(expected) +
-                                              "' or 'sample'), got " + std::to_string(c.req.inputs.size()));
-    const auto& in = c.req.inputs.front();
-    if (in.name != expected && in.name != "sample")
-      return fail(errc::invalid_argument, "unexpected input '" + in.name + "' for model '" + c.inst->name() +
-                                              "' (expects '" + std::string(expected) + "' or 'sample')");
-    if (in.type != net::kserve::datatype::bytes)
-      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " +
-                                            std::string(net::kserve::to_string(in.type)) + ", expected BYTES");
-    const bool shape_ok =
-        (in.shape.size() == 1 && in.shape[0] >= 1) || (in.shape.size() == 2 && in.shape[0] >= 1 && in.shape[1] == 1);
-    if (!shape_ok)
-      return fail(errc::invalid_argument, "input '" + in.name + "' has shape " +
-                                              net::kserve::detail::shape_string(in.shape) +
-                                              ", expected [batch] or [batch,1]");
-    if (static_cast<std::uint64_t>(in.shape[0]) > config_.max_rows_per_request)
-      return fail(errc::limit_exceeded, "input '" + in.name + "': " + std::to_string(in.shape[0]) +
-                                            " rows > max_rows_per_request " +
-                                            std::to_string(config_.max_rows_per_request));
     for (const auto& o : c.req.outputs) {
       const auto outs = m.outputs();
       if (std::none_of(outs.begin(), outs.end(), [&](const models::tensor_meta& t) { return t.name == o.name; }))
         return fail(errc::invalid_argument,
                     "unknown output '" + o.name + "' requested from model '" + c.inst->name() + "'");
     }
-    return in.strings();
+    const auto& in = c.req.inputs.front();
+    const std::string_view modality_name = input_name(m.input_modality());
+    const models::tensor_meta& declared = m.inputs().front();
+    if (c.req.inputs.size() == 1 && in.type == net::kserve::datatype::bytes && (in.name == modality_name || in.name == "sample")) {
+      if (!m.has_preprocess())
+        return fail(errc::invalid_argument, "model '" + c.inst->name() + "' has no preprocessing of raw " + std::string(modality_name) +
+                                                " (its config sets no 'modality'): " + expected_inputs(m));
+      JITEMBED_TRY(check_batch(in));
+      request_rows rows;
+      JITEMBED_ASSIGN_OR_RETURN(rows.raw, in.strings());
+      return rows;
+    }
+    if (c.req.inputs.size() == 1 && in.name == declared.name) return tensor_rows(in, declared);
+    if (const auto ids = token_id_layout(m); ids && std::any_of(c.req.inputs.begin(), c.req.inputs.end(), [](const auto& t) {
+          return t.name == "input_ids";
+        }))
+      return token_id_rows(c.req, *ids, m);
+    if (c.req.inputs.size() != 1)
+      return fail(errc::invalid_argument, "model '" + c.inst->name() + "' expects 1 input, got " +
+                                              std::to_string(c.req.inputs.size()) + ": " + expected_inputs(m));
+    if (in.name == modality_name || in.name == "sample")
+      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " + std::string(net::kserve::to_string(in.type)) +
+                                            ", expected BYTES");
+    return fail(errc::invalid_argument,
+                "unexpected input '" + in.name + "' for model '" + c.inst->name() + "': " + expected_inputs(m));
+  }
+
+  // What a model takes, for messages: "expects 'image' or 'sample' (BYTES), or 'INPUT__0' FP32 [3, 16, 16]".
+  static std::string expected_inputs(const models::any_model& m) {
+    const auto& d = m.inputs().front();
+    std::string s = "expects ";
+    if (m.has_preprocess()) s += "'" + std::string(input_name(m.input_modality())) + "' or 'sample' (BYTES), or ";
+    s += "'" + d.name + "' " + std::string(net::kserve::to_string(net::kserve::from_dtype(d.type))) + " " +
+         net::kserve::detail::shape_string(d.shape);
+    if (token_id_layout(m)) s += ", or 'input_ids' (INT64 or INT32)";
+    return s;
+  }
+
+  // At most max_rows_per_request rows.
+  result<void> check_rows_count(const net::kserve::infer_tensor& in, std::int64_t rows) const {
+    if (static_cast<std::uint64_t>(rows) > config_.max_rows_per_request)
+      return fail(errc::limit_exceeded, "input '" + in.name + "': " + std::to_string(rows) + " rows > max_rows_per_request " +
+                                            std::to_string(config_.max_rows_per_request));
+    return {};
+  }
+
+  // A BYTES input of raw fields: [batch] or [batch, 1].
+  result<void> check_batch(const net::kserve::infer_tensor& in) const {
+    const bool shape_ok =
+        (in.shape.size() == 1 && in.shape[0] >= 1) || (in.shape.size() == 2 && in.shape[0] >= 1 && in.shape[1] == 1);
+    if (!shape_ok)
+      return fail(errc::invalid_argument, "input '" + in.name + "' has shape " + net::kserve::detail::shape_string(in.shape) +
+                                              ", expected [batch] or [batch,1]");
+    return check_rows_count(in, in.shape[0]);
+  }
+
+  // The declared input's rows, each copied into its own aligned item tensor.
+  result<request_rows> tensor_rows(const net::kserve::infer_tensor& in, const models::tensor_meta& declared) const {
+    const auto want = net::kserve::from_dtype(declared.type);
+    if (in.type != want)
+      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " + std::string(net::kserve::to_string(in.type)) +
+                                            ", expected " + std::string(net::kserve::to_string(want)));
+    bool fits = in.shape.size() == declared.shape.size() + 1 && in.shape[0] >= 1;
+    for (std::size_t d = 0; fits && d < declared.shape.size(); ++d)
+      fits = declared.shape[d] < 0 || in.shape[d + 1] == declared.shape[d];
+    if (!fits)
+      return fail(errc::invalid_argument, "input '" + in.name + "' has shape " + net::kserve::detail::shape_string(in.shape) +
+                                              ", expected [batch] + " + net::kserve::detail::shape_string(declared.shape));
+    JITEMBED_TRY(check_rows_count(in, in.shape[0]));
+    return split_rows(in, declared.type, std::span<const std::int64_t>(in.shape).subspan(1));
+  }
+
+  // [batch, item...] bytes -> one item tensor per row (the request's bytes may be unaligned for the dtype).
+  static result<request_rows> split_rows(const net::kserve::infer_tensor& in, dtype type, std::span<const std::int64_t> dims) {
+    const auto n = static_cast<std::size_t>(in.shape[0]);
+    JITEMBED_ASSIGN_OR_RETURN(const auto numel, checked_numel(dims));
+    const shape item(dims);
+    const std::size_t row_bytes = static_cast<std::size_t>(numel) * element_size(type);
+    if (in.data.size() != n * row_bytes)
+      return fail(errc::invalid_argument, "input '" + in.name + "' has " + std::to_string(in.data.size()) + " bytes, its shape needs " +
+                                              std::to_string(n * row_bytes));
+    request_rows rows;
+    rows.items.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      tensor t = tensor::empty(item, type);
+      if (row_bytes) std::memcpy(t.data(), in.data.data() + i * row_bytes, row_bytes);
+      rows.items.push_back(std::move(t));
+    }
+    return rows;
+  }
+
+  // A text model's token-id input: i64 [2, L] (ids and mask) or i64 [L] (ids); nullopt for other models.
+  struct token_ids { std::int64_t length; bool with_mask; };
+  static std::optional<token_ids> token_id_layout(const models::any_model& m) {
+    if (m.input_modality() != models::modality::text) return std::nullopt;
+    const auto& d = m.inputs().front();
+    if (d.type != dtype::i64) return std::nullopt;
+    if (d.shape.size() == 2 && d.shape[0] == 2 && d.shape[1] >= 1) return token_ids{d.shape[1], true};
+    if (d.shape.size() == 1 && d.shape[0] >= 1) return token_ids{d.shape[0], false};
+    return std::nullopt;
+  }
+
+  // "input_ids" [batch, L] (+ "attention_mask") -> the model's id items.
+  result<request_rows> token_id_rows(const net::kserve::infer_request& req, token_ids layout, const models::any_model& m) const {
+    const net::kserve::infer_tensor* ids = nullptr;
+    const net::kserve::infer_tensor* mask = nullptr;
+    for (const auto& t : req.inputs) {
+      if (t.name == "input_ids") ids = &t;
+      else if (t.name == "attention_mask" && layout.with_mask) mask = &t;
+      else
+        return fail(errc::invalid_argument, "unexpected input '" + t.name + "' beside 'input_ids' for model '" + std::string(m.name()) +
+                                                "' (" + (layout.with_mask ? "it takes 'attention_mask'" : "it takes no mask") + ")");
+    }
+    for (const auto* t : {ids, mask}) {
+      if (!t) continue;
+      if (t->type != net::kserve::datatype::int64 && t->type != net::kserve::datatype::int32)
+        return fail(errc::dtype_mismatch, "input '" + t->name + "' has datatype " + std::string(net::kserve::to_string(t->type)) +
+                                              ", expected INT64 or INT32");
+      if (t->shape.size() != 2 || t->shape[0] < 1 || t->shape[1] != layout.length || (mask && mask->shape != ids->shape))
+        return fail(errc::invalid_argument, "input '" + t->name + "' has shape " + net::kserve::detail::shape_string(t->shape) +
+                                                ", expected [batch, " + std::to_string(layout.length) + "]" +
+                                                (mask ? " (input_ids and attention_mask alike)" : ""));
+      const std::size_t es = t->type == net::kserve::datatype::int64 ? 8 : 4;
+      if (t->data.size() != static_cast<std::size_t>(t->shape[0] * t->shape[1]) * es)
+        return fail(errc::invalid_argument, "input '" + t->name + "' has " + std::to_string(t->data.size()) + " bytes for its shape");
+    }
+    JITEMBED_TRY(check_rows_count(*ids, ids->shape[0]));
+    const auto element = [](const net::kserve::infer_tensor& t, std::size_t k) -> std::int64_t {
+      if (t.type == net::kserve::datatype::int64) {
+        std::int64_t v;
+        std::memcpy(&v, t.data.data() + k * 8, 8);
+        return v;
+      }
+      std::int32_t v;
+      std::memcpy(&v, t.data.data() + k * 4, 4);
+      return v;
+    };
+    const auto n = static_cast<std::size_t>(ids->shape[0]);
+    const auto L = static_cast<std::size_t>(layout.length);
+    request_rows rows;
+    rows.items.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      tensor t = tensor::empty(layout.with_mask ? shape{2, layout.length} : shape{layout.length}, dtype::i64);
+      auto* out = t.data<std::int64_t>();
+      for (std::size_t k = 0; k < L; ++k) out[k] = element(*ids, i * L + k);
+      if (layout.with_mask)
+        for (std::size_t k = 0; k < L; ++k) out[L + k] = mask ? element(*mask, i * L + k) : 1;
+      rows.items.push_back(std::move(t));
+    }
+    return rows;
   }
 
   // The model's input from a row: raw field bytes, or a record's first field of the model's kind (shared

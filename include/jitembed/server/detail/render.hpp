@@ -26,21 +26,35 @@ inline ojson tensor_metadata(std::string_view name, std::string_view datatype,
   return ojson{{"name", name}, {"datatype", datatype}, {"shape", shape}};
 }
 
+// What a model is fed through: raw fields of its modality (a BYTES input named so) when it preprocesses,
+// else its declared input tensor, as Triton serves a tensor model. A model with preprocessing takes its
+// declared tensor too (a trainer that decodes itself): "tensor_input" names it in the parameters below.
+inline std::string_view preprocessing_of(const models::any_model& m) {
+  return m.has_preprocess() ? input_name(m.input_modality()) : std::string_view("none");
+}
+
 // GET /v2/models/{m}[/versions/{v}]: KServe model metadata; `versions` lists every loaded version.
 // "parameters" carries what a client needs to build cache keys (cache/key.hpp) for this model's outputs:
-// the model's fingerprint (model.version()) and preprocess_key.
+// the model's fingerprint (model.version()) and preprocess_key; and how the model is fed: "preprocessing"
+// (image | video | text | none) and "tensor_input" (its declared input).
 inline ojson model_metadata(const model_instance& inst, const std::vector<std::string>& versions) {
   const auto& m = inst.model();
+  const auto& declared = m.inputs().front();
+  const auto declared_type = net::kserve::to_string(net::kserve::from_dtype(declared.type));
   ojson j;
   j["name"] = inst.name();
   j["versions"] = versions;
   j["platform"] = "jitembed";
-  j["inputs"] = ojson::array({tensor_metadata(input_name(m.input_modality()), "BYTES", {1})});
+  j["inputs"] = ojson::array({m.has_preprocess() ? tensor_metadata(input_name(m.input_modality()), "BYTES", {1})
+                                                 : tensor_metadata(declared.name, declared_type, declared.shape)});
   ojson outs = ojson::array();
   for (const auto& o : m.outputs())
     outs.push_back(tensor_metadata(o.name, net::kserve::to_string(net::kserve::from_dtype(o.type)), o.shape));
   j["outputs"] = std::move(outs);
-  j["parameters"] = ojson{{"fingerprint", m.version()}, {"preprocess_key", m.preprocess_key()}};
+  j["parameters"] = ojson{{"fingerprint", m.version()},
+                          {"preprocess_key", m.preprocess_key()},
+                          {"preprocessing", preprocessing_of(m)},
+                          {"tensor_input", tensor_metadata(declared.name, declared_type, declared.shape).dump()}};
   return j;
 }
 
@@ -54,10 +68,14 @@ inline ojson model_config_json(const model_instance& inst, const version_policy&
   j["backend"] = "jitembed";
   j["version_policy"] = ojson::parse(to_json(policy).dump());
   j["max_batch_size"] = bo.max_batch_size;
-  j["input"] = ojson::array({ojson{{"name", input_name(m.input_modality())},
-                                   {"data_type", "TYPE_STRING"},
-                                   {"format", "FORMAT_NONE"},
-                                   {"dims", ojson::array({1})}}});
+  const auto& declared = m.inputs().front();
+  j["input"] = ojson::array(
+      {m.has_preprocess()
+           ? ojson{{"name", input_name(m.input_modality())}, {"data_type", "TYPE_STRING"}, {"format", "FORMAT_NONE"}, {"dims", ojson::array({1})}}
+           : ojson{{"name", declared.name},
+                   {"data_type", "TYPE_" + std::string(net::kserve::to_string(net::kserve::from_dtype(declared.type)))},
+                   {"format", "FORMAT_NONE"},
+                   {"dims", declared.shape}}});
   ojson outs = ojson::array();
   for (const auto& o : m.outputs())
     outs.push_back(ojson{{"name", o.name},
@@ -77,7 +95,8 @@ inline ojson model_config_json(const model_instance& inst, const version_policy&
   // ModelMetadataResponse has no parameters, so a grpc:// client reads it here.
   for (const auto& [key, value] :
        {std::pair<const char*, std::string>{"fingerprint", std::string(m.version())},
-        std::pair<const char*, std::string>{"preprocess_key", std::string(m.preprocess_key())}})
+        std::pair<const char*, std::string>{"preprocess_key", std::string(m.preprocess_key())},
+        std::pair<const char*, std::string>{"preprocessing", std::string(preprocessing_of(m))}})
     if (!j["parameters"].contains(key)) j["parameters"][key] = ojson{{"string_value", value}};
   return j;
 }

@@ -27,8 +27,7 @@ class hf_regex {
   static result<hf_regex> compile(std::string_view pattern, bool literal, const std::string& where) {
     int code = 0;
     PCRE2_SIZE offset = 0;
-    std::uint32_t options = PCRE2_UTF | PCRE2_UCP;
-    if (literal) options |= PCRE2_LITERAL;
+    const std::uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;  // LITERAL refuses UCP
     pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &code, &offset, nullptr);
     if (re == nullptr) {
       PCRE2_UCHAR buf[256];

@@ -131,6 +131,19 @@ def write_corpus(path, captions):
             f.write(struct.pack("<I", len(b)) + b)
 
 
+def read_corpus(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"JTKCORP1", path
+    (n,) = struct.unpack_from("<I", data, 8)
+    out, at = [], 12
+    for _ in range(n):
+        (k,) = struct.unpack_from("<I", data, at)
+        out.append(data[at + 4:at + 4 + k].decode("utf-8"))
+        at += 4 + k
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Tokenizers
 BYTE_ALPHABET = sorted(pre_tokenizers.ByteLevel.alphabet())

@@ -43,12 +43,14 @@ int main(int argc, char** argv) {
   int passes = 3;
   cli.app.add_option("--dir", dir, "make_corpus.py's output: corpus.bin and <name>.json")->required();
   cli.app.add_option("--tokenizers", names, "tokenizer.json names in --dir");
-  cli.app.add_option("--passes", passes, "timed passes over the corpus (the best is reported)")->check(CLI::Range(1, 100));
+  cli.app.add_option("--passes", passes, "timed passes over the corpus (the best is reported)")
+      ->check(CLI::Range(1, 100));
   CLI11_PARSE(cli.app, argc, argv);
 
   const auto corpus = read_corpus(std::filesystem::path(dir) / "corpus.bin");
   if (corpus.empty()) {
-    std::fprintf(stderr, "bench_tokenizer: no corpus in %s (run tests/tokenizers/make_corpus.py --out %s)\n", dir.c_str(), dir.c_str());
+    std::fprintf(stderr, "bench_tokenizer: no corpus in %s (run tests/tokenizers/make_corpus.py --out %s)\n",
+                 dir.c_str(), dir.c_str());
     return 1;
   }
   std::vector<std::string> lines;
@@ -61,7 +63,8 @@ int main(int argc, char** argv) {
     }
     std::uint64_t tokens = 0;
     double best = 1e300;
-    for (int p = 0; p <= passes; ++p) {  // pass 0 warms the word cache, as the library's cache is warm after its first pass
+    for (int p = 0; p <= passes;
+         ++p) {  // pass 0 warms the word cache, as the library's cache is warm after its first pass
       tokens = 0;
       const auto t0 = std::chrono::steady_clock::now();
       for (const auto& c : corpus) {
@@ -76,9 +79,11 @@ int main(int argc, char** argv) {
       if (p > 0 && s < best) best = s;
     }
     const double rate = static_cast<double>(corpus.size()) / best;
-    std::printf("%-10s %12zu %14.0f %12llu\n", name.c_str(), corpus.size(), rate, static_cast<unsigned long long>(tokens));
+    std::printf("%-10s %12zu %14.0f %12llu\n", name.c_str(), corpus.size(), rate,
+                static_cast<unsigned long long>(tokens));
     char buf[256];
-    std::snprintf(buf, sizeof buf, "{\"bench\": \"tokenizers/cpp/%s\", \"captions\": %zu, \"captions_per_s\": %.1f, \"tokens\": %llu}",
+    std::snprintf(buf, sizeof buf,
+                  "{\"bench\": \"tokenizers/cpp/%s\", \"captions\": %zu, \"captions_per_s\": %.1f, \"tokens\": %llu}",
                   name.c_str(), corpus.size(), rate, static_cast<unsigned long long>(tokens));
     lines.emplace_back(buf);
   }

@@ -61,7 +61,8 @@ const std::vector<std::string>& corpus() {
   static const std::vector<std::string> captions = [] {
     reader r{slurp(reference_dir() / "corpus.bin")};
     std::vector<std::string> out;
-    REQUIRE_MESSAGE(r.data.size() >= 12, "no reference corpus in " << reference_dir() << " (ctest -R tokenizers/reference)");
+    REQUIRE_MESSAGE(r.data.size() >= 12,
+                    "no reference corpus in " << reference_dir() << " (ctest -R tokenizers/reference)");
     REQUIRE(r.data.compare(0, 8, "JTKCORP1") == 0);
     r.at = 8;
     const auto n = r.get<std::uint32_t>();
@@ -79,8 +80,10 @@ const std::vector<std::string>& corpus() {
 std::string escaped(const std::string& s) {
   std::ostringstream o;
   for (const unsigned char c : s.substr(0, 300)) {
-    if (c < 0x20 || c == 0x7F) o << "\\x" << std::hex << static_cast<int>(c) << std::dec;
-    else o << c;
+    if (c < 0x20 || c == 0x7F)
+      o << "\\x" << std::hex << static_cast<int>(c) << std::dec;
+    else
+      o << c;
   }
   if (s.size() > 300) o << "...(" << s.size() << " bytes)";
   return o.str();
@@ -109,7 +112,8 @@ void check_cases(const std::string& prefix) {
     hf_truncation tr;
     if (!c["truncation"].is_null()) {
       tr.max_length = c["truncation"]["max_length"];
-      tr.how = c["truncation"]["strategy"] == "only_first" ? hf_truncation::strategy::only_first : hf_truncation::strategy::longest_first;
+      tr.how = c["truncation"]["strategy"] == "only_first" ? hf_truncation::strategy::only_first
+                                                           : hf_truncation::strategy::longest_first;
     }
     hf_padding pad;
     if (!c["padding"].is_null()) {
@@ -132,18 +136,26 @@ void check_cases(const std::string& prefix) {
       const std::string& a = captions.at(first[i]);
       auto got = pair ? tok->encode_pair(a, captions.at(second[i]), add, tr, pad) : tok->encode(a, add, tr, pad);
       const auto b = offsets[i], e = offsets[i + 1];
-      const std::vector<std::int64_t> want_ids(ids.begin() + static_cast<std::ptrdiff_t>(b), ids.begin() + static_cast<std::ptrdiff_t>(e));
-      const std::vector<std::int64_t> want_types(types.begin() + static_cast<std::ptrdiff_t>(b), types.begin() + static_cast<std::ptrdiff_t>(e));
-      const std::vector<std::int64_t> want_mask(mask.begin() + static_cast<std::ptrdiff_t>(b), mask.begin() + static_cast<std::ptrdiff_t>(e));
+      const std::vector<std::int64_t> want_ids(ids.begin() + static_cast<std::ptrdiff_t>(b),
+                                               ids.begin() + static_cast<std::ptrdiff_t>(e));
+      const std::vector<std::int64_t> want_types(types.begin() + static_cast<std::ptrdiff_t>(b),
+                                                 types.begin() + static_cast<std::ptrdiff_t>(e));
+      const std::vector<std::int64_t> want_mask(mask.begin() + static_cast<std::ptrdiff_t>(b),
+                                                mask.begin() + static_cast<std::ptrdiff_t>(e));
       const bool same = failed[i] ? !got.has_value()
-                                  : got.has_value() && got->ids == want_ids && got->type_ids == want_types && got->attention_mask == want_mask;
+                                  : got.has_value() && got->ids == want_ids && got->type_ids == want_types &&
+                                        got->attention_mask == want_mask;
       if (same) continue;
       if (++mismatches > 1) continue;  // the first is reported in full, the rest counted
       std::ostringstream o;
       o << name << " caption " << first[i] << ": \"" << escaped(a) << "\"";
       if (pair) o << " + \"" << escaped(captions.at(second[i])) << "\"";
-      o << "\n  expected " << (failed[i] ? std::string("an error") : list(want_ids) + " types " + list(want_types) + " mask " + list(want_mask));
-      o << "\n  got      " << (got ? list(got->ids) + " types " + list(got->type_ids) + " mask " + list(got->attention_mask) : got.error().message);
+      o << "\n  expected "
+        << (failed[i] ? std::string("an error")
+                      : list(want_ids) + " types " + list(want_types) + " mask " + list(want_mask));
+      o << "\n  got      "
+        << (got ? list(got->ids) + " types " + list(got->type_ids) + " mask " + list(got->attention_mask)
+                : got.error().message);
       FAIL_CHECK(o.str());
     }
     CHECK_MESSAGE(mismatches == 0, name << ": " << mismatches << " of " << n << " captions differ");
@@ -158,4 +170,6 @@ TEST_CASE("agreement: GPT-2 style byte-level BPE") { check_cases("gpt2"); }
 TEST_CASE("agreement: Llama-3 style BPE (Split regex, ignore_merges, BOS template)") { check_cases("llama3"); }
 TEST_CASE("agreement: BERT WordPiece (singles, pairs, truncation)") { check_cases("bert"); }
 TEST_CASE("agreement: T5 Unigram (Precompiled, Nmt + NFKC, Metaspace schemes, byte_fallback)") { check_cases("t5"); }
-TEST_CASE("agreement: other normalizers, pre-tokenizers, post-processors and added-token flags") { check_cases("sink"); }
+TEST_CASE("agreement: other normalizers, pre-tokenizers, post-processors and added-token flags") {
+  check_cases("sink");
+}

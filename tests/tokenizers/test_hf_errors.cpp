@@ -16,7 +16,8 @@ using jitembed::models::hf_tokenizer;
 using jitembed::models::hf_truncation;
 
 // A small WordPiece tokenizer; `extra` goes after the model (normalizer, pre_tokenizer, post_processor, ...).
-std::string wordpiece(const std::string& extra = R"("pre_tokenizer": {"type": "WhitespaceSplit"})", const std::string& model_extra = "") {
+std::string wordpiece(const std::string& extra = R"("pre_tokenizer": {"type": "WhitespaceSplit"})",
+                      const std::string& model_extra = "") {
   return R"({"version": "1.0", "added_tokens": [{"id": 0, "content": "[UNK]", "special": true}, {"id": 1, "content": "[CLS]", "special": true},
              {"id": 2, "content": "[SEP]", "special": true}],
              "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100,
@@ -37,7 +38,8 @@ std::string message_of(const std::string& json) {
 
 TEST_CASE("a small pipeline encodes as the library does") {
   auto t = hf_tokenizer::parse(wordpiece(R"("pre_tokenizer": {"type": "WhitespaceSplit"},
-      "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 2], "cls": ["[CLS]", 1]})"), "test.json");
+      "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 2], "cls": ["[CLS]", 1]})"),
+                               "test.json");
   REQUIRE_MESSAGE(t.has_value(), (t ? "" : t.error().message));
   auto e = t->encode("cats a  dog zz");
   REQUIRE(e.has_value());
@@ -52,7 +54,8 @@ TEST_CASE("a small pipeline encodes as the library does") {
   auto tr = t->encode("a a a a a", true, hf_truncation{.max_length = 4});
   REQUIRE(tr.has_value());
   CHECK(tr->ids == std::vector<std::int64_t>{1, 3, 3, 2});
-  CHECK(t->encode("a", true, hf_truncation{.max_length = 1}).code() == errc::invalid_argument);  // no room for 2 specials
+  CHECK(t->encode("a", true, hf_truncation{.max_length = 1}).code() ==
+        errc::invalid_argument);  // no room for 2 specials
   CHECK(t->token_to_id("cat") == 4);
   CHECK(t->token_to_id("[SEP]") == 2);
   CHECK_FALSE(t->token_to_id("zebra").has_value());
@@ -61,9 +64,10 @@ TEST_CASE("a small pipeline encodes as the library does") {
 }
 
 TEST_CASE("the file's truncation and padding sections are read") {
-  auto t = hf_tokenizer::parse(wordpiece(R"("truncation": {"direction": "Right", "max_length": 77, "strategy": "OnlyFirst", "stride": 0},
+  auto t = hf_tokenizer::parse(
+      wordpiece(R"("truncation": {"direction": "Right", "max_length": 77, "strategy": "OnlyFirst", "stride": 0},
       "padding": {"strategy": {"Fixed": 77}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 5, "pad_type_id": 0, "pad_token": "[PAD]"})"),
-                               "test.json");
+      "test.json");
   REQUIRE(t.has_value());
   REQUIRE(t->declared_truncation().has_value());
   CHECK(t->declared_truncation()->max_length == 77);
@@ -117,12 +121,13 @@ TEST_CASE("hostile and invalid tokenizer.json files are specific errors") {
   CHECK(message_of(R"({"model": {"type": "WordLevel", "vocab": {}, "unk_token": "x"}})") ==
         "hf_tokenizer: test.json: model: unsupported model type 'WordLevel'");
   CHECK(code_of(wordpiece(R"("normalizer": {"type": "Shout"})")) == errc::invalid_argument);
-  CHECK(message_of(wordpiece(R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "UnicodeScripts"}]})")) ==
+  CHECK(message_of(
+            wordpiece(R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "UnicodeScripts"}]})")) ==
         "hf_tokenizer: test.json: pre_tokenizer.pretokenizers[0]: unsupported pre_tokenizer type 'UnicodeScripts'");
   CHECK(code_of(wordpiece(R"("post_processor": {"type": "Nope"})")) == errc::invalid_argument);
   // wrong types, huge numbers
-  CHECK(message_of(wordpiece("", R"(, "max_input_chars_per_word": "many")")).find("max_input_chars_per_word: expected a non-negative integer") !=
-        std::string::npos);
+  CHECK(message_of(wordpiece("", R"(, "max_input_chars_per_word": "many")"))
+            .find("max_input_chars_per_word: expected a non-negative integer") != std::string::npos);
   CHECK(code_of(R"({"model": {"type": "WordPiece", "vocab": {"a": 99999999999999}}})") == errc::limit_exceeded);
   CHECK(code_of(R"({"model": {"type": "WordPiece", "vocab": {"a": -1}}})") == errc::decode_failed);
   CHECK(code_of(R"({"model": {"type": "WordPiece", "vocab": {"a": 1.5}}})") == errc::decode_failed);
@@ -134,12 +139,18 @@ TEST_CASE("hostile and invalid tokenizer.json files are specific errors") {
   CHECK(code_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b c"]}})") == errc::decode_failed);
   CHECK(code_of(R"({"model": {"type": "BPE", "vocab": {}, "merges": [], "dropout": 0.1}})") == errc::invalid_argument);
   // regexes that do not compile, template tokens that are not declared
-  CHECK(code_of(wordpiece(R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated", "invert": false})")) ==
-        errc::decode_failed);
-  CHECK(code_of(wordpiece(R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}],
+  CHECK(
+      code_of(wordpiece(
+          R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated", "invert": false})")) ==
+      errc::decode_failed);
+  CHECK(
+      code_of(wordpiece(
+          R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}],
                               "pair": [], "special_tokens": {}})")) == errc::decode_failed);
-  CHECK(code_of(wordpiece(R"("normalizer": {"type": "Precompiled", "precompiled_charsmap": "!!notbase64"})")) == errc::decode_failed);
-  CHECK(code_of(wordpiece(R"("normalizer": {"type": "Precompiled", "precompiled_charsmap": "/////w=="})")) == errc::decode_failed);
+  CHECK(code_of(wordpiece(R"("normalizer": {"type": "Precompiled", "precompiled_charsmap": "!!notbase64"})")) ==
+        errc::decode_failed);
+  CHECK(code_of(wordpiece(R"("normalizer": {"type": "Precompiled", "precompiled_charsmap": "/////w=="})")) ==
+        errc::decode_failed);
   // nesting deep enough to exhaust a recursive parser's stack
   CHECK(code_of(std::string(100000, '[') + std::string(100000, ']')) == errc::limit_exceeded);
   std::string seq = R"({"type": "Lowercase"})";
@@ -150,7 +161,8 @@ TEST_CASE("hostile and invalid tokenizer.json files are specific errors") {
 }
 
 TEST_CASE("a model without the unk token it needs fails the encode, not the process") {
-  auto t = hf_tokenizer::parse(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"a": 0}}})", "test.json");
+  auto t =
+      hf_tokenizer::parse(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"a": 0}}})", "test.json");
   REQUIRE(t.has_value());
   CHECK(t->encode("a").value().ids == std::vector<std::int64_t>{0});
   CHECK(t->encode("b").code() == errc::invalid_argument);

@@ -23,7 +23,8 @@ struct hf_truncation {
   side direction = side::right;
 };
 
-// Padding as enable_padding(length=...): to a fixed length (0: none), then to a multiple of pad_to_multiple_of (0: none).
+// Padding as enable_padding(length=...): to a fixed length (0: none), then to a multiple of pad_to_multiple_of (0:
+// none).
 struct hf_padding {
   enum class side : std::uint8_t { right, left };
   std::size_t length = 0;

@@ -33,7 +33,8 @@ class hf_tokenizer {
   static result<hf_tokenizer> open(const std::filesystem::path& tokenizer_json) {
     const std::string name = tokenizer_json.string();
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(tokenizer_json, ec)) return fail(errc::not_found, "hf_tokenizer: no file " + name);
+    if (!std::filesystem::is_regular_file(tokenizer_json, ec))
+      return fail(errc::not_found, "hf_tokenizer: no file " + name);
     std::ifstream in(tokenizer_json, std::ios::binary);
     if (!in) return fail(errc::io_error, "hf_tokenizer: cannot read " + name);
     const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -56,13 +57,15 @@ class hf_tokenizer {
   // limits.max_elements), invalid_utf8 (the core's validation), invalid_argument (truncation that leaves no room for
   // the special tokens, only_first / only_second truncation of a sequence too short, a model without the unk token
   // it needs).
-  result<hf_encoding> encode(std::string_view utf8, bool add_special_tokens = true, const hf_truncation& truncation = {},
-                             const hf_padding& padding = {}, const decode_limits& limits = {}) const {
+  result<hf_encoding> encode(std::string_view utf8, bool add_special_tokens = true,
+                             const hf_truncation& truncation = {}, const hf_padding& padding = {},
+                             const decode_limits& limits = {}) const {
     return run(utf8, nullptr, add_special_tokens, truncation, padding, limits);
   }
   // A pair of captions (the second gets type id 1 where the post-processor says so).
-  result<hf_encoding> encode_pair(std::string_view a, std::string_view b, bool add_special_tokens = true, const hf_truncation& truncation = {},
-                                  const hf_padding& padding = {}, const decode_limits& limits = {}) const {
+  result<hf_encoding> encode_pair(std::string_view a, std::string_view b, bool add_special_tokens = true,
+                                  const hf_truncation& truncation = {}, const hf_padding& padding = {},
+                                  const decode_limits& limits = {}) const {
     return run(a, &b, add_special_tokens, truncation, padding, limits);
   }
 
@@ -82,24 +85,27 @@ class hf_tokenizer {
     for (const std::string_view* s : {static_cast<const std::string_view*>(&a), b}) {
       if (s == nullptr) continue;
       if (s->size() > limits.max_decoded_bytes)
-        return fail(errc::limit_exceeded, "hf_tokenizer: caption of " + std::to_string(s->size()) + " bytes > max_decoded_bytes " +
-                                              std::to_string(limits.max_decoded_bytes));
+        return fail(errc::limit_exceeded, "hf_tokenizer: caption of " + std::to_string(s->size()) +
+                                              " bytes > max_decoded_bytes " + std::to_string(limits.max_decoded_bytes));
       JITEMBED_TRY(validate_utf8(*s));
     }
     if (pad.length > limits.max_elements || pad.pad_to_multiple_of > limits.max_elements)
-      return fail(errc::limit_exceeded, "hf_tokenizer: padding length " + std::to_string(std::max(pad.length, pad.pad_to_multiple_of)) +
+      return fail(errc::limit_exceeded, "hf_tokenizer: padding length " +
+                                            std::to_string(std::max(pad.length, pad.pad_to_multiple_of)) +
                                             " > max_elements " + std::to_string(limits.max_elements));
     const std::size_t added = state_->post ? state_->post->added_tokens(b != nullptr) : 0;
     std::size_t budget = tr.max_length;
     if (tr.max_length != 0 && add_special && added > 0) {
       if (tr.max_length < added)
-        return fail(errc::invalid_argument, "hf_tokenizer: max_length " + std::to_string(tr.max_length) + " leaves no room for the " +
-                                                std::to_string(added) + " special tokens the post-processor adds");
+        return fail(errc::invalid_argument, "hf_tokenizer: max_length " + std::to_string(tr.max_length) +
+                                                " leaves no room for the " + std::to_string(added) +
+                                                " special tokens the post-processor adds");
       budget = tr.max_length - added;
     }
     const bool right = tr.direction == hf_truncation::side::right;
     std::vector<detail::hf_seq> encs;
-    const std::size_t limit_a = tr.max_length != 0 && tr.how != hf_truncation::strategy::only_second ? tr.max_length : 0;
+    const std::size_t limit_a =
+        tr.max_length != 0 && tr.how != hf_truncation::strategy::only_second ? tr.max_length : 0;
     JITEMBED_ASSIGN_OR_RETURN(auto ea, state_->encode_sequence(a, 0, limit_a, right));
     encs.push_back(std::move(ea));
     if (b != nullptr) {
@@ -116,7 +122,8 @@ class hf_tokenizer {
     out.attention_mask.assign(out.ids.size(), 1);
     std::size_t target = std::max(pad.length, out.ids.size());
     if (pad.length == 0) target = out.ids.size();
-    if (pad.pad_to_multiple_of > 0 && target % pad.pad_to_multiple_of != 0) target += pad.pad_to_multiple_of - target % pad.pad_to_multiple_of;
+    if (pad.pad_to_multiple_of > 0 && target % pad.pad_to_multiple_of != 0)
+      target += pad.pad_to_multiple_of - target % pad.pad_to_multiple_of;
     if (target > out.ids.size()) {
       const std::size_t n = target - out.ids.size();
       const bool at_end = pad.direction == hf_padding::side::right;
@@ -155,10 +162,12 @@ class hf_tokenizer {
       return {};
     }
     const std::size_t which = tr.how == hf_truncation::strategy::only_first ? 0 : 1;
-    if (which >= encs.size()) return fail(errc::invalid_argument, "hf_tokenizer: only_second truncation of a single sequence");
+    if (which >= encs.size())
+      return fail(errc::invalid_argument, "hf_tokenizer: only_second truncation of a single sequence");
     const std::size_t len = encs[which].ids.size();
     if (len <= to_remove)
-      return fail(errc::invalid_argument, "hf_tokenizer: the sequence to truncate is too short to respect max_length " + std::to_string(tr.max_length));
+      return fail(errc::invalid_argument, "hf_tokenizer: the sequence to truncate is too short to respect max_length " +
+                                              std::to_string(tr.max_length));
     cut(encs[which], len - to_remove);
     return {};
   }

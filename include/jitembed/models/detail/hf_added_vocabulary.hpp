@@ -29,8 +29,9 @@ struct hf_added_token {
 class hf_added_vocabulary {
  public:
   // model_id: the model's id of a token, if any; model_size: its vocabulary size (where new ids start).
-  static result<hf_added_vocabulary> parse(const hf_json* list, const json_at& at, const std::function<std::optional<std::int32_t>(std::string_view)>& model_id,
-                                          std::size_t model_size, const hf_normalizer* normalizer) {
+  static result<hf_added_vocabulary> parse(const hf_json* list, const json_at& at,
+                                           const std::function<std::optional<std::int32_t>(std::string_view)>& model_id,
+                                           std::size_t model_size, const hf_normalizer* normalizer) {
     hf_added_vocabulary v;
     if (list == nullptr) return v;
     JITEMBED_TRY(array_of(*list, at));
@@ -53,8 +54,10 @@ class hf_added_vocabulary {
       const auto known = find_id(v.ids_, t.content);
       if (known && by_id[*known] == t) continue;
       std::int32_t id;
-      if (known) id = *known;
-      else if (const auto m = model_id(t.content)) id = *m;
+      if (known)
+        id = *known;
+      else if (const auto m = model_id(t.content))
+        id = *m;
       else {
         if (next_id > 0x7FFFFFFF) return ea.error(errc::limit_exceeded, "too many added tokens");
         id = static_cast<std::int32_t>(next_id++);
@@ -81,7 +84,8 @@ class hf_added_vocabulary {
   bool empty() const noexcept { return ids_.empty(); }
 
   // The caption cut into added tokens and normalized text pieces (the library's extract_and_normalize).
-  result<void> extract_and_normalize(std::string_view caption, const hf_normalizer* normalizer, std::vector<hf_piece>& out) const {
+  result<void> extract_and_normalize(std::string_view caption, const hf_normalizer* normalizer,
+                                     std::vector<hf_piece>& out) const {
     out.clear();
     std::vector<match> found;
     raw_.find(caption, found);

@@ -1,5 +1,6 @@
 // The BPE model of tokenizer.json: vocab, merges (strings "a b" or pairs), unk_token, fuse_unk, byte_fallback,
-// continuing_subword_prefix, end_of_word_suffix, ignore_merges; dropout must be null (or 0): sampling is not reproducible.
+// continuing_subword_prefix, end_of_word_suffix, ignore_merges; dropout must be null (or 0): sampling is not
+// reproducible.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,9 @@ class hf_bpe {
     hf_bpe m;
     if (const hf_json* d = member(j, "dropout")) {
       JITEMBED_ASSIGN_OR_RETURN(const double p, number_of(*d, at["dropout"]));
-      if (p != 0.0) return at["dropout"].error(errc::invalid_argument, "BPE dropout must be null or 0 (sampled tokenization is not reproducible)");
+      if (p != 0.0)
+        return at["dropout"].error(errc::invalid_argument,
+                                   "BPE dropout must be null or 0 (sampled tokenization is not reproducible)");
     }
     JITEMBED_ASSIGN_OR_RETURN(m.unk_, optional_string(j, "unk_token", at));
     JITEMBED_ASSIGN_OR_RETURN(const auto prefix, optional_string(j, "continuing_subword_prefix", at));
@@ -47,7 +50,8 @@ class hf_bpe {
       if (e.is_string()) {  // legacy "a b": exactly one space
         const std::string s = e.get<std::string>();
         const auto sp = s.find(' ');
-        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) return ea.invalid("a merge is two tokens separated by one space");
+        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+          return ea.invalid("a merge is two tokens separated by one space");
         a = s.substr(0, sp), b = s.substr(sp + 1);
       } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
         a = e[0].get<std::string>(), b = e[1].get<std::string>();
@@ -149,7 +153,8 @@ class hf_bpe {
       }
       if (unk_) {
         const auto id = find_id(vocab_, *unk_);
-        if (!id) return fail(errc::invalid_argument, "hf_tokenizer: BPE unk_token '" + *unk_ + "' is not in the vocabulary");
+        if (!id)
+          return fail(errc::invalid_argument, "hf_tokenizer: BPE unk_token '" + *unk_ + "' is not in the vocabulary");
         if (unk_id && !fuse_unk_) flush_unk();
         if (!unk_id) unk_id = *id;
       }
@@ -158,7 +163,8 @@ class hf_bpe {
     for (std::size_t i = 0; i + 1 < syms.size(); ++i) syms[i].next = static_cast<std::int32_t>(i + 1);
     std::priority_queue<candidate> queue;
     for (std::size_t i = 0; i + 1 < syms.size(); ++i)
-      if (const merge* m = merges_.get(key(syms[i].id, syms[i + 1].id))) queue.push({m->rank, static_cast<std::int32_t>(i), m->id});
+      if (const merge* m = merges_.get(key(syms[i].id, syms[i + 1].id)))
+        queue.push({m->rank, static_cast<std::int32_t>(i), m->id});
     while (!queue.empty()) {
       const candidate top = queue.top();
       queue.pop();
@@ -172,9 +178,11 @@ class hf_bpe {
       cur.next = right.next;
       if (right.next >= 0) syms[static_cast<std::size_t>(right.next)].prev = top.pos;
       if (cur.prev >= 0)
-        if (const merge* p = merges_.get(key(syms[static_cast<std::size_t>(cur.prev)].id, cur.id))) queue.push({p->rank, cur.prev, p->id});
+        if (const merge* p = merges_.get(key(syms[static_cast<std::size_t>(cur.prev)].id, cur.id)))
+          queue.push({p->rank, cur.prev, p->id});
       if (cur.next >= 0)
-        if (const merge* n = merges_.get(key(cur.id, syms[static_cast<std::size_t>(cur.next)].id))) queue.push({n->rank, top.pos, n->id});
+        if (const merge* n = merges_.get(key(cur.id, syms[static_cast<std::size_t>(cur.next)].id)))
+          queue.push({n->rank, top.pos, n->id});
     }
     for (const auto& sy : syms)
       if (sy.alive) out.push_back(sy.id);

@@ -1,4 +1,5 @@
-// Typed reads from a parsed tokenizer.json with errors that name the JSON path ("model.vocab", "normalizer.normalizers[2]").
+// Typed reads from a parsed tokenizer.json with errors that name the JSON path ("model.vocab",
+// "normalizer.normalizers[2]").
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,10 +21,13 @@ struct json_at {
   const std::string* source;
   std::string path;
 
-  json_at operator[](std::string_view key) const { return {source, path.empty() ? std::string(key) : path + "." + std::string(key)}; }
+  json_at operator[](std::string_view key) const {
+    return {source, path.empty() ? std::string(key) : path + "." + std::string(key)};
+  }
   json_at operator[](std::size_t i) const { return {source, path + "[" + std::to_string(i) + "]"}; }
   error_info error(errc code, std::string_view what) const {
-    return fail(code, "hf_tokenizer: " + *source + ": " + (path.empty() ? std::string("(root)") : path) + ": " + std::string(what));
+    return fail(code, "hf_tokenizer: " + *source + ": " + (path.empty() ? std::string("(root)") : path) + ": " +
+                          std::string(what));
   }
   error_info invalid(std::string_view what) const { return error(errc::decode_failed, what); }
 };
@@ -55,7 +59,8 @@ inline result<bool> bool_of(const hf_json& j, const json_at& at) {
   return j.get<bool>();
 }
 // A non-negative integer not above max (ids, lengths): huge or negative numbers are refused, not wrapped.
-inline result<std::uint64_t> uint_of(const hf_json& j, const json_at& at, std::uint64_t max = std::numeric_limits<std::uint32_t>::max()) {
+inline result<std::uint64_t> uint_of(const hf_json& j, const json_at& at,
+                                     std::uint64_t max = std::numeric_limits<std::uint32_t>::max()) {
   if (!j.is_number_integer()) return at.invalid(std::string("expected a non-negative integer, got ") + json_type(j));
   if (j.is_number_unsigned()) {
     const auto v = j.get<std::uint64_t>();
@@ -64,7 +69,8 @@ inline result<std::uint64_t> uint_of(const hf_json& j, const json_at& at, std::u
   }
   const auto v = j.get<std::int64_t>();
   if (v < 0) return at.invalid(std::to_string(v) + " is negative");
-  if (static_cast<std::uint64_t>(v) > max) return at.error(errc::limit_exceeded, std::to_string(v) + " is above " + std::to_string(max));
+  if (static_cast<std::uint64_t>(v) > max)
+    return at.error(errc::limit_exceeded, std::to_string(v) + " is above " + std::to_string(max));
   return static_cast<std::uint64_t>(v);
 }
 inline result<double> number_of(const hf_json& j, const json_at& at) {

@@ -1,6 +1,7 @@
 // The normalizers of tokenizer.json ("normalizer"): parsed once into a tree, applied to a string in place.
-// Types: Sequence, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Replace (String / Regex), Prepend, BertNormalizer,
-// Nmt, Precompiled (SentencePiece's charsmap), ByteLevel. Anything else: invalid_argument naming the type.
+// Types: Sequence, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, Replace (String / Regex), Prepend,
+// BertNormalizer, Nmt, Precompiled (SentencePiece's charsmap), ByteLevel. Anything else: invalid_argument naming the
+// type.
 #pragma once
 
 #include <array>
@@ -48,7 +49,22 @@ inline void append_byte_level(std::string& out, std::string_view s) {
 }
 
 struct hf_normalizer {
-  enum class kind : std::uint8_t { sequence, nfc, nfd, nfkc, nfkd, lowercase, strip_accents, strip, replace, prepend, bert, nmt, precompiled, byte_level };
+  enum class kind : std::uint8_t {
+    sequence,
+    nfc,
+    nfd,
+    nfkc,
+    nfkd,
+    lowercase,
+    strip_accents,
+    strip,
+    replace,
+    prepend,
+    bert,
+    nmt,
+    precompiled,
+    byte_level
+  };
   kind k = kind::sequence;
   std::vector<hf_normalizer> children;  // sequence
   bool left = false, right = false;     // strip; bert: clean_text (left), lowercase (right)
@@ -134,9 +150,13 @@ struct hf_normalizer {
       case kind::nfd:
       case kind::nfkc:
       case kind::nfkd: {
-        const auto form = k == kind::nfc ? unicode_form::nfc : k == kind::nfd ? unicode_form::nfd : k == kind::nfkc ? unicode_form::nfkc : unicode_form::nfkd;
+        const auto form = k == kind::nfc    ? unicode_form::nfc
+                          : k == kind::nfd  ? unicode_form::nfd
+                          : k == kind::nfkc ? unicode_form::nfkc
+                                            : unicode_form::nfkd;
         if (is_ascii(s)) return {};
-        if (!normalize(s, form, scratch)) return fail(errc::resource_exhausted, "hf_tokenizer: utf8proc could not normalize the text");
+        if (!normalize(s, form, scratch))
+          return fail(errc::resource_exhausted, "hf_tokenizer: utf8proc could not normalize the text");
         s.swap(scratch);
         return {};
       }
@@ -224,8 +244,10 @@ struct hf_normalizer {
         const std::size_t at = i;
         const char32_t c = next_cp(s, i);
         if (c == 0 || c == 0xFFFD || is_control(c)) continue;
-        if (is_whitespace(c)) scratch.push_back(' ');
-        else scratch.append(s, at, i - at);
+        if (is_whitespace(c))
+          scratch.push_back(' ');
+        else
+          scratch.append(s, at, i - at);
       }
       s.swap(scratch);
     }
@@ -234,14 +256,17 @@ struct hf_normalizer {
       for (std::size_t i = 0; i < s.size();) {
         const std::size_t at = i;
         const char32_t c = next_cp(s, i);
-        if (is_chinese_char(c)) scratch.push_back(' '), scratch.append(s, at, i - at), scratch.push_back(' ');
-        else scratch.append(s, at, i - at);
+        if (is_chinese_char(c))
+          scratch.push_back(' '), scratch.append(s, at, i - at), scratch.push_back(' ');
+        else
+          scratch.append(s, at, i - at);
       }
       s.swap(scratch);
     }
     if (strip_accents.value_or(right)) {
       if (!is_ascii(s)) {
-        if (!normalize(s, unicode_form::nfd, scratch)) return fail(errc::resource_exhausted, "hf_tokenizer: utf8proc could not normalize the text");
+        if (!normalize(s, unicode_form::nfd, scratch))
+          return fail(errc::resource_exhausted, "hf_tokenizer: utf8proc could not normalize the text");
         s.swap(scratch);
         filter(s, scratch, [](char32_t c) { return !is_nonspacing_mark(c); });
       }
@@ -255,11 +280,15 @@ struct hf_normalizer {
     for (std::size_t i = 0; i < s.size();) {
       const std::size_t at = i;
       const char32_t c = next_cp(s, i);
-      if ((c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F || c == 0x8F || c == 0x9F) continue;
-      const bool space = c == 0x09 || c == 0x0A || c == 0x0C || c == 0x0D || c == 0x1680 || (c >= 0x200B && c <= 0x200F) ||
-                         c == 0x2028 || c == 0x2029 || c == 0x2581 || c == 0xFEFF || c == 0xFFFD;
-      if (space) scratch.push_back(' ');
-      else scratch.append(s, at, i - at);
+      if ((c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F || c == 0x8F || c == 0x9F)
+        continue;
+      const bool space = c == 0x09 || c == 0x0A || c == 0x0C || c == 0x0D || c == 0x1680 ||
+                         (c >= 0x200B && c <= 0x200F) || c == 0x2028 || c == 0x2029 || c == 0x2581 || c == 0xFEFF ||
+                         c == 0xFFFD;
+      if (space)
+        scratch.push_back(' ');
+      else
+        scratch.append(s, at, i - at);
     }
     s.swap(scratch);
   }

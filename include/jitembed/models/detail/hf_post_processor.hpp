@@ -23,8 +23,8 @@ struct hf_seq {
 struct hf_post_processor {
   enum class kind : std::uint8_t { template_processing, roberta, bert, byte_level, sequence };
   struct piece {
-    bool sequence = true;  // $A / $B, else a special token
-    int which = 0;         // 0: A, 1: B (sequence)
+    bool sequence = true;           // $A / $B, else a special token
+    int which = 0;                  // 0: A, 1: B (sequence)
     std::vector<std::int64_t> ids;  // special token
     std::int64_t type_id = 0;
   };
@@ -65,9 +65,12 @@ struct hf_post_processor {
   // How many special tokens process() adds (what truncation leaves room for).
   std::size_t added_tokens(bool is_pair) const {
     switch (k) {
-      case kind::byte_level: return 0;
-      case kind::roberta: return is_pair ? 4 : 2;
-      case kind::bert: return is_pair ? 3 : 2;
+      case kind::byte_level:
+        return 0;
+      case kind::roberta:
+        return is_pair ? 4 : 2;
+      case kind::bert:
+        return is_pair ? 3 : 2;
       case kind::template_processing: {
         std::size_t n = 0;
         for (const auto& pc : is_pair ? pair : single)
@@ -86,7 +89,8 @@ struct hf_post_processor {
   // The library's process_encodings: encodings (one or two) in, the list to concatenate out.
   void process(std::vector<hf_seq>& encs, bool add_special) const {
     switch (k) {
-      case kind::byte_level: return;
+      case kind::byte_level:
+        return;
       case kind::sequence:
         for (const auto& c : children) c.process(encs, add_special);
         return;
@@ -135,7 +139,8 @@ struct hf_post_processor {
     return static_cast<std::int64_t>(id);
   }
 
-  static result<std::vector<piece>> parse_template(const hf_json& j, std::string_view key, const hf_json& specials, const json_at& at) {
+  static result<std::vector<piece>> parse_template(const hf_json& j, std::string_view key, const hf_json& specials,
+                                                   const json_at& at) {
     JITEMBED_ASSIGN_OR_RETURN(const hf_json* list, required(j, key, at));
     JITEMBED_TRY(array_of(*list, at[key]));
     std::vector<piece> out;

@@ -33,7 +33,8 @@ struct span {
   std::size_t b, e;
   bool match;
 };
-inline void apply_behavior(const std::vector<span>& in, split_behavior how, std::vector<std::pair<std::size_t, std::size_t>>& out) {
+inline void apply_behavior(const std::vector<span>& in, split_behavior how,
+                           std::vector<std::pair<std::size_t, std::size_t>>& out) {
   out.clear();
   bool prev = false;
   switch (how) {
@@ -46,22 +47,28 @@ inline void apply_behavior(const std::vector<span>& in, split_behavior how, std:
       return;
     case split_behavior::contiguous:
       for (const auto& s : in) {
-        if (s.match == prev && !out.empty()) out.back().second = s.e;
-        else out.emplace_back(s.b, s.e);
+        if (s.match == prev && !out.empty())
+          out.back().second = s.e;
+        else
+          out.emplace_back(s.b, s.e);
         prev = s.match;
       }
       return;
     case split_behavior::merged_with_previous:
       for (const auto& s : in) {
-        if (s.match && !prev && !out.empty()) out.back().second = s.e;
-        else out.emplace_back(s.b, s.e);
+        if (s.match && !prev && !out.empty())
+          out.back().second = s.e;
+        else
+          out.emplace_back(s.b, s.e);
         prev = s.match;
       }
       return;
     case split_behavior::merged_with_next:
       for (auto it = in.rbegin(); it != in.rend(); ++it) {
-        if (it->match && !prev && !out.empty()) out.back().first = it->b;
-        else out.emplace_back(it->b, it->e);
+        if (it->match && !prev && !out.empty())
+          out.back().first = it->b;
+        else
+          out.emplace_back(it->b, it->e);
         prev = it->match;
       }
       std::reverse(out.begin(), out.end());
@@ -86,17 +93,28 @@ void char_spans(std::string_view s, Pred&& pred, std::vector<span>& out) {
 }
 
 struct hf_pre_tokenizer {
-  enum class kind : std::uint8_t { sequence, byte_level, split, whitespace, whitespace_split, punctuation, digits, metaspace, bert, delimiter };
+  enum class kind : std::uint8_t {
+    sequence,
+    byte_level,
+    split,
+    whitespace,
+    whitespace_split,
+    punctuation,
+    digits,
+    metaspace,
+    bert,
+    delimiter
+  };
   enum class prepend : std::uint8_t { always, first, never };
   kind k = kind::sequence;
   std::vector<hf_pre_tokenizer> children;
-  hf_regex pattern;                                // split; byte_level: GPT-2's regex
+  hf_regex pattern;  // split; byte_level: GPT-2's regex
   split_behavior behavior = split_behavior::isolated;
-  bool invert = false;                             // split
-  bool flag = false;                               // byte_level: add_prefix_space; digits: individual; metaspace: split
-  bool use_regex = true;                           // byte_level
-  prepend scheme = prepend::always;                // metaspace
-  std::string replacement;                         // metaspace (one character); delimiter
+  bool invert = false;               // split
+  bool flag = false;                 // byte_level: add_prefix_space; digits: individual; metaspace: split
+  bool use_regex = true;             // byte_level
+  prepend scheme = prepend::always;  // metaspace
+  std::string replacement;           // metaspace (one character); delimiter
   char32_t replacement_cp = 0;
 
   static result<hf_pre_tokenizer> parse(const hf_json& j, const json_at& at);
@@ -108,8 +126,12 @@ struct hf_pre_tokenizer {
       return {};
     }
     if (k == kind::bert) {  // whitespace removed, then punctuation isolated
-      split_each(pieces, [](const std::string& s, std::vector<span>& sp) { return char_spans(s, is_whitespace, sp), true; }, split_behavior::removed);
-      split_each(pieces, [](const std::string& s, std::vector<span>& sp) { return char_spans(s, is_punctuation, sp), true; }, split_behavior::isolated);
+      split_each(
+          pieces, [](const std::string& s, std::vector<span>& sp) { return char_spans(s, is_whitespace, sp), true; },
+          split_behavior::removed);
+      split_each(
+          pieces, [](const std::string& s, std::vector<span>& sp) { return char_spans(s, is_punctuation, sp), true; },
+          split_behavior::isolated);
       return {};
     }
     bool ok = true;
@@ -148,7 +170,8 @@ struct hf_pre_tokenizer {
     }
     pieces.swap(out);
   }
-  static void emit(const hf_piece& p, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, std::vector<hf_piece>& out) {
+  static void emit(const hf_piece& p, const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                   std::vector<hf_piece>& out) {
     for (const auto& [b, e] : ranges)
       if (e > b) out.push_back({p.text.substr(b, e - b), -1, p.origin && b == 0});
   }
@@ -219,22 +242,27 @@ struct hf_pre_tokenizer {
         char_spans(p.text, is_numeric, spans);
         break;
       case kind::delimiter:
-        char_spans(p.text, [this](char32_t c) { return c == replacement_cp; }, spans);
+        char_spans(
+            p.text, [this](char32_t c) { return c == replacement_cp; }, spans);
         break;
       case kind::metaspace: {
         buf.clear();
         for (const char c : p.text) {
-          if (c == ' ') buf += replacement;
-          else buf.push_back(c);
+          if (c == ' ')
+            buf += replacement;
+          else
+            buf.push_back(c);
         }
         const bool starts = buf.compare(0, replacement.size(), replacement) == 0;
-        if (!starts && !buf.empty() && (scheme == prepend::always || (scheme == prepend::first && p.origin))) buf.insert(0, replacement);
+        if (!starts && !buf.empty() && (scheme == prepend::always || (scheme == prepend::first && p.origin)))
+          buf.insert(0, replacement);
         p.text.swap(buf);
         if (!flag) {
           if (!p.text.empty()) out.push_back(std::move(p));
           return true;
         }
-        char_spans(p.text, [this](char32_t c) { return c == replacement_cp; }, spans);
+        char_spans(
+            p.text, [this](char32_t c) { return c == replacement_cp; }, spans);
         apply_behavior(spans, split_behavior::merged_with_next, ranges);
         emit(p, ranges, out);
         return true;
@@ -273,8 +301,9 @@ inline result<hf_pre_tokenizer> hf_pre_tokenizer::parse(const hf_json& j, const 
     p.k = kind::byte_level;
     JITEMBED_ASSIGN_OR_RETURN(p.flag, optional_bool(j, "add_prefix_space", at, true));
     JITEMBED_ASSIGN_OR_RETURN(p.use_regex, optional_bool(j, "use_regex", at, true));
-    JITEMBED_ASSIGN_OR_RETURN(p.pattern, hf_regex::compile(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
-                                                           false, at.path));
+    JITEMBED_ASSIGN_OR_RETURN(
+        p.pattern, hf_regex::compile(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
+                                     false, at.path));
   } else if (type == "Split") {
     p.k = kind::split;
     JITEMBED_ASSIGN_OR_RETURN(p.pattern, hf_normalizer::parse_pattern(j, at));
@@ -311,12 +340,17 @@ inline result<hf_pre_tokenizer> hf_pre_tokenizer::parse(const hf_json& j, const 
       JITEMBED_ASSIGN_OR_RETURN(const bool add_prefix_space, optional_bool(j, "add_prefix_space", at, true));
       JITEMBED_ASSIGN_OR_RETURN(const auto scheme, optional_string(j, "prepend_scheme", at));
       const std::string s = scheme.value_or("always");
-      if (s == "always") p.scheme = prepend::always;
-      else if (s == "first") p.scheme = prepend::first;
-      else if (s == "never") p.scheme = prepend::never;
-      else return at["prepend_scheme"].invalid("unknown prepend_scheme '" + s + "'");
+      if (s == "always")
+        p.scheme = prepend::always;
+      else if (s == "first")
+        p.scheme = prepend::first;
+      else if (s == "never")
+        p.scheme = prepend::never;
+      else
+        return at["prepend_scheme"].invalid("unknown prepend_scheme '" + s + "'");
       if (!add_prefix_space) {
-        if (p.scheme != prepend::never) return at["add_prefix_space"].invalid("add_prefix_space does not match declared prepend_scheme");
+        if (p.scheme != prepend::never)
+          return at["add_prefix_space"].invalid("add_prefix_space does not match declared prepend_scheme");
       }
     }
   } else {

@@ -59,7 +59,8 @@ class precompiled_charsmap {
     std::uint32_t trie_size;
     std::memcpy(&trie_size, bytes.data(), 4);  // little-endian on every platform this builds for
     const std::size_t units = trie_size / 4;
-    if (units > (bytes.size() - 4) / 4) return at.invalid("trie size " + std::to_string(trie_size) + " is past the end of the charsmap");
+    if (units > (bytes.size() - 4) / 4)
+      return at.invalid("trie size " + std::to_string(trie_size) + " is past the end of the charsmap");
     precompiled_charsmap m;
     m.array_.resize(units);
     if (units) std::memcpy(m.array_.data(), bytes.data() + 4, units * 4);
@@ -87,7 +88,8 @@ class precompiled_charsmap {
         const std::size_t index = array_[pos] & 0x7FFFFFFFu;
         if (index >= normalized_.size()) return std::nullopt;
         const std::size_t end = normalized_.find('\0', index);
-        return std::string_view(normalized_).substr(index, (end == std::string::npos ? normalized_.size() : end) - index);
+        return std::string_view(normalized_)
+            .substr(index, (end == std::string::npos ? normalized_.size() : end) - index);
       }
     }
     return std::nullopt;
@@ -109,8 +111,10 @@ class precompiled_charsmap {
       for (std::size_t i = 0; i < g.size();) {
         const std::size_t n = cp_len(static_cast<unsigned char>(g[i]));
         const std::string_view c = g.substr(i, n);
-        if (auto r = transform(c)) scratch += *r, modified = true;
-        else scratch += c;
+        if (auto r = transform(c))
+          scratch += *r, modified = true;
+        else
+          scratch += c;
         i += n;
       }
     });

@@ -1,5 +1,6 @@
 // A compiled PCRE2 pattern (UTF + UCP, JIT where available) iterated as the tokenizers library iterates its
-// Oniguruma regexes: the (start, end) of every non-overlapping match, an empty match right after the previous one skipped.
+// Oniguruma regexes: the (start, end) of every non-overlapping match, an empty match right after the previous one
+// skipped.
 #pragma once
 
 #ifndef PCRE2_CODE_UNIT_WIDTH
@@ -28,12 +29,14 @@ class hf_regex {
     int code = 0;
     PCRE2_SIZE offset = 0;
     const std::uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;  // LITERAL refuses UCP
-    pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &code, &offset, nullptr);
+    pcre2_code* re =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &code, &offset, nullptr);
     if (re == nullptr) {
       PCRE2_UCHAR buf[256];
       pcre2_get_error_message(code, buf, sizeof buf);
-      return fail(errc::decode_failed, where + ": the pattern does not compile (PCRE2: " + reinterpret_cast<const char*>(buf) +
-                                           " at offset " + std::to_string(offset) + ")");
+      return fail(errc::decode_failed,
+                  where + ": the pattern does not compile (PCRE2: " + reinterpret_cast<const char*>(buf) +
+                      " at offset " + std::to_string(offset) + ")");
     }
     hf_regex r;
     r.code_ = std::shared_ptr<pcre2_code>(re, &pcre2_code_free);
@@ -77,8 +80,8 @@ class hf_regex {
  private:
   // One match data per thread, shared by all patterns: one ovector pair is all the iteration reads.
   static pcre2_match_data* match_data() {
-    thread_local std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(pcre2_match_data_create(1, nullptr),
-                                                                                         &pcre2_match_data_free);
+    thread_local std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
+        pcre2_match_data_create(1, nullptr), &pcre2_match_data_free);
     return md.get();
   }
 

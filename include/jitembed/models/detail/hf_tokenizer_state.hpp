@@ -34,9 +34,12 @@ inline std::size_t json_depth(std::string_view s) noexcept {
   bool in_string = false, escaped = false;
   for (const char c : s) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -61,7 +64,8 @@ struct hf_tokenizer_state {
 
   static result<hf_tokenizer_state> parse(std::string_view text, std::string source) {
     if (json_depth(text) > k_max_json_depth)
-      return fail(errc::limit_exceeded, "hf_tokenizer: " + source + ": JSON nested deeper than " + std::to_string(k_max_json_depth));
+      return fail(errc::limit_exceeded,
+                  "hf_tokenizer: " + source + ": JSON nested deeper than " + std::to_string(k_max_json_depth));
     try {
       hf_json j;
       try {
@@ -106,8 +110,10 @@ struct hf_tokenizer_state {
       JITEMBED_TRY(std::visit([&](const auto& m) { return m.tokenize(p.text, parts[i]); }, model));
       total += parts[i].size();
       if (limit != 0 && total >= limit) {
-        if (right) hi = i + 1;
-        else lo = i;
+        if (right)
+          hi = i + 1;
+        else
+          lo = i;
         break;
       }
     }
@@ -125,7 +131,8 @@ struct hf_tokenizer_state {
     JITEMBED_TRY(object_of(j, root));
     if (const hf_json* v = member(j, "version")) {
       JITEMBED_ASSIGN_OR_RETURN(const std::string version, string_of(*v, root["version"]));
-      if (version != "1.0") return root["version"].error(errc::unsupported_version, "unknown tokenizer version '" + version + "'");
+      if (version != "1.0")
+        return root["version"].error(errc::unsupported_version, "unknown tokenizer version '" + version + "'");
     }
     if (const hf_json* n = member(j, "normalizer")) {
       JITEMBED_ASSIGN_OR_RETURN(auto norm, hf_normalizer::parse(*n, root["normalizer"]));
@@ -146,7 +153,10 @@ struct hf_tokenizer_state {
     if (const hf_json* t = member(*m, "type")) {
       JITEMBED_ASSIGN_OR_RETURN(type, string_of(*t, ma["type"]));
     } else {  // files without the tag: what the fields say, as the library's untagged fallback does
-      type = member(*m, "merges") ? "BPE" : member(*m, "max_input_chars_per_word") ? "WordPiece" : member(*m, "vocab") && (*m)["vocab"].is_array() ? "Unigram" : "";
+      type = member(*m, "merges")                              ? "BPE"
+             : member(*m, "max_input_chars_per_word")          ? "WordPiece"
+             : member(*m, "vocab") && (*m)["vocab"].is_array() ? "Unigram"
+                                                               : "";
     }
     std::size_t model_size = 0;
     if (type == "BPE") {
@@ -164,9 +174,12 @@ struct hf_tokenizer_state {
     } else {
       return unsupported(ma, "model", type.empty() ? "(none)" : type);
     }
-    const auto model_id = [&s](std::string_view t) { return std::visit([&](const auto& mm) { return find_id(mm.vocab(), t); }, s.model); };
-    JITEMBED_ASSIGN_OR_RETURN(s.added, hf_added_vocabulary::parse(member(j, "added_tokens"), root["added_tokens"], model_id, model_size,
-                                                                   s.normalizer ? &*s.normalizer : nullptr));
+    const auto model_id = [&s](std::string_view t) {
+      return std::visit([&](const auto& mm) { return find_id(mm.vocab(), t); }, s.model);
+    };
+    JITEMBED_ASSIGN_OR_RETURN(
+        s.added, hf_added_vocabulary::parse(member(j, "added_tokens"), root["added_tokens"], model_id, model_size,
+                                            s.normalizer ? &*s.normalizer : nullptr));
     if (const hf_json* t = member(j, "truncation")) {
       JITEMBED_ASSIGN_OR_RETURN(s.truncation, parse_truncation(*t, root["truncation"]));
     }
@@ -184,10 +197,14 @@ struct hf_tokenizer_state {
     tr.max_length = static_cast<std::size_t>(m);
     JITEMBED_ASSIGN_OR_RETURN(const auto strategy, optional_string(t, "strategy", at));
     const std::string st = strategy.value_or("LongestFirst");
-    if (st == "LongestFirst") tr.how = hf_truncation::strategy::longest_first;
-    else if (st == "OnlyFirst") tr.how = hf_truncation::strategy::only_first;
-    else if (st == "OnlySecond") tr.how = hf_truncation::strategy::only_second;
-    else return at["strategy"].invalid("unknown truncation strategy '" + st + "'");
+    if (st == "LongestFirst")
+      tr.how = hf_truncation::strategy::longest_first;
+    else if (st == "OnlyFirst")
+      tr.how = hf_truncation::strategy::only_first;
+    else if (st == "OnlySecond")
+      tr.how = hf_truncation::strategy::only_second;
+    else
+      return at["strategy"].invalid("unknown truncation strategy '" + st + "'");
     JITEMBED_ASSIGN_OR_RETURN(const auto dir, optional_string(t, "direction", at));
     if (dir && *dir != "Right" && *dir != "Left") return at["direction"].invalid("unknown direction '" + *dir + "'");
     tr.direction = dir && *dir == "Left" ? hf_truncation::side::left : hf_truncation::side::right;

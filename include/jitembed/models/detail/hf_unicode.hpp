@@ -1,5 +1,6 @@
 // Unicode for the Hugging Face tokenizer: UTF-8 code points, the character classes and normalizations the tokenizers
-// library uses, on utf8proc plus the deltas of hf_unicode_tables.hpp (where the library's tables are of another version).
+// library uses, on utf8proc plus the deltas of hf_unicode_tables.hpp (where the library's tables are of another
+// version).
 #pragma once
 
 #include <utf8proc.h>
@@ -33,7 +34,8 @@ inline char32_t next_cp(std::string_view s, std::size_t& i) noexcept {
     return cp;
   }
   const char32_t cp = ((c & 0x07u) << 18) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 12) |
-                      ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) | (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
+                      ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) |
+                      (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
   i += 4;
   return cp;
 }
@@ -70,7 +72,8 @@ constexpr bool in_ranges(const code_point_range (&r)[N], char32_t c) noexcept {
 }
 // A utf8proc predicate with the library's additions and removals.
 template <std::size_t A, std::size_t R>
-constexpr bool with_delta(bool base, const code_point_range (&add)[A], const code_point_range (&remove)[R], char32_t c) noexcept {
+constexpr bool with_delta(bool base, const code_point_range (&add)[A], const code_point_range (&remove)[R],
+                          char32_t c) noexcept {
   return base ? !in_ranges(remove, c) : in_ranges(add, c);
 }
 
@@ -92,7 +95,8 @@ inline bool is_control(char32_t c) noexcept {
 }
 // ASCII punctuation or a P* category (Punctuation, BertPreTokenizer).
 inline bool is_punctuation(char32_t c) noexcept {
-  if (c < 0x80) return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+  if (c < 0x80)
+    return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
   const auto k = category(c);
   return with_delta(k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO, k_punctuation_add, k_punctuation_remove, c);
 }
@@ -105,18 +109,21 @@ inline bool is_numeric(char32_t c) noexcept {
 }
 // Mn (BertNormalizer's strip_accents) and M* (StripAccents' is_combining_mark).
 inline bool is_nonspacing_mark(char32_t c) noexcept {
-  return c >= 0x300 && with_delta(category(c) == UTF8PROC_CATEGORY_MN, k_nonspacing_mark_add, k_nonspacing_mark_remove, c);
+  return c >= 0x300 &&
+         with_delta(category(c) == UTF8PROC_CATEGORY_MN, k_nonspacing_mark_add, k_nonspacing_mark_remove, c);
 }
 inline bool is_combining_mark(char32_t c) noexcept {
   if (c < 0x300) return false;
   const auto k = category(c);
-  return with_delta(k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME, k_mark_add, k_mark_remove, c);
+  return with_delta(k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME, k_mark_add,
+                    k_mark_remove, c);
 }
 // The Rust regex crate's \w (Alphabetic, M, Nd, Pc, Join_Control): the Whitespace pre-tokenizer, single_word tokens.
 inline bool is_word(char32_t c) noexcept {
   if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
   const auto k = category(c);
-  const bool base = (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_NL) || k == UTF8PROC_CATEGORY_PC || c == 0x200C || c == 0x200D;
+  const bool base = (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_NL) || k == UTF8PROC_CATEGORY_PC ||
+                    c == 0x200C || c == 0x200D;
   return with_delta(base, k_word_add, k_word_remove, c);
 }
 // The CJK blocks of BertNormalizer's handle_chinese_chars.
@@ -139,7 +146,9 @@ inline void append_lower(std::string& out, char32_t c) {
   const auto* end = std::end(k_lowercase_delta);
   const auto* it = std::lower_bound(std::begin(k_lowercase_delta), end, c,
                                     [](const std::uint32_t(&e)[2], char32_t v) { return e[0] < v; });
-  append_cp(out, it != end && (*it)[0] == c ? (*it)[1] : static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
+  append_cp(out, it != end && (*it)[0] == c
+                     ? (*it)[1]
+                     : static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
 }
 
 inline std::string lowercase(std::string_view s) {
@@ -157,15 +166,18 @@ enum class unicode_form : std::uint8_t { nfc, nfd, nfkc, nfkd };
 inline bool normalize(std::string_view s, unicode_form form, std::string& out) {
   if (is_ascii(s)) return out.assign(s), true;  // ASCII is its own normal form in all four
   int options = UTF8PROC_STABLE;
-  if (form == unicode_form::nfc || form == unicode_form::nfkc) options |= UTF8PROC_COMPOSE;
-  else options |= UTF8PROC_DECOMPOSE;
+  if (form == unicode_form::nfc || form == unicode_form::nfkc)
+    options |= UTF8PROC_COMPOSE;
+  else
+    options |= UTF8PROC_DECOMPOSE;
   if (form == unicode_form::nfkc || form == unicode_form::nfkd) options |= UTF8PROC_COMPAT;
   out.clear();
   auto run = [&](std::string_view piece) {
     if (piece.empty()) return true;
     utf8proc_uint8_t* buf = nullptr;
-    const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(piece.data()), static_cast<utf8proc_ssize_t>(piece.size()),
-                                &buf, static_cast<utf8proc_option_t>(options));
+    const auto n =
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(piece.data()),
+                     static_cast<utf8proc_ssize_t>(piece.size()), &buf, static_cast<utf8proc_option_t>(options));
     std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> own(buf, &std::free);
     if (n < 0) return false;
     out.append(reinterpret_cast<const char*>(buf), static_cast<std::size_t>(n));
@@ -193,7 +205,8 @@ void for_each_grapheme(std::string_view s, F&& f) {
   for (std::size_t i = 0; i < s.size();) {
     const std::size_t at = i;
     const char32_t c = next_cp(s, i);
-    if (at > 0 && utf8proc_grapheme_break_stateful(static_cast<utf8proc_int32_t>(prev), static_cast<utf8proc_int32_t>(c), &state)) {
+    if (at > 0 && utf8proc_grapheme_break_stateful(static_cast<utf8proc_int32_t>(prev),
+                                                   static_cast<utf8proc_int32_t>(c), &state)) {
       f(begin, at);
       begin = at;
     }

@@ -42,7 +42,8 @@ class hf_unigram {
     if (const hf_json* u = member(j, "unk_id")) {
       JITEMBED_ASSIGN_OR_RETURN(const auto id, uint_of(*u, at["unk_id"], 0x7FFFFFFF));
       if (vocab->empty()) return at["vocab"].invalid("empty vocabulary with an unk_id");
-      if (id >= vocab->size()) return at["unk_id"].invalid("unk_id " + std::to_string(id) + " is not in the vocabulary");
+      if (id >= vocab->size())
+        return at["unk_id"].invalid("unk_id " + std::to_string(id) + " is not in the vocabulary");
       m.unk_ = static_cast<std::int32_t>(id);
     }
     JITEMBED_ASSIGN_OR_RETURN(m.byte_fallback_, optional_bool(j, "byte_fallback", at, false));
@@ -72,7 +73,8 @@ class hf_unigram {
         single = single || len == mblen;
       });
       if (!single) {
-        if (!unk_) return fail(errc::invalid_argument, "hf_tokenizer: Unigram has no unk_id and a character has no piece");
+        if (!unk_)
+          return fail(errc::invalid_argument, "hf_tokenizer: Unigram has no unk_id and a character has no piece");
         node& t = best[at + mblen];
         const double cand = unk_score + here;
         if (t.start < 0 || cand > t.score) t = {cand, static_cast<std::int64_t>(at), *unk_};
@@ -118,7 +120,8 @@ class hf_unigram {
         if (all) continue;
         out.resize(first);
       }
-      if (!unk_) return fail(errc::invalid_argument, "hf_tokenizer: Unigram has no unk_id and a piece is not in the vocabulary");
+      if (!unk_)
+        return fail(errc::invalid_argument, "hf_tokenizer: Unigram has no unk_id and a piece is not in the vocabulary");
       out.push_back(*unk_);
     }
     return {};

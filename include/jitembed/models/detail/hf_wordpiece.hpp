@@ -65,7 +65,8 @@ class hf_wordpiece {
       out.resize(first);
     }
     const auto id = find_id(vocab_, unk_);
-    if (!id) return fail(errc::invalid_argument, "hf_tokenizer: WordPiece unk_token '" + unk_ + "' is not in the vocabulary");
+    if (!id)
+      return fail(errc::invalid_argument, "hf_tokenizer: WordPiece unk_token '" + unk_ + "' is not in the vocabulary");
     out.push_back(*id);
     return {};
   }

@@ -62,5 +62,5 @@ res["word"] = word
 for name, pat in (("re_L", r"\p{L}"), ("re_N", r"\p{N}"), ("re_s", r"\s"), ("re_w", r"\w")):
     sp = P.Split(Regex(pat), behavior="isolated")
     res[name] = [c for c, f in zip(cps, isolated(sp, cps)) if f]
-json.dump(res, open("/tmp/probe/rust.json", "w"))
+json.dump(res, open("rust.json", "w"))
 print({k: len(v) for k, v in res.items()})

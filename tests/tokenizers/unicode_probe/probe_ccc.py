@@ -7,4 +7,4 @@ s = "\u0001".join("a" + chr(c) + "\u0323" for c in cand)
 out = N.NFD().normalize_str(s).split("\u0001")
 noreorder = [c for c, o in zip(cand, out) if o == "a" + chr(c) + "\u0323"]
 print(unicodedata.unidata_version, len(cand), len(noreorder), [hex(c) for c in noreorder[:20]])
-json.dump(noreorder, open("/tmp/probe/ccc.json", "w"))
+json.dump(noreorder, open("ccc.json", "w"))

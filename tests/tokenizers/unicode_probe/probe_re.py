@@ -6,9 +6,9 @@ def isolated(pt, chars, SEP="!"):
     pieces = pt.pre_tokenize_str(s)
     starts = {a: b for p, (a, b) in pieces}
     return [starts.get(1 + 2 * i) == 2 + 2 * i for i in range(len(chars))]
-res = json.load(open("/tmp/probe/rust.json"))
+res = json.load(open("rust.json"))
 for name, pat in (("re_L", r"\p{L}"), ("re_N", r"\p{N}"), ("re_s", r"\s"), ("re_w", r"\w"), ("re_P", r"\p{P}")):
     sp = P.Split(Regex(pat), behavior="isolated")
     res[name] = [c for c, f in zip(cps, isolated(sp, cps)) if f]
-json.dump(res, open("/tmp/probe/rust.json", "w"))
+json.dump(res, open("rust.json", "w"))
 print({k: len(v) for k, v in res.items()})

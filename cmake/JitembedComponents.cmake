@@ -155,6 +155,13 @@ if(JITEMBED_WITH_ZSTD)
   endif()
 endif()
 
+if(JITEMBED_WITH_TOKENIZERS)
+  # Hugging Face tokenizer.json (CLIP / GPT-2 / Llama-3 BPE, WordPiece, Unigram): core only, no codec.
+  jitembed_component(tokenizers
+    GLOBS models/hf_*.hpp models/detail/hf_*.hpp
+    LINK jitembed::core nlohmann_json::nlohmann_json PCRE2::PCRE2 Utf8proc::Utf8proc)
+endif()
+
 if(JITEMBED_WITH_PROTOBUF)
   # .proto text built into a DescriptorPool at run time (libprotoc's parser): the base of the repository's
   # config.pbtxt schema and of the KServe gRPC messages. Not linked by the umbrella target.

@@ -4,7 +4,7 @@
 #   bash scripts/install-deps.sh [set...]        default: all
 # Sets:
 #   <component>  a jitembed component and every component it needs (core, codec, batching, kserve, http,
-#                zstd, format, cache, lmdb, redis, jpeg, video, models, models_image, models_video, torch,
+#                zstd, format, cache, lmdb, redis, jpeg, video, models, models_image, models_video, tokenizers, torch,
 #                server, protobuf, repository, grpc, client, parallel, tcp_store, gloo), e.g. `format jpeg` for an application that uses
 #                those two (configuring jitembed itself with its defaults needs every default component:
 #                `test`, or turn the others off with -DJITEMBED_WITH_<X>=OFF)
@@ -54,6 +54,7 @@ declare -A component_debs=(
   [models]=""
   [models_image]=""
   [models_video]=""
+  [tokenizers]="nlohmann-json3-dev libpcre2-dev libutf8proc-dev"
   [torch]=""
   [server]="zlib1g-dev"
   [protobuf]="libprotobuf-dev libprotoc-dev"
@@ -81,6 +82,7 @@ declare -A component_requires=(
   [models]="core zstd format"
   [models_image]="models jpeg"
   [models_video]="models_image video"
+  [tokenizers]="core"
   [torch]="models_video"
   [server]="kserve batching models_video format"
   [protobuf]="core"
@@ -105,7 +107,7 @@ build_debs="build-essential cmake pkg-config ninja-build ccache"
 # (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11
 test_peer_debs="redis-server lmdb-utils ffmpeg tar openssl python3-venv libb64-0d python3.11 python3.11-venv libpython3.11"
 # components the default configure builds without the CUDA toolkit (the test command's CPU build)
-cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video torch server protobuf repository grpc client parallel tcp_store gloo"
+cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video tokenizers torch server protobuf repository grpc client parallel tcp_store gloo"
 
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then sets=(all); fi

@@ -1,6 +1,6 @@
 // Umbrella header of the models layer: the model concept, any_model, the text embedder, and each model
 // family whose component is linked (JITEMBED_HAS_MODELS_IMAGE: image-latent; JITEMBED_HAS_MODELS_VIDEO:
-// video-latent and the reference set).
+// video-latent and the reference set; JITEMBED_HAS_TOKENIZERS: the Hugging Face tokenizer.json reader).
 #pragma once
 
 #include "jitembed/models/any_model.hpp"
@@ -14,4 +14,7 @@
 #if defined(JITEMBED_HAS_MODELS_VIDEO)
 #include "jitembed/models/reference.hpp"
 #include "jitembed/models/video_latent.hpp"
+#endif
+#if defined(JITEMBED_HAS_TOKENIZERS)
+#include "jitembed/models/hf_tokenizer.hpp"
 #endif

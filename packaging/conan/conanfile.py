@@ -45,6 +45,7 @@ COMPONENT_REQUIRES = {
     "repository": ["server", "protobuf"],
     "server": ["kserve", "batching", "models_video", "format"],
     "tcp_store": ["parallel"],
+    "tokenizers": ["core"],
     "video": ["core", "codec"],
     "zstd": ["core", "codec"],
 }
@@ -71,6 +72,7 @@ COMPONENT_CONAN_DEPS = {
     "repository": ["protobuf/[>=3.21 <6]"],
     "server": ["zlib/[>=1.2.11 <2]"],
     "tcp_store": ["boost/[>=1.74 <2]"],
+    "tokenizers": ["nlohmann_json/[>=3.11 <4]", "pcre2/[>=10.40 <11]", "utf8proc/[>=2.8 <3]"],
     "video": ["ffmpeg/[>=5.1 <8]"],
     "zstd": ["zstd/[>=1.5 <2]"],
 }

@@ -16,7 +16,9 @@ lmdb/0.9.24
 nlohmann_json/3.11.2
 openblas/0.3.21
 openssl/3.0.19
+pcre2/10.42
 protobuf/3.21.12
+utf8proc/2.8.0
 xxhash/0.8.1
 zlib/1.2.13
 zstd/1.5.4

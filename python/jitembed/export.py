@@ -147,7 +147,7 @@ def tokenizer_dir(model_dir: str, given: Optional[str]) -> str:
                       "in the folder or its pipeline sibling; pass --tokenizer DIR")
 
 
-def _fast_tokenizer(tok_dir: str, kind: str):
+def _fast_tokenizer(tok_dir: str):
     """(the folder's own tokenizer through transformers, its tokenizer.json as a tokenizers.Tokenizer, the file
     bytes when tok_dir has one). A folder without tokenizer.json gets one: transformers' slow->fast conversion
     (AutoTokenizer(use_fast=True)), or for SigLIP's SentencePiece tokenizer, which has no converter there,
@@ -313,10 +313,14 @@ def _load(torch, kind: str, model_dir: str):
     if kind == "AutoencoderKL":
         import diffusers
 
-        return diffusers.AutoencoderKL.from_pretrained(model_dir, local_files_only=True, torch_dtype=torch.float32).eval()
+        diffusers.utils.logging.set_verbosity_error()  # its notes on accelerate and on casting with to()
+        diffusers.utils.logging.disable_progress_bar()
+        return diffusers.AutoencoderKL.from_pretrained(model_dir, local_files_only=True, torch_dtype=torch.float32,
+                                                       low_cpu_mem_usage=False).eval()
     import transformers
 
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
     cls = getattr(transformers, kind)
     return cls.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32).eval()
 
@@ -418,7 +422,7 @@ def export(opts: Options, log=print) -> Result:
         detail_in = f"{h}x{w} images in [-1, 1]"
     else:
         tok_dir = tokenizer_dir(model_dir, opts.tokenizer)
-        own, fast, data = _fast_tokenizer(tok_dir, kind)
+        own, fast, data = _fast_tokenizer(tok_dir)
         mcfg = model.config
         positions = getattr(mcfg, "max_position_embeddings", None)
         length = opts.max_length

@@ -139,7 +139,7 @@ def make_siglip(root, name="siglip", max_length=16):
     n = spm.SentencePieceProcessor(model_file=sp_path).get_piece_size()
     cfg = transformers.SiglipTextConfig(vocab_size=n, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                         num_attention_heads=4, max_position_embeddings=max_length, projection_size=24,
-                                        pad_token_id=1, eos_token_id=1)
+                                        pad_token_id=1, eos_token_id=1, bos_token_id=None)
     torch.manual_seed(SEED + 3)
     transformers.SiglipTextModel(cfg).eval().save_pretrained(d)
     return d

@@ -6,6 +6,9 @@ import importlib.util
 import os
 import sys
 
+# before anything loads an OpenMP runtime: one thread, the models are tiny and OpenMP's spinning threads on a busy
+# 2-core machine made the exports 15x slower
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 try:
     import jitembed._jitembed  # noqa: F401
 except ImportError as e:

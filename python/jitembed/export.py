@@ -33,9 +33,9 @@ _MODEL_TYPES = {"clip_text_model": "CLIPTextModel", "t5": "T5EncoderModel", "sig
 _ALIASES = {"T5ForConditionalGeneration": "T5EncoderModel", "T5Model": "T5EncoderModel"}
 
 _DTYPES = {"f32": ("float32", "TYPE_FP32"), "bf16": ("bfloat16", "TYPE_BF16"), "f16": ("float16", "TYPE_FP16")}
-#: verification tolerance per dtype on max|exported - eager| / max|eager| (one output, all rows); measured
-#: figures in docs/models.md. The exported graph runs the same ops as eager in the same dtype, so the error is
-#: the kernels' (fusion, accumulation order), a few units in the dtype's last place at most.
+#: verification tolerance per dtype on max|exported - eager| / max|eager| (one output, all rows of a batch);
+#: bf16 / f16 exports also pass when no farther from the f32 result than eager in that dtype (export()).
+#: Measured figures in docs/models.md: TorchScript 0, AOTInductor 1e-6 (f32) and ~1e-2 (bf16).
 TOLERANCES = {"f32": 1e-4, "f16": 1e-2, "bf16": 3e-2}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -82,7 +82,8 @@ class Check:
     max_abs: Optional[float] = None
     max_rel: Optional[float] = None
     tolerance: Optional[float] = None
-    vs_f32: Optional[float] = None
+    vs_f32: Optional[float] = None  # the export's max_rel against the f32 eager module (bf16 / f16 exports)
+    eager_vs_f32: Optional[float] = None  # eager's in the export's dtype, against f32
     ok: bool = True
 
 
@@ -516,10 +517,16 @@ def export(opts: Options, log=print) -> Result:
         n = x.shape[0]
         for k, (o, g, w) in enumerate(zip(outputs, got, want)):
             max_abs, max_rel = _compare(torch, g, w)
-            c = Check(o[0], f"{list(g.shape)} {str(g.dtype).replace('torch.', '')}, batch {n}", max_abs, max_rel, tol,
-                      ok=(max_rel <= tol) and g.dtype == w.dtype)
+            c = Check(o[0], f"{list(g.shape)} {str(g.dtype).replace('torch.', '')}, batch {n}", max_abs, max_rel, tol)
+            c.ok = max_rel <= tol
             if opts.dtype != "f32":
+                # a compiled graph may keep f32 intermediates where eager rounds to the dtype (AOTInductor's
+                # fused kernels), so it can be farther from eager than eager is from f32: it passes too when
+                # it is no farther from the f32 result than eager in the dtype is
                 c.vs_f32 = _compare(torch, g, ref32[k][:n])[1]
+                c.eager_vs_f32 = _compare(torch, w, ref32[k][:n])[1]
+                c.ok = c.ok or c.vs_f32 <= 1.25 * c.eager_vs_f32
+            c.ok = c.ok and g.dtype == w.dtype
             checks.append(c)
         if len(got) != len(outputs):
             checks.append(Check("outputs", f"the export returned {len(got)} outputs, {len(outputs)} declared", ok=False))
@@ -548,9 +555,9 @@ def format_table(result: Result, about: str) -> str:
     def num(v):
         return "-" if v is None else f"{v:.2e}"
 
-    head = ("output", "shape, dtype, rows", "max_abs", "max_rel", "tol_rel", "rel_vs_f32", "result")
+    head = ("output", "shape, dtype, rows", "max_abs", "max_rel", "tol_rel", "rel_vs_f32", "eager_vs_f32", "result")
     rows = [head] + [(c.what, c.detail, num(c.max_abs), num(c.max_rel), num(c.tolerance), num(c.vs_f32),
-                      "ok" if c.ok else "FAIL") for c in result.checks]
+                      num(c.eager_vs_f32), "ok" if c.ok else "FAIL") for c in result.checks]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = [f"jitembed.export: {result.kind} exported vs eager PyTorch ({about})"]
     lines += ["  " + "  ".join(v.ljust(widths[i]) for i, v in enumerate(r)).rstrip() for r in rows]

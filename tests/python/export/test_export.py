@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import fixtures
 import numpy as np
 import pytest
 import torch
@@ -130,10 +131,12 @@ def test_text_config_tokenizer_and_module(folders, repo, name):
         assert open(tok_path, "rb").read() == open(os.path.join(folders[name], "tokenizer.json"), "rb").read()
     else:  # made by the export (slow-only folders: vocab.json + merges.txt; spiece.model)
         assert not os.path.exists(os.path.join(folders[name], "tokenizer.json"))
-    # the tokenizer.json gives the ids and mask the folder's own tokenizer gives
-    x = served_rows(out, name, CAPTIONS)
-    enc = own(CAPTIONS, padding="max_length", truncation=True, max_length=length)
+    # the tokenizer.json gives the ids and mask the folder's own tokenizer gives (SigLIP's: the export's pipeline)
+    many = CAPTIONS + fixtures.captions(200, seed=7)
+    enc = own(many, padding="max_length", truncation=True, max_length=length)
+    x = served_rows(out, name, many)
     assert x[:, 0].tolist() == enc["input_ids"] and x[:, 1].tolist() == enc["attention_mask"]
+    x = x[: len(CAPTIONS)]
     assert x[-1, 1].all() and not x[3, 1].all()  # one truncated caption, one padded (the empty one)
     # the exported module is the model called directly (mask as the export says: SigLIP's none)
     m = torch.jit.load(os.path.join(out, name, "1", "model.pt")).eval()
@@ -161,6 +164,24 @@ def test_output_subset_and_no_mask(folders, tmp_path):
     model = model_of(folders["clip"], "CLIPTextModel")
     with torch.inference_mode():
         torch.testing.assert_close(m(x), model(input_ids=x[:, 0]).pooler_output, rtol=0, atol=1e-5)
+
+
+def test_pipeline_layout(folders, tmp_path):
+    """A diffusers pipeline's text_encoder_2/ finds its tokenizer in tokenizer_2/; the name is the folder's."""
+    src = folders["clip_projection"]
+    enc, tok = tmp_path / "pipe" / "text_encoder_2", tmp_path / "pipe" / "tokenizer_2"
+    enc.mkdir(parents=True)
+    tok.mkdir()
+    for f in os.listdir(src):
+        shutil.copy(os.path.join(src, f), tok if f in ("vocab.json", "merges.txt", "tokenizer_config.json") else enc)
+    rc, text = run_export(["--model", str(enc), "--out", str(tmp_path / "repo"), "--output", "text_embeds"])
+    assert rc == 0, text
+    assert (tmp_path / "repo" / "text_encoder_2" / "tokenizer.json").is_file()
+    rc, text = run_export(["--model", str(enc), "--out", str(tmp_path / "repo2"), "--tokenizer", str(tmp_path / "x")])
+    assert rc == 2 and "--tokenizer" in text and "not a directory" in text
+    shutil.rmtree(tok)
+    rc, text = run_export(["--model", str(enc), "--out", str(tmp_path / "repo3")])
+    assert rc == 2 and "no tokenizer" in text and "pass --tokenizer DIR" in text
 
 
 def test_bf16(folders, tmp_path):

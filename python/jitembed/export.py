@@ -348,6 +348,17 @@ def _compare(torch, got, want) -> Tuple[float, float]:
 def export(opts: Options, log=print) -> Result:
     """Exports opts.model into opts.out and verifies it; ExportError for bad input. The result's checks say
     whether the verification passed (the files are in place only when it did)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read when huggingface_hub is first imported
+    import warnings
+
+    with warnings.catch_warnings():
+        # torch.jit's deprecation notice and the tracer's notes on the fixed shapes (the verification runs the
+        # traced graph on other rows and batch sizes)
+        warnings.simplefilter("ignore", FutureWarning)
+        return _export(opts, log)
+
+
+def _export(opts: Options, log) -> Result:
     if opts.format not in ("torchscript", "aoti"):
         raise ExportError(f"--format {opts.format!r}: not torchscript or aoti")
     if opts.dtype not in _DTYPES:
@@ -383,8 +394,7 @@ def export(opts: Options, log=print) -> Result:
     import torch
     import warnings
 
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+    warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)  # inside export()'s catch_warnings
     torch_dtype = getattr(torch, _DTYPES[opts.dtype][0])
     out_type = _DTYPES[opts.dtype][1]
     VaeEncoder, TextEncoder = _wrappers(torch)

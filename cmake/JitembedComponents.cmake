@@ -76,6 +76,13 @@ if(JITEMBED_WITH_HTTP)
     LINK jitembed::core Boost::headers OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
 endif()
 
+if(JITEMBED_WITH_TOKENIZERS)
+  # Hugging Face tokenizer.json (CLIP / GPT-2 / Llama-3 BPE, WordPiece, Unigram): core only, no codec.
+  jitembed_component(tokenizers
+    GLOBS models/hf_*.hpp models/detail/hf_*.hpp
+    LINK jitembed::core nlohmann_json::nlohmann_json PCRE2::PCRE2 Utf8proc::Utf8proc)
+endif()
+
 if(JITEMBED_WITH_ZSTD)
   jitembed_component(zstd
     GLOBS codec/zstd*.hpp codec/shuffle*.hpp codec/text*.hpp codec/detail/zstd*.hpp
@@ -140,9 +147,13 @@ if(JITEMBED_WITH_ZSTD)
       if(TARGET SentencePiece::SentencePiece)
         list(APPEND _torch_globs models/tokenizer.hpp)
       endif()
+      # Text models tokenize with a Hugging Face tokenizer.json (the `tokenizer` parameter): jitembed::tokenizers.
+      if(NOT JITEMBED_WITH_TOKENIZERS)
+        message(FATAL_ERROR "JITEMBED_WITH_TORCH needs JITEMBED_WITH_TOKENIZERS (the text models' tokenizer.json)")
+      endif()
       jitembed_component(torch
         GLOBS ${_torch_globs}
-        LINK jitembed::models_video torch
+        LINK jitembed::models_video jitembed::tokenizers torch
         NOT_IN_UMBRELLA)
       # A CUDA LibTorch (torch_cuda): GPU models stage batches through pinned memory on per-instance streams
       # (models/detail/torch_cuda_staging.hpp).
@@ -153,13 +164,6 @@ if(JITEMBED_WITH_ZSTD)
       endif()
     endif()
   endif()
-endif()
-
-if(JITEMBED_WITH_TOKENIZERS)
-  # Hugging Face tokenizer.json (CLIP / GPT-2 / Llama-3 BPE, WordPiece, Unigram): core only, no codec.
-  jitembed_component(tokenizers
-    GLOBS models/hf_*.hpp models/detail/hf_*.hpp
-    LINK jitembed::core nlohmann_json::nlohmann_json PCRE2::PCRE2 Utf8proc::Utf8proc)
 endif()
 
 if(JITEMBED_WITH_PROTOBUF)

@@ -83,7 +83,7 @@ declare -A component_requires=(
   [models_image]="models jpeg"
   [models_video]="models_image video"
   [tokenizers]="core"
-  [torch]="models_video"
+  [torch]="models_video tokenizers"
   [server]="kserve batching models_video format"
   [protobuf]="core"
   [repository]="server protobuf"
@@ -119,7 +119,7 @@ with_bench_models=0
 for s in "${sets[@]}"; do
   case "$s" in
     build) ;;
-    python) components+=(server repository grpc client lmdb redis jpeg video) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=); grpc: Server(grpc_port=))
+    python) components+=(server repository grpc client lmdb redis jpeg video tokenizers) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=); grpc: Server(grpc_port=))
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
     ray) components+=(server grpc client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
     tools) components+=(server repository grpc client lmdb redis); dev+=(tools) ;;

@@ -379,3 +379,60 @@ def test_served_text(repo, name):
     cfg = parse_pbtxt(open(os.path.join(out, name, "config.pbtxt")).read())
     for (o, _, _), w in zip(cfg["output"], want):
         np.testing.assert_allclose(got[o], w.numpy(), rtol=0, atol=1e-4)
+
+
+def test_served_clip_equals_transformers_on_strings_ids_and_two_encoders(folders, repo, tmp_path):
+    """The SDXL text path, end to end: two CLIP text encoders (CLIPTextModel and CLIPTextModelWithProjection,
+    random weights) exported and served; captions as strings and as token ids (a trainer that tokenizes itself,
+    `input_ids` + `attention_mask` over tritonclient) equal eager transformers on its own tokenizer's ids; and
+    both encoders on one caption field through the loader, every sample once."""
+    import jitembed
+    import tritonclient.http as httpclient
+    import transformers
+
+    out, _ = repo
+    why = text_served_unsupported(out, "clip")
+    if why:
+        pytest.skip(f"the server does not take the 'tokenizer' parameter yet: {why}")
+    eager = {}
+    for name, cls, output in (("clip", "CLIPTextModel", "pooler_output"),
+                              ("clip_projection", "CLIPTextModelWithProjection", "text_embeds")):
+        tok = transformers.AutoTokenizer.from_pretrained(folders[name])
+        enc = tok(CAPTIONS, padding="max_length", max_length=77, truncation=True, return_tensors="pt")
+        with torch.inference_mode():
+            r = model_of(folders[name], cls)(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+        eager[name] = (enc, r.last_hidden_state.numpy(), getattr(r, output).numpy(), output)
+    data = str(tmp_path / "captions.jems")
+    with jitembed.ShardWriter.create(data) as w:
+        for i, c in enumerate(CAPTIONS):
+            b = jitembed.RecordBuilder()
+            b.add_text("caption", c)
+            w.append(b, key=f"{i:02d}")
+    with jitembed.Server(model_repository=out, io_threads=2) as server, \
+            jitembed.Client(endpoints=[f"http://{server.url}"]) as client:
+        h = httpclient.InferenceServerClient(url=server.url)
+        for name, (enc, hidden, pooled, output) in eager.items():
+            got = client.embed(name, [c.encode() for c in CAPTIONS], input="text")
+            np.testing.assert_allclose(got["last_hidden_state__0"], hidden, rtol=0, atol=1e-4)
+            np.testing.assert_allclose(got[output + "__1"], pooled, rtol=0, atol=1e-4)
+            ids = httpclient.InferInput("input_ids", list(enc["input_ids"].shape), "INT64")
+            ids.set_data_from_numpy(enc["input_ids"].numpy())
+            mask = httpclient.InferInput("attention_mask", list(enc["attention_mask"].shape), "INT32")
+            mask.set_data_from_numpy(enc["attention_mask"].numpy().astype(np.int32))
+            res = h.infer(name, [ids, mask])
+            # the same rows as the strings' (the server's tokenizer.json agrees with transformers' tokenizer)
+            np.testing.assert_array_equal(res.as_numpy("last_hidden_state__0"), got["last_hidden_state__0"])
+            np.testing.assert_allclose(res.as_numpy(output + "__1"), pooled, rtol=0, atol=1e-4)
+        h.close()
+        specs = [{"name": "clip_l", "model": "clip", "kind": "text", "output": "pooler_output__1"},
+                 {"name": "clip_g", "model": "clip_projection", "kind": "text", "output": "text_embeds__1"}]
+        loader = jitembed.Loader(jitembed.Dataset.open(data), client, specs, batch_size=2, shuffle=False, workers=1)
+        seen = []
+        for step in loader:
+            assert step["failed"] == []
+            for i, idx in enumerate(step["indices"]):
+                seen.append(int(idx))
+                np.testing.assert_allclose(step["clip_l"][i], eager["clip"][2][idx], rtol=0, atol=1e-4)
+                np.testing.assert_allclose(step["clip_g"][i], eager["clip_projection"][2][idx], rtol=0, atol=1e-4)
+        loader.close()
+        assert sorted(seen) == list(range(len(CAPTIONS)))

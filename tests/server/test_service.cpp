@@ -214,7 +214,7 @@ TEST_CASE("server: bad requests are 400 / 404 / 405 with KServe error bodies") {
   auto wrong_type = call(s, "POST", "/v2/models/image-latent/infer", fm.flatten(),
                          {{"Inference-Header-Content-Length", std::to_string(*fm.header_length)}});
   CHECK(wrong_type.status == 400);
-  CHECK(ks::parse_error_body(wrong_type.body).value() == "input 'image' has datatype FP32, expected BYTES");
+  CHECK(ks::parse_error_body(wrong_type.body).value() == "input 'image' has datatype FP32, expected BYTES or UINT8");
 
   auto bad_jpeg = infer(s, "image-latent", bytes_request("image", {jpeg, "definitely not a jpeg"}));
   CHECK(bad_jpeg.status == 400);

@@ -83,7 +83,7 @@ class ids_model {
   std::vector<models::tensor_meta> out_{{"s", dtype::f32, {2}}};
 };
 
-server::service with_models() {
+server::service tensor_service() {
   server::server_config c;
   c.preprocess_threads = 1;
   auto s = server::service::create(c).value();
@@ -96,13 +96,13 @@ server::service with_models() {
   return s;
 }
 
-std::vector<float> floats(const ks::infer_tensor& t) {
+std::vector<float> output_floats(const ks::infer_tensor& t) {
   std::vector<float> v(t.data.size() / sizeof(float));
   std::memcpy(v.data(), t.data.data(), t.data.size());
   return v;
 }
 
-std::string errc_of(const reply& r) {
+std::string input_errc(const reply& r) {
   auto c = ks::parse_error_code(r.body);
   return c ? std::string(to_string(*c)) : "<none>";
 }
@@ -110,14 +110,14 @@ std::string errc_of(const reply& r) {
 }  // namespace
 
 TEST_CASE("tensor inputs: a model without preprocessing serves its declared input, as Triton does") {
-  auto s = with_models();
+  auto s = tensor_service();
   const std::vector<float> x{1, 2, 3, -1, 0, 0.5f};
   auto r = infer(s, "affine", tensors_request({ks::infer_tensor::from_values<float>("INPUT__0", {2, 3}, x)}));
   REQUIRE_MESSAGE(r.status == 200, r.body);
   const auto out = decode(r);
   REQUIRE(out.outputs.size() == 1);
   CHECK(out.outputs[0].shape == std::vector<std::int64_t>{2, 3});
-  CHECK(floats(out.outputs[0]) == std::vector<float>{3, 5, 7, -1, 1, 2});
+  CHECK(output_floats(out.outputs[0]) == std::vector<float>{3, 5, 7, -1, 1, 2});
 
   // metadata and config describe the declared input, not a BYTES one
   const auto meta = nlohmann::json::parse(call(s, "GET", "/v2/models/affine").body);
@@ -132,14 +132,14 @@ TEST_CASE("tensor inputs: a model without preprocessing serves its declared inpu
   // raw bytes: refused, naming what the model takes
   auto raw = infer(s, "affine", bytes_request("image", {"abc"}));
   CHECK(raw.status == 400);
-  CHECK(errc_of(raw) == "invalid_argument");
+  CHECK(input_errc(raw) == "invalid_argument");
   CHECK(raw.body.find("has no preprocessing") != std::string::npos);
   CHECK(raw.body.find("'INPUT__0' FP32 [3]") != std::string::npos);
   // wrong datatype, wrong item shape, a second input, an unknown name
   const std::vector<double> xd{1, 2, 3};
   auto bad_type = infer(s, "affine", tensors_request({ks::infer_tensor::from_values<double>("INPUT__0", {1, 3}, xd)}));
   CHECK(bad_type.status == 400);
-  CHECK(errc_of(bad_type) == "dtype_mismatch");
+  CHECK(input_errc(bad_type) == "dtype_mismatch");
   auto bad_shape = infer(s, "affine", tensors_request({ks::infer_tensor::from_values<float>("INPUT__0", {3, 2}, x)}));
   CHECK(bad_shape.status == 400);
   CHECK(bad_shape.body.find("expected [batch] + [3]") != std::string::npos);
@@ -154,12 +154,12 @@ TEST_CASE("tensor inputs: a model without preprocessing serves its declared inpu
 }
 
 TEST_CASE("tensor inputs: a text model takes captions, its declared ids tensor, and input_ids (+ attention_mask)") {
-  auto s = with_models();
+  auto s = tensor_service();
   // "ab": ids 97, 98, mask 1 1 0 0 -> (195, 2)
   auto text = infer(s, "ids", bytes_request("text", {"ab", "abcdef"}));
   REQUIRE_MESSAGE(text.status == 200, text.body);
   const std::vector<float> want{195, 2, 97 + 98 + 99 + 100, 4};
-  CHECK(floats(decode(text).outputs[0]) == want);
+  CHECK(output_floats(decode(text).outputs[0]) == want);
 
   const auto meta = nlohmann::json::parse(call(s, "GET", "/v2/models/ids").body);
   CHECK(meta["inputs"][0]["name"] == "text");
@@ -171,7 +171,7 @@ TEST_CASE("tensor inputs: a text model takes captions, its declared ids tensor, 
   const std::vector<std::int64_t> declared{97, 98, 0, 0, 1, 1, 0, 0, 97, 98, 99, 100, 1, 1, 1, 1};
   auto direct = infer(s, "ids", tensors_request({ks::infer_tensor::from_values<std::int64_t>("INPUT__0", {2, 2, 4}, declared)}));
   REQUIRE_MESSAGE(direct.status == 200, direct.body);
-  CHECK(floats(decode(direct).outputs[0]) == want);
+  CHECK(output_floats(decode(direct).outputs[0]) == want);
 
   // input_ids INT32 with an INT64 attention_mask
   const std::vector<std::int32_t> ids32{97, 98, 7, 7, 97, 98, 99, 100};
@@ -179,11 +179,11 @@ TEST_CASE("tensor inputs: a text model takes captions, its declared ids tensor, 
   auto ids = infer(s, "ids", tensors_request({ks::infer_tensor::from_values<std::int32_t>("input_ids", {2, 4}, ids32),
                                               ks::infer_tensor::from_values<std::int64_t>("attention_mask", {2, 4}, mask)}));
   REQUIRE_MESSAGE(ids.status == 200, ids.body);
-  CHECK(floats(decode(ids).outputs[0]) == want);
+  CHECK(output_floats(decode(ids).outputs[0]) == want);
   // without a mask every position counts (transformers' default)
   auto nomask = infer(s, "ids", tensors_request({ks::infer_tensor::from_values<std::int32_t>("input_ids", {2, 4}, ids32)}));
   REQUIRE_MESSAGE(nomask.status == 200, nomask.body);
-  CHECK(floats(decode(nomask).outputs[0]) == std::vector<float>{97 + 98 + 14, 4, 97 + 98 + 99 + 100, 4});
+  CHECK(output_floats(decode(nomask).outputs[0]) == std::vector<float>{97 + 98 + 14, 4, 97 + 98 + 99 + 100, 4});
 
   // errors: a length that is not L, a mask of another shape, a float mask, a third input
   const std::vector<std::int64_t> five(5, 1);
@@ -198,7 +198,7 @@ TEST_CASE("tensor inputs: a text model takes captions, its declared ids tensor, 
   auto float_mask = infer(s, "ids", tensors_request({ks::infer_tensor::from_values<std::int32_t>("input_ids", {2, 4}, ids32),
                                                      ks::infer_tensor::from_values<float>("attention_mask", {2, 4}, fmask)}));
   CHECK(float_mask.status == 400);
-  CHECK(errc_of(float_mask) == "dtype_mismatch");
+  CHECK(input_errc(float_mask) == "dtype_mismatch");
   auto third = infer(s, "ids", tensors_request({ks::infer_tensor::from_values<std::int32_t>("input_ids", {2, 4}, ids32),
                                                 ks::infer_tensor::from_values<std::int32_t>("token_type_ids", {2, 4}, ids32)}));
   CHECK(third.status == 400);

@@ -299,7 +299,8 @@ class inference_pipeline {
       JITEMBED_ASSIGN_OR_RETURN(rows.raw, in.strings());
       return rows;
     }
-    if (c.req.inputs.size() == 1 && in.name == declared.name) return tensor_rows(in, declared);
+    if (c.req.inputs.size() == 1 && in.name == declared.name)
+      return tensor_rows(in, declared, m.has_preprocess() && in.name == modality_name);
     if (const auto ids = token_id_layout(m); ids && std::any_of(c.req.inputs.begin(), c.req.inputs.end(), [](const auto& t) {
           return t.name == "input_ids";
         }))
@@ -343,12 +344,14 @@ class inference_pipeline {
     return check_rows_count(in, in.shape[0]);
   }
 
-  // The declared input's rows, each copied into its own aligned item tensor.
-  result<request_rows> tensor_rows(const net::kserve::infer_tensor& in, const models::tensor_meta& declared) const {
+  // The declared input's rows, each copied into its own aligned item tensor. `or_bytes`: the declared input
+  // has the name raw fields come under (a reference model's "image"), so BYTES is the other way in.
+  result<request_rows> tensor_rows(const net::kserve::infer_tensor& in, const models::tensor_meta& declared, bool or_bytes) const {
     const auto want = net::kserve::from_dtype(declared.type);
     if (in.type != want)
       return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " + std::string(net::kserve::to_string(in.type)) +
-                                            ", expected " + std::string(net::kserve::to_string(want)));
+                                            ", expected " + std::string(or_bytes ? "BYTES or " : "") +
+                                            std::string(net::kserve::to_string(want)));
     bool fits = in.shape.size() == declared.shape.size() + 1 && in.shape[0] >= 1;
     for (std::size_t d = 0; fits && d < declared.shape.size(); ++d)
       fits = declared.shape[d] < 0 || in.shape[d + 1] == declared.shape[d];

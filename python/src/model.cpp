@@ -89,8 +89,10 @@ std::string exception_text(nb::python_error& e) {
 models::preprocess_function python_preprocess(PyObject* fn, std::string who, models::modality modality, models::tensor_meta in,
                                               const std::string& name, const std::string& version) {
   models::preprocess_function f;
-  f.key = "python-preprocess:" + name + "@" + version + ":" + std::string(models::to_string(modality)) + ":" +
-          dims_text(in.type, in.shape);
+  std::string dims;
+  for (auto d : in.shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+  f.key = "python-preprocess:" + name + "@" + version + ";" + std::string(models::to_string(modality)) + ";" +
+          std::string(to_string(in.type)) + "[" + dims + "]";
   f.run = [fn, who = std::move(who), modality, in = std::move(in)](bytes_view raw, const decode_limits&) -> result<tensor> {
     if (!Py_IsInitialized() || python_finalizing()) return fail(errc::unavailable, who + ": the Python interpreter is shutting down");
     nb::gil_scoped_acquire gil;

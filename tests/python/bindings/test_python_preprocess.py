@@ -96,7 +96,8 @@ def test_bytes_for_image_models_and_a_torch_result():
 def test_the_identity_is_in_the_preprocess_key():
     a, b = text_model(), text_model(preprocess_version="2")
     c = text_model(preprocess_name="other")
-    assert "codepoints@1" in a.preprocess_key and "codepoints@2" in b.preprocess_key
+    assert a.preprocess_key == "python-preprocess:codepoints@1;text;i64[2,8]"
+    assert b.preprocess_key == "python-preprocess:codepoints@2;text;i64[2,8]"
     assert len({a.preprocess_key, b.preprocess_key, c.preprocess_key}) == 3
     assert a.fingerprint == b.fingerprint  # the weights' identity is not the preprocessing's
     # so the cache keys differ (a key is made of model, fingerprint, preprocess key and content)
@@ -182,3 +183,40 @@ def test_two_calls_overlap():
         got = [f.result(timeout=30)["y"] for f in futures]
     assert most[0] == 2
     np.testing.assert_array_equal(np.concatenate(got), expected(["one", "two"]))
+
+
+def test_a_factory_with_a_preprocess_callable_pickles_as_ray_ships_it(tmp_path):
+    """jitembed.ray.build_app ships Model factories to the replicas with cloudpickle (a Model itself holds C++
+    state and is built in the replica): a factory whose Model has a preprocess callable, pickled by value here
+    and called in a fresh process, serves fn(preprocess(raw))."""
+    import subprocess
+    import sys
+
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+
+    def factory(device="cpu"):
+        import numpy as np
+
+        import jitembed
+
+        def tokens(text):
+            ids = [min(ord(c), 1000) for c in text[:8]]
+            out = np.zeros((2, 8), np.int64)
+            out[0, :len(ids)], out[1, :len(ids)] = ids, 1
+            return out
+
+        return jitembed.Model(lambda x: x[:, 0, :4].float(), "codepoints", inputs=("text", "i64", [2, 8]),
+                              outputs=[("y", "f32", [4])], preprocess=tokens, preprocess_name="codepoints",
+                              preprocess_version="1", device=device)
+
+    (tmp_path / "factory.pkl").write_bytes(cloudpickle.dumps(factory))
+    code = ("import pickle, sys, jitembed\n"
+            "m = pickle.loads(open(sys.argv[1], 'rb').read())(device='cpu')\n"
+            "with jitembed.Server(models=[m], preprocess_threads=1) as s, "
+            "jitembed.Client(endpoints=[f'http://{s.url}']) as c:\n"
+            "    print(c.embed('codepoints', [b'hello'], input='text')['y'].tolist())\n"
+            "    print(m.preprocess_key)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "factory.pkl")], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == ["[[104.0, 101.0, 108.0, 108.0]]", factory().preprocess_key]

@@ -104,8 +104,8 @@ class loader_state {
       if (!client && !owned) return fail(errc::invalid_argument, "jit_loader: no client");
       JITEMBED_TRY(check(opts));
       auto s = std::make_unique<loader_state>(std::move(ds), client, std::move(owned), std::move(opts));
+      JITEMBED_TRY(s->wait_ready());  // before make_groups' identity requests: their errors would hide its
       JITEMBED_TRY(s->make_groups());
-      JITEMBED_TRY(s->wait_ready());
       JITEMBED_TRY(s->start_epoch(s->opts_.epoch));
       if (!s->opts_.resume.empty()) JITEMBED_TRY(s->restore(s->opts_.resume));
       s->opts_.resume = {};
@@ -301,7 +301,7 @@ class loader_state {
 
   result<void> make_groups();
 
-  // opts_.ready_timeout (or fail_fast's default): jit_client::wait_ready for every model of the groups.
+  // opts_.ready_timeout (or fail_fast's default): jit_client::wait_ready for every model of the embeddings.
   result<void> wait_ready();
 
   // The error that fails step `b` (`failed` of its samples failed) under fail_fast / max_failed_fraction,

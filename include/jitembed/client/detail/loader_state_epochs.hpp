@@ -40,8 +40,8 @@ inline auto loader_state::wait_ready() -> result<void> {
   if (!timeout && opts_.fail_fast) timeout = loader_options::kDefaultFailFastReadyTimeout;
   if (!timeout) return {};
   std::vector<std::string> models;
-  for (const auto& g : groups_)
-    if (std::find(models.begin(), models.end(), g.model) == models.end()) models.push_back(g.model);
+  for (const auto& e : opts_.embeddings)
+    if (std::find(models.begin(), models.end(), e.model) == models.end()) models.push_back(e.model);
   auto r = client_->wait_ready(models, *timeout);
   if (!r) return fail(r.error().code, "jit_loader: " + r.error().message);
   return {};

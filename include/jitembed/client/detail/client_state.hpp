@@ -186,9 +186,10 @@ class client_state final : public attempt_events {
     return last;
   }
 
-  // Probes every live endpoint for each model until one answers ready for it (docs/client.md, Readiness).
-  // The wait is bounded: it ends after `timeout` plus at most one probe round (a probe's connect and read
-  // timeouts are short), and at once in local mode, where nothing becomes ready later.
+  // Probes every live endpoint for each model until one answers ready for it (docs/client.md, Timeouts and
+  // readiness). The wait is bounded: it ends after `timeout` plus at most one probe (no probe starts past the
+  // deadline once every model was probed once; a probe's connect and read timeouts are short), and at once in
+  // local mode, where nothing becomes ready later.
   result<void> wait_ready(const std::vector<std::string>& models, std::chrono::milliseconds timeout) {
     if (timeout.count() <= 0) return fail(errc::invalid_argument, "client: wait_ready timeout must be positive");
     if (models.empty()) return fail(errc::invalid_argument, "client: wait_ready names no model");
@@ -198,13 +199,14 @@ class client_state final : public attempt_events {
     error_info last = fail(errc::unavailable, "no endpoint");
     bool reached = false;  // some endpoint answered (its model not ready, or not served)
     std::vector<std::string> urls;
-    for (;;) {
+    for (bool first_round = true;; first_round = false) {
       const auto eps = live_endpoints();
       urls.clear();
       for (const auto& a : eps) urls.push_back(a.url);
       for (auto it = waiting.begin(); it != waiting.end();) {
         bool ready = false;
         for (const auto& a : eps) {
+          if (!first_round && clock::now() > deadline) break;
           if (transport_for(a).ready(a, *it)) {
             ready = true;
             break;

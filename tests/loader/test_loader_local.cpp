@@ -248,7 +248,7 @@ TEST_CASE("the next epoch is prefetched before the trainer reaches it") {
   for (const auto& s : second.samples) check_against_reference(ds.data, s);
 }
 
-TEST_CASE("failed steps: all failed for the service fails next(); max_failed_fraction; fail_fast; wait_ready") {
+TEST_CASE("failed steps: all failed for the service fails next(), max_failed_fraction, fail_fast, wait_ready") {
   temp_dataset ds(8, 0, {0, 1, 2, 3, 5});  // steps of 4: step 0 all broken JPEGs, step 1 one
   auto c = local_client();
   auto o = base_options();
@@ -258,12 +258,15 @@ TEST_CASE("failed steps: all failed for the service fails next(); max_failed_fra
     REQUIRE(l.has_value());
     auto d = drain(*l);
     CHECK(d.step_sizes == std::vector<std::size_t>{4, 4});
+    // Each with its own error, also when every row of a request failed (samples 0-2: before, "no outputs")
+    for (const auto& s : d.samples)
+      if (!s.ok()) CHECK_MESSAGE(caller_action(s.error->code) == caller_move::fix_input, s.error->message);
     o.fail_fast = true;
     auto f = jit_loader::create(ds.data, c, o);  // waits for readiness first: local models are ready at once
     REQUIRE_MESSAGE(f.has_value(), f.error().message);
     auto s0 = f->next();
     REQUIRE_FALSE(s0.has_value());
-    CHECK(caller_action(s0.error().code) == caller_move::fix_input);  // the junk "JPEG": bad input
+    CHECK_MESSAGE(caller_action(s0.error().code) == caller_move::fix_input, s0.error().message);  // the junk "JPEG": bad input
     CHECK(s0.error().message.find("jit_loader: step 0 of epoch 0: 4 of 4 samples failed (fail_fast); endpoints: local models; "
                                   "first error: sample '") == 0);
     auto s1 = f->next();  // the failed step counts as delivered: the next one follows

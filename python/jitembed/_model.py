@@ -102,7 +102,17 @@ class Model(_jitembed._Model):
     outputs: (name, dtype, shape) per output, the shape of one item (-1: any extent).
     preprocess: the model repository's preprocessing parameters (docs/models.md): modality, image_resize,
         image_normalize, image_mean, image_std, image_decode, video_frames, video_frame_stride,
-        sentencepiece_model (a path; relative ones against base_dir), text_max_length, text_truncation, ...
+        sentencepiece_model (a path; relative ones against base_dir), text_max_length, text_truncation, ...;
+        or a Python callable from one raw input (bytes: a JPEG, a video container; str for text models) to the
+        input item (numpy or torch, the declared input dtype and shape), run on the server's preprocessing
+        threads (the GIL held for the call only). It then needs ``preprocess_name`` and ``preprocess_version``,
+        its identity in the preprocess key (cache keys change with it: bump the version when the code changes),
+        and ``modality`` ("image", "video" or "text": which field of a record it gets; default: "text" for an
+        integer input, "video" for a rank-4 input, else "image"). Served through Ray, a Model is built by a
+        factory inside each replica (jitembed.ray.build_app), so the callable travels in the factory's pickle.
+        A callable that raises fails that row with InvalidArgumentError (HTTP 400) carrying the exception's
+        type and message; an output of another dtype is DtypeMismatchError, of another shape
+        InvalidArgumentError, both naming the expected input.
     instances: calls that may run at once (runner threads; torch releases the GIL inside its ops).
     device: "cpu" or "cuda[:N]": where the batch is put before the call.
     module: the torch.nn.Module whose state_dict() hash joins the fingerprint (default: fn when it is a
@@ -110,10 +120,11 @@ class Model(_jitembed._Model):
     """
 
     def __init__(self, fn: Callable[[Any], Any], name: str, version: str = "1", inputs: Any = None, outputs: Any = None,
-                 max_batch_size: int = 32, preprocess: Optional[Mapping[str, Any]] = None, *, instances: int = 1,
-                 device: str = "cpu", module: Any = None, hash_weights: bool = True, max_queue_delay_us: int = 1000,
-                 preferred_batch_sizes: Sequence[int] = (), base_dir: Optional[str] = None,
-                 tensor_type: Optional[str] = None) -> None:
+                 max_batch_size: int = 32, preprocess: Union[None, Mapping[str, Any], Callable[[Any], Any]] = None, *,
+                 instances: int = 1, device: str = "cpu", module: Any = None, hash_weights: bool = True,
+                 max_queue_delay_us: int = 1000, preferred_batch_sizes: Sequence[int] = (), base_dir: Optional[str] = None,
+                 tensor_type: Optional[str] = None, preprocess_name: Optional[str] = None,
+                 preprocess_version: Optional[str] = None, modality: Optional[str] = None) -> None:
         if inputs is None or outputs is None:
             raise _jitembed.InvalidArgumentError(f"jitembed.Model '{name}': inputs and outputs must be declared")
         if tensor_type is None:
@@ -128,12 +139,30 @@ class Model(_jitembed._Model):
         weights = state_dict_hash(module) if (hash_weights and module is not None) else ""
         #: the user's version and the weights' hash: the model fingerprint of every cache key
         fingerprint = f"python:{version}" + (f":sd-{weights}" if weights else "")
+        in_specs = _tensor_specs(inputs, "input")
+        preprocess_fn = None
+        if callable(preprocess) and not isinstance(preprocess, Mapping):
+            preprocess_fn, preprocess = preprocess, None
+            if not preprocess_name or not preprocess_version:
+                raise _jitembed.InvalidArgumentError(
+                    f"jitembed.Model '{name}': a preprocess callable needs preprocess_name and preprocess_version "
+                    "(its identity in the cache keys)")
+            if modality is None:
+                in_dtype, in_shape = in_specs[0][1], in_specs[0][2]
+                modality = ("text" if in_dtype in ("i64", "i32", "i16", "i8", "u8") and len(in_shape) <= 2
+                            else "video" if len(in_shape) == 4 else "image")
+        elif preprocess_name is not None or preprocess_version is not None or modality is not None:
+            raise _jitembed.InvalidArgumentError(
+                f"jitembed.Model '{name}': preprocess_name, preprocess_version and modality go with a preprocess "
+                "callable (with parameters, give 'modality' among them)")
         params = {str(k): _param(v) for k, v in (preprocess or {}).items()}
-        super().__init__(fn, name, str(version), fingerprint, _tensor_specs(inputs, "input"),
+        super().__init__(fn, name, str(version), fingerprint, in_specs,
                          _tensor_specs(outputs, "output"), int(max_batch_size), params,
                          os.path.abspath(base_dir or os.getcwd()), str(device), tensor_type == "torch", int(instances),
-                         int(max_queue_delay_us), [int(b) for b in preferred_batch_sizes])
+                         int(max_queue_delay_us), [int(b) for b in preferred_batch_sizes], preprocess_fn,
+                         str(preprocess_name or ""), str(preprocess_version or ""), str(modality or ""))
         self.fn = fn
+        self.preprocess_fn = preprocess_fn
         self.weights_hash = weights
 
     def __repr__(self) -> str:

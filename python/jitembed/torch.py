@@ -61,9 +61,10 @@ def _tensor(a: Any, bf16: bool = False) -> Any:
 def to_torch(step: Dict[str, Any], item_shapes: Optional[Dict[str, Tuple[torch.Size, torch.dtype]]] = None) -> Dict[str, Any]:
     """A ``jitembed.Loader`` step with tensors instead of numpy arrays, without copies (``torch.from_dlpack``):
     a stacked field becomes a ``Tensor[B, ...]`` sharing the collate's buffer, a per-sample list a list of
-    tensors (None kept), ``indices`` an int64 tensor. ``item_shapes`` ({field: (item shape, dtype)}, updated
-    from stacked fields) turns the empty list of a step without a successful sample (a short rank's last
-    step, or every sample failed) into an empty ``Tensor[0, ...]`` of the field's last seen item shape."""
+    tensors (None kept), ``indices`` an int64 tensor. A step without a successful sample already has typed
+    ``[0, ...]`` arrays (from the model's metadata); where the client could not tell, ``item_shapes``
+    ({field: (item shape, dtype)}, updated from stacked fields) turns the empty list into an empty
+    ``Tensor[0, ...]`` of the field's last seen item shape."""
     out: Dict[str, Any] = {}
     dtypes = step.get("dtypes", {})
     for name, v in step.items():
@@ -154,11 +155,20 @@ class Loader(IterableDataset):
     ``len(loader)`` steps (the C++ epoch plan: a short rank's last step is smaller, possibly empty; no
     sample is repeated or dropped). ``seed`` must be the same on every rank.
 
+    Failed samples: a step whose samples failed for the service (no endpoint answered, a timeout, a model not
+    served: any errc but bad input) make up at least ``max_failed_fraction`` of it (default 1.0: only a step
+    where every sample failed so) raises the first one's error (``jitembed.UnavailableError``, ...) naming the
+    endpoints, instead of handing out a step without rows; ``fail_fast=True`` raises on the first failed
+    sample (bad input too) and first waits ``ready_timeout_s`` (default 5 s) for an endpoint ready for each
+    model, so a loader whose servers are down raises at construction, in seconds. A bad-input sample (a
+    corrupt JPEG) is otherwise listed in ``failed``. An empty field (a short rank's last step) is a
+    ``Tensor[0, ...]`` of the model output's declared dtype and item shape.
+
     Everything else (``samples_per_request``, ``requests_in_flight``, ``workers``, ``max_buffered``,
-    ``order``, ``cache``, ``cache_compression``, ``request_timeout_ms``, ``resubmits``) goes to
-    ``jitembed.Loader``. Use it in this process: alone, or in ``DataLoader(loader, batch_size=None,
-    num_workers=0)`` (the loader prefetches in its own C++ threads; worker processes would only add copies).
-    One pass at a time.
+    ``order``, ``cache``, ``cache_compression``, ``request_timeout_ms``, ``resubmits``, ``fail_fast``,
+    ``max_failed_fraction``, ``ready_timeout_s``) goes to ``jitembed.Loader``. Use it in this process: alone,
+    or in ``DataLoader(loader, batch_size=None, num_workers=0)`` (the loader prefetches in its own C++ threads;
+    iterating it in a DataLoader worker process, num_workers > 0, raises RuntimeError). One pass at a time.
     """
 
     def __init__(self, data: Any, client: "jitembed.Client", embeddings: Sequence[Any], *, batch_size: int = 32,
@@ -225,6 +235,16 @@ class Loader(IterableDataset):
         self._restart(epoch=int(epoch))
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        if torch.utils.data.get_worker_info() is not None:
+            # A DataLoader worker is a fork of this process: the copy of the loader there has none of its C++
+            # threads (a client with local models then hangs) and every worker would deliver the whole epoch
+            # again (num_workers=2: each sample twice). Forked workers never pickle it, so __getstate__ cannot
+            # catch this: the worker's iter() is the first place that can.
+            raise RuntimeError(
+                "jitembed.torch.Loader cannot run in a DataLoader worker process (num_workers > 0): every worker "
+                "would deliver the whole epoch again, and the loader's threads are not in the worker. Iterate it "
+                "directly, or use DataLoader(loader, batch_size=None, num_workers=0): its own threads decode and "
+                "prefetch")
         self._get()
         if self._lookahead:
             return self._iter_ahead()

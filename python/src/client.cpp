@@ -7,7 +7,9 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "common.hpp"
 #include "format_types.hpp"
 #include "jitembed/client.hpp"
+#include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/server/model_instance.hpp"
 #include "jitembed/server/model_spec.hpp"
 
@@ -140,10 +143,20 @@ models::modality kind_of(std::string_view k) {
   raise(errc::invalid_argument, "embedding kind '" + std::string(k) + "' is not image, video or text");
 }
 
+// A field's item when no sample of a step has it (a short rank's last step, every sample failed): the
+// dtype and item shape of the model output it comes from (the client's metadata: the server's or the local
+// model's), so that an empty step's field is a typed [0, ...] array. Extents the model leaves open (-1) are 0.
+struct empty_item {
+  dtype type = dtype::f32;
+  shape item;
+};
+
 struct py_loader {
   nb::object client;  // the Python Client the loader borrows (kept alive, never moved)
   std::optional<jit_loader> l;
   std::vector<std::string> names;
+  std::vector<embedding_spec> specs;  // in names' order
+  std::map<std::string, std::optional<empty_item>> empty_items;  // asked once per field (nullopt: unknown)
   bool stack = true;
   jit_loader& get() {
     if (!l) raise(errc::cancelled, "loader: closed");
@@ -165,7 +178,34 @@ struct py_loader {
   }
 };
 
-nb::dict batch_dict(const py_loader& pl, step&& b) {
+// The field's empty_item from the model's metadata, asked once (GIL released); nullopt when the client cannot
+// say (no endpoint answers, the output is not declared, a datatype without a dtype).
+const std::optional<empty_item>& empty_item_of(py_loader& pl, std::size_t field) {
+  const std::string& name = pl.names[field];
+  if (auto it = pl.empty_items.find(name); it != pl.empty_items.end()) return it->second;
+  std::optional<empty_item> out;
+  auto& pc = nb::cast<py_client&>(pl.client);
+  if (pc.c) {
+    const embedding_spec& spec = pl.specs[field];
+    result<model_metadata> md = fail(errc::internal, "");
+    {
+      nb::gil_scoped_release nogil;
+      md = pc.c->metadata(spec.model);
+    }
+    if (md)
+      if (const served_tensor* t = md->output(spec.output); t && !t->shape.empty())
+        if (auto kd = net::kserve::datatype_from_string(t->datatype))
+          if (auto dt = net::kserve::to_dtype(*kd)) {
+            empty_item e;
+            e.type = *dt;
+            for (std::size_t d = 1; d < t->shape.size(); ++d) e.item.push_back(std::max<std::int64_t>(t->shape[d], 0));
+            out = std::move(e);
+          }
+  }
+  return pl.empty_items.emplace(name, std::move(out)).first->second;
+}
+
+nb::dict batch_dict(py_loader& pl, step&& b) {
   nb::dict d;
   nb::list ids, failed;
   std::vector<std::int64_t> indices;
@@ -184,7 +224,9 @@ nb::dict batch_dict(const py_loader& pl, step&& b) {
       failed.append(f);
     }
   }
-  for (const auto& name : pl.names) {
+  nb::dict dtypes;  // each field's element type ("bf16" fields are uint16 arrays of the same bits: numpy has no bf16)
+  for (std::size_t field = 0; field < pl.names.size(); ++field) {
+    const std::string& name = pl.names[field];
     // The C++ collate (client::step::collate: one copy, the failed samples' rows left out). Per-sample
     // arrays instead when stack=False, or when collate cannot stack: a sample without the field (not_found),
     // rows of differing dtype / shape or no row at all (invalid_argument), rows of the highest rank
@@ -202,7 +244,14 @@ nb::dict batch_dict(const py_loader& pl, step&& b) {
                c != errc::not_found && c != errc::invalid_argument && c != errc::limit_exceeded)
         throw jitembed::error(std::move(r).error());
     }
+    if (!stacked && pl.stack && ok.empty())  // no row at all: a typed [0, ...] array when the model's metadata says
+      if (const auto& e = empty_item_of(pl, field)) {
+        jitembed::shape sh{0};
+        for (auto x : e->item.span()) sh.push_back(x);
+        stacked = tensor::empty(sh, e->type);
+      }
     if (stacked) {
+      dtypes[nb::str(name.c_str())] = std::string(to_string(stacked->dtype()));
       d[nb::str(name.c_str())] = to_numpy(*stacked, false);
     } else {
       nb::list l;
@@ -213,14 +262,13 @@ nb::dict batch_dict(const py_loader& pl, step&& b) {
       d[nb::str(name.c_str())] = l;
     }
   }
-  // Each field's element type ("bf16" fields are uint16 arrays of the same bits: numpy has no bf16).
-  nb::dict dtypes;
   for (const auto& name : pl.names)
-    for (const auto* smp : ok)
-      if (const tensor* t = smp->find(name)) {
-        dtypes[nb::str(name.c_str())] = std::string(to_string(t->dtype()));
-        break;
-      }
+    if (!dtypes.contains(name.c_str()))
+      for (const auto* smp : ok)
+        if (const tensor* t = smp->find(name)) {
+          dtypes[nb::str(name.c_str())] = std::string(to_string(t->dtype()));
+          break;
+        }
   d["dtypes"] = dtypes;
   d["ids"] = ids;
   const tensor idx = tensor::copy_of(bytes_view(reinterpret_cast<const std::byte*>(indices.data()), indices.size() * 8),
@@ -364,7 +412,10 @@ void register_client(nb::module_& m) {
           nb::arg("shared_memory_pool_bytes") = shared_memory_options{}.pool_bytes,
           "Exactly one endpoint source (a list of http://host:port, https://host:port, grpc://host:port or "
           "grpcs://host:port URLs, a file, or a URL serving the list), or local_models: reference-model specs "
-          "'NAME[:k=v,...]' (the jitembed-server --model syntax) run in this process. tls_ca_file: the PEM CA bundle "
+          "'NAME[:k=v,...]' (the jitembed-server --model syntax) run in this process. request_timeout_ms: the default "
+          "deadline of one request, every attempt and retry together: 30000 (30 s); a request to endpoints that are "
+          "all down fails after it (or after max_attempts), so use wait_ready() or Loader(fail_fast=True) to fail "
+          "fast at start; connect_timeout_ms (2000): one connection attempt. tls_ca_file: the PEM CA bundle "
           "https:// / grpcs:// endpoints' certificates must chain to (empty: the system's CA paths). "
           "offer_compression: ask jitembed servers for zstd-compressed outputs (when that saves the server's fraction; "
           "Triton ignores it), not on loopback endpoints unless compress_on_loopback (there compressing costs more "
@@ -460,6 +511,28 @@ void register_client(nb::module_& m) {
             return d;
           },
           nb::arg("model"), "The cache-key identity of `model` (fingerprint, preprocess_key, input).")
+      .def(
+          "wait_ready",
+          [](py_client& self, nb::handle models, double timeout_s) {
+            std::vector<std::string> names;
+            if (nb::isinstance<nb::str>(models))
+              names.push_back(nb::cast<std::string>(models));
+            else
+              for (auto h : models) names.push_back(nb::cast<std::string>(h));
+            if (!(timeout_s > 0.0)) raise(errc::invalid_argument, "client: wait_ready timeout_s must be positive");
+            jit_client& c = self.get();
+            result<void> r = fail(errc::internal, "");
+            {
+              nb::gil_scoped_release nogil;
+              r = c.wait_ready(names, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000.0 + 0.5)));
+            }
+            unwrap(std::move(r));
+          },
+          nb::arg("models"), nb::arg("timeout_s") = 10.0,
+          "Blocks (GIL released) until, for each model (a name or a list), at least one endpoint answers ready "
+          "(local models: at once). Raises UnavailableError when no endpoint could be reached within timeout_s, "
+          "TimeoutError when one answered but the model never became ready; the message names the endpoints and the "
+          "last error.")
       .def("stats", [](py_client& self) { return client_stats_dict(self.get().stats()); })
       .def("endpoints", [](py_client& self) { return self.get().endpoints(); })
       .def_prop_ro("local", [](py_client& self) { return self.get().local(); })
@@ -478,7 +551,8 @@ void register_client(nb::module_& m) {
              std::size_t workers, std::size_t max_buffered, std::size_t rank, std::size_t world_size,
              std::uint64_t seed, bool shuffle, std::string_view order, std::optional<const py_cache*> cache,
              std::string_view cache_compression, std::optional<double> request_timeout_ms, int resubmits,
-             std::optional<nb::bytes> resume, bool stack, std::uint64_t epoch) {
+             std::optional<nb::bytes> resume, bool stack, std::uint64_t epoch, bool fail_fast, double max_failed_fraction,
+             std::optional<double> ready_timeout_s) {
             format::dataset ds;
             if (nb::isinstance<py_dataset>(data)) {
               ds = nb::cast<const py_dataset&>(data).d;
@@ -494,6 +568,7 @@ void register_client(nb::module_& m) {
             py_client& pc = nb::cast<py_client&>(client);
             loader_options o;
             std::vector<std::string> names;
+            std::vector<embedding_spec> specs;
             for (const auto& e : embeddings) {
               embedding_spec s;
               if (nb::isinstance<nb::dict>(e)) {
@@ -513,6 +588,7 @@ void register_client(nb::module_& m) {
                 if (t.size() > 3) s.output = nb::cast<std::string>(t[3]);
               }
               names.push_back(s.name);
+              specs.push_back(s);
               o.embeddings.push_back(std::move(s));
             }
             o.batch_size = batch_size;
@@ -534,6 +610,12 @@ void register_client(nb::module_& m) {
             if (request_timeout_ms)
               o.request_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*request_timeout_ms));
             o.resubmits = resubmits;
+            o.fail_fast = fail_fast;
+            o.max_failed_fraction = max_failed_fraction;
+            if (ready_timeout_s) {
+              if (!(*ready_timeout_s > 0.0)) raise(errc::invalid_argument, "loader: ready_timeout_s must be positive");
+              o.ready_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*ready_timeout_s * 1000.0 + 0.5));
+            }
             if (resume) {
               const auto* p = static_cast<const std::byte*>(resume->data());
               o.resume.assign(p, p + resume->size());
@@ -549,6 +631,7 @@ void register_client(nb::module_& m) {
             self->client = nb::borrow(client);
             self->l.emplace(std::move(loader));
             self->names = std::move(names);
+            self->specs = std::move(specs);
             self->stack = stack;
           },
           nb::arg("data"), nb::arg("client"), nb::arg("embeddings"), nb::arg("batch_size") = 32,
@@ -556,10 +639,16 @@ void register_client(nb::module_& m) {
           nb::arg("max_buffered") = 256, nb::arg("rank") = 0, nb::arg("world_size") = 1, nb::arg("seed") = 0,
           nb::arg("shuffle") = true, nb::arg("order") = "dataset", nb::arg("cache") = nb::none(),
           nb::arg("cache_compression") = "raw", nb::arg("request_timeout_ms") = nb::none(), nb::arg("resubmits") = 2,
-          nb::arg("resume") = nb::none(), nb::arg("stack") = true, nb::arg("epoch") = 0,
+          nb::arg("resume") = nb::none(), nb::arg("stack") = true, nb::arg("epoch") = 0, nb::arg("fail_fast") = false,
+          nb::arg("max_failed_fraction") = 1.0, nb::arg("ready_timeout_s") = nb::none(),
           "data: a Dataset or path(s); client: a Client (kept alive by the loader); embeddings: dicts {name, model, "
-          "kind "
-          "('image' | 'video' | 'text')[, output, input]} or tuples (name, model, kind[, output]).")
+          "kind ('image' | 'video' | 'text')[, output, input]} or tuples (name, model, kind[, output]).\n\n"
+          "Failed samples (docs/loader.md): a step raises (the first failed sample's errc, naming the endpoints and "
+          "its error) instead of being handed out when its samples that failed for the service (no endpoint answered, "
+          "a timeout, a model not served: any errc but bad input) are at least max_failed_fraction of it (default 1.0: "
+          "only a step where every sample failed so; above 1: never), or with fail_fast=True when any sample failed. "
+          "ready_timeout_s: first wait that long for an endpoint ready for each model (Client.wait_ready) and raise "
+          "its error; fail_fast=True without it waits 5 s.")
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
       .def(
           "__next__",

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/tensor_stack.hpp"
 #include "jitembed/models/any_model.hpp"
 #include "jitembed/models/preprocess.hpp"
@@ -44,7 +45,8 @@ struct callable_state {
   std::string torch_device;  // "" (CPU) or the torch device string the batch is moved to before the call
   models::preprocess_function preprocess;
   bool pass_torch = true;
-  PyObject* fn = nullptr;  // a strong reference, dropped under the GIL
+  PyObject* fn = nullptr;             // a strong reference, dropped under the GIL
+  PyObject* preprocess_fn = nullptr;  // the same for a Python preprocessing callable (preprocess.run calls it)
 
   callable_state() = default;
   callable_state(const callable_state&) = delete;
@@ -53,6 +55,7 @@ struct callable_state {
     if (!fn || !Py_IsInitialized() || python_finalizing()) return;  // at exit the interpreter frees everything
     nb::gil_scoped_acquire gil;
     Py_DECREF(fn);
+    Py_XDECREF(preprocess_fn);
   }
 };
 
@@ -65,6 +68,85 @@ nb::object host_array(nb::handle v) {
     return t.attr("contiguous")();
   }
   return nb::module_::import_("numpy").attr("ascontiguousarray")(v);
+}
+
+// "Type: message" of the Python exception being handled (the type alone when its __str__ fails).
+std::string exception_text(nb::python_error& e) {
+  std::string type = "Exception", message;
+  try {
+    type = nb::cast<std::string>(e.type().attr("__name__"));
+    message = nb::cast<std::string>(nb::str(e.value()));
+  } catch (...) {  // a broken __str__: the type alone
+    PyErr_Clear();
+  }
+  return message.empty() ? type : type + ": " + message;
+}
+
+// A Python preprocessing callable as a models::preprocess_function: one raw field (bytes; str for text models)
+// to the model's one input item, run on the server's preprocessing threads with the GIL taken for the call only.
+// Its cache key is the identity the user gives (name, version): Python code cannot be hashed reliably, and a
+// new version must give new cache keys.
+models::preprocess_function python_preprocess(PyObject* fn, std::string who, models::modality modality, models::tensor_meta in,
+                                              const std::string& name, const std::string& version) {
+  models::preprocess_function f;
+  std::string dims;
+  for (auto d : in.shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+  f.key = "python-preprocess:" + name + "@" + version + ";" + std::string(models::to_string(modality)) + ";" +
+          std::string(to_string(in.type)) + "[" + dims + "]";
+  f.run = [fn, who = std::move(who), modality, in = std::move(in)](bytes_view raw, const decode_limits&) -> result<tensor> {
+    if (!Py_IsInitialized() || python_finalizing()) return fail(errc::unavailable, who + ": the Python interpreter is shutting down");
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::object arg;
+      if (modality == models::modality::text) {
+        PyObject* u = PyUnicode_DecodeUTF8(reinterpret_cast<const char*>(raw.data()), static_cast<Py_ssize_t>(raw.size()), "strict");
+        if (!u) {
+          PyErr_Clear();
+          return fail(errc::invalid_utf8, who + ": the text is not valid UTF-8");
+        }
+        arg = nb::steal(u);
+      } else {
+        arg = nb::bytes(reinterpret_cast<const char*>(raw.data()), raw.size());
+      }
+      nb::object out;
+      try {
+        out = nb::borrow(fn)(arg);
+      } catch (nb::python_error& e) {
+        return fail(errc::invalid_argument, who + ": preprocess raised " + exception_text(e));
+      }
+      const std::string expected = "input '" + in.name + "' is " + dims_text(in.type, in.shape);
+      nb::object host;
+      array_in a;
+      try {
+        host = host_array(out);
+      } catch (nb::python_error& e) {
+        PyErr_Clear();
+      }
+      if (!host.is_valid() || !nb::try_cast(host, a))
+        return fail(errc::invalid_argument, who + ": preprocess returned a " + std::string(nb::type_name(out.type()).c_str()) +
+                                                ", not an array (" + expected + ")");
+      std::vector<std::int64_t> got;
+      for (std::size_t d = 0; d < a.ndim(); ++d) got.push_back(static_cast<std::int64_t>(a.shape(d)));
+      const auto got_type = core_detail::capture("preprocess", [&] { return to_dtype(a.dtype()); });
+      if (!got_type || *got_type != in.type)
+        return fail(errc::dtype_mismatch, who + ": preprocess returned " +
+                                              (got_type ? dims_text(*got_type, got) : std::string("an array of an unsupported dtype")) +
+                                              ", " + expected);
+      bool shape_ok = got.size() == in.shape.size();
+      for (std::size_t d = 0; shape_ok && d < got.size(); ++d) shape_ok = in.shape[d] < 0 || in.shape[d] == got[d];
+      if (!shape_ok) return fail(errc::invalid_argument, who + ": preprocess returned " + dims_text(*got_type, got) + ", " + expected);
+      // Copied into C++ storage: the item is released by the server's threads without taking the GIL.
+      return tensor::copy_of(bytes_view(static_cast<const std::byte*>(a.data()), a.nbytes()), *got_type,
+                             shape(std::span<const std::int64_t>(got)));
+    } catch (nb::python_error& e) {
+      return fail(errc::invalid_argument, who + ": preprocess: " + exception_text(e));
+    } catch (const jitembed::error& e) {
+      return e.info();
+    } catch (const std::exception& e) {
+      return fail(errc::internal, who + ": preprocess: " + e.what());
+    }
+  };
+  return f;
 }
 
 class python_callable_model {
@@ -116,14 +198,7 @@ class python_callable_model {
       nb::object out = nb::borrow(s_->fn)(arg);
       return outputs_of(out, batch.size(), who);
     } catch (nb::python_error& e) {
-      std::string type = "Exception", message;
-      try {
-        type = nb::cast<std::string>(e.type().attr("__name__"));
-        message = nb::cast<std::string>(nb::str(e.value()));
-      } catch (...) {  // a broken __str__: the type alone
-        PyErr_Clear();
-      }
-      return fail(errc::internal, who + ": the callable raised " + type + (message.empty() ? "" : ": " + message));
+      return fail(errc::internal, who + ": the callable raised " + exception_text(e));
     } catch (const jitembed::error& e) {
       return e.info();
     } catch (const std::exception& e) {
@@ -205,7 +280,10 @@ int model_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
   if (!nb::inst_ready(nb::handle(self))) return 0;
   const auto* h = nb::inst_ptr<py_model_handle>(nb::handle(self));
-  if (h->state && h->state.use_count() == 1 && h->fn) Py_VISIT(h->fn);  // served copies: not ours to report
+  if (h->state && h->state.use_count() == 1) {  // served copies: not ours to report
+    if (h->fn) Py_VISIT(h->fn);
+    if (h->preprocess_fn) Py_VISIT(h->preprocess_fn);
+  }
   return 0;
 }
 
@@ -214,6 +292,7 @@ int model_clear(PyObject* self) {
   auto* h = nb::inst_ptr<py_model_handle>(nb::handle(self));
   if (h->state && h->state.use_count() == 1) {
     h->fn = nullptr;
+    h->preprocess_fn = nullptr;
     h->state.reset();  // drops the callable (callable_state's destructor, under the GIL the collector holds)
   }
   return 0;
@@ -240,7 +319,8 @@ void register_model(nb::module_& m) {
              std::vector<std::tuple<std::string, std::string, std::vector<std::int64_t>>> inputs,
              std::vector<std::tuple<std::string, std::string, std::vector<std::int64_t>>> outputs, std::size_t max_batch_size,
              std::map<std::string, std::string> preprocess, std::string base_dir, std::string device, bool pass_torch,
-             std::size_t instances, std::int64_t max_queue_delay_us, std::vector<std::size_t> preferred_batch_sizes) {
+             std::size_t instances, std::int64_t max_queue_delay_us, std::vector<std::size_t> preferred_batch_sizes,
+             nb::object preprocess_fn, std::string preprocess_name, std::string preprocess_version, std::string modality) {
             const std::string who = "jitembed.Model '" + name + "'";
             if (!PyCallable_Check(fn.ptr())) raise(errc::invalid_argument, who + ": fn is not callable");
             if (name.empty()) raise(errc::invalid_argument, "jitembed.Model: name is empty");
@@ -271,18 +351,39 @@ void register_model(nb::module_& m) {
               raise(errc::invalid_argument, who + ": device '" + device + "' is not cpu or cuda[:N]");
             }
             const auto& in = s->inputs.front();
-            auto spec = unwrap(models::preprocess_spec::parse(preprocess, in.type, in.shape, std::filesystem::path(base_dir), who));
-            // Without preprocess={'modality': ...} the model is served through its declared input tensor only.
-            if (!spec.active && preprocess.count("modality"))
-              raise(errc::invalid_argument, who + ": input '" + in.name + "' " + dims_text(in.type, in.shape) +
-                                                " gets no built-in preprocessing: image f32 [3, H, W], video f32 [3, T, H, W] or "
-                                                "text i64 [2, L] with preprocess={'modality': 'text', 'tokenizer': ...}");
-            s->modality = spec.input_modality;
-            if (spec.active) s->preprocess = unwrap(models::make_preprocess_function(spec, who));
-            else s->preprocess.key = preprocess_params{}.set("preprocess", "none").str();
+            if (!preprocess_fn.is_none()) {  // a Python callable instead of the built-in preprocessing
+              if (!PyCallable_Check(preprocess_fn.ptr())) raise(errc::invalid_argument, who + ": preprocess is not callable");
+              if (!preprocess.empty())
+                raise(errc::invalid_argument, who + ": preprocess is a callable: preprocessing parameters do not apply");
+              if (preprocess_name.empty() || preprocess_version.empty())
+                raise(errc::invalid_argument, who + ": a preprocess callable needs preprocess_name and preprocess_version "
+                                                    "(its identity in the cache keys)");
+              if (modality == "image")
+                s->modality = models::modality::image;
+              else if (modality == "video")
+                s->modality = models::modality::video;
+              else if (modality == "text")
+                s->modality = models::modality::text;
+              else
+                raise(errc::invalid_argument, who + ": modality '" + modality + "' is not image, video or text");
+              s->preprocess = python_preprocess(preprocess_fn.ptr(), who, s->modality, in, preprocess_name, preprocess_version);
+              s->preprocess_fn = preprocess_fn.inc_ref().ptr();
+            } else {
+              auto spec = unwrap(models::preprocess_spec::parse(preprocess, in.type, in.shape, std::filesystem::path(base_dir), who));
+              // Without preprocess={'modality': ...} the model is served through its declared input tensor only.
+              if (!spec.active && preprocess.count("modality"))
+                raise(errc::invalid_argument, who + ": input '" + in.name + "' " + dims_text(in.type, in.shape) +
+                                                  " gets no built-in preprocessing: image f32 [3, H, W], video f32 [3, T, H, W] or "
+                                                  "text i64 [2, L] with preprocess={'modality': 'text', 'tokenizer': ...}, "
+                                                  "or give a preprocess callable");
+              s->modality = spec.input_modality;
+              if (spec.active) s->preprocess = unwrap(models::make_preprocess_function(spec, who));
+              else s->preprocess.key = preprocess_params{}.set("preprocess", "none").str();
+            }
             s->fn = fn.inc_ref().ptr();
             new (self) py_model_handle{};
             self->fn = s->fn;
+            self->preprocess_fn = s->preprocess_fn;
             self->state = std::move(s);
             self->config.name = std::move(name);
             self->config.version = std::move(version);
@@ -293,7 +394,9 @@ void register_model(nb::module_& m) {
           },
           nb::arg("fn"), nb::arg("name"), nb::arg("version"), nb::arg("fingerprint"), nb::arg("inputs"), nb::arg("outputs"),
           nb::arg("max_batch_size"), nb::arg("preprocess"), nb::arg("base_dir"), nb::arg("device"), nb::arg("pass_torch"),
-          nb::arg("instances"), nb::arg("max_queue_delay_us"), nb::arg("preferred_batch_sizes"))
+          nb::arg("instances"), nb::arg("max_queue_delay_us"), nb::arg("preferred_batch_sizes"),
+          nb::arg("preprocess_fn").none() = nb::none(), nb::arg("preprocess_name") = "", nb::arg("preprocess_version") = "",
+          nb::arg("modality") = "")
       .def_prop_ro("name", [](const py_model_handle& h) { return h.config.name; })
       .def_prop_ro("version", [](const py_model_handle& h) { return h.config.version; }, "The served version label (URLs, metadata).")
       .def_prop_ro("fingerprint", [](const py_model_handle& h) { return state_of(h)->fingerprint; },
@@ -315,7 +418,8 @@ void register_model(nb::module_& m) {
             return to_numpy(unwrap(std::move(t)), /*read_only=*/false);
           },
           nb::arg("raw"), nb::arg("limits") = nb::none(),
-          "The built-in preprocessing of one raw field (JPEG, video container, UTF-8 caption) as the server runs it.")
+          "The preprocessing of one raw field (JPEG, video container, UTF-8 caption) as the server runs it: the "
+          "built-in one, or the model's preprocess callable.")
       .def(
           "__call__",
           [](const py_model_handle& h, const std::vector<nb::object>& raws) {

@@ -15,7 +15,8 @@ struct py_model_handle {
   // holds it while state.use_count() == 1, and only then does the garbage collector see `fn` through the handle
   // (a callable whose globals reference its Model is a cycle it can then collect).
   std::shared_ptr<const void> state;
-  PyObject* fn = nullptr;  // borrowed from `state` (for tp_traverse)
+  PyObject* fn = nullptr;             // borrowed from `state` (for tp_traverse)
+  PyObject* preprocess_fn = nullptr;  // the same, for a Python preprocessing callable (or nullptr)
   server::model_config config;
 
   // A served copy: the model the server's registry holds (it shares `state`).

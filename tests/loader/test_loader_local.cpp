@@ -247,3 +247,70 @@ TEST_CASE("the next epoch is prefetched before the trainer reaches it") {
   CHECK(second.order == client::epoch_permutation(12, 5, 1, true));
   for (const auto& s : second.samples) check_against_reference(ds.data, s);
 }
+
+TEST_CASE("failed steps: all failed for the service fails next(), max_failed_fraction, fail_fast, wait_ready") {
+  temp_dataset ds(8, 0, {0, 1, 2, 3, 5});  // steps of 4: step 0 all broken JPEGs, step 1 one
+  auto c = local_client();
+  auto o = base_options();
+  o.embeddings = {{"latent", "image-latent", models::modality::image, "latent", ""}};
+  SUBCASE("bad input fails samples, not steps, unless fail_fast") {
+    auto l = jit_loader::create(ds.data, c, o);
+    REQUIRE(l.has_value());
+    auto d = drain(*l);
+    CHECK(d.step_sizes == std::vector<std::size_t>{4, 4});
+    // Each with its own error, also when every row of a request failed (samples 0-2: before, "no outputs")
+    for (const auto& s : d.samples)
+      if (!s.ok()) CHECK_MESSAGE(caller_action(s.error->code) == caller_move::fix_input, s.error->message);
+    o.fail_fast = true;
+    auto f = jit_loader::create(ds.data, c, o);  // waits for readiness first: local models are ready at once
+    REQUIRE_MESSAGE(f.has_value(), f.error().message);
+    auto s0 = f->next();
+    REQUIRE_FALSE(s0.has_value());
+    CHECK_MESSAGE(caller_action(s0.error().code) == caller_move::fix_input, s0.error().message);  // the junk "JPEG": bad input
+    CHECK(s0.error().message.find("jit_loader: step 0 of epoch 0: 4 of 4 samples failed (fail_fast); endpoints: local models; "
+                                  "first error: sample '") == 0);
+    auto s1 = f->next();  // the failed step counts as delivered: the next one follows
+    REQUIRE_FALSE(s1.has_value());
+    CHECK(s1.error().message.find("step 1 of epoch 0: 1 of 4 samples failed (fail_fast)") != std::string::npos);
+  }
+  SUBCASE("a model nobody serves: every sample fails, so does the step; a fraction above 1 never") {
+    temp_dataset good(8, /*text_only=*/2);  // odd samples have no image: they get no request, and do not fail
+    o.embeddings = {{"latent", "no-such-model", models::modality::image, "", ""}};
+    o.max_failed_fraction = 0.5;
+    auto l = jit_loader::create(good.data, c, o);
+    REQUIRE(l.has_value());
+    auto s = l->next();
+    REQUIRE_FALSE(s.has_value());
+    CHECK(s.error().code == errc::not_found);
+    CHECK(s.error().message.find("jit_loader: step 0 of epoch 0: 2 of 4 samples failed (max_failed_fraction 0.5); "
+                                 "endpoints: local models; first error: sample '") == 0);
+    o.max_failed_fraction = 1.0;  // the default: half failed is handed out
+    auto h = jit_loader::create(good.data, c, o);
+    REQUIRE(h.has_value());
+    CHECK(drain(*h).step_sizes == std::vector<std::size_t>{4, 4});
+    auto all = jit_loader::create(ds.data, c, o);  // every sample has an image: all 4 of a step fail
+    REQUIRE(all.has_value());
+    auto a0 = all->next();
+    REQUIRE_FALSE(a0.has_value());
+    CHECK(a0.error().message.find("step 0 of epoch 0: 4 of 4 samples failed (max_failed_fraction 1)") != std::string::npos);
+    o.max_failed_fraction = 1.5;
+    auto t = jit_loader::create(good.data, c, o);
+    REQUIRE(t.has_value());
+    CHECK(drain(*t).step_sizes == std::vector<std::size_t>{4, 4});
+    o.max_failed_fraction = -1;
+    CHECK(jit_loader::create(ds.data, c, o).error().code == errc::invalid_argument);
+  }
+  SUBCASE("wait_ready") {
+    CHECK(c.wait_ready({"image-latent", "text-embed"}, std::chrono::milliseconds(100)).has_value());
+    auto r = c.wait_ready({"nope"}, std::chrono::milliseconds(100));
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == errc::not_found);
+    CHECK(r.error().message.find("client: local models do not serve 'nope'") == 0);
+    CHECK(c.wait_ready({}, std::chrono::milliseconds(100)).error().code == errc::invalid_argument);
+    o.embeddings = {{"latent", "no-such-model", models::modality::image, "", ""}};
+    o.ready_timeout = std::chrono::milliseconds(100);
+    auto l = jit_loader::create(ds.data, c, o);
+    REQUIRE_FALSE(l.has_value());
+    CHECK(l.error().message.find("jit_loader: client: local models do not serve 'no-such-model'") == 0);
+  }
+}

@@ -68,6 +68,11 @@ class jit_client {
   // not serve the model; the last endpoint's error when none answers. Blocks; not cached.
   result<model_metadata> metadata(const std::string& model);
 
+  // Waits until, for each of `models`, at least one endpoint answers ready (GET /v2/models/<m>/ready; the
+  // model is served in local mode). Fails after `timeout` (plus at most one probe round) with `unavailable`
+  // when no endpoint could be reached at all, `timeout` when one answered but never ready; the message names
+  // the models, the endpoints and the last error. invalid_argument for no model or timeout <= 0. Blocks.
+  result<void> wait_ready(const std::vector<std::string>& models, std::chrono::milliseconds timeout);
   client_stats stats() const;
   std::vector<std::string> endpoints() const;  // current (not draining) endpoint URLs
   bool local() const noexcept;

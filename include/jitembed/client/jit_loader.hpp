@@ -30,9 +30,10 @@ class jit_loader {
  public:
   // Validates the options (invalid_argument: no embeddings, a zero size, rank >= world_size,
   // max_buffered < batch_size or samples_per_request, duplicate names, a kind other than image / video /
-  // text), asks the client for each model's identity when a cache is given (its error otherwise), checks
-  // a resume state (its errc), then starts prefetching the first step (resource_exhausted when a worker
-  // cannot start: those already started are stopped, and what they sent is cancelled).
+  // text), with ready_timeout / fail_fast waits for an endpoint ready for each model (wait_ready's error),
+  // asks the client for each model's identity when a cache is given (its error otherwise), checks a resume
+  // state (its errc), then starts prefetching the first step (resource_exhausted when a worker cannot start: those
+  // already started are stopped, and what they sent is cancelled).
   //
   // `client` is a handle: the loader keeps a copy (sharing the caller's client, its connections and
   // stats); closing the loader does not close the client.
@@ -44,8 +45,9 @@ class jit_loader {
 
   // The next step's samples, blocking until they are ready (in dataset order, or the first ready ones with
   // delivery_order::completion). nullopt once at the end of each epoch; the call after it starts the next
-  // epoch (a new permutation). Failed samples are in the batch with their error. errc::cancelled after
-  // close(). steps() is the same as a range.
+  // epoch (a new permutation). Failed samples are in the batch with their error, unless fail_fast or
+  // max_failed_fraction fails the step (loader_options: the first failed sample's errc, naming the
+  // endpoints; the step counts as delivered). errc::cancelled after close(). steps() is the same as a range.
   result<std::optional<step>> next();
 
   class step_range;

@@ -59,6 +59,20 @@ struct loader_options {
   // this many times before their samples are reported failed.
   int resubmits = 2;
 
+  // When next() fails a step instead of handing it out (docs/loader.md, Failed samples). A sample fails
+  // for bad input (its errc a caller_move::fix_input: a corrupt JPEG) or for the service (any other errc:
+  // no endpoint answered, a timeout, a model not served). A step fails (next() returns the first such
+  // sample's errc, naming the endpoints and its error; the step's samples count as delivered) when
+  // - fail_fast and any of its samples failed (bad input included), or
+  // - its samples that failed for the service are at least max_failed_fraction of the step: the default 1.0
+  //   fails only a step where every sample failed so; above 1: never.
+  bool fail_fast = false;
+  double max_failed_fraction = 1.0;
+  // When set, create() first waits this long for an endpoint ready for each model (jit_client::wait_ready)
+  // and fails with its error. fail_fast without it waits kDefaultFailFastReadyTimeout.
+  std::optional<std::chrono::milliseconds> ready_timeout;
+  static constexpr std::chrono::milliseconds kDefaultFailFastReadyTimeout{5000};
+
   decode_limits limits{};               // for text fields stored compressed and for cached values
 
   // A state() from an earlier loader: resume mid-epoch (every sample not delivered yet, and only those).

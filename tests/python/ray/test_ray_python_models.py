@@ -1,5 +1,5 @@
 """jitembed.ray with Python encoders: jitembed.Model factories called inside the replicas (weights built on the
-replica's node), fractional GPUs shared by two replicas (placement through ray.get_gpu_ids() on a cluster with one
+replica's node; a Model with a Python preprocessing callable), fractional GPUs shared by two replicas (placement through ray.get_gpu_ids() on a cluster with one
 logical GPU; no device behind it, so the models run on the CPU), and a replica hosting a Python VAE-style encoder
 killed mid-run under the C++ JIT client, and under a torchrun-launched loop of two ranks over jitembed.torch.Loader:
 every sample delivered exactly once."""
@@ -37,6 +37,24 @@ def tiny_vae(device="cpu"):
                           preprocess={"modality": "image", "image_normalize": "signed"}, device=device, module=net)
 
 
+def codepoints(device="cpu"):
+    """A jitembed.Model whose preprocessing is a Python callable (str -> i64 [2, 8]): it travels to the replica
+    inside this factory's pickle, as Ray ships a factory."""
+    import numpy as np
+
+    import jitembed
+
+    def tokens(text):
+        ids = [min(ord(c), 1000) for c in text[:8]]
+        out = np.zeros((2, 8), np.int64)
+        out[0, :len(ids)], out[1, :len(ids)] = ids, 1
+        return out
+
+    return jitembed.Model(lambda x: x[:, 0, :4].float(), "codepoints", inputs=("text", "i64", [2, 8]),
+                          outputs=[("y", "f32", [4])], preprocess=tokens, preprocess_name="codepoints",
+                          preprocess_version="1", device=device)
+
+
 def deploy(app: str, models, **kw):
     opts = dict(SMALL)
     opts.update(kw)
@@ -57,12 +75,19 @@ def replica_infos(app: str, n: int):
 
 def test_python_model_factories_share_a_fractional_gpu(ray_cluster):
     app = "pygpu"
-    deploy(app, [tiny_vae], num_replicas=2, num_gpus=0.5)
-    wait_endpoints(ray_cluster, app, 2)
+    deploy(app, [tiny_vae, codepoints], num_replicas=2, num_gpus=0.5)
+    eps = wait_endpoints(ray_cluster, app, 2)
     infos = replica_infos(app, 2)
     assert all(i["gpu_ids"] == ["0"] for i in infos), infos  # both replicas on the one GPU
     assert all(i["device"] == "cpu" for i in infos)  # no CUDA behind the logical GPU
-    assert all(["tiny_vae", "1"] in i["models"] for i in infos)
+    assert all(["tiny_vae", "1"] in i["models"] and ["codepoints", "1"] in i["models"] for i in infos)
+    # the Python preprocessing callable runs in each replica: fn(preprocess("hello")) = the first 4 code points
+    import jitembed
+
+    for ep in eps:
+        with jitembed.Client(endpoints=[ep], request_timeout_ms=20000) as c:
+            assert c.embed("codepoints", [b"hello"], input="text")["y"].tolist() == [[104, 101, 108, 108]]
+            assert c.identity("codepoints")["preprocess_key"] == codepoints().preprocess_key
     remove(app)
 
 

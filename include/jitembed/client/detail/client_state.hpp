@@ -22,6 +22,7 @@
 #include <random>
 #include <sstream>
 #include <stop_token>
+#include <thread>
 
 #include "jitembed/client/detail/call_table.hpp"
 #include "jitembed/client/detail/client_identity.hpp"
@@ -183,6 +184,63 @@ class client_state final : public attempt_events {
       if (last.code != errc::not_found) last = md.error();  // "not served" outranks a transport error elsewhere
     }
     return last;
+  }
+
+  // Probes every live endpoint for each model until one answers ready for it (docs/client.md, Timeouts and
+  // readiness). The wait is bounded: it ends after `timeout` plus at most one probe (no probe starts past the
+  // deadline once every model was probed once; a probe's connect and read timeouts are short), and at once in
+  // local mode, where nothing becomes ready later.
+  result<void> wait_ready(const std::vector<std::string>& models, std::chrono::milliseconds timeout) {
+    if (timeout.count() <= 0) return fail(errc::invalid_argument, "client: wait_ready timeout must be positive");
+    if (models.empty()) return fail(errc::invalid_argument, "client: wait_ready names no model");
+    const auto deadline = clock::now() + timeout;
+    std::vector<std::string> waiting = models;
+    auto pause = std::chrono::milliseconds(20);
+    error_info last = fail(errc::unavailable, "no endpoint");
+    bool reached = false;  // some endpoint answered (its model not ready, or not served)
+    std::vector<std::string> urls;
+    for (bool first_round = true;; first_round = false) {
+      const auto eps = live_endpoints();
+      urls.clear();
+      for (const auto& a : eps) urls.push_back(a.url);
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        bool ready = false;
+        for (const auto& a : eps) {
+          if (!first_round && clock::now() > deadline) break;
+          if (transport_for(a).ready(a, *it)) {
+            ready = true;
+            break;
+          }
+          // Why not: the metadata GET's error (connection refused, 404), or an answer without readiness.
+          auto md = transport_for(a).metadata(a, *it);
+          if (md) {
+            reached = true;
+            last = fail(errc::unavailable, a.url + ": model '" + *it + "' is not ready");
+          } else {
+            if (md.error().code != errc::unavailable && md.error().code != errc::timeout && md.error().code != errc::io_error)
+              reached = true;
+            last = fail(md.error().code, a.url + ": " + md.error().message);
+          }
+        }
+        it = ready ? waiting.erase(it) : std::next(it);
+      }
+      if (waiting.empty()) return {};
+      if (local_mode_ || clock::now() + pause > deadline) break;
+      {
+        std::lock_guard lk(mu_);
+        if (closed_) return fail(errc::cancelled, "client: closed while waiting for readiness");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::milliseconds(500));
+    }
+    std::string names, where;
+    for (const auto& m : waiting) names += (names.empty() ? "'" : ", '") + m + "'";
+    for (const auto& u : urls) where += (where.empty() ? "" : ", ") + u;
+    if (local_mode_) return fail(last.code, "client: local models do not serve " + names + ": " + last.message);
+    const auto ms = std::to_string(timeout.count());
+    const std::string what = "client: no endpoint ready for model " + names + " within " + ms + " ms (endpoints: " +
+                             (where.empty() ? std::string("none") : where) + "); last error: " + last.message;
+    return fail(reached ? errc::timeout : errc::unavailable, what);
   }
 
   // The endpoints not draining (a copy: they are asked without the lock).

@@ -62,6 +62,9 @@ JITEMBED_DECL std::future<result<embed_result>> jit_client::embed(embed_request 
 JITEMBED_DECL bool jit_client::cancel(request_id id) { return state_->cancel(id); }
 JITEMBED_DECL result<model_identity> jit_client::identity(const std::string& model) { return state_->identity(model); }
 JITEMBED_DECL result<model_metadata> jit_client::metadata(const std::string& model) { return state_->metadata(model); }
+JITEMBED_DECL result<void> jit_client::wait_ready(const std::vector<std::string>& models, std::chrono::milliseconds timeout) {
+  return state_->wait_ready(models, timeout);
+}
 JITEMBED_DECL client_stats jit_client::stats() const { return state_->stats(); }
 JITEMBED_DECL std::vector<std::string> jit_client::endpoints() const { return state_->endpoint_urls(); }
 JITEMBED_DECL bool jit_client::local() const noexcept { return state_->local(); }

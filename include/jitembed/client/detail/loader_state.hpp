@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <stop_token>
 #include <string>
 #include <unordered_map>
@@ -103,6 +104,7 @@ class loader_state {
       if (!client && !owned) return fail(errc::invalid_argument, "jit_loader: no client");
       JITEMBED_TRY(check(opts));
       auto s = std::make_unique<loader_state>(std::move(ds), client, std::move(owned), std::move(opts));
+      JITEMBED_TRY(s->wait_ready());  // before make_groups' identity requests: their errors would hide its
       JITEMBED_TRY(s->make_groups());
       JITEMBED_TRY(s->start_epoch(s->opts_.epoch));
       if (!s->opts_.resume.empty()) JITEMBED_TRY(s->restore(s->opts_.resume));
@@ -177,6 +179,9 @@ class loader_state {
       cur.max_wait_s = std::max(cur.max_wait_s, waited);
     }
     cv_.notify_all();  // room in the window
+    lock.unlock();     // step_error asks the client for its endpoints
+    if (failed != 0)
+      if (auto e = step_error(b, failed)) return std::move(*e);
     return std::optional<step>(std::move(b));
   }
 
@@ -295,6 +300,13 @@ class loader_state {
   }
 
   result<void> make_groups();
+
+  // opts_.ready_timeout (or fail_fast's default): jit_client::wait_ready for every model of the embeddings.
+  result<void> wait_ready();
+
+  // The error that fails step `b` (`failed` of its samples failed) under fail_fast / max_failed_fraction,
+  // or nullopt when it is handed out.
+  std::optional<error_info> step_error(const step& b, std::uint64_t failed) const;
 
   result<void> start_epoch(std::uint64_t e);
 

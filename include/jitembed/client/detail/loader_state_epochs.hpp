@@ -1,5 +1,5 @@
-// loader_state's setup and epochs: option checks, model groups, starting an epoch's plan and restoring
-// from a checkpoint.
+// loader_state's setup and epochs: option checks, model groups, the readiness wait, the fail_fast /
+// max_failed_fraction verdict on a step, starting an epoch's plan and restoring from a checkpoint.
 // Included at the end of jitembed/client/detail/loader_state.hpp (users include that header).
 #pragma once
 
@@ -30,7 +30,58 @@ inline auto loader_state::check(const loader_options& o) -> result<void> {
                " or samples_per_request " + std::to_string(o.samples_per_request));
   if (o.resubmits < 0) return bad("resubmits < 0");
   if (o.request_timeout && o.request_timeout->count() <= 0) return bad("request_timeout <= 0");
+  if (!(o.max_failed_fraction >= 0.0)) return bad("max_failed_fraction " + std::to_string(o.max_failed_fraction) + " < 0");
+  if (o.ready_timeout && o.ready_timeout->count() <= 0) return bad("ready_timeout <= 0");
   return {};
+}
+
+inline auto loader_state::wait_ready() -> result<void> {
+  auto timeout = opts_.ready_timeout;
+  if (!timeout && opts_.fail_fast) timeout = loader_options::kDefaultFailFastReadyTimeout;
+  if (!timeout) return {};
+  std::vector<std::string> models;
+  for (const auto& e : opts_.embeddings)
+    if (std::find(models.begin(), models.end(), e.model) == models.end()) models.push_back(e.model);
+  auto r = client_->wait_ready(models, *timeout);
+  if (!r) return fail(r.error().code, "jit_loader: " + r.error().message);
+  return {};
+}
+
+inline auto loader_state::step_error(const step& b, std::uint64_t failed) const -> std::optional<error_info> {
+  // Bad input fails one sample (a corrupt JPEG); anything else is the service's or the setup's trouble.
+  auto service = [](const embedded_sample& s) { return !s.ok() && caller_action(s.error->code) != caller_move::fix_input; };
+  const embedded_sample* first = nullptr;
+  std::uint64_t service_failed = 0;
+  for (const auto& s : b.samples) {
+    if (service(s)) {
+      ++service_failed;
+      if (!first) first = &s;
+    }
+  }
+  const double n = static_cast<double>(b.samples.size());
+  std::string why;
+  if (opts_.fail_fast) {
+    why = "fail_fast";
+    if (!first)
+      for (const auto& s : b.samples)
+        if (!s.ok()) {
+          first = &s;
+          break;
+        }
+  } else if (service_failed != 0 && static_cast<double>(service_failed) >= opts_.max_failed_fraction * n) {
+    std::ostringstream f;
+    f << opts_.max_failed_fraction;
+    why = "max_failed_fraction " + f.str();
+  } else {
+    return std::nullopt;
+  }
+  std::string where;
+  for (const auto& u : client_->endpoints()) where += (where.empty() ? "" : ", ") + u;
+  if (client_->local()) where = "local models";
+  return fail(first->error->code, "jit_loader: step " + std::to_string(b.index) + " of epoch " + std::to_string(b.epoch) + ": " +
+                                      std::to_string(failed) + " of " + std::to_string(b.samples.size()) + " samples failed (" + why +
+                                      "); endpoints: " + (where.empty() ? std::string("none") : where) +
+                                      "; first error: " + first->error->message);
 }
 
 inline auto loader_state::make_groups() -> result<void> {

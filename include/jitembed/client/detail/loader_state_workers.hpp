@@ -247,7 +247,11 @@ inline void loader_state::on_finished(finished_request f) {
         if (!t.device().is_cpu() || !t.is_contiguous() || t.rank() == 0 || t.size(0) != static_cast<std::int64_t>(n))
           bad = fail(errc::internal, "output '" + name + "' of shape " + t.shape().to_string() + " for " + std::to_string(n) + " rows");
       }
-      if (!bad && r.outputs.empty()) bad = fail(errc::internal, "no outputs");
+      // Every row failed on its own (a local model or a row-by-row resend answers so without outputs): each
+      // row gets its own error below, not "no outputs".
+      bool all_rows_failed = !r.row_errors.empty();
+      for (std::size_t k = 0; all_rows_failed && k < n; ++k) all_rows_failed = !r.row_ok(k);
+      if (!bad && r.outputs.empty() && !all_rows_failed) bad = fail(errc::internal, "no outputs");
       if (bad) {
         for (auto i : req.rows) chunk.samples[i].errors[req.group] = fail(bad->code, "model '" + g.model + "': " + bad->message);
       } else {

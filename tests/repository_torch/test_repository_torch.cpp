@@ -196,12 +196,19 @@ TEST_CASE("repository torch: bad repository content fails that model only, with 
                                         "output [ { name: \"OUTPUT__0\" data_type: TYPE_STRING dims: [ 1 ] } ]\n").string());
   proj_module().save(model("badparam", proj_config("4", "3", "parameters { key: \"resize\" value { string_value: \"shorter_side\" } }\n")).string());
   proj_module().save(model("gpu", proj_config("4", "3", "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n")).string());
+  // a text model without a tokenizer would fail every request: it does not load
+  proj_module().save(model("notokenizer", "backend: \"pytorch\"\nmax_batch_size: 2\n"
+                                          "input [ { name: \"INPUT__0\" data_type: TYPE_INT64 dims: [ 2, 8 ] } ]\n"
+                                          "output [ { name: \"OUTPUT__0\" data_type: TYPE_FP32 dims: [ 3 ] } ]\n"
+                                          "parameters { key: \"modality\" value { string_value: \"text\" } }\n").string());
+  // preprocessing settings without `modality` (preprocessing is opt-in)
+  proj_module().save(model("nomodality", proj_config("4", "3", "parameters { key: \"image_normalize\" value { string_value: \"signed\" } }\n")).string());
 
   auto repo = model_repository::open(r, torch_options());
   REQUIRE(repo);
   auto s = service::create(server_config{}).value();
   s.attach(*repo);
-  CHECK(repo->load_all(s) == 9);
+  CHECK(repo->load_all(s) == 11);
   CHECK(s.loaded() == std::vector<std::pair<std::string, std::string>>{{"good", "1"}, {"proj", "1"}});
 
   const auto idx = s.repository_index();
@@ -222,6 +229,8 @@ TEST_CASE("repository torch: bad repository content fails that model only, with 
   failed("nobatch", errc::invalid_argument, "max_batch_size");
   failed("stringout", errc::invalid_argument, "TYPE_STRING");
   failed("badparam", errc::invalid_argument, "parameters 'resize'");
+  failed("notokenizer", errc::invalid_argument, "a text model needs parameters 'tokenizer'");
+  failed("nomodality", errc::invalid_argument, "parameters 'image_normalize' needs parameters 'modality'");
   CHECK(entry(idx, "gpu"));  // Debian's LibTorch has no CUDA: refused at load, whatever the reason
   CHECK(entry(idx, "gpu")->state == "UNAVAILABLE");
   for (const auto& e : idx) {
@@ -233,7 +242,7 @@ TEST_CASE("repository torch: bad repository content fails that model only, with 
   auto res = infer(s, "good", bytes_request("image", {jpeg_bytes(8, 8, 9)}));
   CHECK_MESSAGE(res.status == 200, res.body);
   const auto http_idx = nlohmann::json::parse(call(s, "POST", "/v2/repository/index").body);
-  CHECK(http_idx.size() == 11);
+  CHECK(http_idx.size() == 13);
 }
 
 TEST_CASE("repository torch: the cache key changes when one weight changes, not when the version directory is renamed") {

@@ -271,7 +271,7 @@ class inference_pipeline {
     std::size_t count() const noexcept { return items.empty() ? raw.size() : items.size(); }
   };
 
-  // The rows of the request, by the input it sends (model_inputs() in render.hpp describes the same):
+  // The rows of the request, by the input it sends (model_metadata() in render.hpp publishes the same):
   // - one BYTES input named as the model's modality ("image" | "video" | "text") or "sample": raw fields the
   //   model preprocesses (models with preprocessing only);
   // - the model's declared input (its name, dtype and [batch, dims...]): items as they are, as Triton takes
@@ -287,6 +287,7 @@ class inference_pipeline {
         return fail(errc::invalid_argument,
                     "unknown output '" + o.name + "' requested from model '" + c.inst->name() + "'");
     }
+    if (c.req.inputs.empty()) return fail(errc::invalid_argument, "model '" + c.inst->name() + "': the request has no inputs");
     const auto& in = c.req.inputs.front();
     const std::string_view modality_name = input_name(m.input_modality());
     const models::tensor_meta& declared = m.inputs().front();

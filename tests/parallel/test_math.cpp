@@ -550,11 +550,11 @@ TEST_CASE("math: blockwise attention equals the exact reference (forward, dq, dk
   };
   const auto as_double = [](const tensor& t) { return std::vector<double>(t.data<float>(), t.data<float>() + t.numel()); };
   for (const cfg c : {cfg{2, 37, 37, 3, 8, true, 8, 16, 1}, cfg{2, 37, 37, 3, 8, false, 5, 7, 1},
-                      cfg{1, 5, 5, 2, 4, true, 64, 64, 1},      // S smaller than a block
+                      cfg{1, 5, 5, 2, 4, true, 128, 128, 1},    // S smaller than a block
                       cfg{1, 20, 33, 2, 5, true, 6, 9, 1},      // Sq < Sk, causal: the last keys seen by nobody
                       cfg{1, 33, 20, 2, 5, true, 9, 6, 1},      // Sq > Sk, causal: the last queries see every key
                       cfg{2, 19, 26, 1, 16, false, 4, 64, 1}, cfg{1, 64, 64, 2, 3, true, 64, 64, 1},
-                      cfg{1, 130, 130, 1, 64, true, 64, 64, 1},  // the default blocks, a remainder of 2
+                      cfg{1, 130, 130, 1, 64, true, 128, 128, 1},  // the default blocks, a remainder of 2
                       cfg{1, 7, 7, 1, 1, true, 1, 1, 1}, cfg{1, 24, 24, 2, 4, true, 3, 5, 20},
                       cfg{1, 24, 24, 2, 4, false, 5, 3, 20}}) {
     CAPTURE(c.sq);

@@ -19,11 +19,12 @@
 
 namespace jitembed::nn {
 
-// Query and key block sizes (rows of q and k per GEMM tile). 64 × 64 measured fastest on the CPU
-// (docs/parallel.md, "Blockwise attention"); any size ≥ 1 gives the same result up to rounding.
+// Query and key block sizes (rows of q and k per GEMM tile). 128 × 128: at S 4096, D 64 on one BLAS thread,
+// 32/64/128/256 took 1.11/1.03/1.00/1.00× (bench_parallel attention); the workspace, 2·128² floats (128 KiB),
+// stays in L2. Any size ≥ 1 gives the same result up to rounding.
 struct attention_options {
-  std::int64_t block_q = 64;
-  std::int64_t block_k = 64;
+  std::int64_t block_q = 128;
+  std::int64_t block_k = 128;
 };
 
 // What backward needs, O(S) per head (never the S² probabilities, which backward recomputes blockwise):

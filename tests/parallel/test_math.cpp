@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "jitembed/nn.hpp"
+#include "jitembed/nn/detail/attention_reference.hpp"
 #include "jitembed/parallel/math.hpp"  // the compatibility alias parallel::math
 
 namespace {
@@ -123,6 +124,29 @@ std::vector<double> naive_attention(const tensor& q, const tensor& k, const tens
         }
       }
   return out;
+}
+
+// Naive double log Σ_visible exp(q·kᵀ/√D) per row: [B, H, Sq].
+std::vector<double> naive_lse(const tensor& q, const tensor& k, bool causal) {
+  const auto B = q.size(0), Sq = q.size(1), H = q.size(2), D = q.size(3), Sk = k.size(1);
+  std::vector<double> lse(static_cast<std::size_t>(B * H * Sq));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t i = 0; i < Sq; ++i) {
+        std::vector<double> sc;
+        for (std::int64_t j = 0; j < Sk && !(causal && j > i); ++j) {
+          double s = 0;
+          for (std::int64_t d = 0; d < D; ++d)
+            s += static_cast<double>(q.data<float>()[((b * Sq + i) * H + h) * D + d]) * k.data<float>()[((b * Sk + j) * H + h) * D + d];
+          sc.push_back(s * scale);
+        }
+        const double mx = *std::max_element(sc.begin(), sc.end());
+        double z = 0;
+        for (double s : sc) z += std::exp(s - mx);
+        lse[static_cast<std::size_t>((b * H + h) * Sq + i)] = mx + std::log(z);
+      }
+  return lse;
 }
 
 }  // namespace
@@ -401,11 +425,17 @@ TEST_CASE("math: attention forward vs naive double (causal, non-causal, Sq != Sk
     tensor v = random_tensor(shape{c.b, c.sk, c.h, c.d}, rng);
     tensor out = tensor::empty(q.shape(), dtype::f32);
     auto saved = pm::attention_forward(q, k, v, c.causal, out);
-    CHECK(saved.probs.shape() == shape{c.b, c.h, c.sq, c.sk});
+    CHECK(saved.lse.shape() == shape{c.b, c.h, c.sq});
     CHECK(rel_err(out, naive_attention(q, k, v, c.causal)) <= 1e-5);
-    // rows of P sum to 1; masked entries are exactly 0
+    CHECK(rel_err(saved.lse, naive_lse(q, k, c.causal)) <= 1e-5);
+    CHECK(std::equal(out.data<float>(), out.data<float>() + out.numel(), saved.out.data<float>()));  // a copy
+    CHECK(saved.causal == c.causal);
+    // the reference's rows of P sum to 1; masked entries are exactly 0
+    tensor ref_out = tensor::empty(q.shape(), dtype::f32);
+    const tensor probs = pm::detail::attention_reference_forward(q, k, v, c.causal, ref_out);
+    CHECK(rel_err(ref_out, naive_attention(q, k, v, c.causal)) <= 1e-5);
     for (std::int64_t row = 0; row < c.b * c.h * c.sq; ++row) {
-      const float* p = saved.probs.data<float>() + row * c.sk;
+      const float* p = probs.data<float>() + row * c.sk;
       double s = 0;
       for (std::int64_t j = 0; j < c.sk; ++j) {
         s += p[j];
@@ -479,7 +509,10 @@ TEST_CASE("math: attention backward vs finite differences") {
       const std::int64_t last = c.sk - 1;
       for (std::int64_t b = 0; b < B; ++b)
         for (std::int64_t h = 0; h < H; ++h) {
-          const float p = saved.probs.data<float>()[((b * H + h) * c.sq + last) * c.sk + last];
+          double sc = 0;  // P[last, last] = exp(q·k/√D − lse)
+          for (std::int64_t d = 0; d < D; ++d)
+            sc += static_cast<double>(q.data<float>()[((b * c.sq + last) * H + h) * D + d]) * k.data<float>()[((b * c.sk + last) * H + h) * D + d];
+          const auto p = static_cast<float>(std::exp(sc / std::sqrt(static_cast<double>(D)) - saved.lse.data<float>()[(b * H + h) * c.sq + last]));
           for (std::int64_t d = 0; d < D; ++d) {
             const std::int64_t at = ((b * c.sk + last) * H + h) * D + d;
             CHECK(dv.data<float>()[at] == doctest::Approx(p * r.data<float>()[at]).epsilon(1e-6));
@@ -497,10 +530,79 @@ TEST_CASE("math: attention rejects mismatched shapes") {
   CHECK(code_of([&] { (void)pm::attention_forward(q, k, k, false, filled(shape{1, 4, 2, 4}, 0.0f)); }) == errc::invalid_argument);
   CHECK(code_of([&] { (void)pm::attention_forward(filled(shape{4, 2, 3}, 0.0f), k, k, false, out); }) == errc::invalid_argument);
   auto saved = pm::attention_forward(q, k, k, false, out);
-  pm::attention_saved wrong{filled(shape{1, 2, 4, 5}, 0.0f)};
+  pm::attention_saved wrong{filled(shape{1, 2, 4, 5}, 0.0f), saved.out};  // the S² probabilities' shape
   CHECK(code_of([&] { pm::attention_backward(q, k, k, wrong, out, q, k, k); }) == errc::invalid_argument);
+  pm::attention_saved wrong_out{saved.lse, filled(shape{1, 4, 2, 4}, 0.0f)};
+  CHECK(code_of([&] { pm::attention_backward(q, k, k, wrong_out, out, q, k, k); }) == errc::invalid_argument);
+  CHECK(code_of([&] { (void)pm::attention_forward(q, k, k, false, out, {.block_q = 0}); }) == errc::invalid_argument);
+  CHECK(code_of([&] { pm::attention_backward(q, k, k, saved, out, q, k, k, {.block_k = -1}); }) == errc::invalid_argument);
   tensor dq = filled(q.shape(), 0.0f), dk = filled(k.shape(), 0.0f), dv = filled(k.shape(), 0.0f);
   pm::attention_backward(q, k, k, saved, out, dq, dk, dv);  // well-formed call does not throw
+}
+
+TEST_CASE("math: blockwise attention equals the exact reference (forward, dq, dk, dv; uneven blocks, Sq != Sk)") {
+  std::mt19937 rng(13);
+  struct cfg {
+    std::int64_t b, sq, sk, h, d;
+    bool causal;
+    std::int64_t bq, bk;
+    float amp;  // range of q and k: large scores exercise the running max's rescaling
+  };
+  const auto as_double = [](const tensor& t) { return std::vector<double>(t.data<float>(), t.data<float>() + t.numel()); };
+  for (const cfg c : {cfg{2, 37, 37, 3, 8, true, 8, 16, 1}, cfg{2, 37, 37, 3, 8, false, 5, 7, 1},
+                      cfg{1, 5, 5, 2, 4, true, 128, 128, 1},    // S smaller than a block
+                      cfg{1, 20, 33, 2, 5, true, 6, 9, 1},      // Sq < Sk, causal: the last keys seen by nobody
+                      cfg{1, 33, 20, 2, 5, true, 9, 6, 1},      // Sq > Sk, causal: the last queries see every key
+                      cfg{2, 19, 26, 1, 16, false, 4, 64, 1}, cfg{1, 64, 64, 2, 3, true, 64, 64, 1},
+                      cfg{1, 130, 130, 1, 64, true, 128, 128, 1},  // the default blocks, a remainder of 2
+                      cfg{1, 7, 7, 1, 1, true, 1, 1, 1}, cfg{1, 24, 24, 2, 4, true, 3, 5, 20},
+                      cfg{1, 24, 24, 2, 4, false, 5, 3, 20}}) {
+    CAPTURE(c.sq);
+    CAPTURE(c.sk);
+    CAPTURE(c.d);
+    CAPTURE(c.causal);
+    CAPTURE(c.bq);
+    CAPTURE(c.bk);
+    tensor q = random_tensor(shape{c.b, c.sq, c.h, c.d}, rng, -c.amp, c.amp);
+    tensor k = random_tensor(shape{c.b, c.sk, c.h, c.d}, rng, -c.amp, c.amp);
+    tensor v = random_tensor(shape{c.b, c.sk, c.h, c.d}, rng), go = random_tensor(q.shape(), rng);
+    tensor out = tensor::empty(q.shape(), dtype::f32), ref = tensor::empty(q.shape(), dtype::f32);
+    const pm::attention_options opt{.block_q = c.bq, .block_k = c.bk};
+    const auto saved = pm::attention_forward(q, k, v, c.causal, out, opt);
+    const tensor probs = pm::detail::attention_reference_forward(q, k, v, c.causal, ref);
+    CHECK(rel_err(out, as_double(ref)) <= 1e-5);
+    tensor dq = filled(q.shape(), 7.0f), dk = filled(k.shape(), 7.0f), dv = filled(v.shape(), 7.0f);  // overwritten
+    tensor rq = tensor::empty(q.shape(), dtype::f32), rk = tensor::empty(k.shape(), dtype::f32), rv = tensor::empty(v.shape(), dtype::f32);
+    pm::attention_backward(q, k, v, saved, go, dq, dk, dv, opt);
+    pm::detail::attention_reference_backward(q, k, v, probs, go, rq, rk, rv);
+    CHECK(rel_err(dq, as_double(rq)) <= 1e-5);
+    CHECK(rel_err(dk, as_double(rk)) <= 1e-5);
+    CHECK(rel_err(dv, as_double(rv)) <= 1e-5);
+    // backward's blocks need not be forward's
+    pm::attention_backward(q, k, v, saved, go, dq, dk, dv, {.block_q = c.bk, .block_k = c.bq + 1});
+    CHECK(rel_err(dq, as_double(rq)) <= 1e-5);
+    CHECK(rel_err(dk, as_double(rk)) <= 1e-5);
+    CHECK(rel_err(dv, as_double(rv)) <= 1e-5);
+    if (c.causal && c.sk > c.sq) {  // keys after the last query: no gradient, exactly
+      const std::int64_t row = c.h * c.d;
+      CHECK(std::all_of(dk.data<float>() + c.sq * row, dk.data<float>() + c.sk * row, [](float x) { return x == 0.0f; }));
+      CHECK(std::all_of(dv.data<float>() + c.sq * row, dv.data<float>() + c.sk * row, [](float x) { return x == 0.0f; }));
+    }
+  }
+}
+
+TEST_CASE("math: attention's saved state is O(S): lse and a copy of out, not the S² probabilities") {
+  std::mt19937 rng(14);
+  const std::int64_t B = 1, S = 4096, H = 1, D = 16;
+  tensor q = random_tensor(shape{B, S, H, D}, rng), k = random_tensor(shape{B, S, H, D}, rng);
+  tensor v = random_tensor(shape{B, S, H, D}, rng), out = tensor::empty(q.shape(), dtype::f32);
+  const auto saved = pm::attention_forward(q, k, v, true, out);
+  CHECK(saved.lse.nbytes() == static_cast<std::size_t>(B * H * S * 4));
+  CHECK(saved.out.nbytes() == static_cast<std::size_t>(B * S * H * D * 4));
+  CHECK(saved.lse.nbytes() + saved.out.nbytes() < static_cast<std::size_t>(S * S * 4) / 100);
+  tensor ref = tensor::empty(q.shape(), dtype::f32);
+  (void)pm::detail::attention_reference_forward(q, k, v, true, ref);
+  CHECK(rel_err(out, std::vector<double>(ref.data<float>(), ref.data<float>() + ref.numel())) <= 1e-5);
 }
 
 TEST_CASE("math: embedding forward gathers rows, backward scatter-adds, bad ids throw and write nothing") {

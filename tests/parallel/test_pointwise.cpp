@@ -125,9 +125,10 @@ TEST_CASE("pointwise: online softmax and softmax_grad equal the row softmax of n
     s[j] = acc * scale;
     st = pw::softmax_push(st, s[j]);
   }
+  CHECK(std::abs(saved.lse.data<float>()[0] - pw::log_sum_exp(st)) <= 1e-5f);
   for (std::int64_t j = 0; j < sk; ++j) {
     p[j] = pw::softmax_exp(s[j], st.max) / st.sum;
-    CHECK(std::abs(p[j] - saved.probs.data<float>()[j]) <= 1e-6f);
+    CHECK(std::abs(p[j] - pw::softmax_exp(s[j], saved.lse.data<float>()[0])) <= 1e-6f);  // P = exp(s − lse)
   }
   nn::attention_backward(view(q, shape{1, 1, 1, d}), view(k, shape{1, sk, 1, d}), view(v, shape{1, sk, 1, d}), saved,
                          view(dout, shape{1, 1, 1, d}), view(dq, shape{1, 1, 1, d}), view(dk, shape{1, sk, 1, d}),

@@ -1,11 +1,12 @@
-// Scaled dot-product attention [B, S, H, D] with an optional causal mask: forward and backward.
+// Scaled dot-product attention [B, S, H, D] with an optional causal mask, forward and backward, computed
+// blockwise (FlashAttention-2 over the CBLAS GEMM): O(S) saved state and O(block_q·block_k) workspace.
 #pragma once
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -18,9 +19,24 @@
 
 namespace jitembed::nn {
 
-// Softmax probabilities from the forward pass, f32 [B, H, Sq, Sk] (masked entries are exactly 0).
+// Query and key block sizes (rows of q and k per GEMM tile). 128 × 128: at S 4096, D 64 on one BLAS thread,
+// 32/64/128/256 took 1.11/1.03/1.00/1.00× (bench_parallel attention); the workspace, 2·128² floats (128 KiB),
+// stays in L2. Any size ≥ 1 gives the same result up to rounding.
+struct attention_options {
+  std::int64_t block_q = 128;
+  std::int64_t block_k = 128;
+};
+
+// What backward needs, O(S) per head (never the S² probabilities, which backward recomputes blockwise):
+//   lse  f32 [B, H, Sq]      log Σ_visible exp(q·kᵀ/√D), the softmax's normalizer per query row
+//   out  f32 [B, Sq, H, D]   a copy of forward's output, for backward's rowsum(dO ⊙ O). A copy, not a view:
+//                            callers (ulysses_attention) drop their `out` after forward, and the backend
+//                            interface's attention_backward takes no `out`. Bytes: 4·B·H·Sq·(1 + D).
+//   causal                   forward's mask, which backward applies again
 struct attention_saved {
-  tensor probs;
+  tensor lse;
+  tensor out;
+  bool causal = false;
 };
 
 namespace detail {
@@ -43,45 +59,114 @@ inline attention_dims check_attention(std::string_view fn, const tensor_view& q,
   return {q.size(0), q.size(1), k.size(1), q.size(2), q.size(3)};
 }
 
+inline void check_attention_options(std::string_view fn, const attention_options& opt) {
+  if (opt.block_q < 1) throw_arg(fn, "block_q must be >= 1, got " + std::to_string(opt.block_q));
+  if (opt.block_k < 1) throw_arg(fn, "block_k must be >= 1, got " + std::to_string(opt.block_k));
+}
+
+inline float attention_scale(std::int64_t d) { return d > 0 ? 1.0f / std::sqrt(static_cast<float>(d)) : 1.0f; }
+
+// Keys [j0, j0 + n) visible to query i: all n, or (causal: key j visible iff j ≤ i, whatever Sq and Sk are)
+// those up to i; 0 when the whole block lies after i.
+inline std::int64_t visible_keys(bool causal, std::int64_t i, std::int64_t j0, std::int64_t n) {
+  return causal ? std::clamp<std::int64_t>(i + 1 - j0, 0, n) : n;
+}
+
+// Key blocks a causal query block [i0, i1) reaches: those starting at or before i1 − 1 (the rest are skipped).
+inline std::int64_t key_end(bool causal, std::int64_t i1, std::int64_t sk) { return causal ? std::min(sk, i1) : sk; }
+
+// Zero `rows` rows of `n` floats at pitch ld.
+inline void zero_rows(float* p, std::int64_t rows, std::int64_t n, std::int64_t ld) {
+  for (std::int64_t i = 0; i < rows; ++i) std::fill_n(p + i * ld, n, 0.0f);
+}
+
 }  // namespace detail
 
 // out = softmax(q·kᵀ/√D [+ causal mask])·v per batch and head. q, out [B, Sq, H, D]; k, v [B, Sk, H, D].
-// causal: key j is visible to query i iff j ≤ i (torch's scaled_dot_product_attention(is_causal=True)).
-// Per-head slices are read in place (row pitch H·D), not copied.
+// causal: key j is visible to query i iff j ≤ i (torch's scaled_dot_product_attention(is_causal=True) when
+// Sq == Sk; for Sq ≠ Sk the mask is aligned at the top left, query i sees keys 0..i).
+// Blockwise with an online softmax (running max and sum per row): per (batch, head), query blocks × key
+// blocks; key blocks wholly after a causal query block are skipped (about half the work). Per-head slices
+// are read in place (row pitch H·D), not copied.
 inline attention_saved attention_forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
-                                         const tensor_view& out) {
+                                         const tensor_view& out, const attention_options& opt = {}) {
   constexpr std::string_view fn = "attention_forward";
   const auto dm = detail::check_attention(fn, q, k, v);
   detail::require(fn, "out", out);
   detail::require_shape(fn, "out", out, q.shape());
+  detail::check_attention_options(fn, opt);
   if (dm.sq > 0 && dm.sk == 0) detail::throw_arg(fn, "no keys to attend to, got k " + k.shape().to_string());
-  attention_saved saved{tensor::empty(shape{dm.b, dm.h, dm.sq, dm.sk}, dtype::f32)};
+  attention_saved saved{tensor::empty(shape{dm.b, dm.h, dm.sq}, dtype::f32), tensor::empty(q.shape(), dtype::f32), causal};
   const std::int64_t ld = dm.h * dm.d;
-  const float scale = dm.d > 0 ? 1.0f / std::sqrt(static_cast<float>(dm.d)) : 1.0f;
+  const float scale = detail::attention_scale(dm.d);
+  const std::int64_t bq = std::min(opt.block_q, std::max<std::int64_t>(dm.sq, 1));
+  const std::int64_t bk = std::min(opt.block_k, std::max<std::int64_t>(dm.sk, 1));
+  std::vector<float> s(static_cast<std::size_t>(bq * bk)), acc(static_cast<std::size_t>(bq * dm.d));
+  std::vector<float> mx(static_cast<std::size_t>(bq)), sum(static_cast<std::size_t>(bq));
   for (std::int64_t bi = 0; bi < dm.b; ++bi) {
     for (std::int64_t hi = 0; hi < dm.h; ++hi) {
       const float* qh = q.data<const float>() + bi * dm.sq * ld + hi * dm.d;
       const float* kh = k.data<const float>() + bi * dm.sk * ld + hi * dm.d;
       const float* vh = v.data<const float>() + bi * dm.sk * ld + hi * dm.d;
       float* oh = out.data<float>() + bi * dm.sq * ld + hi * dm.d;
-      float* p = saved.probs.data<float>() + (bi * dm.h + hi) * dm.sq * dm.sk;
-      detail::gemm_strided(false, true, dm.sq, dm.sk, dm.d, scale, qh, ld, kh, ld, 0.0f, p, std::max<std::int64_t>(dm.sk, 1));
-      for (std::int64_t i = 0; i < dm.sq; ++i)
-        detail::softmax_row(p + i * dm.sk, dm.sk, causal ? i : dm.sk);
-      detail::gemm_strided(false, false, dm.sq, dm.d, dm.sk, 1.0f, p, std::max<std::int64_t>(dm.sk, 1), vh, ld, 0.0f, oh, ld);
+      float* lse = saved.lse.data<float>() + (bi * dm.h + hi) * dm.sq;
+      for (std::int64_t i0 = 0; i0 < dm.sq; i0 += bq) {
+        const std::int64_t nq = std::min(bq, dm.sq - i0);
+        std::fill_n(mx.begin(), nq, -std::numeric_limits<float>::infinity());
+        std::fill_n(sum.begin(), nq, 0.0f);
+        std::fill_n(acc.begin(), nq * dm.d, 0.0f);
+        const std::int64_t jend = detail::key_end(causal, i0 + nq, dm.sk);
+        for (std::int64_t j0 = 0; j0 < jend; j0 += bk) {
+          const std::int64_t nk = std::min(bk, dm.sk - j0);
+          detail::gemm_strided(false, true, nq, nk, dm.d, scale, qh + i0 * ld, ld, kh + j0 * ld, ld, 0.0f, s.data(), bk);
+          for (std::int64_t r = 0; r < nq; ++r) {
+            float* row = s.data() + r * bk;
+            const std::int64_t vis = detail::visible_keys(causal, i0 + r, j0, nk);
+            float m = mx[r];
+            for (std::int64_t j = 0; j < vis; ++j) m = std::max(m, row[j]);
+            float add = 0.0f;
+            for (std::int64_t j = 0; j < vis; ++j) {
+              row[j] = pointwise::softmax_exp(row[j], m);
+              add += row[j];
+            }
+            std::fill(row + vis, row + nk, 0.0f);
+            if (vis == 0) continue;  // nothing new for this row: its running max, sum and acc stand
+            // rescale what the earlier key blocks gave to the new running max (exp(−inf) = 0 on the first)
+            const float alpha = pointwise::softmax_exp(mx[r], m);
+            sum[r] = sum[r] * alpha + add;
+            mx[r] = m;
+            if (alpha != 1.0f)
+              for (std::int64_t t = 0; t < dm.d; ++t) acc[r * dm.d + t] *= alpha;
+          }
+          detail::gemm_strided(false, false, nq, dm.d, nk, 1.0f, s.data(), bk, vh + j0 * ld, ld, 1.0f, acc.data(),
+                               std::max<std::int64_t>(dm.d, 1));
+        }
+        for (std::int64_t r = 0; r < nq; ++r) {
+          const float inv = 1.0f / sum[r];
+          float* o = oh + (i0 + r) * ld;
+          for (std::int64_t t = 0; t < dm.d; ++t) o[t] = acc[r * dm.d + t] * inv;
+          lse[i0 + r] = mx[r] + std::log(sum[r]);
+        }
+      }
     }
   }
+  if (out.numel() != 0) std::memcpy(saved.out.data<float>(), out.data<const float>(), out.numel() * sizeof(float));
   return saved;
 }
 
-// dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P ⊙ (dP − rowsum(dP ⊙ P)), dQ = dS·K/√D, dK = dSᵀ·Q/√D; dq, dk, dv overwritten.
+// FlashAttention-2's backward: per key block (dK, dV accumulated there), over the query blocks that see it,
+// P = exp(q·kᵀ/√D − lse) recomputed, dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P ⊙ (dP − δ) with δ = rowsum(dO ⊙ O),
+// dQ += dS·K/√D, dK += dSᵀ·Q/√D. The mask is forward's (saved.causal). dq, dk, dv are overwritten; keys no
+// query sees get 0. `opt` need not match forward's.
 inline void attention_backward(const tensor_view& q, const tensor_view& k, const tensor_view& v,
                                const attention_saved& saved, const tensor_view& dout, const tensor_view& dq,
-                               const tensor_view& dk, const tensor_view& dv) {
+                               const tensor_view& dk, const tensor_view& dv, const attention_options& opt = {}) {
   constexpr std::string_view fn = "attention_backward";
   const auto dm = detail::check_attention(fn, q, k, v);
-  detail::require(fn, "saved.probs", saved.probs);
-  detail::require_shape(fn, "saved.probs", saved.probs, shape{dm.b, dm.h, dm.sq, dm.sk});
+  detail::require(fn, "saved.lse", saved.lse);
+  detail::require_shape(fn, "saved.lse", saved.lse, shape{dm.b, dm.h, dm.sq});
+  detail::require(fn, "saved.out", saved.out);
+  detail::require_shape(fn, "saved.out", saved.out, q.shape());
   detail::require(fn, "dout", dout);
   detail::require(fn, "dq", dq);
   detail::require(fn, "dk", dk);
@@ -90,29 +175,64 @@ inline void attention_backward(const tensor_view& q, const tensor_view& k, const
   detail::require_shape(fn, "dq", dq, q.shape());
   detail::require_shape(fn, "dk", dk, k.shape());
   detail::require_shape(fn, "dv", dv, v.shape());
+  detail::check_attention_options(fn, opt);
+  const bool causal = saved.causal;
   const std::int64_t ld = dm.h * dm.d;
-  const std::int64_t ldp = std::max<std::int64_t>(dm.sk, 1);
-  const float scale = dm.d > 0 ? 1.0f / std::sqrt(static_cast<float>(dm.d)) : 1.0f;
-  std::vector<float> ds(static_cast<std::size_t>(dm.sq * dm.sk));
+  const std::int64_t ldd = std::max<std::int64_t>(dm.d, 1);
+  const float scale = detail::attention_scale(dm.d);
+  const std::int64_t bq = std::min(opt.block_q, std::max<std::int64_t>(dm.sq, 1));
+  const std::int64_t bk = std::min(opt.block_k, std::max<std::int64_t>(dm.sk, 1));
+  std::vector<float> p(static_cast<std::size_t>(bq * bk)), dp(static_cast<std::size_t>(bq * bk));
+  std::vector<float> dkb(static_cast<std::size_t>(bk * dm.d)), dvb(static_cast<std::size_t>(bk * dm.d));
+  std::vector<float> delta(static_cast<std::size_t>(dm.sq));  // O(Sq) per head, reused
   for (std::int64_t bi = 0; bi < dm.b; ++bi) {
     for (std::int64_t hi = 0; hi < dm.h; ++hi) {
       const std::int64_t qo = bi * dm.sq * ld + hi * dm.d, ko = bi * dm.sk * ld + hi * dm.d;
-      const float* p = saved.probs.data<const float>() + (bi * dm.h + hi) * dm.sq * dm.sk;
+      const float* qh = q.data<const float>() + qo;
+      const float* kh = k.data<const float>() + ko;
+      const float* vh = v.data<const float>() + ko;
       const float* go = dout.data<const float>() + qo;
-      detail::gemm_strided(true, false, dm.sk, dm.d, dm.sq, 1.0f, p, ldp, go, ld, 0.0f, dv.data<float>() + ko, ld);
-      detail::gemm_strided(false, true, dm.sq, dm.sk, dm.d, 1.0f, go, ld, v.data<const float>() + ko, ld, 0.0f, ds.data(), ldp);
+      const float* oh = saved.out.data<const float>() + qo;
+      const float* lse = saved.lse.data<const float>() + (bi * dm.h + hi) * dm.sq;
+      float* dqh = dq.data<float>() + qo;
       for (std::int64_t i = 0; i < dm.sq; ++i) {
-        float* r = ds.data() + i * dm.sk;
-        const float* pr = p + i * dm.sk;
         double dot = 0.0;
-        for (std::int64_t j = 0; j < dm.sk; ++j) dot += static_cast<double>(r[j]) * pr[j];
-        const auto d = static_cast<float>(dot);
-        for (std::int64_t j = 0; j < dm.sk; ++j) r[j] = pointwise::softmax_grad(pr[j], r[j], d);
+        for (std::int64_t t = 0; t < dm.d; ++t) dot += static_cast<double>(go[i * ld + t]) * oh[i * ld + t];
+        delta[static_cast<std::size_t>(i)] = static_cast<float>(dot);
       }
-      detail::gemm_strided(false, false, dm.sq, dm.d, dm.sk, scale, ds.data(), ldp, k.data<const float>() + ko, ld, 0.0f,
-                           dq.data<float>() + qo, ld);
-      detail::gemm_strided(true, false, dm.sk, dm.d, dm.sq, scale, ds.data(), ldp, q.data<const float>() + qo, ld, 0.0f,
-                           dk.data<float>() + ko, ld);
+      detail::zero_rows(dqh, dm.sq, dm.d, ld);
+      for (std::int64_t j0 = 0; j0 < dm.sk; j0 += bk) {
+        const std::int64_t nk = std::min(bk, dm.sk - j0);
+        std::fill_n(dkb.begin(), nk * dm.d, 0.0f);
+        std::fill_n(dvb.begin(), nk * dm.d, 0.0f);
+        // causal: queries before j0 see none of this block; start at the query block holding j0
+        for (std::int64_t i0 = causal ? j0 / bq * bq : 0; i0 < dm.sq; i0 += bq) {
+          const std::int64_t nq = std::min(bq, dm.sq - i0);
+          detail::gemm_strided(false, true, nq, nk, dm.d, scale, qh + i0 * ld, ld, kh + j0 * ld, ld, 0.0f, p.data(), bk);
+          detail::gemm_strided(false, true, nq, nk, dm.d, 1.0f, go + i0 * ld, ld, vh + j0 * ld, ld, 0.0f, dp.data(), bk);
+          for (std::int64_t r = 0; r < nq; ++r) {
+            float* pr = p.data() + r * bk;
+            float* dr = dp.data() + r * bk;
+            const std::int64_t vis = detail::visible_keys(causal, i0 + r, j0, nk);
+            const float l = lse[i0 + r], dl = delta[static_cast<std::size_t>(i0 + r)];
+            for (std::int64_t j = 0; j < vis; ++j) {
+              pr[j] = pointwise::softmax_exp(pr[j], l);
+              dr[j] = pointwise::softmax_grad(pr[j], dr[j], dl);
+            }
+            std::fill(pr + vis, pr + nk, 0.0f);
+            std::fill(dr + vis, dr + nk, 0.0f);
+          }
+          detail::gemm_strided(true, false, nk, dm.d, nq, 1.0f, p.data(), bk, go + i0 * ld, ld, 1.0f, dvb.data(), ldd);
+          detail::gemm_strided(false, false, nq, dm.d, nk, scale, dp.data(), bk, kh + j0 * ld, ld, 1.0f, dqh + i0 * ld, ld);
+          detail::gemm_strided(true, false, nk, dm.d, nq, scale, dp.data(), bk, qh + i0 * ld, ld, 1.0f, dkb.data(), ldd);
+        }
+        float* dkh = dk.data<float>() + ko + j0 * ld;
+        float* dvh = dv.data<float>() + ko + j0 * ld;
+        for (std::int64_t r = 0; r < nk; ++r) {
+          std::copy_n(dkb.data() + r * dm.d, dm.d, dkh + r * ld);
+          std::copy_n(dvb.data() + r * dm.d, dm.d, dvh + r * ld);
+        }
+      }
     }
   }
 }

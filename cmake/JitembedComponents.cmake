@@ -132,7 +132,7 @@ if(JITEMBED_WITH_ZSTD)
   if(JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
     # models/preprocess.hpp: the real encoders' image / video preprocessing (torchvision's PIL pipeline).
     jitembed_component(models_video
-      GLOBS models/video_latent.hpp models/reference.hpp models/preprocess.hpp models/preprocess_function.hpp models/detail/pil_resample.hpp
+      GLOBS models/video_latent.hpp models/reference.hpp models/preprocess.hpp models/preprocess_function.hpp models/detail/pil_resample.hpp models/detail/param_parse.hpp
       LINK jitembed::models_image jitembed::video)
     if(JITEMBED_WITH_TORCH)
       # LibTorch adapters (TorchScript, AOTInductor packages, torch::nn modules as models). models/tokenizer.hpp

@@ -41,11 +41,16 @@ int main(int argc, char** argv) {
   std::string dir;
   std::vector<std::string> names{"clip", "gpt2", "llama3", "bert", "t5"};
   int passes = 3;
-  cli.app.add_option("--dir", dir, "make_corpus.py's output: corpus.bin and <name>.json")->required();
+  // checked after parsing (not ->required()): an unknown flag is then named first, as every program here does
+  cli.app.add_option("--dir", dir, "make_corpus.py's output: corpus.bin and <name>.json (required)");
   cli.app.add_option("--tokenizers", names, "tokenizer.json names in --dir");
   cli.app.add_option("--passes", passes, "timed passes over the corpus (the best is reported)")
       ->check(CLI::Range(1, 100));
   CLI11_PARSE(cli.app, argc, argv);
+  if (dir.empty()) {
+    std::fprintf(stderr, "bench_tokenizer: --dir is required (tests/tokenizers/make_corpus.py's output)\n");
+    return 2;
+  }
 
   const auto corpus = read_corpus(std::filesystem::path(dir) / "corpus.bin");
   if (corpus.empty()) {

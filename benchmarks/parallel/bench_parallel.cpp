@@ -1,8 +1,9 @@
 // bench_parallel: per-collective algorithm and bus bandwidth (nccl-tests definitions) for Gloo on CPU
 // and, when built with CUDA, NCCL on the GPU; tensor-parallel MLP and Ulysses attention step times
 // (forward + backward) against the single-rank reference, side by side in this process.
-// Parts: gloo, tp_mlp, ulysses, attention (blockwise vs exact, one thread), nccl (no arguments: all). With --device cuda (CUDA builds): gemm (the
-// layers' bf16 GEMMs vs a bare cublasGemmEx), tp_mlp and ulysses (steps on the GPU), nccl.
+// Parts: gloo, tp_mlp, ulysses, attention (blockwise vs exact, one thread), nccl (no arguments: all). With --device
+// cuda (CUDA builds): gemm (the layers' bf16 GEMMs vs a bare cublasGemmEx), tp_mlp and ulysses (steps on the GPU),
+// nccl.
 #include <cstdio>
 #include <string_view>
 #include <vector>

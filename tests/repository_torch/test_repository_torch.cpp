@@ -241,6 +241,19 @@ TEST_CASE("repository torch: bad repository content fails that model only, with 
   // The good ones serve meanwhile.
   auto res = infer(s, "good", bytes_request("image", {jpeg_bytes(8, 8, 9)}));
   CHECK_MESSAGE(res.status == 200, res.body);
+  // "proj" sets no modality: a Triton tensor model, served through its declared input (x @ w, w = arange(12) / 12)
+  const std::vector<float> x{1, 0, 0, 0, 0, 0, 0, 1};
+  auto tensor_res = infer(s, "proj", tensors_request({ks::infer_tensor::from_values<float>("INPUT__0", {2, 4}, x)}));
+  REQUIRE_MESSAGE(tensor_res.status == 200, tensor_res.body);
+  const auto proj_out = decode(tensor_res).outputs.at(0);
+  std::vector<float> y(6);
+  REQUIRE(proj_out.data.size() == y.size() * sizeof(float));
+  std::memcpy(y.data(), proj_out.data.data(), proj_out.data.size());
+  CHECK(y == std::vector<float>{0.f / 12, 1.f / 12, 2.f / 12, 9.f / 12, 10.f / 12, 11.f / 12});
+  const auto proj_meta = nlohmann::json::parse(call(s, "GET", "/v2/models/proj").body);
+  CHECK(proj_meta["inputs"][0]["name"] == "INPUT__0");
+  CHECK(proj_meta["parameters"]["preprocessing"] == "none");
+  CHECK(infer(s, "proj", bytes_request("image", {jpeg_bytes(8, 8, 9)})).status == 400);
   const auto http_idx = nlohmann::json::parse(call(s, "POST", "/v2/repository/index").body);
   CHECK(http_idx.size() == 13);
 }

@@ -37,6 +37,7 @@ class emulated_latency {
   std::size_t max_batch_size() const { return inner_.max_batch_size(); }
   jitembed::device device() const { return inner_.device(); }
   result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const { return inner_.preprocess(raw, limits); }
+  bool has_preprocess() const { return models::has_preprocess(inner_); }
   result<std::vector<named_tensors>> run(std::span<const tensor> batch) const {
     const auto pause = opts_.per_batch + opts_.per_item * static_cast<std::int64_t>(batch.size());
     if (pause.count() > 0) std::this_thread::sleep_for(pause);

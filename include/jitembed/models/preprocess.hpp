@@ -26,6 +26,7 @@
 #include "jitembed/core/limits.hpp"
 #include "jitembed/core/preprocess_params.hpp"
 #include "jitembed/core/tensor.hpp"
+#include "jitembed/models/detail/param_parse.hpp"
 #include "jitembed/models/detail/pil_resample.hpp"
 #include "jitembed/models/model.hpp"
 
@@ -59,14 +60,9 @@ struct video_preprocess {
   int frame_stride = 1;     // frames 0, s, 2s, ... (the last frame repeats when the clip is shorter)
 };
 
-// A caption -> token ids, by one of two tokenizers:
-// - tokenizer_json (a Hugging Face tokenizer.json, models/hf_tokenizer.hpp): its normalizer, pre-tokenizer,
-//   model and post-processor (special tokens when add_special_tokens), truncated to max_length
-//   (truncation), padded with pad_id to max_length;
-// - sentencepiece_model (T5's rules, models/tokenizer.hpp): SentencePiece's ids truncated to max_length - 1,
-//   EOS appended (append_eos), padded with the pad id to max_length.
-// The input is i64 [2, L] (row 0 the ids, row 1 the attention mask: 1 real, 0 padding) or, with
-// tokenizer_json, i64 [L] (ids only, a model that takes no mask).
+// A caption -> i64 [2, L] (ids, attention mask) or [L] (ids; tokenizer_json only), padded to max_length, by a
+// Hugging Face tokenizer.json (models/hf_tokenizer.hpp: truncation leaves room for the post-processor's special
+// tokens) or T5's rules on SentencePiece (models/tokenizer.hpp: ids cut to L - 1, EOS appended).
 struct text_preprocess {
   std::filesystem::path sentencepiece_model;  // absolute (resolved against the model directory)
   std::filesystem::path tokenizer_json;       // absolute; exactly one of the two is set
@@ -85,43 +81,6 @@ inline constexpr std::string_view kPreprocessParameters[] = {
     "text_add_special_tokens"};
 
 namespace detail {
-
-inline error_info bad_param(const std::string& file, std::string_view key, const std::string& value, std::string_view why) {
-  return fail(errc::invalid_argument, file + ": parameters '" + std::string(key) + "' is '" + value + "': " + std::string(why));
-}
-
-inline result<std::int64_t> param_int(const std::string& file, std::string_view key, const std::string& v, std::int64_t lo,
-                                      std::int64_t hi) {
-  std::int64_t x = 0;
-  const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (r.ec != std::errc() || r.ptr != v.data() + v.size() || x < lo || x > hi)
-    return bad_param(file, key, v, "not an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
-  return x;
-}
-
-inline result<bool> param_bool(const std::string& file, std::string_view key, const std::string& v) {
-  if (v == "true") return true;
-  if (v == "false") return false;
-  return bad_param(file, key, v, "not true or false");
-}
-
-inline result<std::array<float, 3>> param_floats3(const std::string& file, std::string_view key, const std::string& v, bool positive) {
-  std::array<float, 3> out{};
-  std::size_t pos = 0;
-  for (int i = 0; i < 3; ++i) {
-    const std::size_t end = i < 2 ? v.find(',', pos) : v.size();
-    if (end == std::string::npos) return bad_param(file, key, v, "not 3 comma-separated numbers");
-    std::string_view part(v.data() + pos, end - pos);
-    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
-    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
-    const auto r = std::from_chars(part.data(), part.data() + part.size(), out[static_cast<std::size_t>(i)]);
-    if (r.ec != std::errc() || r.ptr != part.data() + part.size() || !std::isfinite(out[static_cast<std::size_t>(i)]) ||
-        (positive && !(out[static_cast<std::size_t>(i)] > 0)))
-      return bad_param(file, key, v, positive ? "not 3 comma-separated positive numbers" : "not 3 comma-separated numbers");
-    pos = end + 1;
-  }
-  return out;
-}
 
 // Per channel and byte value: (v / 255 - mean) / std in f32, the operations torchvision's ToTensor +
 // Normalize run, in their order.
@@ -299,14 +258,11 @@ struct preprocess_spec {
     return k.str();
   }
 
-  // From a config's parameters (keys not in kPreprocessParameters are ignored here) and the one input's
-  // declared dtype and item dims. Preprocessing is opt-in, as in Triton: without `modality` the model takes
-  // only its declared input tensor (`active` false; any other preprocessing parameter is refused).
-  // With it: image needs f32 [3, H, W] (or u8 [H, W, 3]: the backend's own reference decode, `active` false),
-  // video f32 [3, T, H, W] (video_frames must be T), text a tokenizer (`tokenizer`: a Hugging Face
-  // tokenizer.json, or `sentencepiece_model`) and i64 [2, L] (ids, mask; or [L] with `tokenizer`;
-  // text_max_length must be L). Settings of another modality are refused. Errors: invalid_argument naming
-  // the parameter and `file`.
+  // From a config's parameters (others are ignored here) and the input's dtype and item dims. Opt-in, as in
+  // Triton: without `modality` the model takes only its declared tensor (`active` false, other settings
+  // refused). Image: f32 [3, H, W] (u8 [H, W, 3]: the backend's reference decode, `active` false); video: f32
+  // [3, T, H, W]; text: `tokenizer` or `sentencepiece_model`, i64 [2, L] (or [L] with `tokenizer`). Errors:
+  // invalid_argument naming the parameter and `file`.
   static result<preprocess_spec> parse(const std::map<std::string, std::string>& params, dtype in_type,
                                        const std::vector<std::int64_t>& in_dims, const std::filesystem::path& model_dir,
                                        const std::string& file) {
@@ -315,14 +271,10 @@ struct preprocess_spec {
       const auto it = params.find(std::string(k));
       return it == params.end() ? nullptr : &it->second;
     };
-    const auto is_setting = [](const std::string& k) {
-      return k.starts_with("image_") || k.starts_with("video_") || k.starts_with("text_") || k == "sentencepiece_model" ||
-             k == "tokenizer";
-    };
     const auto* mod = get("modality");
     if (!mod) {
       for (const auto& [k, v] : params)
-        if (is_setting(k))
+        if (k != "modality" && std::find(std::begin(kPreprocessParameters), std::end(kPreprocessParameters), k) != std::end(kPreprocessParameters))
           return fail(errc::invalid_argument, file + ": parameters '" + k +
                                                   "' needs parameters 'modality' (image, video or text): preprocessing is opt-in");
       return s;
@@ -331,11 +283,7 @@ struct preprocess_spec {
     else if (*mod == "video") s.input_modality = modality::video;
     else if (*mod == "text") s.input_modality = modality::text;
     else return detail::bad_param(file, "modality", *mod, "not image, video or text");
-    const auto dims_text = [&] {
-      std::string d = "[";
-      for (std::size_t i = 0; i < in_dims.size(); ++i) d += (i ? ", " : "") + std::to_string(in_dims[i]);
-      return std::string(to_string(in_type)) + " " + d + "]";
-    };
+    const auto dims_text = [&] { return detail::describe_input(in_type, in_dims); };
     const auto refuse_others = [&](std::string_view prefix_a, std::string_view prefix_b, const char* why) -> result<void> {
       for (const auto& [k, v] : params)
         if (k != "modality" && (k.starts_with(prefix_a) || k.starts_with(prefix_b) ||

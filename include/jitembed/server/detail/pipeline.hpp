@@ -287,13 +287,16 @@ class inference_pipeline {
         return fail(errc::invalid_argument,
                     "unknown output '" + o.name + "' requested from model '" + c.inst->name() + "'");
     }
-    if (c.req.inputs.empty()) return fail(errc::invalid_argument, "model '" + c.inst->name() + "': the request has no inputs");
+    if (c.req.inputs.empty())
+      return fail(errc::invalid_argument, "model '" + c.inst->name() + "': the request has no inputs");
     const auto& in = c.req.inputs.front();
     const std::string_view modality_name = input_name(m.input_modality());
     const models::tensor_meta& declared = m.inputs().front();
-    if (c.req.inputs.size() == 1 && in.type == net::kserve::datatype::bytes && (in.name == modality_name || in.name == "sample")) {
+    if (c.req.inputs.size() == 1 && in.type == net::kserve::datatype::bytes &&
+        (in.name == modality_name || in.name == "sample")) {
       if (!m.has_preprocess())
-        return fail(errc::invalid_argument, "model '" + c.inst->name() + "' has no preprocessing of raw " + std::string(modality_name) +
+        return fail(errc::invalid_argument, "model '" + c.inst->name() + "' has no preprocessing of raw " +
+                                                std::string(modality_name) +
                                                 " (its config sets no 'modality'): " + expected_inputs(m));
       JITEMBED_TRY(check_batch(in));
       request_rows rows;
@@ -302,16 +305,15 @@ class inference_pipeline {
     }
     if (c.req.inputs.size() == 1 && in.name == declared.name)
       return tensor_rows(in, declared, m.has_preprocess() && in.name == modality_name);
-    if (const auto ids = token_id_layout(m); ids && std::any_of(c.req.inputs.begin(), c.req.inputs.end(), [](const auto& t) {
-          return t.name == "input_ids";
-        }))
+    if (const auto ids = token_id_layout(m); ids && std::any_of(c.req.inputs.begin(), c.req.inputs.end(),
+                                                                [](const auto& t) { return t.name == "input_ids"; }))
       return token_id_rows(c.req, *ids, m);
     if (c.req.inputs.size() != 1)
       return fail(errc::invalid_argument, "model '" + c.inst->name() + "' expects 1 input, got " +
                                               std::to_string(c.req.inputs.size()) + ": " + expected_inputs(m));
     if (in.name == modality_name || in.name == "sample")
-      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " + std::string(net::kserve::to_string(in.type)) +
-                                            ", expected BYTES");
+      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " +
+                                            std::string(net::kserve::to_string(in.type)) + ", expected BYTES");
     return fail(errc::invalid_argument,
                 "unexpected input '" + in.name + "' for model '" + c.inst->name() + "': " + expected_inputs(m));
   }
@@ -330,7 +332,8 @@ class inference_pipeline {
   // At most max_rows_per_request rows.
   result<void> check_rows_count(const net::kserve::infer_tensor& in, std::int64_t rows) const {
     if (static_cast<std::uint64_t>(rows) > config_.max_rows_per_request)
-      return fail(errc::limit_exceeded, "input '" + in.name + "': " + std::to_string(rows) + " rows > max_rows_per_request " +
+      return fail(errc::limit_exceeded, "input '" + in.name + "': " + std::to_string(rows) +
+                                            " rows > max_rows_per_request " +
                                             std::to_string(config_.max_rows_per_request));
     return {};
   }
@@ -340,38 +343,43 @@ class inference_pipeline {
     const bool shape_ok =
         (in.shape.size() == 1 && in.shape[0] >= 1) || (in.shape.size() == 2 && in.shape[0] >= 1 && in.shape[1] == 1);
     if (!shape_ok)
-      return fail(errc::invalid_argument, "input '" + in.name + "' has shape " + net::kserve::detail::shape_string(in.shape) +
+      return fail(errc::invalid_argument, "input '" + in.name + "' has shape " +
+                                              net::kserve::detail::shape_string(in.shape) +
                                               ", expected [batch] or [batch,1]");
     return check_rows_count(in, in.shape[0]);
   }
 
   // The declared input's rows, each copied into its own aligned item tensor. `or_bytes`: the declared input
   // has the name raw fields come under (a reference model's "image"), so BYTES is the other way in.
-  result<request_rows> tensor_rows(const net::kserve::infer_tensor& in, const models::tensor_meta& declared, bool or_bytes) const {
+  result<request_rows> tensor_rows(const net::kserve::infer_tensor& in, const models::tensor_meta& declared,
+                                   bool or_bytes) const {
     const auto want = net::kserve::from_dtype(declared.type);
     if (in.type != want)
-      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " + std::string(net::kserve::to_string(in.type)) +
-                                            ", expected " + std::string(or_bytes ? "BYTES or " : "") +
+      return fail(errc::dtype_mismatch, "input '" + in.name + "' has datatype " +
+                                            std::string(net::kserve::to_string(in.type)) + ", expected " +
+                                            std::string(or_bytes ? "BYTES or " : "") +
                                             std::string(net::kserve::to_string(want)));
     bool fits = in.shape.size() == declared.shape.size() + 1 && in.shape[0] >= 1;
     for (std::size_t d = 0; fits && d < declared.shape.size(); ++d)
       fits = declared.shape[d] < 0 || in.shape[d + 1] == declared.shape[d];
     if (!fits)
-      return fail(errc::invalid_argument, "input '" + in.name + "' has shape " + net::kserve::detail::shape_string(in.shape) +
-                                              ", expected [batch] + " + net::kserve::detail::shape_string(declared.shape));
+      return fail(errc::invalid_argument, "input '" + in.name + "' has shape " +
+                                              net::kserve::detail::shape_string(in.shape) + ", expected [batch] + " +
+                                              net::kserve::detail::shape_string(declared.shape));
     JITEMBED_TRY(check_rows_count(in, in.shape[0]));
     return split_rows(in, declared.type, std::span<const std::int64_t>(in.shape).subspan(1));
   }
 
   // [batch, item...] bytes -> one item tensor per row (the request's bytes may be unaligned for the dtype).
-  static result<request_rows> split_rows(const net::kserve::infer_tensor& in, dtype type, std::span<const std::int64_t> dims) {
+  static result<request_rows> split_rows(const net::kserve::infer_tensor& in, dtype type,
+                                         std::span<const std::int64_t> dims) {
     const auto n = static_cast<std::size_t>(in.shape[0]);
     JITEMBED_ASSIGN_OR_RETURN(const auto numel, checked_numel(dims));
     const shape item(dims);
     const std::size_t row_bytes = static_cast<std::size_t>(numel) * element_size(type);
     if (in.data.size() != n * row_bytes)
-      return fail(errc::invalid_argument, "input '" + in.name + "' has " + std::to_string(in.data.size()) + " bytes, its shape needs " +
-                                              std::to_string(n * row_bytes));
+      return fail(errc::invalid_argument, "input '" + in.name + "' has " + std::to_string(in.data.size()) +
+                                              " bytes, its shape needs " + std::to_string(n * row_bytes));
     request_rows rows;
     rows.items.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -383,7 +391,10 @@ class inference_pipeline {
   }
 
   // A text model's token-id input: i64 [2, L] (ids and mask) or i64 [L] (ids); nullopt for other models.
-  struct token_ids { std::int64_t length; bool with_mask; };
+  struct token_ids {
+    std::int64_t length;
+    bool with_mask;
+  };
   static std::optional<token_ids> token_id_layout(const models::any_model& m) {
     if (m.input_modality() != models::modality::text) return std::nullopt;
     const auto& d = m.inputs().front();
@@ -394,28 +405,36 @@ class inference_pipeline {
   }
 
   // "input_ids" [batch, L] (+ "attention_mask") -> the model's id items.
-  result<request_rows> token_id_rows(const net::kserve::infer_request& req, token_ids layout, const models::any_model& m) const {
+  result<request_rows> token_id_rows(const net::kserve::infer_request& req, token_ids layout,
+                                     const models::any_model& m) const {
     const net::kserve::infer_tensor* ids = nullptr;
     const net::kserve::infer_tensor* mask = nullptr;
     for (const auto& t : req.inputs) {
-      if (t.name == "input_ids") ids = &t;
-      else if (t.name == "attention_mask" && layout.with_mask) mask = &t;
+      if (t.name == "input_ids")
+        ids = &t;
+      else if (t.name == "attention_mask" && layout.with_mask)
+        mask = &t;
       else
-        return fail(errc::invalid_argument, "unexpected input '" + t.name + "' beside 'input_ids' for model '" + std::string(m.name()) +
-                                                "' (" + (layout.with_mask ? "it takes 'attention_mask'" : "it takes no mask") + ")");
+        return fail(errc::invalid_argument,
+                    "unexpected input '" + t.name + "' beside 'input_ids' for model '" + std::string(m.name()) + "' (" +
+                        (layout.with_mask ? "it takes 'attention_mask'" : "it takes no mask") + ")");
     }
     for (const auto* t : {ids, mask}) {
       if (!t) continue;
       if (t->type != net::kserve::datatype::int64 && t->type != net::kserve::datatype::int32)
-        return fail(errc::dtype_mismatch, "input '" + t->name + "' has datatype " + std::string(net::kserve::to_string(t->type)) +
+        return fail(errc::dtype_mismatch, "input '" + t->name + "' has datatype " +
+                                              std::string(net::kserve::to_string(t->type)) +
                                               ", expected INT64 or INT32");
-      if (t->shape.size() != 2 || t->shape[0] < 1 || t->shape[1] != layout.length || (mask && mask->shape != ids->shape))
-        return fail(errc::invalid_argument, "input '" + t->name + "' has shape " + net::kserve::detail::shape_string(t->shape) +
-                                                ", expected [batch, " + std::to_string(layout.length) + "]" +
+      if (t->shape.size() != 2 || t->shape[0] < 1 || t->shape[1] != layout.length ||
+          (mask && mask->shape != ids->shape))
+        return fail(errc::invalid_argument, "input '" + t->name + "' has shape " +
+                                                net::kserve::detail::shape_string(t->shape) + ", expected [batch, " +
+                                                std::to_string(layout.length) + "]" +
                                                 (mask ? " (input_ids and attention_mask alike)" : ""));
       const std::size_t es = t->type == net::kserve::datatype::int64 ? 8 : 4;
       if (t->data.size() != static_cast<std::size_t>(t->shape[0] * t->shape[1]) * es)
-        return fail(errc::invalid_argument, "input '" + t->name + "' has " + std::to_string(t->data.size()) + " bytes for its shape");
+        return fail(errc::invalid_argument,
+                    "input '" + t->name + "' has " + std::to_string(t->data.size()) + " bytes for its shape");
     }
     JITEMBED_TRY(check_rows_count(*ids, ids->shape[0]));
     const auto element = [](const net::kserve::infer_tensor& t, std::size_t k) -> std::int64_t {

@@ -37,6 +37,7 @@ class fingerprinted_model {
   std::size_t max_batch_size() const { return m_.max_batch_size(); }
   jitembed::device device() const { return m_.device(); }
   result<tensor> preprocess(bytes_view raw, const decode_limits& limits) const { return m_.preprocess(raw, limits); }
+  bool has_preprocess() const { return m_.has_preprocess(); }
   result<std::vector<models::named_tensors>> run(std::span<const tensor> batch) const { return m_.run(batch); }
 
  private:

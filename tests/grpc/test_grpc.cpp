@@ -295,6 +295,43 @@ TEST_CASE("gRPC front end: malformed messages and unknown methods get status cod
   CHECK(c.embed(text_request({"still here"})).get().has_value());
 }
 
+TEST_CASE("grpcs://: a TLS file that is not PEM, or a key of another certificate, is named before gRPC starts") {
+  const auto& pki = tls_test::files();
+  server::server_config sc;
+  server::model_config mc;
+  mc.name = "text-embed";
+  mc.params = {{"text_dim", 16}, {"text_max_length", 8}};
+  sc.models = {mc};
+  auto svc = server::service::create(sc).value();
+  const auto start = [&](std::string cert, std::string key, std::string root = {}) {
+    server::grpc_server_options go;
+    go.tls_cert_file = std::move(cert);
+    go.tls_key_file = std::move(key);
+    go.tls_root_cert_file = std::move(root);
+    return server::grpc_server::create(go, svc);
+  };
+  auto garbage_cert = start(pki.garbage, pki.key);
+  REQUIRE_FALSE(garbage_cert.has_value());
+  CHECK(garbage_cert.code() == errc::invalid_argument);
+  CHECK(garbage_cert.error().message.find("certificate file '" + pki.garbage + "' is not a PEM") != std::string::npos);
+  auto garbage_key = start(pki.cert, pki.garbage);
+  REQUIRE_FALSE(garbage_key.has_value());
+  CHECK(garbage_key.error().message.find("key file '" + pki.garbage + "' is not a PEM private key") !=
+        std::string::npos);
+  auto mismatch = start(pki.cert, pki.other_name_key);
+  REQUIRE_FALSE(mismatch.has_value());
+  CHECK(mismatch.error().message.find("does not match the certificate") != std::string::npos);
+  auto bad_root = start(pki.cert, pki.key, pki.garbage);
+  REQUIRE_FALSE(bad_root.has_value());
+  CHECK(bad_root.error().message.find("root certificate file '" + pki.garbage + "' holds no PEM") != std::string::npos);
+  auto missing = start(pki.cert, pki.dir + "/nope.key");
+  CHECK(missing.code() == errc::io_error);
+  CHECK(start(pki.cert, pki.key).has_value());
+  server::grpc_server_options zero;
+  zero.stream.window = 0;
+  CHECK(server::grpc_server::create(zero, svc).code() == errc::invalid_argument);
+}
+
 TEST_CASE("grpcs://: TLS with the service's certificate, a bearer token; a wrong CA never gets an answer") {
   const auto& pki = tls_test::files();
   server::server_config sc;

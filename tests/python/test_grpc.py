@@ -142,6 +142,53 @@ def test_stream_infer(gclient, ref):
         np.testing.assert_allclose(got[str(i)][0], ref.embed("text-embed", t.encode())["pooled"], **TOL)
 
 
+def test_unread_stream_stops_reading_instead_of_growing(server, gclient):
+    """A client that writes a ModelStreamInfer stream and never reads its answers: the server reads at most
+    its stream window (128) of requests, plus the answers the client's HTTP/2 receive window took, and waits (gRPC flow control), instead of running them all and
+    queueing every answer. Once the client reads, every request is answered exactly once."""
+    import grpc
+    import struct
+    import threading
+    import time
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    total, window = 2000, 128
+    def count():
+        stats = gclient.get_inference_statistics("text-embed", as_json=True)["model_stats"][0]
+        return int(stats.get("inference_count", 0))
+
+    sent = [0]
+    def requests():
+        for i in range(total):
+            text = f"unread {i}".encode()
+            r = service_pb2.ModelInferRequest(model_name="text-embed", id=str(i))
+            r.inputs.add(name="text", datatype="BYTES", shape=[1, 1])
+            r.outputs.add(name="sequence")
+            r.raw_input_contents.append(struct.pack("<I", len(text)) + text)
+            sent[0] += 1
+            yield r
+
+    before = count()
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        answers = stub.ModelStreamInfer(requests(), timeout=120)
+        # the client reads nothing for a while: the server may run at most a window of requests
+        deadline = time.monotonic() + 3.0
+        ran = 0
+        while time.monotonic() < deadline:
+            ran = count() - before
+            time.sleep(0.2)
+        # answers already written into the client's HTTP/2 receive window have left the server: a little slack
+        assert ran <= 2 * window, f"the server ran {ran} of {total} requests of a stream nobody reads (window {window})"
+        assert ran >= 1
+        ids = []
+        for a in answers:
+            assert a.error_message == "", a.error_message
+            ids.append(a.infer_response.id)
+    assert sorted(ids, key=int) == [str(i) for i in range(total)] and len(set(ids)) == total
+    assert count() - before == total
+
+
 def status_of(e):
     s = e.status()
     return s.split(".")[-1] if s else s

@@ -9,6 +9,15 @@
 
 namespace jitembed::server {
 
+// Back-pressure of one ModelStreamInfer stream: no further request is read while the stream holds
+// `window` answers (running or waiting to be written) or `queued_bytes` of answers written out but not yet
+// taken by the client, so a client that never reads stalls in gRPC's flow control instead of growing the
+// server. Both at least 1.
+struct grpc_stream_limits {
+  std::size_t window = 128;
+  std::size_t queued_bytes = std::size_t{64} << 20;
+};
+
 struct grpc_server_options {
   std::string host = "127.0.0.1";  // loopback unless told otherwise
   std::uint16_t port = 0;          // 0: ephemeral, see grpc_server::port()
@@ -20,6 +29,7 @@ struct grpc_server_options {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_root_cert_file;
+  grpc_stream_limits stream;
 };
 
 }  // namespace jitembed::server

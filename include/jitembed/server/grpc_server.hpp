@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/http/detail/tls_server.hpp"
 #include "jitembed/server/detail/grpc_calls.hpp"
 #include "jitembed/server/grpc_options.hpp"
 #include "jitembed/server/service.hpp"
@@ -34,14 +35,20 @@ namespace jitembed::server {
 class grpc_server final {
  public:
   // Binds and starts. Errors: io_error (cannot bind the address, unreadable TLS files), invalid_argument
-  // (a TLS cert without its key or the other way round).
+  // (a TLS cert without its key or the other way round, a file that is not PEM or a key that does not match
+  // its certificate, each named; stream limits of 0).
   static result<grpc_server> create(grpc_server_options opts, service& svc) {
-    auto st = std::make_unique<state>(svc.core_);
+    if (opts.stream.window == 0 || opts.stream.queued_bytes == 0)
+      return fail(errc::invalid_argument, "gRPC stream limits: window and queued_bytes must be at least 1");
+    auto st = std::make_unique<state>(svc.core_, opts.stream);
     ::grpc::ServerBuilder builder;
     std::shared_ptr<::grpc::ServerCredentials> creds = ::grpc::InsecureServerCredentials();
     if (!opts.tls_cert_file.empty() || !opts.tls_key_file.empty()) {
-      if (opts.tls_cert_file.empty() || opts.tls_key_file.empty())
-        return fail(errc::invalid_argument, "gRPC TLS needs both a certificate and its private key");
+      // checked here so that a bad file is named (gRPC itself only fails to start: "cannot listen")
+      auto checked = net::http::detail::tls_server_context(opts.tls_cert_file, opts.tls_key_file, "gRPC");
+      if (!checked) return checked.error();
+      if (!opts.tls_root_cert_file.empty())
+        JITEMBED_TRY(net::http::detail::check_tls_ca_file(*checked, opts.tls_root_cert_file, "gRPC"));
       ::grpc::SslServerCredentialsOptions ssl(opts.tls_root_cert_file.empty()
                                                   ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                                   : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
@@ -88,7 +95,7 @@ class grpc_server final {
 
  private:
   struct state {
-    explicit state(std::shared_ptr<detail::service_core> core) : service(std::move(core)) {}
+    state(std::shared_ptr<detail::service_core> core, grpc_stream_limits limits) : service(std::move(core), limits) {}
     detail::kserve_grpc_service service;
     std::unique_ptr<::grpc::Server> server;
     int port = 0;

@@ -25,6 +25,7 @@
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/worker_group.hpp"
 #include "jitembed/net/http/detail/server_connection.hpp"
+#include "jitembed/net/http/detail/tls_server.hpp"
 #include "jitembed/net/http/message.hpp"
 #include "jitembed/net/http/options.hpp"
 
@@ -35,9 +36,9 @@ struct server_stats {
   std::uint64_t connections_accepted = 0;
   std::uint64_t connections_rejected = 0;  // over max_connections, or arriving while stopping
   std::uint64_t connections_active = 0;
-  std::uint64_t requests = 0;              // handed to the handler
-  std::uint64_t timeouts = 0;              // header/body/write timeouts (idle keep-alive closes not counted)
-  std::uint64_t bad_requests = 0;          // 400/413/431 produced by the HTTP layer
+  std::uint64_t requests = 0;                // handed to the handler
+  std::uint64_t timeouts = 0;                // header/body/write timeouts (idle keep-alive closes not counted)
+  std::uint64_t bad_requests = 0;            // 400/413/431 produced by the HTTP layer
   std::uint64_t tls_handshake_failures = 0;  // HTTPS: handshakes that failed or timed out (connection closed)
 };
 
@@ -150,8 +151,8 @@ class server {
     using tcp = asio::ip::tcp;
     auto& st = *state_;
     if (st.opts.io_threads < 1 || st.opts.io_threads > 1024)
-      return fail(errc::invalid_argument, "http server: io_threads " + std::to_string(st.opts.io_threads) +
-                                              " outside [1, 1024]");
+      return fail(errc::invalid_argument,
+                  "http server: io_threads " + std::to_string(st.opts.io_threads) + " outside [1, 1024]");
     if (st.opts.max_connections == 0) return fail(errc::invalid_argument, "http server: max_connections is 0");
     if (!st.on_request) return fail(errc::invalid_argument, "http server: no handler");
     JITEMBED_TRY(load_tls(st));
@@ -190,53 +191,32 @@ class server {
     // All or none: a thread that cannot start stops the ones already running (their stop callback stops
     // the io_context they run), and the error is this result (resource_exhausted when no thread is left).
     return jitembed::core_detail::capture("http server: starting the I/O threads", [&] {
-      st.threads = worker_group(static_cast<std::size_t>(st.opts.io_threads), [&st](std::stop_token token, std::size_t) {
-        std::stop_callback wake(token, [&st] { st.ioc.stop(); });
-        st.ioc.run();
-      });
+      st.threads =
+          worker_group(static_cast<std::size_t>(st.opts.io_threads), [&st](std::stop_token token, std::size_t) {
+            std::stop_callback wake(token, [&st] { st.ioc.stop(); });
+            st.ioc.run();
+          });
     });
   }
 
   // The HTTPS context: TLS 1.2 or later, the certificate chain and the private key from PEM files.
   static result<void> load_tls(detail::server_state& st) {
-    namespace ssl = boost::asio::ssl;
     const auto& cert = st.opts.tls_cert_file;
     const auto& key = st.opts.tls_key_file;
     if (cert.empty() && key.empty()) return {};
     if (cert.empty() || key.empty())
       return fail(errc::invalid_argument, "http server: TLS needs both tls_cert_file and tls_key_file");
-    for (const auto* f : {&cert, &key}) {
-      if (!std::ifstream(*f, std::ios::binary).good())
-        return fail(errc::io_error, "http server: cannot read TLS " + std::string(f == &cert ? "certificate" : "key") +
-                                        " file '" + *f + "'");
-    }
-    ssl::context ctx(ssl::context::tls_server);
-    ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                    ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
-    boost::system::error_code ec;
-    ctx.use_certificate_chain_file(cert, ec);
-    if (ec)
-      return fail(errc::invalid_argument,
-                  "http server: TLS certificate file '" + cert + "' is not a PEM certificate chain: " + ec.message());
-    ctx.use_private_key_file(key, ssl::context::pem, ec);
-    const bool mismatch = ec && ec.category() == boost::asio::error::get_ssl_category() &&
-                          ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH;
-    if (ec && !mismatch)
-      return fail(errc::invalid_argument,
-                  "http server: TLS key file '" + key + "' is not a PEM private key: " + ec.message());
-    if (mismatch || SSL_CTX_check_private_key(ctx.native_handle()) != 1)
-      return fail(errc::invalid_argument,
-                  "http server: TLS key file '" + key + "' does not match the certificate in '" + cert + "'");
+    JITEMBED_ASSIGN_OR_RETURN(auto ctx, detail::tls_server_context(cert, key, "http server"));
     st.tls.emplace(std::move(ctx));
     return {};
   }
 
   // The accept loop refers to the state, never to the (movable) server.
   static void accept(detail::server_state& st) {
-    st.acceptor.async_accept(boost::asio::make_strand(st.ioc), [&st](boost::system::error_code ec,
-                                                                     boost::asio::ip::tcp::socket socket) {
-      on_accept(st, ec, std::move(socket));
-    });
+    st.acceptor.async_accept(boost::asio::make_strand(st.ioc),
+                             [&st](boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {
+                               on_accept(st, ec, std::move(socket));
+                             });
   }
 
   static void on_accept(detail::server_state& st, boost::system::error_code ec, boost::asio::ip::tcp::socket socket) {

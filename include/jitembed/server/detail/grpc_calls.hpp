@@ -28,6 +28,7 @@
 #include "jitembed/net/grpc/status.hpp"
 #include "jitembed/server/detail/grpc_infer.hpp"
 #include "jitembed/server/detail/service_core.hpp"
+#include "jitembed/server/grpc_options.hpp"
 
 namespace jitembed::server::detail {
 
@@ -168,12 +169,14 @@ class grpc_stream_call;
 
 class kserve_grpc_service final : public ::grpc::CallbackGenericService {
  public:
-  explicit kserve_grpc_service(std::shared_ptr<service_core> core) : core_(std::move(core)) {}
+  kserve_grpc_service(std::shared_ptr<service_core> core, grpc_stream_limits limits)
+      : core_(std::move(core)), stream_limits_(limits) {}
   ::grpc::ServerGenericBidiReactor* CreateReactor(::grpc::GenericCallbackServerContext* ctx) override;
   service_core& core() noexcept { return *core_; }
 
  private:
   std::shared_ptr<service_core> core_;
+  grpc_stream_limits stream_limits_;
 };
 
 // One unary call: read the request, answer once (possibly later, from a pipeline thread).
@@ -338,21 +341,27 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
 // ModelStreamInfer: every request read is run at once (several in flight); each answer is written as it
 // completes (a failed request answers a ModelStreamInferResponse with error_message; the stream goes
 // on). The call finishes once the client has half-closed and every answer is written.
+// Back-pressure: while the stream holds `window` answers (run or waiting to be written) or `queued_bytes` of
+// written-out answers the client has not taken, no further request is read, so a client that never reads
+// its answers stalls in gRPC's flow control instead of growing the server (HTTP: one request at a time).
 class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
  public:
-  grpc_stream_call(::grpc::GenericCallbackServerContext* ctx, service_core& core) : ctx_(ctx), core_(core) {
+  grpc_stream_call(::grpc::GenericCallbackServerContext* ctx, service_core& core, grpc_stream_limits limits)
+      : ctx_(ctx), core_(core), limits_(limits) {
     if (!grpc_authorized(core_, *ctx_)) {
       ctx_->AddTrailingMetadata("www-authenticate", "Bearer");
       finished_ = true;
       Finish(::grpc::Status(::grpc::StatusCode::UNAUTHENTICATED, std::string(bearer_auth::denied_message)));
       return;
     }
+    reading_ = true;
     StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       std::unique_lock lock(mu_);
+      reading_ = false;
       reads_done_ = true;
       return maybe_finish(lock);
     }
@@ -380,7 +389,9 @@ class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
             });
       }
     }
-    StartRead(&in_);
+    std::unique_lock lock(mu_);
+    reading_ = false;
+    if (resume_reading(lock)) StartRead(&in_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -388,16 +399,21 @@ class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
     if (!ok) {  // the client went away: drop what is queued
       broken_ = true;
       queue_.clear();
+      queued_bytes_ = 0;
     }
-    if (!queue_.empty()) {
+    const bool more = !queue_.empty();
+    if (more) {
       current_ = std::move(queue_.front());
       queue_.pop_front();
-      lock.unlock();
-      StartWrite(&current_);
-      return;
+      queued_bytes_ -= current_.Length();
+    } else {
+      writing_ = false;
     }
-    writing_ = false;
-    maybe_finish(lock);
+    const bool read = resume_reading(lock);
+    if (!more) maybe_finish(lock);
+    if (lock.owns_lock()) lock.unlock();
+    if (more) StartWrite(&current_);
+    if (read) StartRead(&in_);
   }
   void OnDone() override { delete this; }
 
@@ -408,6 +424,7 @@ class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
     --in_flight_;
     if (broken_) return maybe_finish(lock);
     if (writing_) {
+      queued_bytes_ += b.Length();
       queue_.push_back(std::move(b));
       return;
     }
@@ -415,6 +432,21 @@ class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
     current_ = std::move(b);
     lock.unlock();
     StartWrite(&current_);
+  }
+
+  // Under the lock, with no read outstanding: whether the caller starts the next read now (it is then
+  // marked outstanding). A broken stream reads no more: its reads count as done.
+  bool resume_reading(std::unique_lock<std::mutex>& lock) {
+    (void)lock;
+    if (reading_ || reads_done_) return false;
+    if (broken_) {
+      reads_done_ = true;
+      return false;
+    }
+    const std::size_t held = in_flight_ + queue_.size() + (writing_ ? 1 : 0);
+    if (held >= limits_.window || queued_bytes_ >= limits_.queued_bytes) return false;
+    reading_ = true;
+    return true;
   }
 
   void maybe_finish(std::unique_lock<std::mutex>& lock) {
@@ -426,16 +458,17 @@ class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
 
   ::grpc::GenericCallbackServerContext* ctx_;
   service_core& core_;
+  const grpc_stream_limits limits_;
   ::grpc::ByteBuffer in_, current_;
   std::mutex mu_;
   std::deque<::grpc::ByteBuffer> queue_;
-  std::size_t in_flight_ = 0;
-  bool reads_done_ = false, writing_ = false, finished_ = false, broken_ = false;
+  std::size_t in_flight_ = 0, queued_bytes_ = 0;
+  bool reading_ = false, reads_done_ = false, writing_ = false, finished_ = false, broken_ = false;
 };
 
 inline ::grpc::ServerGenericBidiReactor* kserve_grpc_service::CreateReactor(::grpc::GenericCallbackServerContext* ctx) {
   const auto* m = find_grpc_method(ctx->method());
-  if (m && m->method == grpc_method::model_stream_infer) return new grpc_stream_call(ctx, *core_);
+  if (m && m->method == grpc_method::model_stream_infer) return new grpc_stream_call(ctx, *core_, stream_limits_);
   return new grpc_unary_call(ctx, *core_, m);
 }
 

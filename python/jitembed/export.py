@@ -65,6 +65,7 @@ class Options:
     max_length: Optional[int] = None
     image_size: Optional[Tuple[int, int]] = None
     max_batch_size: int = 32
+    idle_dispatch: bool = False
     outputs: Optional[List[str]] = None
     version: str = "1"
     tokenizer: Optional[str] = None
@@ -485,7 +486,10 @@ def _export(opts: Options, log) -> Result:
     platform = "torch_aoti" if opts.format == "aoti" else "pytorch_libtorch"
     comment = [f"written by python -m jitembed.export from {model_dir} ({kind})",
                "export flags: " + json.dumps({k: v for k, v in flags.items() if k != "tokenizer"}, sort_keys=True)]
-    config = config_pbtxt(name, platform, opts.max_batch_size, inputs, outputs, params, comment)
+    # serving, not results: outside the version hash. Triton's rule by default (a batch waits up to the queue
+    # delay for max_batch_size rows), so that a trainer's closed loop of requests fills batches
+    serving = {} if opts.idle_dispatch else {"idle_dispatch": "false"}
+    config = config_pbtxt(name, platform, opts.max_batch_size, inputs, outputs, {**params, **serving}, comment)
 
     out_root = os.path.abspath(opts.out)
     final_dir = os.path.join(out_root, name)
@@ -591,6 +595,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-length", type=int, help="text: L (default the tokenizer's model_max_length)")
     ap.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="VAE: input size (default sample_size)")
     ap.add_argument("--max-batch-size", type=int, default=32)
+    ap.add_argument("--idle-dispatch", action="store_true",
+                    help="run a batch as soon as the model is idle (lowest latency at low load) instead of Triton's "
+                         "rule, the default: every batch waits up to the 2 ms queue delay for max-batch-size rows")
     ap.add_argument("--output", action="append", dest="outputs", metavar="NAME",
                     help="an output to export (repeatable; default all: VAE latent; CLIP last_hidden_state and "
                          "pooler_output / text_embeds; T5 last_hidden_state; SigLIP last_hidden_state and pooler_output)")
@@ -610,6 +617,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = parser().parse_args(argv)
     opts = Options(model=a.model, out=a.out, name=a.name, format=a.format, dtype=a.dtype, max_length=a.max_length,
                    image_size=tuple(a.image_size) if a.image_size else None, max_batch_size=a.max_batch_size,
+                   idle_dispatch=a.idle_dispatch,
                    outputs=a.outputs, version=a.version, tokenizer=a.tokenizer, latent_scaling=a.latent_scaling,
                    attention_mask=a.attention_mask, image_resize=a.image_resize, force=a.force)
     try:

@@ -87,7 +87,8 @@ def test_vae_config_and_module(folders, repo):
     assert {k: p[k] for k in ("modality", "image_resize", "image_normalize")} == {
         "modality": "image", "image_resize": "shorter_side_crop", "image_normalize": "signed"}
     assert re.fullmatch(r"sha256:[0-9a-f]{32}", p["version"])
-    assert set(p) == {"modality", "image_resize", "image_normalize", "version"}
+    assert set(p) == {"modality", "image_resize", "image_normalize", "version", "idle_dispatch"}
+    assert p["idle_dispatch"] == "false"  # Triton's batching rule: batches wait up to the 2 ms delay to fill
     assert "latent__0" in logs["vae"] and "FAIL" not in logs["vae"]
     # the module is the latent mean, shifted and scaled as the config says (shift 0.1, scale 0.5)
     import diffusers
@@ -125,7 +126,8 @@ def test_text_config_tokenizer_and_module(folders, repo, name):
     p = cfg["parameters"]
     assert {k: v for k, v in p.items() if k != "version"} == {
         "modality": "text", "tokenizer": "tokenizer.json", "text_max_length": str(length),
-        "text_padding": "max_length", "text_truncation": "true", "text_pad_id": str(own.pad_token_id)}
+        "text_padding": "max_length", "text_truncation": "true", "text_pad_id": str(own.pad_token_id),
+        "idle_dispatch": "false"}
     tok_path = os.path.join(out, name, "tokenizer.json")
     if name == "clip":  # the folder's own tokenizer.json, byte for byte
         assert open(tok_path, "rb").read() == open(os.path.join(folders[name], "tokenizer.json"), "rb").read()
@@ -227,14 +229,20 @@ def test_aoti(folders, tmp_path):
 
 # --- fingerprint, verification, errors -------------------------------------------------------------------------
 def test_version_follows_weights_and_flags(folders, tmp_path):
-    def version(folder, *flags):
+    def params(folder, *flags):
         d = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
         rc, text = run_export(["--model", folder, "--out", str(d), "--name", "v", *flags])
         assert rc == 0, text
-        return parse_pbtxt(open(d / "v" / "config.pbtxt").read())["parameters"]["version"]
+        return parse_pbtxt(open(d / "v" / "config.pbtxt").read())["parameters"]
+
+    def version(folder, *flags):
+        return params(folder, *flags)["version"]
 
     base = version(folders["vae"])
     assert version(folders["vae"]) == base  # deterministic
+    # a serving knob, not a result: the same version, the server's idle dispatch
+    idle = params(folders["vae"], "--idle-dispatch")
+    assert idle["version"] == base and "idle_dispatch" not in idle
     assert version(folders["vae"], "--no-latent-scaling") != base
     changed = tmp_path / "vae_changed"
     shutil.copytree(folders["vae"], changed)
@@ -345,7 +353,7 @@ def text_served_unsupported(out, name):
     import jitembed
 
     cfg = parse_pbtxt(open(os.path.join(out, name, "config.pbtxt")).read())
-    params = {k: v for k, v in cfg["parameters"].items() if k != "version"}
+    params = {k: v for k, v in cfg["parameters"].items() if k not in ("version", "idle_dispatch")}
     n, t, dims = cfg["input"][0]
     try:
         jitembed.Model(lambda x: x, name, inputs=(n, "i64", dims), outputs=[(o, "f32", d) for o, _, d in cfg["output"]],

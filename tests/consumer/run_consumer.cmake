@@ -2,7 +2,7 @@
 # each shape (tests/consumer/project/CMakeLists.txt): the umbrella without components, exact components,
 # and a target of a component that was not asked for (configure / generate must fail with
 # "jitembed::format requires COMPONENTS format"), and OPTIONAL_COMPONENTS whose dependency is missing. Then the pkg-config module: its flags compile the
-# umbrella header with the JITEMBED_HAS_* macros it defines.
+# umbrella header with the JITEMBED_HAS_* macros it defines. The installed programs must start (--help).
 # SHAPES (optional) limits the shapes run.
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
@@ -28,6 +28,12 @@ function(run_fails regex)
 endfunction()
 
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+# the installed programs start (jitembed-server built with LibTorch finds it through its run path)
+foreach(_prog jitembed-server jitembed-inspect)
+  if(EXISTS "${WORK_DIR}/prefix/bin/${_prog}")
+    run("${WORK_DIR}/prefix/bin/${_prog}" --help)
+  endif()
+endforeach()
 if(NOT SHAPES)
   set(SHAPES umbrella components missing missing_genex optional)
 endif()

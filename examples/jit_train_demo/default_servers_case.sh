@@ -2,7 +2,7 @@
 # ctest demo/default_servers: jit_train_demo pointed (--endpoints) at a jitembed-server started with its
 # defaults (image latents [4,32,32], 768-dim captions: not what the demo's model is sized for) stops with
 # an error naming the server flags it needs; a server started with those flags then trains, every
-# embedding equal to the in-process models' (--verify).
+# embedding equal to the in-process models' (--verify), over HTTP and (a server with gRPC) over grpc://.
 set -euo pipefail
 server="$1"; demo="$2"; work="$3"
 rm -rf "$work" && mkdir -p "$work"
@@ -35,9 +35,18 @@ echo "named flags: $flags"
 
 # The flags the error names make a server the demo trains against.
 read -r -a flag_args <<< "$flags"
-start_server "$work/sized.log" "${flag_args[@]}"
-url2="$url"
-"$demo" --endpoints "$url2" "${common[@]}" --verify > "$work/sized_run.log" 2>&1 || { cat "$work/sized_run.log"; echo "run with the named flags failed"; exit 1; }
-tail -3 "$work/sized_run.log"
-grep -q '"verified_samples":8,' "$work/sized_run.log" || { echo "expected all 8 samples verified against the in-process models"; exit 1; }
+grpc_flag=()
+"$server" --help | grep -q -- --grpc-port && grpc_flag=(--grpc-port 0)
+start_server "$work/sized.log" "${flag_args[@]}" "${grpc_flag[@]}"
+urls=("$url")
+if [ ${#grpc_flag[@]} -gt 0 ]; then
+  for _ in $(seq 1 100); do grep -q "gRPC listening on" "$work/sized.log" && break; sleep 0.1; done
+  urls+=("grpc://$(grep -o 'gRPC listening on [0-9.:]*' "$work/sized.log" | awk '{print $4}')")
+fi
+for u in "${urls[@]}"; do
+  log="$work/sized_run_${u%%:*}.log"
+  "$demo" --endpoints "$u" "${common[@]}" --verify > "$log" 2>&1 || { cat "$log"; echo "run at $u with the named flags failed"; exit 1; }
+  tail -3 "$log"
+  grep -q '"verified_samples":8,' "$log" || { echo "expected all 8 samples at $u verified against the in-process models"; exit 1; }
+done
 echo "ok"

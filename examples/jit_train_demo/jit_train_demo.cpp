@@ -654,7 +654,7 @@ int main(int argc, char** argv) {
   app.add_option("--sleep-us-per-row", o.embed.sleep_us_per_row, "emulated encoder time per row, in both modes (us)")
       ->capture_default_str()
       ->check(CLI::Range(0, 10000000));
-  app.add_option("--endpoints", o.endpoints, "comma-separated server URLs (http://host:port); default: start a local jitembed-server");
+  app.add_option("--endpoints", o.endpoints, "comma-separated server URLs (http://, https://, grpc:// or grpcs://host:port); default: start a local jitembed-server");
   app.add_option("--endpoints-file", o.endpoints_file, "file with one server URL per line (re-read when it changes)");
   app.add_option("--identity", o.identities,
                  "MODEL[:INPUT]=FINGERPRINT,PREPROCESS_KEY: the cache-key identity of a model whose server publishes none "

@@ -359,6 +359,13 @@ TEST_CASE("a 404 ejects that endpoint for that model, re-admitted when ready aga
   fake_server none([](const seen_request&, const std::vector<std::string_view>&) { return action{.status = 404}; });
   auto c2 = cl::jit_client::create(options_for({none.url()})).value();
   CHECK(c2.embed(request("m", rows_of(1, 0))).get().code() == errc::not_found);
+  // ... and the next call, with the model ejected everywhere, says not_found at once (it waited out the
+  // 30 s deadline and said `timeout ... after 0 attempt(s)`, which reads as overload, not as a wrong name)
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto again = c2.embed(request("m", rows_of(1, 1))).get();
+  CHECK(again.code() == errc::not_found);
+  CHECK(again.error().message.find("no endpoint serves model 'm'") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
 
 TEST_CASE("cancel completes at once with cancelled, close cancels what is in flight") {

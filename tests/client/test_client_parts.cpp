@@ -135,6 +135,14 @@ TEST_CASE("endpoint set: a model ejected from an endpoint is probed after eject_
   CHECK(s.due_probes(t + 400ms).empty());
   CHECK(s.probed(e, "vae", true, t + 600ms));
   CHECK(s.eligible(e, "vae", t + 600ms));
+  // ejected everywhere (draining endpoints aside) only when every endpoint ejected it
+  CHECK_FALSE(s.ejected_everywhere("vae"));
+  s.eject(*s.all()[0], "vae", t);
+  CHECK_FALSE(s.ejected_everywhere("vae"));
+  s.eject(*s.all()[1], "vae", t);
+  CHECK(s.ejected_everywhere("vae"));
+  CHECK_FALSE(s.ejected_everywhere("clip"));
+  CHECK(s.probed(*s.all()[1], "vae", true, t + 600ms));
 
   // an unreachable endpoint (a name that did not resolve) is never eligible
   s.all()[1]->reachable = false;

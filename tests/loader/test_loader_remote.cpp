@@ -31,13 +31,14 @@ server::model_config model_cfg(const std::string& name, nlohmann::json params) {
 // Aborts the process when the test body has not finished in `limit` (a hang is a failure, not a stuck CI).
 class watchdog {
  public:
-  explicit watchdog(std::chrono::seconds limit) : t_([this, limit] {
-      std::unique_lock lk(mu_);
-      if (!cv_.wait_for(lk, limit, [&] { return done_; })) {
-        std::fprintf(stderr, "loader test: no progress in %llds: hang\n", static_cast<long long>(limit.count()));
-        std::abort();
-      }
-    }) {}
+  explicit watchdog(std::chrono::seconds limit)
+      : t_([this, limit] {
+          std::unique_lock lk(mu_);
+          if (!cv_.wait_for(lk, limit, [&] { return done_; })) {
+            std::fprintf(stderr, "loader test: no progress in %llds: hang\n", static_cast<long long>(limit.count()));
+            std::abort();
+          }
+        }) {}
   ~watchdog() {
     {
       std::lock_guard lk(mu_);
@@ -61,7 +62,8 @@ TEST_CASE("remote: an in-process jitembed service, embeddings equal the referenc
   temp_dataset ds(26, 6, {4});
   server::server_config sc;
   sc.preprocess_threads = 2;
-  sc.models = {model_cfg("image-latent", {{"image_bucket", 16}}), model_cfg("text-embed", {{"text_max_length", 16}, {"text_dim", 8}})};
+  sc.models = {model_cfg("image-latent", {{"image_bucket", 16}}),
+               model_cfg("text-embed", {{"text_max_length", 16}, {"text_dim", 8}})};
   auto svc = server::service::create(sc).value();
   auto srv_made = net::http::server::create(net::http::server_options{}, svc.as_handler());
   REQUIRE(srv_made);
@@ -108,6 +110,38 @@ TEST_CASE("remote: an in-process jitembed service, embeddings equal the referenc
   srv.stop(1s);
 }
 
+TEST_CASE("remote: a model name no server has fails every step with not_found naming it, in every epoch, at once") {
+  watchdog wd(60s);
+  temp_dataset ds(8);
+  server::server_config sc;
+  sc.preprocess_threads = 1;
+  sc.models = {model_cfg("image-latent", {{"image_bucket", 16}})};
+  auto svc = server::service::create(sc).value();
+  auto srv = net::http::server::create(net::http::server_options{}, svc.as_handler()).value();
+  client::client_options co;
+  co.endpoints.list = {"http://127.0.0.1:" + std::to_string(srv.port())};
+  co.request_timeout = 30s;  // the default: epoch 2 waited it out per sample once the endpoint was ejected
+  auto c = client::jit_client::create(co).value();
+  auto o = base_options();
+  o.embeddings = {{"latent", "image-latnet", models::modality::image, "", ""}};  // a typo
+  o.batch_size = 4;
+  auto l = jit_loader::create(ds.data, c, o);  // no cache: no identity asked at create
+  REQUIRE_MESSAGE(l.has_value(), l.error().message);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int step = 0; step < 4; ++step) {  // two epochs of two steps
+    auto s = l->next();
+    if (s.has_value() && !*s) {  // the end of epoch 0
+      s = l->next();
+    }
+    REQUIRE_FALSE(s.has_value());
+    CHECK(s.error().code == errc::not_found);
+    CHECK_MESSAGE(s.error().message.find("image-latnet") != std::string::npos, s.error().message);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  l->close();
+  srv.stop(1s);
+}
+
 #if defined(JITEMBED_SERVER_BIN)
 namespace {
 // Three jitembed-server processes behind one client (over HTTP, or gRPC when `grpc`); one is SIGKILLed
@@ -116,10 +150,11 @@ void exactly_once_with_a_kill(bool grpc) {
   watchdog wd(240s);
   constexpr std::size_t kSamples = 96;
   temp_dataset ds(kSamples);
-  const std::vector<std::string> models = {"--model", "image-latent:image_bucket=16,sleep_us=20000",
-                                           "--model", "text-embed:text_max_length=16,text_dim=8,sleep_us=20000"};
+  const std::vector<std::string> models = {"--model", "image-latent:image_bucket=16,sleep_us=20000", "--model",
+                                           "text-embed:text_max_length=16,text_dim=8,sleep_us=20000"};
   auto args = [&](int port, int grpc_port) {
-    std::vector<std::string> a = {"--host", "127.0.0.1", "--port", std::to_string(port), "--preprocess-threads", "1", "--io-threads", "1"};
+    std::vector<std::string> a = {"--host", "127.0.0.1",    "--port", std::to_string(port), "--preprocess-threads",
+                                  "1",      "--io-threads", "1"};
     if (grpc) a.insert(a.end(), {"--grpc-port", std::to_string(grpc_port)});
     a.insert(a.end(), models.begin(), models.end());
     return a;
@@ -177,10 +212,12 @@ void exactly_once_with_a_kill(bool grpc) {
   CHECK(all.size() == kSamples);
   for (const auto& s : all) check_against_reference(ds.data, s);
   const auto st = l->stats();
-  MESSAGE("client retries " << st.client.retries << ", loader resubmits " << st.resubmits << ", requests " << st.requests);
+  MESSAGE("client retries " << st.client.retries << ", loader resubmits " << st.resubmits << ", requests "
+                            << st.requests);
   CHECK(st.client.retries > 0);
   CHECK(st.samples_failed == 0);
-  for (const auto& e : st.client.endpoints) MESSAGE(e.url << ": " << e.requests << " attempts, " << e.failures << " failures");
+  for (const auto& e : st.client.endpoints)
+    MESSAGE(e.url << ": " << e.requests << " attempts, " << e.failures << " failures");
   l->close();
 }
 }  // namespace

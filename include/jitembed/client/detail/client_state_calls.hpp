@@ -14,6 +14,17 @@ inline void client_state::launch(const call_ptr& c, bool hedge, deferred& d) {
   if (now >= c->deadline) return finish(c, call_table::deadline_error(*c), d);
   endpoint_state* pick = power_of_two(endpoints_.candidates(c->model, c->tried, now), rng_, now);
   if (!pick) {
+    // Every endpoint answered that it does not serve the model: a wrong name (or a model unloaded
+    // everywhere) fails now with not_found, instead of waiting out the deadline as if overloaded. A probe
+    // that re-admits the model on one endpoint makes later calls go out again.
+    if (!hedge && endpoints_.ejected_everywhere(c->model))
+      return finish(
+          c,
+          fail(errc::not_found,
+               "no endpoint serves model '" + c->model + "': each answered not_found for it (re-probed every " +
+                   std::to_string(opts_.breaker.eject_for.count()) + " ms)" +
+                   (c->last_error.code == errc::not_found ? "; last: " + c->last_error.message : std::string())),
+          d);
     c->last_error = fail(errc::unavailable, "no ready endpoint for model '" + c->model + "'");
     if (hedge) return;
     // Endpoints may come back (list change, re-admission, circuit half-open): wait for a change or a backoff.

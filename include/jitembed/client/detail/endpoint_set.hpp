@@ -194,6 +194,17 @@ class endpoint_set {
   void eject(endpoint_state& e, const std::string& model, clock::time_point now) {
     e.ejected[model] = now + breaker_.eject_for;
   }
+  // Whether every endpoint that is not draining has ejected `model` (each answered not_found for it, and no
+  // probe has re-admitted it since): no endpoint may serve it now. False with no such endpoint.
+  bool ejected_everywhere(const std::string& model) const {
+    bool any = false;
+    for (const auto& e : eps_) {
+      if (e->draining) continue;
+      if (!e->ejected.count(model)) return false;
+      any = true;
+    }
+    return any;
+  }
   std::vector<std::pair<endpoint_ptr, std::string>> due_probes(clock::time_point now) const {
     std::vector<std::pair<endpoint_ptr, std::string>> due;
     for (const auto& e : eps_)

@@ -14,6 +14,7 @@
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/dtype.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/core/memory_account.hpp"
 
 namespace jitembed {
 
@@ -81,8 +82,8 @@ class shape {
 inline constexpr std::uint64_t kMaxShapeProduct = 0x7fffffffffffffffull;
 
 struct extent_product {
-  std::uint64_t nonzero = 1;     // product of the non-zero extents (valid when overflow_dim < 0)
-  bool has_zero = false;         // a zero extent: numel() is 0
+  std::uint64_t nonzero = 1;         // product of the non-zero extents (valid when overflow_dim < 0)
+  bool has_zero = false;             // a zero extent: numel() is 0
   std::ptrdiff_t overflow_dim = -1;  // the dim at which `nonzero` first passes kMaxShapeProduct, or -1
   std::uint64_t numel() const noexcept { return has_zero ? 0 : nonzero; }
 };
@@ -108,9 +109,12 @@ inline extent_product product_of_extents(std::span<const std::int64_t> dims) noe
 // Product of extents with negativity (every dim first) and overflow checks (product_of_extents).
 inline result<std::uint64_t> checked_numel(std::span<const std::int64_t> dims) {
   for (std::size_t i = 0; i < dims.size(); ++i)
-    if (dims[i] < 0) return fail(errc::invalid_argument, "negative extent " + std::to_string(dims[i]) + " at dim " + std::to_string(i));
+    if (dims[i] < 0)
+      return fail(errc::invalid_argument,
+                  "negative extent " + std::to_string(dims[i]) + " at dim " + std::to_string(i));
   const extent_product p = product_of_extents(dims);
-  if (p.overflow_dim >= 0) return fail(errc::shape_overflow, "shape product overflows at dim " + std::to_string(p.overflow_dim));
+  if (p.overflow_dim >= 0)
+    return fail(errc::shape_overflow, "shape product overflows at dim " + std::to_string(p.overflow_dim));
   return p.numel();
 }
 
@@ -121,7 +125,8 @@ inline result<std::uint64_t> checked_nbytes(std::span<const std::int64_t> dims, 
   if (!n) return n;
   const std::uint64_t es = element_size(t);
   if (es == 0) return fail(errc::invalid_argument, "invalid dtype");
-  if (product_of_extents(dims).nonzero > kMaxShapeProduct / es) return fail(errc::shape_overflow, "byte size overflows");
+  if (product_of_extents(dims).nonzero > kMaxShapeProduct / es)
+    return fail(errc::shape_overflow, "byte size overflows");
   return *n * es;
 }
 
@@ -204,11 +209,23 @@ class tensor {
  public:
   tensor() = default;
 
-  // Uninitialised, 64-byte aligned CPU storage. Throws on a negative or overflowing shape.
+  // Uninitialised, 64-byte aligned CPU storage. Throws on a negative or overflowing shape, and
+  // resource_exhausted when the calling thread's memory_scope (core/memory_account.hpp) has a host budget
+  // this allocation would pass; the bytes count against that scope's tag until the storage goes.
   static tensor empty(const jitembed::shape& s, jitembed::dtype t) {
-    const auto n = checked_nbytes(s.span(), t).value();
-    auto storage = allocate_shared_aligned(static_cast<std::size_t>(n));
+    const auto n = static_cast<std::size_t>(checked_nbytes(s.span(), t).value());
+    auto charged = memory_account::charge_current(n, memory_kind::host);
+    if (!charged) throw error(charged.error());
+    auto storage = allocate_shared_aligned(n);
     void* p = storage.get();
+    if (charged->counted()) {  // the charge is released with the storage
+      struct counted {
+        std::shared_ptr<std::byte> mem;
+        memory_account::charge charge;
+      };
+      auto holder = std::make_shared<counted>(counted{std::move(storage), std::move(*charged)});
+      return tensor(std::shared_ptr<void>(holder, p), tensor_view(p, t, s));
+    }
     return tensor(std::move(storage), tensor_view(p, t, s));
   }
   static tensor zeros(const jitembed::shape& s, jitembed::dtype t) {

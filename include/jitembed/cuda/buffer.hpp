@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "jitembed/core/memory_account.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/cuda/check.hpp"
 #include "jitembed/cuda/stream.hpp"
@@ -17,11 +18,15 @@ class device_buffer {
  public:
   device_buffer() = default;  // empty: no memory
   // `bytes` of device memory on `s` (0: empty). resource_exhausted (retryable) when the device is out of
-  // memory, the CUDA error otherwise.
+  // memory or the calling thread's memory_scope has a device budget it would pass (core/memory_account.hpp:
+  // the bytes count against that scope's tag while the buffer lives), the CUDA error otherwise.
   static result<device_buffer> create(std::size_t bytes, stream_ref s) {
+    JITEMBED_ASSIGN_OR_RETURN(auto charged, memory_account::charge_current(bytes, memory_kind::device));
     void* p = nullptr;
     if (bytes) JITEMBED_CUDA_TRY(cudaMallocAsync(&p, bytes, s.get()));
-    return device_buffer(p, bytes, s);
+    device_buffer b(p, bytes, s);
+    if (charged.counted()) b.charge_ = std::make_unique<memory_account::charge>(std::move(charged));
+    return b;
   }
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
@@ -44,10 +49,12 @@ class device_buffer {
     std::swap(p_, o.p_);
     std::swap(size_, o.size_);
     std::swap(stream_, o.stream_);
+    std::swap(charge_, o.charge_);
   }
   void* p_ = nullptr;
   std::size_t size_ = 0;
   stream_ref stream_{};
+  std::unique_ptr<memory_account::charge> charge_;  // released after the free (member order)
 };
 
 // A CUDA tensor of new device memory; the storage is freed (stream-ordered) with the last tensor. Throws

@@ -44,12 +44,14 @@ struct ids_shard {
       REQUIRE(b.add_text("caption", caption));
       std::vector<std::int64_t> v = ids_of<std::int64_t>(i == 8 || i == 9 ? "aaa0" : caption);
       if (i == 10) v.push_back(7);
+      tensor t;  // the builder references it until append()
       if (i == 9) {
-        const auto v32 = ids_of<std::int32_t>("aaa0");
-        REQUIRE(b.add_tensor("ids", tensor::copy_of(bytes_of(v32), dtype::i32, {4}).view()));
+        t = tensor::copy_of(bytes_of(ids_of<std::int32_t>("aaa0")), dtype::i32, {4});
+        REQUIRE(b.add_tensor("ids", t.view()));
       } else if (i != 11) {
         const auto enc = i == 3 ? format::tensor_encoding::zstd(3, 8) : format::tensor_encoding::raw();
-        REQUIRE(b.add_tensor("ids", tensor::copy_of(bytes_of(v), dtype::i64, {static_cast<std::int64_t>(v.size())}).view(), enc));
+        t = tensor::copy_of(bytes_of(v), dtype::i64, {static_cast<std::int64_t>(v.size())});
+        REQUIRE(b.add_tensor("ids", t.view(), enc));
       }
       ids.push_back(i == 11 ? std::vector<std::int64_t>{} : v);
       char key[8];
@@ -168,7 +170,8 @@ TEST_CASE("loader: a float tensor field needs an input name; a named text field 
     auto w = format::shard_writer::create((dir / "f.jems").string()).value();
     format::record_builder rb;
     const std::vector<float> x{1, 2, 3, 4};
-    REQUIRE(rb.add_tensor("ids", tensor::copy_of(bytes_of(x), dtype::f32, {4}).view()));
+    const tensor t = tensor::copy_of(bytes_of(x), dtype::f32, {4});
+    REQUIRE(rb.add_tensor("ids", t.view()));
     REQUIRE(w.append(rb, "f0"));
     REQUIRE(w.close());
   }

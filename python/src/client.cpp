@@ -96,7 +96,7 @@ std::optional<std::string> typed_rows(nb::handle rows, embed_request& req, reque
   const auto size = nb::cast<std::size_t>(dt.attr("itemsize"));
   static const std::map<std::pair<std::string, std::size_t>, std::string> types = {
       {{"i", 1}, "INT8"}, {{"i", 2}, "INT16"}, {{"i", 4}, "INT32"}, {{"i", 8}, "INT64"},
-      {{"f", 2}, "FP16"}, {{"f", 4}, "FP32"}, {{"f", 8}, "FP64"}};
+      {{"f", 2}, "FP16"}, {{"f", 4}, "FP32"},  {{"f", 8}, "FP64"}};
   const auto it = types.find({kind, size});
   if (it == types.end()) return std::nullopt;  // unsigned / bool arrays stay rows of bytes
   nb::object np = nb::module_::import_("numpy");
@@ -122,8 +122,8 @@ embed_request make_request(std::string model, nb::handle rows, std::optional<std
   if (timeout_ms) req.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*timeout_ms));
   if (const auto kind = typed_rows(rows, req, hold)) {
     if (!input && *kind != "i")
-      raise(errc::invalid_argument, "embed: a " + req.datatype + " array needs input= (the model's input name; integer "
-                                    "ids default to 'input_ids')");
+      raise(errc::invalid_argument,
+            "embed: a " + req.datatype + " array needs input= (the model's input name; integer ids default to 'input_ids')");
     req.input = input ? std::move(*input) : std::string("input_ids");
     return req;
   }
@@ -459,8 +459,8 @@ void register_client(nb::module_& m) {
           "(docs/client.md, Shared memory for same-host endpoints).")
       .def(
           "embed",
-          [](py_client& self, std::string model, nb::object rows, std::optional<std::string> input,
-             std::string version, std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
+          [](py_client& self, std::string model, nb::object rows, std::optional<std::string> input, std::string version,
+             std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
             request_rows hold;
             embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version),
                                              std::move(outputs), timeout_ms, hold);

@@ -82,7 +82,8 @@ class ids_model {
 template <class T>
 std::vector<T> ids_of(std::string_view caption) {
   std::vector<T> v(4, 0);
-  for (std::size_t i = 0; i < caption.size() && i < 4; ++i) v[i] = static_cast<T>(static_cast<unsigned char>(caption[i]));
+  for (std::size_t i = 0; i < caption.size() && i < 4; ++i)
+    v[i] = static_cast<T>(static_cast<unsigned char>(caption[i]));
   return v;
 }
 

@@ -448,7 +448,8 @@ TEST_CASE("grpc:// typed rows: INT64 / INT32 input_ids equal the captions over H
   const std::string grpc_url = "grpc://127.0.0.1:" + std::to_string(grpc_srv.port());
   auto over_http = cl::jit_client::create(options_for({"http://127.0.0.1:" + std::to_string(http_srv.port())})).value();
   std::vector<std::string> captions;
-  for (int i = 0; i < 300; ++i) captions.push_back("caption " + std::to_string(i));  // 300 x 32 bytes of ids: compressible
+  for (int i = 0; i < 300; ++i)
+    captions.push_back("caption " + std::to_string(i));  // 300 x 32 bytes of ids: compressible
   std::vector<std::vector<std::int64_t>> i64;
   std::vector<std::vector<std::int32_t>> i32;
   for (const auto& c : captions) {

@@ -32,7 +32,8 @@ struct ids_shard {
   std::vector<std::vector<std::int64_t>> ids;  // per sample: the ids it carries (empty: none)
   ids_shard() {
     static std::atomic<int> counter{0};
-    dir = fs::temp_directory_path() / ("jitembed-loader-ids-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    dir = fs::temp_directory_path() /
+          ("jitembed-loader-ids-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     fs::remove_all(dir);
     fs::create_directories(dir);
     auto w = format::shard_writer::create((dir / "ids.jems").string()).value();
@@ -83,8 +84,10 @@ TEST_CASE("loader: a tensor field of token ids as typed rows; every sample once,
   for (const bool local : {false, true}) {
     CAPTURE(local);
     client::client_options co;
-    if (local) co.local_models = {models::any_model(ids_model{})};
-    else co.endpoints.list = {"http://127.0.0.1:" + std::to_string(srv.port())};
+    if (local)
+      co.local_models = {models::any_model(ids_model{})};
+    else
+      co.endpoints.list = {"http://127.0.0.1:" + std::to_string(srv.port())};
     auto c = client::jit_client::create(co).value();
     client::loader_options o;
     client::embedding_spec spec;

@@ -18,8 +18,9 @@
 namespace jitembed::client {
 
 // One embedding a sample gets: the model `model` run on the sample's first field of kind `kind` (the
-// model's models::modality: image, video or text), delivered as `name`. A sample without a field of that kind does not get this embedding (it is not an
-// error). Specs with the same model and kind share one request and one cache entry per sample.
+// model's models::modality: image, video or text), delivered as `name`. A sample without a field of that kind does not
+// get this embedding (it is not an error). Specs with the same model and kind share one request and one cache entry per
+// sample.
 //
 // With `field` set, the sample's field of that name instead (`kind` is not used): a tensor field (token ids a
 // trainer tokenized itself) travels as a typed row of its dtype and shape (INT64 [L], ...) to `input`, by

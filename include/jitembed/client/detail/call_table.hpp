@@ -74,7 +74,7 @@ struct remote_call {
   std::vector<std::string> outputs;
   net::kserve::datatype type = net::kserve::datatype::bytes;
   std::vector<std::int64_t> row_shape;  // typed rows: one row's dims (the input is [N, row_shape...])
-  std::shared_ptr<byte_buffer> rows;    // BYTES elements (uint32-LE length + bytes), N of them; typed: N rows back to back
+  std::shared_ptr<byte_buffer> rows;    // BYTES elements (uint32-LE length + bytes), N of them; typed: N rows
   std::optional<std::shared_ptr<const byte_buffer>>
       packed_rows;                                             // compress_inputs: the rows compressed once (null: raw)
   std::vector<std::pair<std::size_t, std::size_t>> row_spans;  // element payload offset and size
@@ -121,7 +121,8 @@ class call_table {
     for (auto d : req.row_shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
     if (*type == ks::datatype::bytes) {
       if (!req.row_shape.empty())
-        return fail(errc::invalid_argument, "embed: row_shape [" + dims + "] given for BYTES rows (each row is one element)");
+        return fail(errc::invalid_argument,
+                    "embed: row_shape [" + dims + "] given for BYTES rows (each row is one element)");
       return std::size_t{0};
     }
     auto numel = checked_numel(req.row_shape);
@@ -129,8 +130,9 @@ class call_table {
     const std::size_t row_bytes = static_cast<std::size_t>(*numel) * ks::element_size(*type);
     for (std::size_t i = 0; i < req.rows.size(); ++i)
       if (req.rows[i].size() != row_bytes)
-        return fail(errc::invalid_argument, "embed: row " + std::to_string(i) + " has " + std::to_string(req.rows[i].size()) +
-                                                " bytes, " + req.datatype + " [" + dims + "] needs " + std::to_string(row_bytes));
+        return fail(errc::invalid_argument, "embed: row " + std::to_string(i) + " has " +
+                                                std::to_string(req.rows[i].size()) + " bytes, " + req.datatype + " [" +
+                                                dims + "] needs " + std::to_string(row_bytes));
     if (req.coalesce_key) {
       hasher128 h;
       h.update(bytes_view(reinterpret_cast<const std::byte*>(&*req.coalesce_key), sizeof(hash128)));

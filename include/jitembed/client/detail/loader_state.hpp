@@ -40,9 +40,9 @@
 #include "jitembed/client/detail/loader_checkpoint.hpp"
 #include "jitembed/client/epoch_plan.hpp"
 #include "jitembed/client/jit_client.hpp"
-#include "jitembed/client/step.hpp"
 #include "jitembed/client/loader_options.hpp"
 #include "jitembed/client/loader_stats.hpp"
+#include "jitembed/client/step.hpp"
 #include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/worker_group.hpp"
 #include "jitembed/format/dataset.hpp"
@@ -63,7 +63,6 @@ struct loader_group {
   std::vector<std::string> outputs;  // asked for; empty: every output
   model_identity identity;           // cache key inputs (only fetched with a cache)
 };
-
 
 // How a sample's row of a group travels: BYTES (raw field bytes) or a typed tensor row.
 struct row_type {

@@ -136,13 +136,15 @@ inline auto loader_state::read_field(chunk_sample& s, std::size_t g, const forma
       s.content[g] = f.bytes;
     }
     t.input = grp.input.empty() ? std::string(format::to_string(f.kind)) : grp.input;
-    if (opts_.cache) s.keys[g] = cache::make_key({grp.model, grp.identity.fingerprint, grp.identity.preprocess_key, s.content[g]});
+    if (opts_.cache)
+      s.keys[g] = cache::make_key({grp.model, grp.identity.fingerprint, grp.identity.preprocess_key, s.content[g]});
     return {};
   }
   // A tensor field: one typed row of its dtype and shape (token ids default to "input_ids").
   if (grp.input.empty() && f.dtype != dtype::i64 && f.dtype != dtype::i32)
-    return fail(errc::invalid_argument, what + " is a " + std::string(to_string(f.dtype)) +
-                                            " tensor: its embedding needs an input name (only i64 / i32 ids default to 'input_ids')");
+    return fail(errc::invalid_argument,
+                what + " is a " + std::string(to_string(f.dtype)) +
+                    " tensor: its embedding needs an input name (only i64 / i32 ids default to 'input_ids')");
   t.input = grp.input.empty() ? std::string("input_ids") : grp.input;
   t.datatype = std::string(ks::to_string(ks::from_dtype(f.dtype)));
   t.shape.assign(f.shape.begin(), f.shape.end());
@@ -155,12 +157,13 @@ inline auto loader_state::read_field(chunk_sample& s, std::size_t g, const forma
     JITEMBED_ASSIGN_OR_RETURN(s.decoded[g], s.src.record[i].decode(opts_.limits, format::checksum_policy::skip));
     s.content[g] = bytes_view(static_cast<const std::byte*>(s.decoded[g].data()), s.decoded[g].nbytes());
   } else {
-    return fail(errc::unsupported_codec, what + ": a tensor stored with codec " + std::string(codec::to_string(f.codec)) +
-                                             " outside a record");
+    return fail(errc::unsupported_codec,
+                what + ": a tensor stored with codec " + std::string(codec::to_string(f.codec)) + " outside a record");
   }
   if (s.content[g].size() != nbytes)
     return fail(errc::corrupt_data, what + ": " + std::to_string(s.content[g].size()) + " bytes for " +
-                                        std::string(to_string(f.dtype)) + f.shape.to_string() + " (" + std::to_string(nbytes) + ")");
+                                        std::string(to_string(f.dtype)) + f.shape.to_string() + " (" +
+                                        std::to_string(nbytes) + ")");
   if (opts_.cache) {
     // The ids and how they travel: the same bytes as another dtype, shape or input are another entry (and a
     // named-fields key never equals a field-content key).
@@ -305,8 +308,8 @@ inline void loader_state::on_finished(finished_request f) {
       again.push_back(i);
       return;
     }
-    chunk.samples[i].errors[req.group] =
-        fail(e.code, "model '" + g.model + "'" + (g.field.empty() ? "" : ", field '" + g.field + "'") + ": " + e.message);
+    chunk.samples[i].errors[req.group] = fail(
+        e.code, "model '" + g.model + "'" + (g.field.empty() ? "" : ", field '" + g.field + "'") + ": " + e.message);
   };
   auto ran = core_detail::capture("jit_loader", [&] {
     if (!f.res) {

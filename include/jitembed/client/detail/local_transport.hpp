@@ -118,7 +118,8 @@ class local_transport final : public transport {
       if (!fits)
         return fail(errc::invalid_argument, "input '" + c.input + "' has shape " + dims(c.input_shape()) +
                                                 ", expected [batch] + " + dims(d.shape));
-      for (std::size_t i = 0; i < c.n_rows; ++i) items.push_back(tensor::copy_of(c.row(i), d.type, shape(std::span<const std::int64_t>(c.row_shape))));
+      for (std::size_t i = 0; i < c.n_rows; ++i)
+        items.push_back(tensor::copy_of(c.row(i), d.type, shape(std::span<const std::int64_t>(c.row_shape))));
       return items;
     }
     const bool ids_model = m.input_modality() == models::modality::text && d.type == dtype::i64 &&
@@ -130,8 +131,8 @@ class local_transport final : public transport {
     if (c.type != ks::datatype::int64 && c.type != ks::datatype::int32)
       return fail(errc::dtype_mismatch, "input 'input_ids' has datatype " + type + ", expected INT64 or INT32");
     if (c.row_shape != std::vector<std::int64_t>{L})
-      return fail(errc::invalid_argument, "input 'input_ids' has shape " + dims(c.input_shape()) + ", expected [batch, " +
-                                              std::to_string(L) + "]");
+      return fail(errc::invalid_argument, "input 'input_ids' has shape " + dims(c.input_shape()) +
+                                              ", expected [batch, " + std::to_string(L) + "]");
     const auto n = static_cast<std::size_t>(L);
     for (std::size_t i = 0; i < c.n_rows; ++i) {
       tensor t = tensor::empty(d.shape.size() == 2 ? shape{2, L} : shape{L}, dtype::i64);

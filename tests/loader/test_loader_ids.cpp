@@ -72,7 +72,7 @@ struct ids_shard {
 
 using namespace ids_loader_test;
 
-TEST_CASE("loader: a tensor field of token ids as typed rows; every sample once, the next epoch from the cache") {
+TEST_CASE("loader: a tensor field of token ids as typed rows, every sample once, the next epoch from the cache") {
   ids_shard shard;
   server::server_config sc;
   sc.preprocess_threads = 1;
@@ -144,7 +144,7 @@ TEST_CASE("loader: a tensor field of token ids as typed rows; every sample once,
   }
 }
 
-TEST_CASE("loader: a float tensor field needs an input name; a named text field travels as text") {
+TEST_CASE("loader: a float tensor field needs an input name, a named text field travels as text") {
   ids_shard shard;
   client::client_options co;
   co.local_models = {models::any_model(ids_model{})};

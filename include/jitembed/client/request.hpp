@@ -30,11 +30,11 @@ struct embed_request {
   std::string version;                      // empty: the server's newest
   std::string input = "sample";
   std::vector<bytes_view> rows;
-  std::string datatype = "BYTES";           // KServe datatype of the rows ("INT64", "INT32", "FP32", ...)
-  std::vector<std::int64_t> row_shape;      // typed rows: the dims of one row (BYTES: empty)
   std::vector<std::string> outputs;         // empty: every output of the model
   std::optional<std::chrono::milliseconds> timeout;  // deadline from now; default client_options.request_timeout
   std::optional<hash128> coalesce_key;      // concurrent requests with the same key go out once
+  std::string datatype = "BYTES";           // KServe datatype of the rows ("INT64", "INT32", "FP32", ...)
+  std::vector<std::int64_t> row_shape;      // typed rows: the dims of one row (BYTES: empty)
 };
 
 // The outputs of one request, stacked over its rows: tensor [N, ...] per output, in the server's order.

@@ -86,16 +86,49 @@ struct request_rows {
   std::vector<format::record_view> records;
 };
 
-embed_request make_request(std::string model, const std::vector<nb::object>& rows, std::string input,
-                           std::string version, std::optional<std::vector<std::string>> outputs,
-                           std::optional<double> timeout_ms, request_rows& hold) {
+// A numpy array of signed integers or floats with at least 2 dims ([N, L] token ids): its rows as typed rows
+// (datatype and row_shape from the array, little-endian, C order); nullopt for anything else (rows of bytes).
+std::optional<std::string> typed_rows(nb::handle rows, embed_request& req, request_rows& hold) {
+  if (!nb::hasattr(rows, "dtype") || !nb::hasattr(rows, "ndim") || nb::cast<int>(rows.attr("ndim")) < 2)
+    return std::nullopt;
+  const nb::object dt = rows.attr("dtype");
+  const std::string kind = nb::cast<std::string>(dt.attr("kind"));
+  const auto size = nb::cast<std::size_t>(dt.attr("itemsize"));
+  static const std::map<std::pair<std::string, std::size_t>, std::string> types = {
+      {{"i", 1}, "INT8"}, {{"i", 2}, "INT16"}, {{"i", 4}, "INT32"}, {{"i", 8}, "INT64"},
+      {{"f", 2}, "FP16"}, {{"f", 4}, "FP32"},  {{"f", 8}, "FP64"}};
+  const auto it = types.find({kind, size});
+  if (it == types.end()) return std::nullopt;  // unsigned / bool arrays stay rows of bytes
+  nb::object np = nb::module_::import_("numpy");
+  nb::object a = np.attr("ascontiguousarray")(rows, nb::arg("dtype") = dt.attr("newbyteorder")("<"));
+  hold.bufs.push_back(get_buffer(a));
+  const bytes_view all = hold.bufs.back()->bytes();
+  const auto shape = nb::cast<std::vector<std::int64_t>>(a.attr("shape"));
+  req.datatype = it->second;
+  req.row_shape.assign(shape.begin() + 1, shape.end());
+  const auto n = static_cast<std::size_t>(shape[0]);
+  const std::size_t row = n ? all.size() / n : 0;
+  for (std::size_t i = 0; i < n; ++i) req.rows.push_back(all.subspan(i * row, row));
+  return kind;
+}
+
+embed_request make_request(std::string model, nb::handle rows, std::optional<std::string> input, std::string version,
+                           std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms,
+                           request_rows& hold) {
   embed_request req;
   req.model = std::move(model);
-  req.input = std::move(input);
   req.version = std::move(version);
   if (outputs) req.outputs = std::move(*outputs);
   if (timeout_ms) req.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*timeout_ms));
-  for (const auto& r : rows) {
+  if (const auto kind = typed_rows(rows, req, hold)) {
+    if (!input && *kind != "i")
+      raise(errc::invalid_argument,
+            "embed: a " + req.datatype + " array needs input= (the model's input name; integer ids default to 'input_ids')");
+    req.input = input ? std::move(*input) : std::string("input_ids");
+    return req;
+  }
+  req.input = input ? std::move(*input) : std::string("sample");
+  for (const auto& r : nb::cast<std::vector<nb::object>>(rows)) {
     if (nb::isinstance<py_record>(r)) {
       hold.records.push_back(nb::cast<const py_record&>(r).rec);
       req.rows.push_back(hold.records.back().bytes());
@@ -426,8 +459,8 @@ void register_client(nb::module_& m) {
           "(docs/client.md, Shared memory for same-host endpoints).")
       .def(
           "embed",
-          [](py_client& self, std::string model, const std::vector<nb::object>& rows, std::string input,
-             std::string version, std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
+          [](py_client& self, std::string model, nb::object rows, std::optional<std::string> input, std::string version,
+             std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
             request_rows hold;
             embed_request req = make_request(std::move(model), rows, std::move(input), std::move(version),
                                              std::move(outputs), timeout_ms, hold);
@@ -439,14 +472,16 @@ void register_client(nb::module_& m) {
             }
             return convert(unwrap(std::move(r)));
           },
-          nb::arg("model"), nb::arg("rows"), nb::arg("input") = "sample", nb::arg("version") = "",
+          nb::arg("model"), nb::arg("rows"), nb::arg("input") = nb::none(), nb::arg("version") = "",
           nb::arg("outputs") = nb::none(), nb::arg("timeout_ms") = nb::none(),
-          "Embeds rows (bytes-like objects: encoded records for input 'sample', raw field bytes for 'image' / 'video' "
-          "/ "
-          "'text'; or RecordViews) with `model`; blocks (GIL released) and raises the errc's exception on failure.")
+          "Embeds rows (bytes-like objects: encoded records for input 'sample', the default, raw field bytes for "
+          "'image' / 'video' / 'text'; or RecordViews) with `model`; blocks (GIL released) and raises the errc's "
+          "exception on failure. A numpy array of signed integers or floats of 2 or more dims is one typed row per "
+          "item of its first dim (token ids [N, L] int64 / int32 go to input 'input_ids' by default; a float array "
+          "needs input=, the model's declared input name).")
       .def(
           "embed_async",
-          [](nb::handle self_h, std::string model, const std::vector<nb::object>& rows, std::string input,
+          [](nb::handle self_h, std::string model, nb::object rows, std::optional<std::string> input,
              std::string version, std::optional<std::vector<std::string>> outputs, std::optional<double> timeout_ms) {
             py_client& self = nb::cast<py_client&>(self_h);
             request_rows hold;
@@ -490,7 +525,7 @@ void register_client(nb::module_& m) {
             }));
             return future;
           },
-          nb::arg("model"), nb::arg("rows"), nb::arg("input") = "sample", nb::arg("version") = "",
+          nb::arg("model"), nb::arg("rows"), nb::arg("input") = nb::none(), nb::arg("version") = "",
           nb::arg("outputs") = nb::none(), nb::arg("timeout_ms") = nb::none(),
           "Like embed(), but returns a concurrent.futures.Future of the EmbedResult at once (its exception on failure; "
           "Future.cancel() cancels the request).")
@@ -575,7 +610,8 @@ void register_client(nb::module_& m) {
                 nb::dict d = nb::borrow<nb::dict>(e);
                 s.name = nb::cast<std::string>(d["name"]);
                 s.model = nb::cast<std::string>(d["model"]);
-                s.kind = kind_of(nb::cast<std::string>(d["kind"]));
+                if (d.contains("field")) s.field = nb::cast<std::string>(d["field"]);
+                if (d.contains("kind") || s.field.empty()) s.kind = kind_of(nb::cast<std::string>(d["kind"]));
                 if (d.contains("output")) s.output = nb::cast<std::string>(d["output"]);
                 if (d.contains("input")) s.input = nb::cast<std::string>(d["input"]);
               } else {
@@ -642,7 +678,9 @@ void register_client(nb::module_& m) {
           nb::arg("resume") = nb::none(), nb::arg("stack") = true, nb::arg("epoch") = 0, nb::arg("fail_fast") = false,
           nb::arg("max_failed_fraction") = 1.0, nb::arg("ready_timeout_s") = nb::none(),
           "data: a Dataset or path(s); client: a Client (kept alive by the loader); embeddings: dicts {name, model, "
-          "kind ('image' | 'video' | 'text')[, output, input]} or tuples (name, model, kind[, output]).\n\n"
+          "kind ('image' | 'video' | 'text')[, output, input]} or tuples (name, model, kind[, output]). A dict with "
+          "'field' instead of 'kind' takes the sample field of that name: a tensor field (token ids) as a typed row of "
+          "its dtype and shape to input (default 'input_ids' for i64 / i32 ids), a text field as its UTF-8.\n\n"
           "Failed samples (docs/loader.md): a step raises (the first failed sample's errc, naming the endpoints and "
           "its error) instead of being handed out when its samples that failed for the service (no endpoint answered, "
           "a timeout, a model not served: any errc but bad input) are at least max_failed_fraction of it (default 1.0: "

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "batching/eventually.hpp"
+#include "client/ids_test_model.hpp"
 #include "jitembed/client/jit_client.hpp"
 #include "jitembed/net/grpc/kserve_schema.hpp"
 #include "jitembed/net/http/client.hpp"
@@ -470,4 +471,71 @@ TEST_CASE("grpc:// on this host: rows and outputs through a registered shared-me
   CHECK(st.shared_memory_attempts == 5);  // the first answer taught the output sizes
   CHECK(st.shared_memory_fallbacks == 0);
   CHECK(over_http.stats().shared_memory_attempts == 0);
+}
+
+TEST_CASE("grpc:// typed rows: INT64 / INT32 input_ids equal the captions over HTTP (raw, compressed, shared memory)") {
+  server::server_config sc;
+  sc.preprocess_threads = 1;
+  auto svc = server::service::create(sc).value();
+  server::model_config mc;
+  mc.name = "ids";
+  REQUIRE(svc.load(mc, models::any_model(ids_test::ids_model{})));
+  auto http_srv = http::server::create(http::server_options{}, svc.as_handler()).value();
+  auto grpc_srv = server::grpc_server::create(server::grpc_server_options{}, svc).value();
+  const std::string grpc_url = "grpc://127.0.0.1:" + std::to_string(grpc_srv.port());
+  auto over_http = cl::jit_client::create(options_for({"http://127.0.0.1:" + std::to_string(http_srv.port())})).value();
+  std::vector<std::string> captions;
+  for (int i = 0; i < 300; ++i)
+    captions.push_back("caption " + std::to_string(i));  // 300 x 32 bytes of ids: compressible
+  std::vector<std::vector<std::int64_t>> i64;
+  std::vector<std::vector<std::int32_t>> i32;
+  for (const auto& c : captions) {
+    i64.push_back(ids_test::ids_of<std::int64_t>(c.substr(c.size() - 4)));
+    i32.push_back(ids_test::ids_of<std::int32_t>(c.substr(c.size() - 4)));
+  }
+  cl::embed_request strings;
+  strings.model = "ids";
+  strings.input = "text";
+  std::vector<std::string> tails;
+  for (const auto& c : captions) tails.push_back(c.substr(c.size() - 4));
+  for (const auto& t : tails) strings.rows.push_back(as_bytes_view(t));
+  const auto want = over_http.embed(strings).get();
+  REQUIRE(want);
+  const auto typed = [&](std::string datatype, const auto& rows, std::size_t n) {
+    cl::embed_request r;
+    r.model = "ids";
+    r.input = "input_ids";
+    r.datatype = std::move(datatype);
+    r.row_shape = {4};
+    for (std::size_t i = 0; i < n; ++i) r.rows.push_back(ids_test::bytes_of(rows[i]));
+    return r;
+  };
+  auto plain_o = options_for({grpc_url});
+  plain_o.shared_memory.enabled = false;
+  auto packed_o = plain_o;
+  packed_o.compress_inputs = true;
+  auto shm_o = options_for({grpc_url});
+  shm_o.shared_memory.min_bytes = 0;
+  auto plain = cl::jit_client::create(plain_o).value();
+  auto packed = cl::jit_client::create(packed_o).value();
+  auto shm = cl::jit_client::create(shm_o).value();
+  REQUIRE(jitembed::test::eventually([&] { return shm.stats().endpoints[0].shared_memory; }));
+  for (auto* c : {&plain, &packed, &shm}) {
+    for (int k = 0; k < 2; ++k) {  // twice: the shared-memory client learns the output sizes from its first answer
+      auto a = c->embed(typed("INT64", i64, captions.size())).get();
+      auto b = c->embed(typed("INT32", i32, captions.size())).get();
+      REQUIRE_MESSAGE(a, (a ? std::string() : a.error().message));
+      REQUIRE_MESSAGE(b, (b ? std::string() : b.error().message));
+      CHECK(a->endpoint == grpc_url);
+      CHECK(same_outputs(*a, *want));
+      CHECK(same_outputs(*b, *want));
+    }
+  }
+  CHECK(shm.stats().shared_memory_attempts == 3);
+  CHECK(shm.stats().shared_memory_fallbacks == 0);
+  // the server's error keeps its errc over gRPC: ids of another length
+  auto five = typed("INT64", i64, 1);
+  five.row_shape = {2};
+  five.rows[0] = five.rows[0].first(16);
+  CHECK(plain.embed(five).get().code() == errc::invalid_argument);
 }

@@ -18,14 +18,23 @@
 namespace jitembed::client {
 
 // One embedding a sample gets: the model `model` run on the sample's first field of kind `kind` (the
-// model's models::modality: image, video or text), delivered as `name`. A sample without a field of that kind does not get this embedding (it is not an
-// error). Specs with the same model and kind share one request and one cache entry per sample.
+// model's models::modality: image, video or text), delivered as `name`. A sample without a field of that kind does not
+// get this embedding (it is not an error). Specs with the same model and kind share one request and one cache entry per
+// sample.
+//
+// With `field` set, the sample's field of that name instead (`kind` is not used): a tensor field (token ids a
+// trainer tokenized itself) travels as a typed row of its dtype and shape (INT64 [L], ...) to `input`, by
+// default "input_ids" for an integer dtype (any other dtype needs `input`: the model's declared input name);
+// a text or json field as its UTF-8, other kinds as stored, to `input` or the field kind's name. Rows of one
+// request share their input, datatype and shape: samples whose tensors differ go in requests of their own
+// (a shape the model does not take fails those samples alone, with the server's error).
 struct embedding_spec {
   std::string name;                                // key in embedded_sample::embeddings ("latent", "caption")
   std::string model;                               // model name on the service ("image-latent", "text-embed")
   models::modality kind = models::modality::image;
   std::string output;                              // the model output to deliver; empty: the model's first output
   std::string input;                               // request input name; empty: "image" / "video" / "text" by kind
+  std::string field;                               // a sample field by name instead of the first of `kind`
 };
 
 // In what order next() hands out samples.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -19,7 +20,10 @@ namespace jitembed::client {
 
 // One request: N rows for one model. Rows are BYTES elements: a jitembed record (input "sample": the
 // server feeds the model the record's first field of its kind) or raw field bytes (input "image", "video",
-// "text", or a Triton model's input name). embed() serializes the rows before it returns: the caller's
+// "text", or a Triton model's input name). Typed rows (datatype other than BYTES: token ids as INT64 or
+// INT32 to "input_ids", a tensor model's declared input) are each the raw little-endian bytes of one
+// row_shape tensor, sent as one [N, row_shape...] tensor of that datatype; a row of another size is
+// invalid_argument before anything is sent. embed() serializes the rows before it returns: the caller's
 // bytes need not outlive the call.
 struct embed_request {
   std::string model;
@@ -29,6 +33,8 @@ struct embed_request {
   std::vector<std::string> outputs;         // empty: every output of the model
   std::optional<std::chrono::milliseconds> timeout;  // deadline from now; default client_options.request_timeout
   std::optional<hash128> coalesce_key;      // concurrent requests with the same key go out once
+  std::string datatype = "BYTES";           // KServe datatype of the rows ("INT64", "INT32", "FP32", ...)
+  std::vector<std::int64_t> row_shape;      // typed rows: the dims of one row (BYTES: empty)
 };
 
 // The outputs of one request, stacked over its rows: tensor [N, ...] per output, in the server's order.

@@ -82,6 +82,24 @@ def test_embed_equals_local_reference(server, remote, local, jpeg_bytes):
     assert remote.identity("text-embed")["fingerprint"] == local.identity("text-embed")["fingerprint"]
 
 
+def test_embed_token_id_arrays(remote, local):
+    """Typed rows: an integer [N, L] array (ids a trainer tokenized itself) to text-embed's declared input 'tokens'
+    (i32 [L]: its preprocessing makes a caption's byte codes its tokens) equals the captions sent as text, remote and
+    local, whatever the array's dtype width, order or byte order; a float array needs input=."""
+    captions = [b"a cat on a mat", b"two dogs here!", b"the sea, calm."]  # one length: one [3, 14] array
+    ids = np.array([np.frombuffer(c, np.uint8) for c in captions], np.int32)
+    for c in (remote, local):
+        want = c.embed("text-embed", captions, input="text")
+        assert_bitwise_equal(c.embed("text-embed", ids, input="tokens"), want)
+        assert_bitwise_equal(c.embed("text-embed", ids.astype(">i4"), input="tokens"), want)  # made little-endian
+        flipped = c.embed("text-embed", ids[::-1], input="tokens")  # a negative stride: copied in C order
+        assert flipped["pooled"].tobytes() == want["pooled"][::-1].tobytes()
+        with pytest.raises(jitembed.DtypeMismatchError):  # INT64 is not the declared INT32 (one row: its own error)
+            c.embed("text-embed", ids[:1].astype(np.int64), input="tokens")
+        with pytest.raises(jitembed.InvalidArgumentError, match="needs input="):
+            c.embed("text-embed", ids.astype(np.float32))
+
+
 def test_embed_async_futures(remote):
     rows = caption_records(8)
     futures = [remote.embed_async("text-embed", [row]) for row in rows]

@@ -111,3 +111,30 @@ def test_resume_delivers_exactly_the_rest(dataset_path):
         rest.close()
         with pytest.raises(jitembed.Error):  # a state that does not fit this data set / options
             jitembed.Loader(dataset_path, client, spec, batch_size=4, seed=11, resume=state)
+
+
+def test_field_spec_over_a_tensor_field(tmp_path):
+    """A spec with 'field': a tensor field of token ids (int32 [L], the caption's byte codes: text-embed's declared
+    input 'tokens') as typed rows equals the caption spec, sample for sample; ids of different lengths go in
+    requests of their own; the second epoch comes from the cache."""
+    path = str(tmp_path / "ids.jems")
+    with jitembed.ShardWriter.create(path) as w:
+        for i in range(9):
+            caption = f"caption {i}" + "!" * (i % 3)  # three lengths
+            b = jitembed.RecordBuilder()
+            b.add_text("caption", caption)
+            b.add_tensor("tokens", np.frombuffer(caption.encode(), np.uint8).astype(np.int32))
+            w.append(b, key=f"{i:02d}")
+    specs = [{"name": "by_text", "model": "text-embed", "kind": "text", "output": "pooled"},
+             {"name": "by_ids", "model": "text-embed", "field": "tokens", "input": "tokens", "output": "pooled"}]
+    with jitembed.Client(local_models=["text-embed:text_dim=16,text_max_length=16"], local_threads=1) as client:
+        loader = jitembed.Loader(path, client, specs, batch_size=9, samples_per_request=9, shuffle=False, workers=1,
+                                 cache=jitembed.MemoryCache(1 << 20))
+        for epoch in range(2):
+            (step,) = list(loader)
+            assert step["failed"] == [] and len(step["ids"]) == 9
+            assert step["by_ids"].tobytes() == step["by_text"].tobytes()
+        stats = loader.stats()
+        assert stats["epochs"][0]["requests"] == 1 + 3  # the captions in one request, the ids in one per length
+        assert stats["epochs"][1]["requests"] == 0 and stats["epochs"][1]["cache_hits"] == 18
+        loader.close()

@@ -392,8 +392,9 @@ def test_served_text(repo, name):
 def test_served_clip_equals_transformers_on_strings_ids_and_two_encoders(folders, repo, tmp_path):
     """The SDXL text path, end to end: two CLIP text encoders (CLIPTextModel and CLIPTextModelWithProjection,
     random weights) exported and served; captions as strings and as token ids (a trainer that tokenizes itself,
-    `input_ids` + `attention_mask` over tritonclient) equal eager transformers on its own tokenizer's ids; and
-    both encoders on one caption field through the loader, every sample once."""
+    `input_ids` + `attention_mask` over tritonclient) equal eager transformers on its own tokenizer's ids;
+    jitembed.Client with an int64 / int32 ids array equals tritonclient's `input_ids` answer bitwise; and both
+    encoders on one caption field, and on a tensor field of ids, through the loader, every sample once."""
     import jitembed
     import tritonclient.http as httpclient
     import transformers
@@ -415,6 +416,7 @@ def test_served_clip_equals_transformers_on_strings_ids_and_two_encoders(folders
         for i, c in enumerate(CAPTIONS):
             b = jitembed.RecordBuilder()
             b.add_text("caption", c)
+            b.add_tensor("input_ids", eager["clip"][0]["input_ids"][i].numpy())  # i64 [77]
             w.append(b, key=f"{i:02d}")
     with jitembed.Server(model_repository=out, io_threads=2) as server, \
             jitembed.Client(endpoints=[f"http://{server.url}"]) as client:
@@ -431,6 +433,12 @@ def test_served_clip_equals_transformers_on_strings_ids_and_two_encoders(folders
             # the same rows as the strings' (the server's tokenizer.json agrees with transformers' tokenizer)
             np.testing.assert_array_equal(res.as_numpy("last_hidden_state__0"), got["last_hidden_state__0"])
             np.testing.assert_allclose(res.as_numpy(output + "__1"), pooled, rtol=0, atol=1e-4)
+            # the ids alone (the server's all-ones mask): jitembed's typed rows, INT64 and INT32, bitwise
+            alone = h.infer(name, [ids])
+            for a in (enc["input_ids"].numpy(), enc["input_ids"].numpy().astype(np.int32)):
+                mine = client.embed(name, a)
+                for o in ("last_hidden_state__0", output + "__1"):
+                    np.testing.assert_array_equal(mine[o], alone.as_numpy(o))
         h.close()
         specs = [{"name": "clip_l", "model": "clip", "kind": "text", "output": "pooler_output__1"},
                  {"name": "clip_g", "model": "clip_projection", "kind": "text", "output": "text_embeds__1"}]
@@ -442,5 +450,17 @@ def test_served_clip_equals_transformers_on_strings_ids_and_two_encoders(folders
                 seen.append(int(idx))
                 np.testing.assert_allclose(step["clip_l"][i], eager["clip"][2][idx], rtol=0, atol=1e-4)
                 np.testing.assert_allclose(step["clip_g"][i], eager["clip_projection"][2][idx], rtol=0, atol=1e-4)
+        loader.close()
+        assert sorted(seen) == list(range(len(CAPTIONS)))
+        # the ids of a tensor field: the pooled output (at the end token: causal attention, so the padding the
+        # all-ones mask lets in is never seen there) equals eager's with the mask
+        ids_spec = [{"name": "clip_l", "model": "clip", "field": "input_ids", "output": "pooler_output__1"}]
+        loader = jitembed.Loader(jitembed.Dataset.open(data), client, ids_spec, batch_size=2, shuffle=False, workers=1)
+        seen = []
+        for step in loader:
+            assert step["failed"] == []
+            for i, idx in enumerate(step["indices"]):
+                seen.append(int(idx))
+                np.testing.assert_allclose(step["clip_l"][i], eager["clip"][2][idx], rtol=0, atol=1e-4)
         loader.close()
         assert sorted(seen) == list(range(len(CAPTIONS)))

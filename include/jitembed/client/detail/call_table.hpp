@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -71,7 +72,9 @@ struct remote_call {
   std::uint64_t id = 0;
   std::string model, version, input;
   std::vector<std::string> outputs;
-  std::shared_ptr<byte_buffer> rows;  // BYTES elements (uint32-LE length + bytes), N of them
+  net::kserve::datatype type = net::kserve::datatype::bytes;
+  std::vector<std::int64_t> row_shape;  // typed rows: one row's dims (the input is [N, row_shape...])
+  std::shared_ptr<byte_buffer> rows;    // BYTES elements (uint32-LE length + bytes), N of them; typed: N rows
   std::optional<std::shared_ptr<const byte_buffer>>
       packed_rows;                                             // compress_inputs: the rows compressed once (null: raw)
   std::vector<std::pair<std::size_t, std::size_t>> row_spans;  // element payload offset and size
@@ -91,6 +94,14 @@ struct remote_call {
   std::vector<std::shared_ptr<remote_call>> children;  // row split
 
   bytes_view row(std::size_t i) const { return bytes_view(rows->data() + row_spans[i].first, row_spans[i].second); }
+  bool typed() const noexcept { return type != net::kserve::datatype::bytes; }
+  // The input's shape: [N, 1] for BYTES rows, [N, row_shape...] for typed ones.
+  std::vector<std::int64_t> input_shape() const {
+    std::vector<std::int64_t> s{static_cast<std::int64_t>(n_rows)};
+    if (!typed()) s.push_back(1);
+    s.insert(s.end(), row_shape.begin(), row_shape.end());
+    return s;
+  }
 };
 
 using call_ptr = std::shared_ptr<remote_call>;
@@ -99,8 +110,42 @@ class call_table {
  public:
   std::uint64_t next_id() noexcept { return next_.fetch_add(1, std::memory_order_relaxed); }
 
-  // A call for `req` (its rows encoded once as KServe BYTES elements, which every transport reads).
-  static result<call_ptr> make(std::uint64_t id, embed_request& req, clock::duration default_timeout) {
+  // Checks a request's datatype and, for typed rows, every row's size (product(row_shape) elements), before
+  // anything is sent or joined; returns the row size (0 for BYTES). A typed request's coalescing key is
+  // mixed with its datatype and row shape: the same bytes as INT32 [4] and as INT64 [2] never coalesce.
+  static result<std::size_t> check_rows(embed_request& req) {
+    namespace ks = net::kserve;
+    const auto type = ks::datatype_from_string(req.datatype);
+    if (!type) return fail(errc::invalid_argument, "embed: unknown datatype '" + req.datatype + "'");
+    std::string dims;
+    for (auto d : req.row_shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    if (*type == ks::datatype::bytes) {
+      if (!req.row_shape.empty())
+        return fail(errc::invalid_argument,
+                    "embed: row_shape [" + dims + "] given for BYTES rows (each row is one element)");
+      return std::size_t{0};
+    }
+    auto numel = checked_numel(req.row_shape);
+    if (!numel) return fail(numel.code(), "embed: row_shape [" + dims + "]: " + numel.error().message);
+    const std::size_t row_bytes = static_cast<std::size_t>(*numel) * ks::element_size(*type);
+    for (std::size_t i = 0; i < req.rows.size(); ++i)
+      if (req.rows[i].size() != row_bytes)
+        return fail(errc::invalid_argument, "embed: row " + std::to_string(i) + " has " +
+                                                std::to_string(req.rows[i].size()) + " bytes, " + req.datatype + " [" +
+                                                dims + "] needs " + std::to_string(row_bytes));
+    if (req.coalesce_key) {
+      hasher128 h;
+      h.update(bytes_view(reinterpret_cast<const std::byte*>(&*req.coalesce_key), sizeof(hash128)));
+      h.update(as_bytes_view(req.datatype + "[" + dims + "]"));
+      req.coalesce_key = h.digest();
+    }
+    return row_bytes;
+  }
+
+  // A call for `req`, checked by check_rows (row_bytes: its answer): BYTES rows encoded once as KServe BYTES
+  // elements, typed rows back to back; every transport reads that buffer.
+  static result<call_ptr> make(std::uint64_t id, embed_request& req, clock::duration default_timeout,
+                               std::size_t row_bytes = 0) {
     auto c = std::make_shared<remote_call>();
     c->id = id;
     c->model = std::move(req.model);
@@ -108,16 +153,26 @@ class call_table {
     c->input = std::move(req.input);
     c->outputs = std::move(req.outputs);
     c->n_rows = req.rows.size();
-    std::vector<std::string_view> views;
-    views.reserve(req.rows.size());
-    for (auto r : req.rows) views.emplace_back(reinterpret_cast<const char*>(r.data()), r.size());
-    auto rows = net::kserve::encode_bytes_elements(views);
-    if (!rows) return rows.error();
-    c->rows = std::make_shared<byte_buffer>(std::move(*rows));
-    std::size_t off = 0;
-    for (auto r : req.rows) {
-      c->row_spans.emplace_back(off + 4, r.size());
-      off += 4 + r.size();
+    c->type = net::kserve::datatype_from_string(req.datatype).value_or(net::kserve::datatype::bytes);
+    c->row_shape = std::move(req.row_shape);
+    if (c->typed()) {
+      c->rows = std::make_shared<byte_buffer>(row_bytes * req.rows.size());
+      for (std::size_t i = 0; i < req.rows.size(); ++i) {
+        if (row_bytes) std::memcpy(c->rows->data() + i * row_bytes, req.rows[i].data(), row_bytes);
+        c->row_spans.emplace_back(i * row_bytes, row_bytes);
+      }
+    } else {
+      std::vector<std::string_view> views;
+      views.reserve(req.rows.size());
+      for (auto r : req.rows) views.emplace_back(reinterpret_cast<const char*>(r.data()), r.size());
+      auto rows = net::kserve::encode_bytes_elements(views);
+      if (!rows) return rows.error();
+      c->rows = std::make_shared<byte_buffer>(std::move(*rows));
+      std::size_t off = 0;
+      for (auto r : req.rows) {
+        c->row_spans.emplace_back(off + 4, r.size());
+        off += 4 + r.size();
+      }
     }
     c->start = clock::now();
     c->deadline =
@@ -135,11 +190,18 @@ class call_table {
     child->input = parent.input;
     child->outputs = parent.outputs;
     child->n_rows = 1;
+    child->type = parent.type;
+    child->row_shape = parent.row_shape;
     const auto one = parent.row(i);
-    auto rows = net::kserve::encode_bytes_elements(
-        std::vector<std::string_view>{std::string_view(reinterpret_cast<const char*>(one.data()), one.size())});
-    child->rows = std::make_shared<byte_buffer>(std::move(rows).value());
-    child->row_spans.emplace_back(4, one.size());
+    if (child->typed()) {
+      child->rows = std::make_shared<byte_buffer>(one.begin(), one.end());
+      child->row_spans.emplace_back(0, one.size());
+    } else {
+      auto rows = net::kserve::encode_bytes_elements(
+          std::vector<std::string_view>{std::string_view(reinterpret_cast<const char*>(one.data()), one.size())});
+      child->rows = std::make_shared<byte_buffer>(std::move(rows).value());
+      child->row_spans.emplace_back(4, one.size());
+    }
     child->start = clock::now();
     child->deadline = parent.deadline;
     return child;

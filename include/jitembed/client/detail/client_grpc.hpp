@@ -111,8 +111,8 @@ inline void set_shm_parameters(pb::Message& m, const pb::FieldDescriptor* params
   net::grpc::set_grpc_parameter(m, params, "shared_memory_offset", static_cast<std::int64_t>(offset));
 }
 
-// A ModelInferRequest for the call: one BYTES input [n, 1] (raw_input_contents; `packed`: the rows
-// compressed; with `shm` in the attempt's shared memory instead), the requested outputs (with `shm`: each in
+// A ModelInferRequest for the call: one input, BYTES [n, 1] or typed [n, row_shape...] (raw_input_contents; `packed`:
+// the rows compressed; with `shm` in the attempt's shared memory instead), the requested outputs (with `shm`: each in
 // its span), the deadline as the KServe "timeout" parameter (microseconds), the compression offer. The rows
 // go into the message as a slice over the call's buffer, after the message's own bytes: no copy.
 inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeout_us, bool offer_compression,
@@ -129,9 +129,8 @@ inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeo
   auto* in = r->AddMessage(m.get(), f.inputs);
   const auto* ir = in->GetReflection();
   ir->SetString(in, f.in_name, c.input);
-  ir->SetString(in, f.in_datatype, "BYTES");
-  ir->AddInt64(in, f.in_shape, static_cast<std::int64_t>(c.n_rows));
-  ir->AddInt64(in, f.in_shape, 1);
+  ir->SetString(in, f.in_datatype, std::string(ks::to_string(c.type)));
+  for (const auto d : c.input_shape()) ir->AddInt64(in, f.in_shape, d);
   if (shm) {
     set_shm_parameters(*in, f.in_parameters, shm->arena->region, shm->offset, shm->input_bytes);
   } else if (packed) {

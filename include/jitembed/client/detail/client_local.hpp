@@ -62,8 +62,6 @@ class local_backend {
                        const decode_limits& limits, std::vector<models::named_tensors>& outs,
                        std::vector<bool>& present, std::vector<error_info>& errors) {
     const std::size_t n = rows.size();
-    outs.assign(n, {});
-    present.assign(n, false);
     errors.assign(n, error_info{});
     std::vector<tensor> inputs(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -74,6 +72,17 @@ class local_backend {
       }
       inputs[i] = std::move(*t);
     }
+    run_items(m, inputs, outs, present, errors);
+  }
+
+  // Runs model items (errors[i] already set: row i is skipped) in batches of consecutive rows of one shape.
+  static void run_items(const models::any_model& m, const std::vector<tensor>& inputs,
+                        std::vector<models::named_tensors>& outs, std::vector<bool>& present,
+                        std::vector<error_info>& errors) {
+    const std::size_t n = inputs.size();
+    outs.assign(n, {});
+    present.assign(n, false);
+    errors.resize(n);
     const std::size_t max_batch = std::max<std::size_t>(1, m.max_batch_size());
     std::size_t i = 0;
     while (i < n) {

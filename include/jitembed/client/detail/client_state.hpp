@@ -125,6 +125,8 @@ class client_state final : public attempt_events {
       return fail_now(fail(errc::unavailable,
                            "client: " + std::to_string(opts_.max_in_flight) + " requests in flight (max_in_flight)"));
     }
+    const auto row_bytes = call_table::check_rows(req);
+    if (!row_bytes) return fail_now(row_bytes.error());
     if (req.coalesce_key) {
       if (auto joined = calls_.joinable(*req.coalesce_key)) {
         ++stats_.requests;
@@ -133,7 +135,7 @@ class client_state final : public attempt_events {
         return id;
       }
     }
-    auto c = call_table::make(id, req, opts_.request_timeout);
+    auto c = call_table::make(id, req, opts_.request_timeout, *row_bytes);
     if (!c) return fail_now(c.error());
     (*c)->callbacks.push_back(std::move(done));
     ++stats_.requests;

@@ -192,8 +192,7 @@ class http_transport final : public transport {
                           {"shared_memory_offset", offset}};
     };
     if (a.shm) {  // rows and outputs in the endpoint's shared memory: the message carries neither
-      r.inputs.push_back(kserve::infer_tensor::view(c.input, kserve::datatype::bytes,
-                                                    {static_cast<std::int64_t>(c.n_rows), 1}, bytes_view{}, true));
+      r.inputs.push_back(kserve::infer_tensor::view(c.input, c.type, c.input_shape(), bytes_view{}, true));
       r.inputs.back().parameters = shm_parameters(a.shm->offset, a.shm->input_bytes);
       for (const auto& [name, span] : a.shm->outputs)
         r.outputs.push_back({name, std::nullopt, shm_parameters(span.first, span.second)});
@@ -202,7 +201,7 @@ class http_transport final : public transport {
         r.parameters[std::string(kserve::kCompressionParameter)] = kserve::kZstdShuffle;
       const auto* packed = packed_rows(opts_, c);
       r.inputs.push_back(kserve::infer_tensor::view(
-          c.input, kserve::datatype::bytes, {static_cast<std::int64_t>(c.n_rows), 1},
+          c.input, c.type, c.input_shape(),
           packed ? bytes_view(packed->data(), packed->size()) : bytes_view(c.rows->data(), c.rows->size()), true));
       if (packed) kserve::mark_compressed(r.inputs.back(), c.rows->size());
       for (const auto& o : c.outputs) r.outputs.push_back({o, opts_.binary_outputs, {}});

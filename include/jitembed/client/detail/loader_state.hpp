@@ -40,28 +40,37 @@
 #include "jitembed/client/detail/loader_checkpoint.hpp"
 #include "jitembed/client/epoch_plan.hpp"
 #include "jitembed/client/jit_client.hpp"
-#include "jitembed/client/step.hpp"
 #include "jitembed/client/loader_options.hpp"
 #include "jitembed/client/loader_stats.hpp"
+#include "jitembed/client/step.hpp"
 #include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/worker_group.hpp"
 #include "jitembed/format/dataset.hpp"
 #include "jitembed/format/field.hpp"
 #include "jitembed/models/model.hpp"
 #include "jitembed/models/preprocess_input.hpp"
+#include "jitembed/net/kserve/datatype.hpp"
 
 namespace jitembed::client::detail {
 
-// Specs that share (model, field kind): one request row and one cache entry per sample.
+// Specs that share (model, field kind) or (model, field name): one request row and one cache entry per sample.
 struct loader_group {
   std::string model;
   format::field_kind kind = format::field_kind::image;
-  std::string input;
+  std::string field;                 // embedding_spec::field (empty: the first field of `kind`)
+  std::string input;                 // with `field`: embedding_spec::input as given (empty: by the field)
   std::vector<std::size_t> specs;    // indices into options.embeddings
   std::vector<std::string> outputs;  // asked for; empty: every output
   model_identity identity;           // cache key inputs (only fetched with a cache)
 };
 
+// How a sample's row of a group travels: BYTES (raw field bytes) or a typed tensor row.
+struct row_type {
+  std::string input;
+  std::string datatype = "BYTES";
+  std::vector<std::int64_t> shape;  // typed rows: the tensor's shape
+  friend bool operator==(const row_type&, const row_type&) = default;
+};
 
 struct chunk_sample {
   std::uint64_t epoch = 0, pos = 0;
@@ -70,6 +79,8 @@ struct chunk_sample {
   std::vector<std::string> texts;               // per group: owned UTF-8 of a text field
   std::vector<bytes_view> content;              // per group: the bytes sent and hashed
   std::vector<char> has;                        // per group: the sample has a field of that kind
+  std::vector<row_type> types;                  // per group: how its row travels (requests hold one type)
+  std::vector<tensor> decoded;                  // per group: a compressed tensor field, decoded
   std::vector<cache::cache_key> keys;           // per group (with a cache)
   std::vector<named_tensors> rows;                 // per group: this sample's outputs
   std::vector<std::optional<error_info>> errors;  // per group
@@ -333,6 +344,9 @@ class loader_state {
   void work(std::stop_token stop);
 
   void read_sample(chunk_sample& s, std::uint64_t index);
+
+  // Group g's named field of the sample (loader_group::field) into s.content / s.types / s.keys.
+  result<void> read_field(chunk_sample& s, std::size_t g, const format::sample_field& f);
 
   // The tensors a group's specs need, from a cached value; nullopt when it lacks one (a miss).
   std::optional<named_tensors> from_cache(const loader_group& g, const cache::cached_value& v) const;

@@ -88,12 +88,16 @@ inline auto loader_state::make_groups() -> result<void> {
   for (std::size_t i = 0; i < opts_.embeddings.size(); ++i) {
     const auto& e = opts_.embeddings[i];
     const auto kind = models::field_kind_of(e.kind);
-    const std::string input = e.input.empty() ? std::string(format::to_string(kind)) : e.input;
-    auto it = std::find_if(groups_.begin(), groups_.end(), [&](const loader_group& g) { return g.model == e.model && g.kind == kind; });
+    // A named field's input may depend on the field (loader_state::read_field): kept as given.
+    const std::string input = e.input.empty() && e.field.empty() ? std::string(format::to_string(kind)) : e.input;
+    auto it = std::find_if(groups_.begin(), groups_.end(), [&](const loader_group& g) {
+      return g.model == e.model && g.field == e.field && (!e.field.empty() || g.kind == kind);
+    });
     if (it == groups_.end()) {
       loader_group g;
       g.model = e.model;
       g.kind = kind;
+      g.field = e.field;
       g.input = input;
       groups_.push_back(std::move(g));
       it = groups_.end() - 1;

@@ -75,6 +75,8 @@ inline void loader_state::read_sample(chunk_sample& s, std::uint64_t index) {
   s.texts.resize(ng);
   s.content.resize(ng);
   s.has.assign(ng, 0);
+  s.types.assign(ng, row_type{});
+  s.decoded.resize(ng);
   s.keys.resize(ng);
   s.rows.resize(ng);
   s.errors.resize(ng);
@@ -86,6 +88,17 @@ inline void loader_state::read_sample(chunk_sample& s, std::uint64_t index) {
   s.src = std::move(*got);
   s.out.id = s.src.id;
   for (std::size_t g = 0; g < ng; ++g) {
+    if (!groups_[g].field.empty()) {
+      const auto* f = s.src.find(groups_[g].field);
+      if (!f) continue;
+      if (auto r = read_field(s, g, *f); !r) {
+        s.out.error = fail(r.code(), "sample '" + s.src.id + "': " + r.error().message);
+        return;
+      }
+      s.has[g] = 1;
+      continue;
+    }
+    s.types[g].input = groups_[g].input;
     const auto kind = groups_[g].kind;
     // An image model decodes JPEG: prefer the JPEG of a sample that also has, say, a PNG stored raw.
     const auto* f = kind == format::field_kind::image ? s.src.first(kind, codec::codec_id::jpeg) : nullptr;
@@ -108,6 +121,62 @@ inline void loader_state::read_sample(chunk_sample& s, std::uint64_t index) {
       s.keys[g] = cache::make_key({groups_[g].model, id.fingerprint, id.preprocess_key, s.content[g]});
     }
   }
+}
+
+inline auto loader_state::read_field(chunk_sample& s, std::size_t g, const format::sample_field& f) -> result<void> {
+  namespace ks = net::kserve;
+  const auto& grp = groups_[g];
+  const std::string what = "field '" + f.name + "'";
+  row_type& t = s.types[g];
+  if (f.kind != format::field_kind::tensor) {
+    if (f.kind == format::field_kind::text || f.kind == format::field_kind::json) {
+      JITEMBED_ASSIGN_OR_RETURN(s.texts[g], f.text(opts_.limits));
+      s.content[g] = as_bytes_view(s.texts[g]);
+    } else {
+      s.content[g] = f.bytes;
+    }
+    t.input = grp.input.empty() ? std::string(format::to_string(f.kind)) : grp.input;
+    if (opts_.cache)
+      s.keys[g] = cache::make_key({grp.model, grp.identity.fingerprint, grp.identity.preprocess_key, s.content[g]});
+    return {};
+  }
+  // A tensor field: one typed row of its dtype and shape (token ids default to "input_ids").
+  if (grp.input.empty() && f.dtype != dtype::i64 && f.dtype != dtype::i32)
+    return fail(errc::invalid_argument,
+                what + " is a " + std::string(to_string(f.dtype)) +
+                    " tensor: its embedding needs an input name (only i64 / i32 ids default to 'input_ids')");
+  t.input = grp.input.empty() ? std::string("input_ids") : grp.input;
+  t.datatype = std::string(ks::to_string(ks::from_dtype(f.dtype)));
+  t.shape.assign(f.shape.begin(), f.shape.end());
+  JITEMBED_ASSIGN_OR_RETURN(const auto nbytes, checked_nbytes(t.shape, f.dtype));
+  if (f.codec == codec::codec_id::raw) {
+    s.content[g] = f.bytes;
+  } else if (s.src.is_record() && &f >= s.src.fields.data() && &f < s.src.fields.data() + s.src.fields.size()) {
+    // compressed in a record: decoded (the dataset's get() already checked its checksum as it was asked to)
+    const auto i = static_cast<std::size_t>(&f - s.src.fields.data());
+    JITEMBED_ASSIGN_OR_RETURN(s.decoded[g], s.src.record[i].decode(opts_.limits, format::checksum_policy::skip));
+    s.content[g] = bytes_view(static_cast<const std::byte*>(s.decoded[g].data()), s.decoded[g].nbytes());
+  } else {
+    return fail(errc::unsupported_codec,
+                what + ": a tensor stored with codec " + std::string(codec::to_string(f.codec)) + " outside a record");
+  }
+  if (s.content[g].size() != nbytes)
+    return fail(errc::corrupt_data, what + ": " + std::to_string(s.content[g].size()) + " bytes for " +
+                                        std::string(to_string(f.dtype)) + f.shape.to_string() + " (" +
+                                        std::to_string(nbytes) + ")");
+  if (opts_.cache) {
+    // The ids and how they travel: the same bytes as another dtype, shape or input are another entry (and a
+    // named-fields key never equals a field-content key).
+    std::string shape_text;
+    for (auto d : t.shape) shape_text += std::to_string(d) + ",";
+    const cache::key_field parts[] = {{"tensor", s.content[g]},
+                                      {"tensor.datatype", as_bytes_view(t.datatype)},
+                                      {"tensor.input", as_bytes_view(t.input)},
+                                      {"tensor.shape", as_bytes_view(shape_text)}};
+    JITEMBED_ASSIGN_OR_RETURN(s.keys[g], cache::make_key(cache::fields_key_inputs{grp.model, grp.identity.fingerprint,
+                                                                                  grp.identity.preprocess_key, parts}));
+  }
+  return {};
 }
 
 inline auto loader_state::from_cache(const loader_group& g, const cache::cached_value& v) const -> std::optional<named_tensors> {
@@ -157,12 +226,17 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
         }
         rows = std::move(miss);
       }
-      if (rows.empty()) continue;
-      loader_request r;
-      r.chunk = chunk;
-      r.group = g;
-      r.rows = std::move(rows);
-      submit(std::move(r));
+      // One request per row type (input, datatype, shape), in order of first appearance: one for BYTES rows.
+      while (!rows.empty()) {
+        const row_type& type = chunk->samples[rows.front()].types[g];
+        loader_request r;
+        r.chunk = chunk;
+        r.group = g;
+        std::vector<std::size_t> other;
+        for (auto i : rows) (chunk->samples[i].types[g] == type ? r.rows : other).push_back(i);
+        rows = std::move(other);
+        submit(std::move(r));
+      }
     }
   });
   if (!ran) {
@@ -182,9 +256,12 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
 
 inline void loader_state::submit(loader_request r) {
   const auto& g = groups_[r.group];
+  const row_type& type = r.chunk->samples[r.rows.front()].types[r.group];  // the same for every row
   embed_request req;
   req.model = g.model;
-  req.input = g.input;
+  req.input = type.input;
+  req.datatype = type.datatype;
+  req.row_shape = type.shape;
   req.outputs = g.outputs;
   req.timeout = opts_.request_timeout;
   req.rows.reserve(r.rows.size());
@@ -231,7 +308,8 @@ inline void loader_state::on_finished(finished_request f) {
       again.push_back(i);
       return;
     }
-    chunk.samples[i].errors[req.group] = fail(e.code, "model '" + g.model + "': " + e.message);
+    chunk.samples[i].errors[req.group] = fail(
+        e.code, "model '" + g.model + "'" + (g.field.empty() ? "" : ", field '" + g.field + "'") + ": " + e.message);
   };
   auto ran = core_detail::capture("jit_loader", [&] {
     if (!f.res) {
@@ -346,6 +424,7 @@ inline void loader_state::finish_sample(chunk_sample& s) {
   }
   if (s.out.error) s.out.embeddings.clear();
   s.src = {};
+  s.decoded.clear();
   s.texts.clear();
   s.rows.clear();
 }

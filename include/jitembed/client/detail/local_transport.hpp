@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,64 @@ class local_transport final : public transport {
     return fail(errc::not_found, "client: no local model '" + model + "'");
   }
 
+  // Typed rows as the model's items, as the server takes them (server/detail/pipeline.hpp, check_rows): its
+  // declared input (name, datatype, dims), or "input_ids" INT64 / INT32 [L] for a text model whose input is
+  // token ids (i64 [2, L]: ids and an all-ones mask, or i64 [L]). Anything else fails the whole call.
+  static result<std::vector<tensor>> typed_items(const models::any_model& m, const remote_call& c) {
+    namespace ks = net::kserve;
+    const auto& d = m.inputs().front();
+    const auto dims = [](const std::vector<std::int64_t>& s) {
+      std::string o = "[";
+      for (std::size_t k = 0; k < s.size(); ++k) o += (k ? "," : "") + std::to_string(s[k]);
+      return o + "]";
+    };
+    const std::string type(ks::to_string(c.type));
+    std::vector<tensor> items;
+    items.reserve(c.n_rows);
+    if (c.input == d.name) {
+      if (c.type != ks::from_dtype(d.type))
+        return fail(errc::dtype_mismatch, "input '" + c.input + "' has datatype " + type + ", expected " +
+                                              std::string(ks::to_string(ks::from_dtype(d.type))));
+      bool fits = c.row_shape.size() == d.shape.size();
+      for (std::size_t k = 0; fits && k < d.shape.size(); ++k) fits = d.shape[k] < 0 || d.shape[k] == c.row_shape[k];
+      if (!fits)
+        return fail(errc::invalid_argument, "input '" + c.input + "' has shape " + dims(c.input_shape()) +
+                                                ", expected [batch] + " + dims(d.shape));
+      for (std::size_t i = 0; i < c.n_rows; ++i)
+        items.push_back(tensor::copy_of(c.row(i), d.type, shape(std::span<const std::int64_t>(c.row_shape))));
+      return items;
+    }
+    const bool ids_model = m.input_modality() == models::modality::text && d.type == dtype::i64 &&
+                           ((d.shape.size() == 2 && d.shape[0] == 2) || d.shape.size() == 1) && d.shape.back() >= 1;
+    if (!ids_model || c.input != "input_ids")
+      return fail(errc::invalid_argument, "unexpected input '" + c.input + "' for local model '" + c.model +
+                                              "': it takes '" + d.name + "'" + (ids_model ? " or 'input_ids'" : ""));
+    const std::int64_t L = d.shape.back();
+    if (c.type != ks::datatype::int64 && c.type != ks::datatype::int32)
+      return fail(errc::dtype_mismatch, "input 'input_ids' has datatype " + type + ", expected INT64 or INT32");
+    if (c.row_shape != std::vector<std::int64_t>{L})
+      return fail(errc::invalid_argument, "input 'input_ids' has shape " + dims(c.input_shape()) +
+                                              ", expected [batch, " + std::to_string(L) + "]");
+    const auto n = static_cast<std::size_t>(L);
+    for (std::size_t i = 0; i < c.n_rows; ++i) {
+      tensor t = tensor::empty(d.shape.size() == 2 ? shape{2, L} : shape{L}, dtype::i64);
+      auto* out = t.data<std::int64_t>();
+      const std::byte* in = c.row(i).data();
+      for (std::size_t k = 0; k < n; ++k) {
+        if (c.type == ks::datatype::int64) {
+          std::memcpy(&out[k], in + k * 8, 8);
+        } else {
+          std::int32_t v;
+          std::memcpy(&v, in + k * 4, 4);
+          out[k] = v;
+        }
+        if (d.shape.size() == 2) out[n + k] = 1;
+      }
+      items.push_back(std::move(t));
+    }
+    return items;
+  }
+
   // Runs the call's rows through its model: the stacked outputs, row errors for the rows that failed alone.
   result<embed_result> run(const remote_call& c) {
     const auto* m = backend_.find(c.model);
@@ -105,7 +164,13 @@ class local_transport final : public transport {
     std::vector<models::named_tensors> outs;
     std::vector<bool> present;
     std::vector<error_info> errors;
-    local_backend::run_rows(*m, rows, c.input == "sample", decode_limits{}, outs, present, errors);
+    if (c.typed()) {
+      auto items = typed_items(*m, c);
+      if (!items) return items.error();
+      local_backend::run_items(*m, *items, outs, present, errors);
+    } else {
+      local_backend::run_rows(*m, rows, c.input == "sample", decode_limits{}, outs, present, errors);
+    }
     if (rows.size() == 1 && !present[0]) return errors[0];
     if (!c.outputs.empty()) {
       for (auto& o : outs) {

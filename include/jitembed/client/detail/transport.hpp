@@ -100,11 +100,13 @@ inline bool offers_compression(const client_options& o, const endpoint_address& 
   return o.offer_compression && (o.compress_on_loopback || !is_loopback(a));
 }
 
-// The call's rows compressed once (compress_inputs) when it pays, or nullptr when they travel raw.
+// The call's rows compressed once (compress_inputs) when it pays, or nullptr when they travel raw. Typed rows
+// are byte-shuffled by their element size, as the server unshuffles them.
 inline const byte_buffer* packed_rows(const client_options& o, remote_call& c) {
   if (!o.compress_inputs) return nullptr;
   if (!c.packed_rows) {
-    auto p = codec::compress_for_wire(bytes_view(c.rows->data(), c.rows->size()), 1, o.compression);
+    const std::size_t es = c.typed() ? net::kserve::element_size(c.type) : 1;
+    auto p = codec::compress_for_wire(bytes_view(c.rows->data(), c.rows->size()), es, o.compression);
     c.packed_rows = p && *p ? std::make_shared<const byte_buffer>(std::move(**p)) : nullptr;
   }
   return c.packed_rows->get();

@@ -145,7 +145,7 @@ TEST_CASE("any_store: an empty handle is no cache, and tiered_cache leaves it ou
   CHECK(c.get(key_n(1)));
 }
 
-TEST_CASE("tiered_cache: a movable value that keeps its tiers and counters; any_store takes it by move") {
+TEST_CASE("tiered_cache: a movable value that keeps its tiers and counters, any_store takes it by move") {
   static_assert(std::is_nothrow_move_constructible_v<tiered_cache> && std::is_nothrow_move_assignable_v<tiered_cache>);
   static_assert(!std::is_copy_constructible_v<tiered_cache>);
   any_store mem{std::in_place_type<memory_cache>, 1 << 20};

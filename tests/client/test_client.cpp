@@ -383,7 +383,7 @@ TEST_CASE("cancel completes at once with cancelled, close cancels what is in fli
   CHECK(c.embed(request("m", rows_of(1, 2))).get().code() == errc::cancelled);
 }
 
-TEST_CASE("callbacks run on the client's I/O threads, never in embed() or cancel(); close() runs what it cancels") {
+TEST_CASE("callbacks run on the client's I/O threads, never in embed() or cancel(), close() runs what it cancels") {
   fake_server hang([](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = true}; });
   auto c = cl::jit_client::create(options_for({hang.url()})).value();
   const auto me = std::this_thread::get_id();

@@ -137,7 +137,7 @@ TEST_CASE("shared memory: a same-host endpoint's rows and outputs go through a r
   CHECK(own_objects() == 0);
 }
 
-TEST_CASE("shared memory: a server that lost the region answers over the socket; a new region follows") {
+TEST_CASE("shared memory: a server that lost the region answers over the socket, a new region follows") {
   shm_service s;
   cl::client_options so;
   so.endpoints.list = {s.url()};

@@ -130,7 +130,7 @@ TEST_CASE("https: a certificate that does not verify fails at once with io_error
   CHECK(missing.error().message.find("nope.pem") != std::string::npos);
 }
 
-TEST_CASE("https: mixed http and https endpoints; one whose certificate fails is skipped") {
+TEST_CASE("https: mixed http and https endpoints, one whose certificate fails is skipped") {
   const auto& pki = tls_test::files();
   fake_server plain(always_ok());
   fake_server tls_srv(always_ok(), true);

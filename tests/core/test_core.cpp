@@ -204,7 +204,7 @@ TEST_CASE("thread pool runs every index once and propagates exceptions") {
   CHECK_THROWS_AS(pool.parallel_for(10, [](std::size_t i) { if (i == 5) throw std::runtime_error("x"); }), std::runtime_error);
 }
 
-TEST_CASE("stack: rows into one [N, ...] tensor; mismatches named") {
+TEST_CASE("stack: rows into one [N, ...] tensor, mismatches named") {
   tensor a = tensor::empty(shape{2, 3}, dtype::f32), b = tensor::empty(shape{2, 3}, dtype::f32);
   for (int i = 0; i < 6; ++i) {
     a.data<float>()[i] = static_cast<float>(i);

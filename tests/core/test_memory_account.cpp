@@ -85,7 +85,7 @@ TEST_CASE("memory account: a host budget refuses the allocation that would pass 
   CHECK(acc.usage(memory_kind::device).live == 0);
 }
 
-TEST_CASE("memory account: threads with their own scopes on one account add up; peaks are per tag") {
+TEST_CASE("memory account: threads with their own scopes on one account add up, peaks are per tag") {
   memory_account acc;
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)

@@ -15,7 +15,7 @@
 
 using namespace jitembed;
 
-TEST_CASE("worker_group: n threads, one index each; stop() ends threads that watch their token") {
+TEST_CASE("worker_group: n threads, one index each, stop() ends threads that watch their token") {
   std::mutex mu;
   std::set<std::size_t> seen;
   std::set<std::thread::id> ids;
@@ -40,7 +40,7 @@ TEST_CASE("worker_group: n threads, one index each; stop() ends threads that wat
   CHECK_FALSE(ids.count(std::this_thread::get_id()));
 }
 
-TEST_CASE("worker_group: join() waits without asking to stop; a stop callback wakes a blocked thread") {
+TEST_CASE("worker_group: join() waits without asking to stop, a stop callback wakes a blocked thread") {
   std::atomic<bool> stopped_early{false};
   std::atomic<int> done{0};
   worker_group finishing(3, [&](std::stop_token token, std::size_t) {
@@ -65,7 +65,7 @@ TEST_CASE("worker_group: join() waits without asking to stop; a stop callback wa
   CHECK(woken.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
 }
 
-TEST_CASE("worker_group: movable; a thread that ends its own group is detached, not self-joined") {
+TEST_CASE("worker_group: movable, a thread that ends its own group is detached, not self-joined") {
   std::atomic<int> ran{0};
   worker_group a(2, [&](std::stop_token token, std::size_t) {
     ++ran;

@@ -100,7 +100,7 @@ TEST_CASE_TEMPLATE("record round trip: every dtype, raw and zstd with shuffle", 
   CHECK(r.field(4).decode().value().numel() == 0);
 }
 
-TEST_CASE("add_text: compressed only when that saves a 64-byte block; a text of one block is never") {
+TEST_CASE("add_text: compressed only when that saves a 64-byte block, a text of one block is never") {
   for (std::size_t n : {std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{200}}) {
     const std::string text(n, 'a');  // as compressible as text gets
     record_builder b;

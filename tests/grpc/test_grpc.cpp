@@ -163,7 +163,7 @@ struct one_allocation_ipc {
 
 }  // namespace
 
-TEST_CASE("gRPC front end: CUDA shared memory calls (a fake backend; none: register refused)") {
+TEST_CASE("gRPC front end: CUDA shared memory calls (a fake backend, none: register refused)") {
   server::server_config sc;
   sc.preprocess_threads = 1;
   sc.cuda_ipc = any_cuda_ipc_backend(one_allocation_ipc{});
@@ -208,7 +208,7 @@ TEST_CASE("gRPC front end: CUDA shared memory calls (a fake backend; none: regis
   CHECK(refused.first.error_message() == "CUDA shared memory: this server was built without CUDA");
 }
 
-TEST_CASE("grpc:// endpoints: the same embeddings as HTTP, bitwise; identity and metadata over gRPC") {
+TEST_CASE("grpc:// endpoints: the same embeddings as HTTP, bitwise, identity and metadata over gRPC") {
   both_fronts f;
   auto over_http = cl::jit_client::create(options_for({f.http_url()})).value();
   auto over_grpc = cl::jit_client::create(options_for({f.grpc_url()})).value();
@@ -256,7 +256,7 @@ TEST_CASE("grpc:// errors keep their errc: unknown model, bad row, server-side d
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);
 }
 
-TEST_CASE("mixed http:// and grpc:// endpoints: both serve; a stopped gRPC front end fails over to HTTP") {
+TEST_CASE("mixed http:// and grpc:// endpoints: both serve, a stopped gRPC front end fails over to HTTP") {
   both_fronts a, b;
   auto c = cl::jit_client::create(options_for({a.http_url(), b.grpc_url()})).value();
   std::vector<std::future<result<cl::embed_result>>> fs;
@@ -282,7 +282,7 @@ TEST_CASE("mixed http:// and grpc:// endpoints: both serve; a stopped gRPC front
   CHECK(ok == 32);
 }
 
-TEST_CASE("gRPC front end: malformed messages and unknown methods get status codes; the server keeps serving") {
+TEST_CASE("gRPC front end: malformed messages and unknown methods get status codes, the server keeps serving") {
   both_fronts f;
   const auto port = f.grpc_srv.port();
   const std::string infer = "/inference.GRPCInferenceService/ModelInfer";
@@ -333,7 +333,7 @@ TEST_CASE("grpcs://: a TLS file that is not PEM, or a key of another certificate
   CHECK(server::grpc_server::create(zero, svc).code() == errc::invalid_argument);
 }
 
-TEST_CASE("grpcs://: TLS with the service's certificate, a bearer token; a wrong CA never gets an answer") {
+TEST_CASE("grpcs://: TLS with the service's certificate, a bearer token, a wrong CA never gets an answer") {
   const auto& pki = tls_test::files();
   server::server_config sc;
   sc.preprocess_threads = 2;
@@ -380,7 +380,7 @@ TEST_CASE("grpcs://: TLS with the service's certificate, a bearer token; a wrong
 }
 
 TEST_CASE(
-    "compressed tensors: offered outputs come back compressed when it pays, inputs too; same values; bad frames "
+    "compressed tensors: offered outputs come back compressed when it pays, inputs too, same values, bad frames "
     "refused") {
   both_fronts f;
   // 600 rows: the mask output (600 x 8 bytes, mostly 0/1) is past the 4 KiB floor and compresses well; the

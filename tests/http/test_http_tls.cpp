@@ -76,7 +76,7 @@ TEST_CASE("https: round trips, keep-alive reuse over TLS, large bodies, IP and D
   srv.stop(1s);
 }
 
-TEST_CASE("https: a certificate that does not verify is io_error naming the reason; the server is unharmed") {
+TEST_CASE("https: a certificate that does not verify is io_error naming the reason, the server is unharmed") {
   const auto& f = tls_test::files();
   auto srv = http::server::create(tls_options(), echo_tls).value();
   const auto t0 = std::chrono::steady_clock::now();

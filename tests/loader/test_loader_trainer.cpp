@@ -34,7 +34,7 @@ TEST_CASE("steps(): one range per epoch, every sample once, then the next epoch"
   }
 }
 
-TEST_CASE("steps(): a loop left by break resumes the same epoch; close() ends it with cancelled") {
+TEST_CASE("steps(): a loop left by break resumes the same epoch, close() ends it with cancelled") {
   temp_dataset ds(12);
   auto c = local_client();
   auto l = jit_loader::create(ds.data, c, base_options());
@@ -130,7 +130,7 @@ TEST_CASE("own(): the sample's tensors no longer share the response buffer") {
   CHECK(same_bytes(*after, before));
 }
 
-TEST_CASE("jit_client is a copyable handle: copies share one client; close() closes every copy") {
+TEST_CASE("jit_client is a copyable handle: copies share one client, close() closes every copy") {
   auto a = local_client();
   client::jit_client b = a;  // NOLINT: the copy is the point
   CHECK(b.local());

@@ -214,7 +214,7 @@ TEST_CASE("copy2d: a CPU communicator rejects device tensors in the dim collecti
   });
 }
 
-TEST_CASE("host-staged communicator: a copyable handle; a copy keeps working after the original moves") {
+TEST_CASE("host-staged communicator: a copyable handle, a copy keeps working after the original moves") {
   static_assert(std::is_copy_constructible_v<staged> && std::is_nothrow_move_constructible_v<staged>);
   static_assert(std::is_same_v<kept_communicator_t<staged>, staged>);
   run_ranks(2, [](gloo_communicator& g) {

@@ -540,7 +540,7 @@ TEST_CASE("math: attention rejects mismatched shapes") {
   pm::attention_backward(q, k, k, saved, out, dq, dk, dv);  // well-formed call does not throw
 }
 
-TEST_CASE("math: blockwise attention equals the exact reference (forward, dq, dk, dv; uneven blocks, Sq != Sk)") {
+TEST_CASE("math: blockwise attention equals the exact reference (forward, dq, dk, dv, uneven blocks, Sq != Sk)") {
   std::mt19937 rng(13);
   struct cfg {
     std::int64_t b, sq, sk, h, d;

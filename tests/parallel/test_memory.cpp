@@ -108,7 +108,7 @@ TEST_CASE("memory: an SP=4 encoder step's peak bytes per rank are deterministic 
   CHECK(exact > 3.0);
 }
 
-TEST_CASE("memory: a budget one byte under the step's peak fails it with resource_exhausted; at the peak it runs") {
+TEST_CASE("memory: a budget one byte under the step's peak fails it with resource_exhausted, at the peak it runs") {
   const auto free_run = encoder_step(4, 512);
   const std::uint64_t peak = free_run.peaks[0];
   const auto tight = encoder_step(4, 512, memory_budget{.host = peak - 1});

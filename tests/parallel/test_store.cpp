@@ -52,7 +52,7 @@ struct counting_store {
 };
 }  // namespace
 
-TEST_CASE("shared_store: copies share one store; empty handles fail; any rendezvous_store fits") {
+TEST_CASE("shared_store: copies share one store, empty handles fail, any rendezvous_store fits") {
   static_assert(std::is_nothrow_move_constructible_v<shared_store> && std::is_copy_constructible_v<shared_store>);
   shared_store a(hash_store{});
   exercise(a);

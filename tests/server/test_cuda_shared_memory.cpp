@@ -232,7 +232,7 @@ TEST_CASE("CUDA shared memory: a server without a CUDA backend refuses registrat
         "CUDA shared memory: this server was built without CUDA");
 }
 
-TEST_CASE("CUDA shared memory: register, status, unregister; one namespace of names with system regions") {
+TEST_CASE("CUDA shared memory: register, status, unregister, one namespace of names with system regions") {
   auto gpu = std::make_shared<fake_gpu>();
   auto s = service::create(with_fake(text_config(), gpu)).value();
   const auto ext = extensions(s);

@@ -201,7 +201,7 @@ TEST_CASE("server errors: the request's timeout is its deadline: rows still queu
   CHECK(infer(s, "text-embed", bytes_request("text", {"late", "too"}, true, {}, ks::json{{"timeout", 10000000}})).status == 200);
 }
 
-TEST_CASE("server errors: a request whose batch runs past its deadline is answered 504 at the deadline; the model is not ready until it returns") {
+TEST_CASE("server errors: a request whose batch runs past its deadline is answered 504 at the deadline, the model is not ready until it returns") {
   auto g = std::make_shared<gate_state>();
   auto s = service::create(one_model(), gated_factory(g)).value();
   g->arm();

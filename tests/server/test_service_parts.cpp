@@ -48,7 +48,7 @@ TEST_CASE("route table: literals, {captures}, a final **, methods in order added
   CHECK(m.params.empty());
 }
 
-TEST_CASE("bearer_auth: only 'Bearer <token>' passes; no token allows everything") {
+TEST_CASE("bearer_auth: only 'Bearer <token>' passes, no token allows everything") {
   const sd::bearer_auth none("");
   CHECK_FALSE(none.enabled());
   CHECK(none.allows(""));

@@ -39,7 +39,7 @@ TEST_CASE("service::create loads and warms the configured models, or fails with 
   CHECK(z.code() == jitembed::errc::invalid_argument);
 }
 
-TEST_CASE("a handler taken before a move serves after it; the moved-into service owns the models") {
+TEST_CASE("a handler taken before a move serves after it, the moved-into service owns the models") {
   auto made = service::create(text_config());
   REQUIRE(made);
   const auto handler = made->as_handler();

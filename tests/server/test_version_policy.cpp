@@ -124,7 +124,7 @@ TEST_CASE("version_policy latest 1 under load: a chain of loads, zero failed req
   CHECK(s.loaded() == versions{{"text-embed", "4"}});
 }
 
-TEST_CASE("version_policy latest 2 keeps the two highest versions; unversioned requests go to the highest") {
+TEST_CASE("version_policy latest 2 keeps the two highest versions, unversioned requests go to the highest") {
   auto s = make_service();
   REQUIRE(s.load(text("1", latest(2))));
   REQUIRE(s.load(text("2", latest(2))));
@@ -144,7 +144,7 @@ TEST_CASE("version_policy latest 2 keeps the two highest versions; unversioned r
   CHECK(served_version(s) == "3");
 }
 
-TEST_CASE("version_policy all keeps every version, in any load order; a load with latest 1 then drops the others") {
+TEST_CASE("version_policy all keeps every version, in any load order, a load with latest 1 then drops the others") {
   auto s = make_service();
   REQUIRE(s.load(text("1", all())));
   REQUIRE(s.load(text("3", all())));

@@ -267,7 +267,7 @@ TEST_CASE("triton: parse_identity_flag, the programs' --identity") {
 }
 
 #if defined(JITEMBED_HAS_GRPC)
-TEST_CASE("triton over gRPC: FP32 and FP16 equal the reference; an http + grpc list; errors keep their errc") {
+TEST_CASE("triton over gRPC: FP32 and FP16 equal the reference, an http + grpc list, errors keep their errc") {
   const char* g = std::getenv("JITEMBED_TRITON_GRPC_URL");
   REQUIRE_MESSAGE(g != nullptr, "JITEMBED_TRITON_GRPC_URL is not set: run through run_tritonserver.py --grpc");
   client::client_options o = options(true);

@@ -41,7 +41,7 @@ struct memory_tag_usage {
   memory_usage host, device;
 };
 
-namespace detail {
+namespace core::detail {
 
 struct memory_counter {
   std::atomic<std::uint64_t> live{0}, peak{0}, allocations{0}, refused{0};
@@ -85,12 +85,12 @@ inline memory_context& current_memory_context() noexcept {
   return ctx;
 }
 
-}  // namespace detail
+}  // namespace core::detail
 
 // One rank's account. Copies share the counters. Thread-safe.
 class memory_account {
  public:
-  explicit memory_account(memory_budget budget = {}) : st_(std::make_shared<detail::memory_account_state>()) {
+  explicit memory_account(memory_budget budget = {}) : st_(std::make_shared<core::detail::memory_account_state>()) {
     st_->budget = budget;
   }
 
@@ -137,13 +137,13 @@ class memory_account {
 
    private:
     friend class memory_account;
-    std::shared_ptr<detail::memory_account_state> st_;
-    detail::memory_tag_state* tag_ = nullptr;
+    std::shared_ptr<core::detail::memory_account_state> st_;
+    core::detail::memory_tag_state* tag_ = nullptr;
     int kind_ = 0;
     std::uint64_t bytes_ = 0;
   };
   static result<charge> charge_current(std::uint64_t bytes, memory_kind k) {
-    const auto& ctx = detail::current_memory_context();
+    const auto& ctx = core::detail::current_memory_context();
     charge c;
     if (!ctx.account || bytes == 0) return c;
     auto& st = *ctx.account;
@@ -175,24 +175,24 @@ class memory_account {
  private:
   friend class memory_scope;
   static int index(memory_kind k) noexcept { return k == memory_kind::host ? 0 : 1; }
-  std::shared_ptr<detail::memory_account_state> st_;
+  std::shared_ptr<core::detail::memory_account_state> st_;
 };
 
 // While it lives, tensors this thread allocates count against `account` under `tag`; scopes nest (the
 // previous one returns at destruction). Not movable: it belongs to one thread's stack.
 class memory_scope {
  public:
-  memory_scope(const memory_account& account, std::string_view tag) : prev_(detail::current_memory_context()) {
-    auto& ctx = detail::current_memory_context();
+  memory_scope(const memory_account& account, std::string_view tag) : prev_(core::detail::current_memory_context()) {
+    auto& ctx = core::detail::current_memory_context();
     ctx.account = account.st_;
     ctx.tag = &account.st_->tag(tag);
   }
-  ~memory_scope() { detail::current_memory_context() = std::move(prev_); }
+  ~memory_scope() { core::detail::current_memory_context() = std::move(prev_); }
   memory_scope(const memory_scope&) = delete;
   memory_scope& operator=(const memory_scope&) = delete;
 
  private:
-  detail::memory_context prev_;
+  core::detail::memory_context prev_;
 };
 
 }  // namespace jitembed

@@ -225,8 +225,8 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
       rc.procs ? "ranks as processes" : "ranks as threads");
   std::string rows;
   for (int m = 0; m < mb; ++m) rows += (m ? "," : "") + std::to_string(hybrid::microbatch_rows(c.batch, mb, m));
-  std::printf("step: batch %lld in %d microbatch(es) of %s rows, schedule %s", static_cast<long long>(c.batch), mb,
-              rows.c_str(), std::string(to_string(rc.so.schedule)).c_str());
+  std::printf("step: batch %lld in %d microbatch%s of %s row(s), schedule %s", static_cast<long long>(c.batch), mb,
+              mb == 1 ? "" : "es", rows.c_str(), std::string(to_string(rc.so.schedule)).c_str());
   if (rc.so.schedule == pipeline_schedule::one_f_one_b) std::printf(", %d in flight", rc.so.in_flight);
   std::printf("\n");
   bool ok = true;

@@ -54,8 +54,9 @@ struct outcome {
   comm_stats enc_stats, lm_stats;
   std::uint64_t boundary_sent = 0, boundary_received = 0, world_collectives = 0;  // summed over the ranks
   int enc_size = 0, lm_size = 0;
-  std::map<int, std::string> enc_logs, lm_logs;             // by world rank
-  std::vector<hybrid::timed_op> enc_timeline, lm_timeline;  // of the groups' rank 0
+  std::map<int, std::string> enc_logs, lm_logs;                // by world rank
+  std::vector<hybrid::timed_op> enc_timeline, lm_timeline;     // of the groups' rank 0
+  std::uint64_t enc_peak = 0, lm_peak = 0, boundary_peak = 0;  // the largest over the ranks
 };
 
 void merge(outcome& o, rank_result r) {
@@ -81,6 +82,9 @@ void merge(outcome& o, rank_result r) {
     }
   }
   for (auto& [name, t] : r.grads) o.grads[name] = t;
+  o.enc_peak = std::max(o.enc_peak, r.enc_peak);
+  o.lm_peak = std::max(o.lm_peak, r.lm_peak);
+  o.boundary_peak = std::max(o.boundary_peak, r.boundary_peak);
   o.boundary_sent += r.boundary_sent;
   o.boundary_received += r.boundary_received;
   o.world_collectives += r.world_collectives;
@@ -141,6 +145,7 @@ json result_json(const rank_result& r) {
           {"boundary_sent", r.boundary_sent},
           {"boundary_received", r.boundary_received},
           {"world_collectives", r.world_collectives},
+          {"peaks", {r.enc_peak, r.lm_peak, r.boundary_peak}},
           {"enc_log", r.enc_log},
           {"lm_log", r.lm_log},
           {"timeline", timeline}};
@@ -162,6 +167,9 @@ rank_result result_of(const json& j) {
   r.boundary_sent = j.at("boundary_sent").get<std::uint64_t>();
   r.boundary_received = j.at("boundary_received").get<std::uint64_t>();
   r.world_collectives = j.at("world_collectives").get<std::uint64_t>();
+  r.enc_peak = j.at("peaks")[0].get<std::uint64_t>();
+  r.lm_peak = j.at("peaks")[1].get<std::uint64_t>();
+  r.boundary_peak = j.at("peaks")[2].get<std::uint64_t>();
   r.enc_log = j.at("enc_log").get<std::string>();
   r.lm_log = j.at("lm_log").get<std::string>();
   for (const auto& t : j.at("timeline")) {
@@ -353,6 +361,11 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
               ahead == want_ahead ? "" : "  MISMATCH");
   std::printf("encoder and LM computing at the same time (their rank 0s): %.3f ms of a %.3f s run%s\n", together,
               wall_s, overlap_ok ? "" : "  MISMATCH (sequential: must be 0)");
+  std::printf(
+      "peak live bytes a rank allocated in the step (the largest over the ranks): encoder %llu, LM %llu, "
+      "boundary %llu\n",
+      static_cast<unsigned long long>(res.enc_peak), static_cast<unsigned long long>(res.lm_peak),
+      static_cast<unsigned long long>(res.boundary_peak));
 
   const std::string mode = rc.procs ? "processes" : "threads";
   if (ok) {
@@ -379,6 +392,9 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
                      {"max_rel_error", worst},
                      {"boundary_bytes", res.boundary_sent},
                      {"concurrent_ms", together},
+                     {"peak_bytes_encoder", res.enc_peak},
+                     {"peak_bytes_llm", res.lm_peak},
+                     {"peak_bytes_boundary", res.boundary_peak},
                      {"wall_s", wall_s},
                      {"ok", ok}};
   std::printf("%s\n", line.dump().c_str());

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "jitembed/core/memory_account.hpp"
 #include "jitembed/parallel/gloo.hpp"
 #include "jitembed/parallel/hybrid.hpp"
 #include "jitembed/parallel/pipeline_schedule.hpp"
@@ -66,6 +67,9 @@ struct rank_result {
   comm_stats enc_stats, lm_stats;
   std::uint64_t boundary_sent = 0, boundary_received = 0, world_collectives = 0;
   std::string enc_log, lm_log;  // "F0 F1 B0 ...": the compute ops in the order they ran
+  // Peak live host bytes of what this rank's ops allocated, per module (activations kept for backward
+  // included: they stay counted until freed), and of the boundary's buffers (core/memory_account.hpp).
+  std::uint64_t enc_peak = 0, lm_peak = 0, boundary_peak = 0;
   std::vector<timed_op> timeline;
 };
 
@@ -355,10 +359,14 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
     res.timeline.push_back({stage, kind, m, t0, now_ns()});
   };
 
+  const memory_account account;
   for (const pipeline_op& op : ops) {
     const int m = op.microbatch;
     const auto i = static_cast<std::size_t>(std::max(m, 0));
     const std::int64_t t0 = now_ns();
+    const memory_scope scope(account, op.op == pipeline_op::kind::exchange ? "boundary"
+                                      : op.stage == pipeline_stage::first  ? "encoder"
+                                                                           : "llm");
     if (op.op == pipeline_op::kind::exchange) {
       std::optional<boundary_part> act, grad;
       if (op.activation >= 0) {
@@ -412,6 +420,9 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
   }
 
   // Stats of the step, then the gathers for the comparison (not part of the step).
+  res.enc_peak = account.tag("encoder").host.peak;
+  res.lm_peak = account.tag("llm").host.peak;
+  res.boundary_peak = account.tag("boundary").host.peak;
   const comm_stats world_step = world.stats();
   res.boundary_sent = world_step[coll::send].bytes;
   res.boundary_received = world_step[coll::recv].bytes;

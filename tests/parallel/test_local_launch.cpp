@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,18 @@ TEST_CASE("run_local_ranks: errors") {
   CHECK(r.error().message ==
         "run_local_ranks: cannot start rank 0 ('/nonexistent/jitembed-rank'): No such file or directory");
   CHECK(run_local_ranks(0, script(""), sh()).code() == errc::invalid_argument);
+  // args throwing for rank 1: rank 0 (already running) is killed, the error names the rank.
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto threw = run_local_ranks(
+      2,
+      [](int rank) {
+        if (rank == 1) throw std::runtime_error("no port");
+        return std::vector<std::string>{"-c", "exec sleep 30"};
+      },
+      sh());
+  REQUIRE_FALSE(threw);
+  CHECK(threw.error().message == "run_local_ranks: args(1) threw: no port");
+  CHECK(seconds_since(t0) < 10);
   CHECK(run_local_ranks(1, script(""), sh(std::chrono::milliseconds(0))).code() == errc::invalid_argument);
 }
 

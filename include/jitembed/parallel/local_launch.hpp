@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -70,7 +71,9 @@ inline constexpr const char* kLaunchParentVar = "JITEMBED_LAUNCHER_PID";
 // JITEMBED_WORLD_SIZE=world, JITEMBED_LAUNCHER_PID (this process) and opt.env in its environment (stdout and
 // stderr inherited), and waits for all of them. Returns how each ended, in rank order: a failed rank is a
 // value here, not an error. Errors: invalid_argument (world < 1, a timeout <= 0), io_error when a process
-// cannot be started (the ones already started are killed and reaped first). Blocks the calling thread.
+// cannot be started (the ones already started are killed and reaped first; likewise invalid_argument when
+// args throws). Blocks the calling thread, which should live until it returns: a rank that called
+// local_rank_of_this_process gets SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG).
 inline result<std::vector<rank_exit>> run_local_ranks(int world,
                                                       const std::function<std::vector<std::string>(int rank)>& args,
                                                       const local_launch_options& opt = {}) {
@@ -94,7 +97,12 @@ inline result<std::vector<rank_exit>> run_local_ranks(int world,
   };
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> argv_s{opt.executable};
-    for (auto& a : args(r)) argv_s.push_back(std::move(a));
+    try {
+      for (auto& a : args(r)) argv_s.push_back(std::move(a));
+    } catch (const std::exception& e) {  // no rank outlives a launcher that gives up
+      kill_all(rank_exit::how::killed_after_failure, std::vector<bool>(pids.size(), false));
+      return fail(errc::invalid_argument, "run_local_ranks: args(" + std::to_string(r) + ") threw: " + e.what());
+    }
     std::vector<std::string> env_s;
     for (char** e = environ; e && *e; ++e) {
       const std::string_view kv(*e);

@@ -1,323 +1,187 @@
-// hybrid_parallel: a small ViT-style encoder run sequence-parallel (Ulysses, SP=4) feeding a small
-// transformer LM run tensor-parallel (Megatron, TP=2), on 4 ranks (threads, Gloo on loopback). One forward
-// and backward step; the activation crosses between the two layouts through the boundary transform
-// (grouped send/recv over the world communicator) forward, and its gradient crosses back.
-// Prints the max abs difference of the loss, the outputs and every gradient against the single-rank
-// reference (model.hpp), then the bytes each collective moved next to its formula. Exit code 0 when
-// every relative error is ≤ the tolerance and every byte count equals its formula.
+// hybrid_parallel: a small ViT-style encoder run sequence-parallel (Ulysses) feeding a small transformer LM
+// run tensor-parallel (Megatron), on a world of Gloo ranks: threads of this process, or (--procs) one process
+// per rank started by this one (tcp_store rendezvous on 127.0.0.1). One training step over M microbatches in
+// a pipeline schedule (sequential, or 1F1B for disjoint rank sets); the activation crosses between the two
+// layouts through the boundary transform (point to point over the world communicator) forward, and its
+// gradient crosses back. Prints the max abs difference of the loss, the outputs and every gradient against
+// the single-rank full-batch reference (model.hpp), the bytes each collective moved next to its formula, and
+// each module's op log ("F0 F1 B0 ..."). Exit code 0 when every relative error is ≤ the tolerance, every
+// byte count equals its formula, the op logs agree across a module's ranks and the encoder's log runs ahead
+// (some F(m+1) before B(m)) exactly under 1F1B.
 //
-//   hybrid_parallel [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--tolerance 1e-5] [--device cpu|cuda]
-// (any rank sets of the 4: shared, overlapping or disjoint, e.g. --encoder-ranks 0,1 --llm-ranks 2,3)
-// --device cuda (CUDA builds): the Ulysses attention and the LM's tensor-parallel layers run on GPU 0 with
-// cuda_backend (f32), all 4 ranks on the one GPU, their collectives through host_staged_communicator over
-// the same Gloo groups; the glue between the layers (LayerNorm, residuals, the local attention, the loss)
-// stays the CPU reference math, so tensors cross to the GPU and back at each layer (a demonstration of the
-// device path, not a fast one). Default tolerance there 1e-4.
+//   hybrid_parallel [--world 4] [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--batch 2] [--microbatches 1]
+//                   [--schedule sequential|1f1b] [--in-flight 2] [--procs] [--tolerance 1e-5] [--device cpu|cuda]
+// (any rank sets of the world: shared, overlapping or disjoint, e.g. --encoder-ranks 0,1 --llm-ranks 2,3)
+// --device cuda (CUDA builds, threads only): the Ulysses attention and the LM's tensor-parallel layers run on
+// GPU 0 with cuda_backend (f32), all ranks on the one GPU, their collectives through host_staged_communicator
+// over the same Gloo groups; the glue between the layers (LayerNorm, residuals, the local attention, the
+// loss) stays the CPU reference math (a demonstration of the device path, not a fast one). Tolerance 1e-4.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
-#include <optional>
+#include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "jitembed/parallel/gloo.hpp"
-#include "jitembed/parallel/hybrid.hpp"
-#include "jitembed/parallel/tensor_parallel.hpp"
-#include "jitembed/parallel/ulysses.hpp"
-#include "model.hpp"
-#if defined(JITEMBED_HAS_NCCL)
-#include "jitembed/parallel/cuda/backend.hpp"
-#include "jitembed/parallel/cuda/host_staged.hpp"
+#include "jitembed/parallel/local_launch.hpp"
+#include "step.hpp"
+#if defined(JITEMBED_HAS_TCP_STORE)
+#include "jitembed/parallel/tcp_store.hpp"
+#include "jitembed/parallel/tcp_store_server.hpp"
 #endif
 
 namespace {
 
 using namespace jitembed;
 using namespace jitembed::parallel;
-using comm_t = gloo_communicator;
+using hybrid::comm_t;
+using hybrid::rank_result;
 using hybrid::tensors;
+using json = nlohmann::json;
 
-constexpr int kWorld = 4;
-
-// What the ranks hand back for the comparison.
+// Everything the ranks hand back, merged.
 struct outcome {
-  std::mutex mu;
   std::vector<float> losses;
   tensor enc_out, logits;
   tensors grads;
   comm_stats enc_stats, lm_stats;
   std::uint64_t boundary_sent = 0, boundary_received = 0, world_collectives = 0;  // summed over the ranks
   int enc_size = 0, lm_size = 0;
+  std::map<int, std::string> enc_logs, lm_logs;                // by world rank
+  std::vector<hybrid::timed_op> enc_timeline, lm_timeline;     // of the groups' rank 0
+  std::uint64_t enc_peak = 0, lm_peak = 0, boundary_peak = 0;  // the largest over the ranks
 };
 
-tensor reshape(const tensor& t, const shape& s) { return hybrid::reshape(t, s); }
-
-// Where a rank's TP/SP layers run. cpu_mode: on the Gloo groups themselves with the nn math.
-struct cpu_mode {
-  using comm = comm_t;
-  using backend = cpu_backend;
-  comm& attach(comm_t& group, int) { return group; }
-  backend be() const { return {}; }
-  tensor up(const tensor& t) const { return t; }
-  tensor down(const tensor& t) const { return t; }
-  const comm_stats& stats(comm_t& group, int) const { return group.stats(); }
-};
-
-#if defined(JITEMBED_HAS_NCCL)
-// cuda_mode: GPU 0, one stream per rank; each group's layers get a host-staged communicator over a
-// sub-communicator of that group (same ranks, its own stats), staged on the rank's stream.
-struct cuda_mode {
-  using comm = host_staged_communicator<comm_t>;
-  using backend = cuda_backend;
-  jitembed::cuda::stream stream = jitembed::cuda::stream::create().value();
-  cuda_backend b = cuda_backend::create(stream, dtype::f32).value();
-  std::unique_ptr<comm> staged[2];
-  comm& attach(comm_t& group, int slot) {
-    staged[slot] = std::make_unique<comm>(group.split(0, group.rank()).value(), cuda_staging(stream, 0));
-    group.stats().reset();  // the split's all_gather is not part of the step
-    return *staged[slot];
+void merge(outcome& o, rank_result r) {
+  if (r.lm_rank >= 0) {
+    o.losses.push_back(r.loss);
+    o.lm_logs[r.rank] = r.lm_log;
   }
-  backend be() const { return b; }
-  tensor up(const tensor& t) const { return b.upload_as(t, t.dtype()); }  // f32 activations, i64 ids
-  tensor down(const tensor& t) const { return b.download(t); }
-  const comm_stats& stats(comm_t&, int slot) const { return staged[slot]->stats(); }
-};
-#endif
-
-// Rows of the fused QKV weight ordered so that rank r's contiguous shard is [q_r; k_r; v_r] (its heads).
-tensor fuse_qkv(const tensors& p, int tp) {
-  const tensor_view parts_all[] = {p.at("lm.q.w").view(), p.at("lm.k.w").view(), p.at("lm.v.w").view()};
-  std::vector<tensor> pieces;
-  for (int r = 0; r < tp; ++r) {
-    for (const auto& w : parts_all) pieces.push_back(local_chunk(w, 0, tp, r));
+  if (r.enc_rank >= 0) o.enc_logs[r.rank] = r.enc_log;
+  if (r.lm_rank == 0) {
+    o.logits = r.logits;
+    o.lm_stats = r.lm_stats;
+    o.lm_size = r.lm_size;
+    for (const auto& t : r.timeline) {
+      if (t.stage == 'L') o.lm_timeline.push_back(t);
+    }
   }
-  std::vector<tensor_view> views(pieces.begin(), pieces.end());
-  return concat(views, 0);
+  if (r.enc_rank == 0) {
+    o.enc_out = r.enc_out;
+    o.enc_stats = r.enc_stats;
+    o.enc_size = r.enc_size;
+    for (const auto& t : r.timeline) {
+      if (t.stage == 'E') o.enc_timeline.push_back(t);
+    }
+  }
+  for (auto& [name, t] : r.grads) o.grads[name] = t;
+  o.enc_peak = std::max(o.enc_peak, r.enc_peak);
+  o.lm_peak = std::max(o.lm_peak, r.lm_peak);
+  o.boundary_peak = std::max(o.boundary_peak, r.boundary_peak);
+  o.boundary_sent += r.boundary_sent;
+  o.boundary_received += r.boundary_received;
+  o.world_collectives += r.world_collectives;
 }
 
-// The inverse, for the gathered gradient of the fused weight.
-void unfuse_qkv(const tensor& fused, int tp, tensors& out) {
-  const std::int64_t rows = fused.size(0) / 3, per = rows / tp;
-  const char* names[] = {"lm.q.w", "lm.k.w", "lm.v.w"};
-  for (int j = 0; j < 3; ++j) {
-    std::vector<tensor> pieces;
-    for (int r = 0; r < tp; ++r) pieces.push_back(narrow(fused.view(), 0, (3 * r + j) * per, per));
-    std::vector<tensor_view> views(pieces.begin(), pieces.end());
-    out[names[j]] = concat(views, 0);
+// --- a rank's result as JSON, through the store (ranks as processes) -------------------------------------
+
+json tensor_json(const tensor& t) {
+  if (!t.defined()) return nullptr;
+  json shape = json::array();
+  for (std::size_t d = 0; d < t.shape().size(); ++d) shape.push_back(t.size(d));
+  const float* p = t.view().data<float>();
+  return {{"shape", shape}, {"data", std::vector<float>(p, p + t.numel())}};  // floats print round-trip exact
+}
+tensor tensor_of(const json& j) {
+  if (j.is_null()) return {};
+  shape s;
+  for (const auto& d : j.at("shape")) s.push_back(d.get<std::int64_t>());
+  tensor t = tensor::empty(s, dtype::f32);
+  const auto data = j.at("data").get<std::vector<float>>();
+  if (data.size() != t.numel()) throw error(errc::corrupt_data, "rank result: tensor data does not match its shape");
+  std::copy(data.begin(), data.end(), t.view().data<float>());
+  return t;
+}
+json stats_json(const comm_stats& s) {
+  json a = json::array();
+  for (std::size_t i = 0; i < kCollCount; ++i)
+    a.push_back({s[static_cast<coll>(i)].calls, s[static_cast<coll>(i)].bytes});
+  return a;
+}
+comm_stats stats_of(const json& a) {
+  comm_stats s;
+  for (std::size_t i = 0; i < kCollCount && i < a.size(); ++i) {
+    const auto calls = a[i][0].get<std::uint64_t>(), bytes = a[i][1].get<std::uint64_t>();
+    for (std::uint64_t n = 0; n < calls; ++n) s.record(static_cast<coll>(i), n == 0 ? bytes : 0);
   }
+  return s;
 }
 
-// The vision encoder on its sequence-parallel group: this rank's patches, replicated weights, Ulysses
-// attention (on `dev`, the mode's communicator of the group); backward accumulates the weight gradients of
-// this rank's tokens into g.
-template <class Mode>
-struct sp_encoder {
-  const hybrid::config& c;
-  const tensors& p;
-  comm_t& comm;
-  Mode& mode;
-  typename Mode::comm* dev = nullptr;
-  std::int64_t s_local = 0;
-  shape s4;
-  tensor x_in, x0, q, k, v, att, x1, h, gh, x2;
-  hybrid::ln_out a1, a2;
-  std::optional<ulysses_attention<typename Mode::comm, typename Mode::backend>> uly;
-
-  tensor forward(const tensor& patches) {
-    using hybrid::linear;
-    const int sp = comm.size();
-    s_local = chunk_size(c.patches, sp, comm.rank());
-    s4 = shape{c.batch, s_local, c.enc_heads, c.enc_hidden / c.enc_heads};
-    x_in = local_chunk(patches.view(), 1, sp, comm.rank());
-    x0 = linear(x_in, p.at("enc.patch.w"), &p.at("enc.patch.b"));
-    a1 = hybrid::layer_norm(x0, p, "enc.ln1", c.eps);
-    q = linear(a1.y, p.at("enc.q.w"), nullptr);
-    k = linear(a1.y, p.at("enc.k.w"), nullptr);
-    v = linear(a1.y, p.at("enc.v.w"), nullptr);
-    uly = ulysses_attention<typename Mode::comm, typename Mode::backend>::create(
-              *dev, static_cast<int>(c.enc_heads), {.causal = false}, mode.be())
-              .value();
-    const tensor o = uly->forward(mode.up(reshape(q, s4)), mode.up(reshape(k, s4)), mode.up(reshape(v, s4)), c.patches)
-                         .value();
-    att = reshape(mode.down(o), {c.batch, s_local, c.enc_hidden});
-    x1 = hybrid::add(x0, linear(att, p.at("enc.o.w"), &p.at("enc.o.b")));
-    a2 = hybrid::layer_norm(x1, p, "enc.ln2", c.eps);
-    h = linear(a2.y, p.at("enc.fc1.w"), &p.at("enc.fc1.b"));
-    gh = hybrid::gelu(h);
-    x2 = hybrid::add(x1, linear(gh, p.at("enc.fc2.w"), &p.at("enc.fc2.b")));
-    return x2;
+json result_json(const rank_result& r) {
+  json grads = json::object();
+  for (const auto& [name, t] : r.grads) grads[name] = tensor_json(t);
+  json timeline = json::array();
+  for (const auto& t : r.timeline) {
+    timeline.push_back({std::string(1, t.stage), std::string(1, t.kind), t.microbatch, t.start_ns, t.end_ns});
   }
-
-  void backward(const tensor& dx2, tensors& g) {
-    namespace pm = parallel::math;
-    using hybrid::linear_back;
-    tensor dgh = linear_back(gh, p.at("enc.fc2.w"), dx2, g, "enc.fc2", true);
-    tensor da2 = linear_back(a2.y, p.at("enc.fc1.w"), hybrid::gelu_back(h, dgh), g, "enc.fc1", true);
-    tensor dx1 = hybrid::add(dx2, hybrid::layer_norm_back(x1, p, a2, da2, g, "enc.ln2"));
-    tensor datt = linear_back(att, p.at("enc.o.w"), dx1, g, "enc.o", true);
-    auto dqkv = uly->backward(mode.up(reshape(datt, s4))).value();
-    const shape s3{c.batch, s_local, c.enc_hidden};
-    tensor da1 = linear_back(a1.y, p.at("enc.q.w"), reshape(mode.down(dqkv.dq), s3), g, "enc.q", false);
-    pm::add_inplace(da1.view(),
-                    linear_back(a1.y, p.at("enc.k.w"), reshape(mode.down(dqkv.dk), s3), g, "enc.k", false).view());
-    pm::add_inplace(da1.view(),
-                    linear_back(a1.y, p.at("enc.v.w"), reshape(mode.down(dqkv.dv), s3), g, "enc.v", false).view());
-    tensor dx0 = hybrid::add(dx1, hybrid::layer_norm_back(x0, p, a1, da1, g, "enc.ln1"));
-    (void)linear_back(x_in, p.at("enc.patch.w"), dx0, g, "enc.patch", true);
-    // Replicated encoder weights saw only this rank's tokens: one fused all_reduce completes their gradients.
-    std::vector<tensor_view> enc_grads;
-    for (auto& [name, t] : g) {
-      if (name.rfind("enc.", 0) == 0) enc_grads.push_back(t.view());
-    }
-    sync_replicated_grads(comm, std::span<const tensor_view>(enc_grads)).value();
-  }
-};
-
-template <class Mode>
-void rank_main(comm_t& world, const hybrid::config& c, const tensors& p, const hybrid::batch& in, const hybrid_plan& plan,
-               outcome& res, Mode& mode) {
-  using dcomm = typename Mode::comm;
-  using backend = typename Mode::backend;
-  namespace pm = parallel::math;
-  using hybrid::linear;
-  using hybrid::linear_back;
-  tensors g = hybrid::zero_grads(p);
-  comm_t enc = plan.group(world, "vision_encoder").value();
-  comm_t lm = plan.group(world, "language_model").value();
-  dcomm* enc_dev = enc.valid() ? &mode.attach(enc, 0) : nullptr;
-  dcomm* lm_dev = lm.valid() ? &mode.attach(lm, 1) : nullptr;
-  world.stats().reset();
-  const shape enc_global{c.batch, c.patches, c.enc_hidden};
-  const layout src = plan.activation_layout("vision_encoder", 1);  // shard(sequence) over the SP ranks
-  const layout dst = plan.activation_layout("language_model", 1);  // replicate over the TP ranks
-
-  // ---- vision encoder, sequence parallel (on the ranks of its group) ----
-  sp_encoder<Mode> encoder{c, p, enc, mode, enc_dev};
-  tensor x2;
-  if (enc.valid()) x2 = encoder.forward(in.patches);
-
-  // ---- boundary: shard(seq) over SP ranks → replicate over TP ranks ----
-  const tensor_view x2v = x2.defined() ? x2.view() : tensor_view();
-  tensor enc_full = boundary_forward(world, enc.valid() ? &x2v : nullptr, enc_global, src, dst);
-
-  tensor dx2_full;  // on LM ranks: the gradient of the encoder output
-  if (lm.valid()) {
-    // ---- language model, tensor parallel ----
-    const int tp = lm.size();
-    const std::int64_t hl = c.lm_hidden, hl_t = hl / tp, heads_t = c.lm_heads / tp, t = c.tokens();
-    dcomm& lmc = *lm_dev;
-    const backend be = mode.be();
-    const auto up = [&](const tensor& t) { return mode.up(t); };
-    const auto down = [&](const tensor& t) { return mode.down(t); };
-    auto qkv = column_parallel_linear<dcomm, backend>::create(lmc, hl, 3 * hl, {.bias = false}, be).value();
-    qkv.load_full(fuse_qkv(p, tp).view(), nullptr);
-    auto proj = row_parallel_linear<dcomm, backend>::create(lmc, hl, hl, {.input_is_parallel = true}, be).value();
-    proj.load_full(p.at("lm.o.w").view(), p.at("lm.o.b").view());
-    auto mlp = tensor_parallel_mlp<dcomm, backend>::create(lmc, hl, c.lm_ffn, {}, be).value();
-    const tensor_view b1v = p.at("lm.fc1.b").view(), b2v = p.at("lm.fc2.b").view();
-    mlp.load_full(p.at("lm.fc1.w").view(), &b1v, p.at("lm.fc2.w").view(), &b2v);
-    auto emb = vocab_parallel_embedding<dcomm, backend>::create(lmc, c.vocab, hl, {}, be).value();
-    emb.load_full(p.at("lm.embed").view());
-    auto head =
-        column_parallel_linear<dcomm, backend>::create(lmc, hl, c.vocab, {.bias = false, .gather_output = true}, be)
-            .value();
-    head.load_full(p.at("lm.head.w").view(), nullptr);
-
-    const auto [ids_in, targets] = hybrid::split_ids(c, in.ids);
-    tensor img = linear(enc_full, p.at("lm.conn.w"), &p.at("lm.conn.b"));
-    tensor txt = down(emb.forward(up(ids_in)).value());
-    const tensor_view parts[] = {img.view(), txt.view()};
-    tensor h0 = concat(parts, 1);
-    auto b1 = hybrid::layer_norm(h0, p, "lm.ln1", c.eps);
-    tensor qkv_local = down(qkv.forward(up(b1.y)).value());  // [B, T, 3·hl/tp]: this rank's heads
-    tensor lq = narrow(qkv_local.view(), 2, 0, hl_t), lk = narrow(qkv_local.view(), 2, hl_t, hl_t),
-           lv = narrow(qkv_local.view(), 2, 2 * hl_t, hl_t);
-    auto lat = hybrid::attention(lq, lk, lv, heads_t, /*causal=*/true);
-    tensor h1 = hybrid::add(h0, down(proj.forward(up(lat.out)).value()));
-    auto b2 = hybrid::layer_norm(h1, p, "lm.ln2", c.eps);
-    tensor h2 = hybrid::add(h1, down(mlp.forward(up(b2.y)).value()));
-    auto bf = hybrid::layer_norm(h2, p, "lm.lnf", c.eps);
-    tensor ft = narrow(bf.y.view(), 1, c.patches, c.text);
-    tensor logits = down(head.forward(up(ft)).value());
-    tensor dlogits = tensor::empty(logits.shape(), dtype::f32);
-    const tensor_view dl2 = reshape(dlogits, {c.batch * c.text, c.vocab}).view();
-    const float loss = pm::cross_entropy_forward_backward(reshape(logits, {c.batch * c.text, c.vocab}).view(),
-                                                          reshape(targets, {c.batch * c.text}).view(), &dl2);
-    // backward
-    tensor dft = down(head.backward(up(dlogits)).value());
-    tensor dbf = tensor::zeros(bf.y.shape(), dtype::f32);
-    copy_into(dbf.view(), 1, c.patches, dft.view());
-    tensor dh2 = hybrid::layer_norm_back(h2, p, bf, dbf, g, "lm.lnf");
-    tensor dh1 = hybrid::add(dh2, hybrid::layer_norm_back(h1, p, b2, down(mlp.backward(up(dh2)).value()), g, "lm.ln2"));
-    tensor dlat = down(proj.backward(up(dh1)).value());
-    tensor dlq = tensor::empty(lq.shape(), dtype::f32), dlk = tensor::empty(lk.shape(), dtype::f32),
-           dlv = tensor::empty(lv.shape(), dtype::f32);
-    const shape l4{c.batch, t, heads_t, hl_t / heads_t};
-    pm::attention_backward(reshape(lq, l4).view(), reshape(lk, l4).view(), reshape(lv, l4).view(), lat.saved,
-                           reshape(dlat, l4).view(), reshape(dlq, l4).view(), reshape(dlk, l4).view(),
-                           reshape(dlv, l4).view());
-    const tensor_view dparts[] = {dlq.view(), dlk.view(), dlv.view()};
-    tensor db1 = down(qkv.backward(up(concat(dparts, 2))).value());
-    tensor dh0 = hybrid::add(dh1, hybrid::layer_norm_back(h0, p, b1, db1, g, "lm.ln1"));
-    emb.backward(up(narrow(dh0.view(), 1, c.patches, c.text))).value();
-    dx2_full = linear_back(enc_full, p.at("lm.conn.w"), narrow(dh0.view(), 1, 0, c.patches), g, "lm.conn", true);
-
-    // Stats of the step, then the gathers for the comparison (not part of the step).
-    const comm_stats lm_step = mode.stats(lm, 1);
-    tensors lm_grads;
-    unfuse_qkv(down(qkv.full_grad_weight().value()), tp, lm_grads);
-    lm_grads["lm.o.w"] = down(proj.full_grad_weight().value());
-    lm_grads["lm.o.b"] = down(proj.full_grad_bias().value());
-    lm_grads["lm.fc1.w"] = down(mlp.fc1().full_grad_weight().value());
-    lm_grads["lm.fc1.b"] = down(mlp.fc1().full_grad_bias().value());
-    lm_grads["lm.fc2.w"] = down(mlp.fc2().full_grad_weight().value());
-    lm_grads["lm.fc2.b"] = down(mlp.fc2().full_grad_bias().value());
-    lm_grads["lm.embed"] = down(emb.full_grad_weight().value());
-    lm_grads["lm.head.w"] = down(head.full_grad_weight().value());
-    for (const char* n : {"lm.conn.w", "lm.conn.b", "lm.ln1.g", "lm.ln1.b", "lm.ln2.g", "lm.ln2.b", "lm.lnf.g", "lm.lnf.b"}) {
-      lm_grads[n] = g.at(n);
-    }
-    std::lock_guard lock(res.mu);
-    res.losses.push_back(loss);
-    if (lm.rank() == 0) {
-      res.logits = logits;
-      for (auto& [name, t] : lm_grads) res.grads[name] = t;
-      res.lm_stats = lm_step;
-      res.lm_size = tp;
-    }
-  }
-
-  // ---- boundary backward: the gradient goes from the TP layout back to the SP layout ----
-  const tensor_view dx2_view = dx2_full.defined() ? dx2_full.view() : tensor_view();
-  tensor dx2 = boundary_backward(world, lm.valid() ? &dx2_view : nullptr, enc_global, src, dst);
-
-  // ---- encoder backward ----
-  if (enc.valid()) encoder.backward(dx2, g);
-
-  comm_stats enc_step = enc.valid() ? enc.stats() : comm_stats{};
-  const comm_stats world_step = world.stats();
-  if (enc.valid() && &mode.stats(enc, 0) != &enc.stats()) {  // the attention's all_to_alls ran on the device comm
-    const op_stats a2a = mode.stats(enc, 0)[coll::all_to_all];
-    for (std::uint64_t i = 0; i < a2a.calls; ++i) enc_step.record(coll::all_to_all, i == 0 ? a2a.bytes : 0);
-  }
-  tensor enc_out = enc.valid() ? all_gather_dim(enc, x2.view(), 1, c.patches).value() : tensor();
-  std::lock_guard lock(res.mu);
-  if (enc.valid() && enc.rank() == 0) {
-    res.enc_out = enc_out;
-    for (auto& [name, t] : g) {
-      if (name.rfind("enc.", 0) == 0) res.grads[name] = t;
-    }
-    res.enc_stats = enc_step;
-    res.enc_size = enc.size();
-  }
-  res.boundary_sent += world_step[coll::send].bytes;
-  res.boundary_received += world_step[coll::recv].bytes;
-  res.world_collectives += world_step.total_calls() - world_step[coll::send].calls - world_step[coll::recv].calls;
+  return {{"rank", r.rank},
+          {"enc_rank", r.enc_rank},
+          {"enc_size", r.enc_size},
+          {"lm_rank", r.lm_rank},
+          {"lm_size", r.lm_size},
+          {"loss", std::isnan(r.loss) ? json(nullptr) : json(r.loss)},
+          {"enc_out", tensor_json(r.enc_out)},
+          {"logits", tensor_json(r.logits)},
+          {"grads", grads},
+          {"enc_stats", stats_json(r.enc_stats)},
+          {"lm_stats", stats_json(r.lm_stats)},
+          {"boundary_sent", r.boundary_sent},
+          {"boundary_received", r.boundary_received},
+          {"world_collectives", r.world_collectives},
+          {"peaks", {r.enc_peak, r.lm_peak, r.boundary_peak}},
+          {"enc_log", r.enc_log},
+          {"lm_log", r.lm_log},
+          {"timeline", timeline}};
 }
+
+rank_result result_of(const json& j) {
+  rank_result r;
+  r.rank = j.at("rank").get<int>();
+  r.enc_rank = j.at("enc_rank").get<int>();
+  r.enc_size = j.at("enc_size").get<int>();
+  r.lm_rank = j.at("lm_rank").get<int>();
+  r.lm_size = j.at("lm_size").get<int>();
+  r.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<float>();
+  r.enc_out = tensor_of(j.at("enc_out"));
+  r.logits = tensor_of(j.at("logits"));
+  for (const auto& [name, t] : j.at("grads").items()) r.grads[name] = tensor_of(t);
+  r.enc_stats = stats_of(j.at("enc_stats"));
+  r.lm_stats = stats_of(j.at("lm_stats"));
+  r.boundary_sent = j.at("boundary_sent").get<std::uint64_t>();
+  r.boundary_received = j.at("boundary_received").get<std::uint64_t>();
+  r.world_collectives = j.at("world_collectives").get<std::uint64_t>();
+  r.enc_peak = j.at("peaks")[0].get<std::uint64_t>();
+  r.lm_peak = j.at("peaks")[1].get<std::uint64_t>();
+  r.boundary_peak = j.at("peaks")[2].get<std::uint64_t>();
+  r.enc_log = j.at("enc_log").get<std::string>();
+  r.lm_log = j.at("lm_log").get<std::string>();
+  for (const auto& t : j.at("timeline")) {
+    r.timeline.push_back({t[0].get<std::string>()[0], t[1].get<std::string>()[0], t[2].get<int>(),
+                          t[3].get<std::int64_t>(), t[4].get<std::int64_t>()});
+  }
+  return r;
+}
+
+std::string result_key(int rank) { return "hybrid_parallel/result/" + std::to_string(rank); }
+
+// --- the report ---------------------------------------------------------------------------------------
 
 double max_abs(const tensor& a, const tensor& b) {
   double m = a.numel() == b.numel() ? 0.0 : 1e30;
@@ -328,109 +192,68 @@ double max_abs(const tensor& a, const tensor& b) {
 }
 double max_mag(const tensor& b) {
   double m = 1e-6;
-  for (std::uint64_t i = 0; i < b.numel(); ++i) m = std::max(m, static_cast<double>(std::abs(b.view().data<float>()[i])));
+  for (std::uint64_t i = 0; i < b.numel(); ++i)
+    m = std::max(m, static_cast<double>(std::abs(b.view().data<float>()[i])));
   return m;
 }
 
-}  // namespace
+std::string list(const std::vector<int>& v) {
+  std::string s;
+  for (int r : v) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
 
-int main(int argc, char** argv) {
-  std::vector<int> llm_ranks{0, 1}, encoder_ranks{0, 1, 2, 3};
-  double tolerance = -1;
+// Time during which the encoder's rank 0 and the LM's rank 0 both computed (their ops' intervals
+// intersected): 0 whenever the modules run one after the other.
+double concurrent_ms(const std::vector<hybrid::timed_op>& a, const std::vector<hybrid::timed_op>& b) {
+  std::int64_t ns = 0;
+  for (const auto& x : a) {
+    for (const auto& y : b)
+      ns += std::max<std::int64_t>(0, std::min(x.end_ns, y.end_ns) - std::max(x.start_ns, y.start_ns));
+  }
+  return static_cast<double>(ns) / 1e6;
+}
+
+struct run_config {
+  int world = 4;
+  std::vector<int> encoder_ranks, llm_ranks;
+  hybrid::step_options so;
+  double tolerance = 1e-5;
+  bool procs = false;
   std::string device = "cpu";
-  CLI::App app{"hybrid_parallel: an SP vision encoder (Ulysses) feeding a TP language model on 4 Gloo ranks, "
-               "checked against the single-rank reference"};
-  app.add_option("--encoder-ranks", encoder_ranks, "ranks of the sequence-parallel vision encoder (comma-separated)")
-      ->delimiter(',')
-      ->check(CLI::Range(0, 3))
-      ->capture_default_str();
-  app.add_option("--llm-ranks", llm_ranks, "ranks of the tensor-parallel language model (comma-separated)")
-      ->delimiter(',')
-      ->check(CLI::Range(0, 3))
-      ->capture_default_str();
-  app.add_option("--tolerance", tolerance, "largest relative error accepted (default 1e-5 on cpu, 1e-4 on cuda)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--device", device, "where the layers run")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  if (tolerance < 0) tolerance = device == "cuda" ? 1e-4 : 1e-5;
-  if (device == "cuda") {
-#if defined(JITEMBED_HAS_NCCL)
-    if (jitembed::cuda::device_count() == 0) {
-      std::printf("hybrid_parallel --device cuda: no CUDA device, skipped\n");
-      return 0;
-    }
-#else
-    std::fprintf(stderr, "hybrid_parallel: built without CUDA (JITEMBED_WITH_CUDA=OFF)\n");
-    return 2;
-#endif
-  }
-  const hybrid::config c;
-  const tensors params = hybrid::make_params(c, 42);
-  const hybrid::batch in = hybrid::make_batch(c, 7);
-  auto planned = hybrid_plan::create(
-      {{"vision_encoder", strategy::sequence_parallel, static_cast<int>(encoder_ranks.size()), encoder_ranks},
-       {"language_model", strategy::tensor_parallel, static_cast<int>(llm_ranks.size()), llm_ranks}},
-      kWorld);
-  if (!planned) {
-    std::fprintf(stderr, "hybrid_parallel: %s\n", planned.error().message.c_str());
-    return 2;
-  }
-  const hybrid_plan plan = std::move(planned).value();
-  const auto ref = hybrid::run_reference(c, params, in);
+};
 
-  outcome res;
-  auto st = shared_store(hash_store());
-  std::vector<std::thread> threads;
-  std::mutex err_mu;
-  std::string first_error;
-  for (int r = 0; r < kWorld; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto world = comm_t::create(st, r, kWorld).value();
-        if (device == "cpu") {
-          cpu_mode mode;
-          rank_main(world, c, params, in, plan, res, mode);
-        } else {
-#if defined(JITEMBED_HAS_NCCL)
-          JITEMBED_CUDA_CHECK(cudaSetDevice(0));  // every rank on GPU 0
-          cuda_mode mode;
-          rank_main(world, c, params, in, plan, res, mode);
-#endif
-        }
-      } catch (const std::exception& e) {
-        std::lock_guard lock(err_mu);
-        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (!first_error.empty()) {
-    std::fprintf(stderr, "hybrid_parallel: %s\n", first_error.c_str());
-    return 1;
-  }
-
-  auto list = [](const std::vector<int>& v) {
-    std::string s;
-    for (int r : v) s += (s.empty() ? "" : ",") + std::to_string(r);
-    return s;
-  };
-  std::printf("hybrid_parallel: vision encoder SP=%d (Ulysses) on ranks %s -> language model TP=%d on ranks %s (%s)\n",
-              res.enc_size, list(encoder_ranks).c_str(), res.lm_size, list(llm_ranks).c_str(),
-              device == "cuda" ? "layers on GPU 0, host-staged Gloo" : "CPU");
+int report(const run_config& rc, const hybrid::config& c, const tensors& params, const hybrid::reference_result& ref,
+           const outcome& res, double wall_s) {
+  const int mb = rc.so.microbatches;
+  std::printf(
+      "hybrid_parallel: vision encoder SP=%d (Ulysses) on ranks %s -> language model TP=%d on ranks %s (%s, %s)\n",
+      res.enc_size, list(rc.encoder_ranks).c_str(), res.lm_size, list(rc.llm_ranks).c_str(),
+      rc.device == "cuda" ? "layers on GPU 0, host-staged Gloo" : "CPU",
+      rc.procs ? "ranks as processes" : "ranks as threads");
+  std::string rows;
+  for (int m = 0; m < mb; ++m) rows += (m ? "," : "") + std::to_string(hybrid::microbatch_rows(c.batch, mb, m));
+  std::printf("step: batch %lld in %d microbatch%s of %s row(s), schedule %s", static_cast<long long>(c.batch), mb,
+              mb == 1 ? "" : "es", rows.c_str(), std::string(to_string(rc.so.schedule)).c_str());
+  if (rc.so.schedule == pipeline_schedule::one_f_one_b) std::printf(", %d in flight", rc.so.in_flight);
+  std::printf("\n");
   bool ok = true;
+  double worst = 0;
   std::printf("\n%-22s %14s %14s\n", "vs single rank", "max abs diff", "relative");
-  auto report = [&](const std::string& name, double diff, double mag) {
+  auto check = [&](const std::string& name, double diff, double mag) {
     const double rel = diff / mag;
-    ok = ok && rel <= tolerance;
-    std::printf("%-22s %14.3g %14.3g%s\n", name.c_str(), diff, rel, rel <= tolerance ? "" : "  > tolerance");
+    worst = std::max(worst, rel);
+    ok = ok && rel <= rc.tolerance;
+    std::printf("%-22s %14.3g %14.3g%s\n", name.c_str(), diff, rel, rel <= rc.tolerance ? "" : "  > tolerance");
   };
-  double loss_diff = 0;
+  double loss_diff = res.losses.empty() ? 1e30 : 0;
   for (float l : res.losses) loss_diff = std::max(loss_diff, static_cast<double>(std::abs(l - ref.loss)));
-  std::printf("loss: %.7f (reference %.7f) on %zu TP ranks\n", static_cast<double>(res.losses.empty() ? NAN : res.losses[0]),
-              static_cast<double>(ref.loss), res.losses.size());
-  report("loss", loss_diff, std::max(1e-6, static_cast<double>(std::abs(ref.loss))));
-  report("encoder output", max_abs(res.enc_out, ref.enc_out), max_mag(ref.enc_out));
-  report("logits", max_abs(res.logits, ref.logits), max_mag(ref.logits));
+  std::printf("loss: %.7f (reference %.7f) on %zu TP ranks\n",
+              static_cast<double>(res.losses.empty() ? NAN : res.losses[0]), static_cast<double>(ref.loss),
+              res.losses.size());
+  check("loss", loss_diff, std::max(1e-6, static_cast<double>(std::abs(ref.loss))));
+  check("encoder output", max_abs(res.enc_out, ref.enc_out), max_mag(ref.enc_out));
+  check("logits", max_abs(res.logits, ref.logits), max_mag(ref.logits));
   for (const auto& [name, want] : ref.grads) {
     auto it = res.grads.find(name);
     if (it == res.grads.end()) {
@@ -438,25 +261,28 @@ int main(int argc, char** argv) {
       ok = false;
       continue;
     }
-    report("grad " + name, max_abs(it->second, want), max_mag(want));
+    check("grad " + name, max_abs(it->second, want), max_mag(want));
   }
 
-  // Bytes per collective next to the formulas (nccl-tests sizes; bus bytes = size × bus factor).
-  const std::int64_t f = 4, b = c.batch, t = c.tokens();
+  // Bytes per collective next to the formulas (nccl-tests sizes; bus bytes = size × bus factor). Every
+  // microbatch repeats the calls; the bytes scale with its rows, so they sum to the full batch's.
+  const std::int64_t f = 4, b = c.batch, t = c.tokens(), m = mb;
   std::int64_t enc_param_bytes = 0;
   for (const auto& [name, p] : params) {
     if (name.rfind("enc.", 0) == 0) enc_param_bytes += static_cast<std::int64_t>(p.nbytes());
   }
   const std::int64_t enc_bytes = b * c.patches * c.enc_hidden * f;
   std::int64_t boundary_fwd = 0, boundary_bwd = 0;
-  const int sp = static_cast<int>(encoder_ranks.size());
+  const int sp = static_cast<int>(rc.encoder_ranks.size());
   auto chunk_bytes = [&](int k) { return chunk_size(c.patches, sp, k) * b * c.enc_hidden * f; };
-  for (int d : llm_ranks) {
-    const auto at = std::find(encoder_ranks.begin(), encoder_ranks.end(), d);
-    boundary_fwd += enc_bytes - (at != encoder_ranks.end() ? chunk_bytes(static_cast<int>(at - encoder_ranks.begin())) : 0);
+  for (int d : rc.llm_ranks) {
+    const auto at = std::find(rc.encoder_ranks.begin(), rc.encoder_ranks.end(), d);
+    boundary_fwd +=
+        enc_bytes - (at != rc.encoder_ranks.end() ? chunk_bytes(static_cast<int>(at - rc.encoder_ranks.begin())) : 0);
   }
   for (int k = 0; k < sp; ++k) {
-    if (std::find(llm_ranks.begin(), llm_ranks.end(), encoder_ranks[static_cast<std::size_t>(k)]) == llm_ranks.end()) {
+    if (std::find(rc.llm_ranks.begin(), rc.llm_ranks.end(), rc.encoder_ranks[static_cast<std::size_t>(k)]) ==
+        rc.llm_ranks.end()) {
       boundary_bwd += chunk_bytes(k);
     }
   }
@@ -468,23 +294,26 @@ int main(int argc, char** argv) {
     std::int64_t calls, bytes;
     const char* formula;
   };
-  const std::int64_t s_local = c.patches / res.enc_size;
+  const std::int64_t s_local = c.patches / std::max(res.enc_size, 1);
   const std::int64_t sp_on = res.enc_size > 1, tp_on = res.lm_size > 1;  // a group of one rank communicates nothing
-  const row rows[] = {
-      {"encoder SP", coll::all_to_all, &res.enc_stats, res.enc_size, 8 * sp_on, 8 * sp_on * b * s_local * c.enc_hidden * f,
-       "8 x B*(S/sp)*H_e*4 (q,k,v,out fwd; dout,dq,dk,dv bwd)"},
+  const row table[] = {
+      {"encoder SP", coll::all_to_all, &res.enc_stats, res.enc_size, 8 * m * sp_on,
+       8 * sp_on * b * s_local * c.enc_hidden * f,
+       "8 x B*(S/sp)*H_e*4 (q,k,v,out fwd; dout,dq,dk,dv bwd), M x the calls"},
       {"encoder SP", coll::all_reduce, &res.enc_stats, res.enc_size, sp_on, sp_on * enc_param_bytes,
-       "replicated encoder weights, one fused gradient sync"},
-      {"LM TP", coll::all_reduce, &res.lm_stats, res.lm_size, 6 * tp_on, tp_on * (2 * b * c.text + 4 * b * t) * c.lm_hidden * f,
+       "replicated encoder weights, one fused gradient sync after the last microbatch"},
+      {"LM TP", coll::all_reduce, &res.lm_stats, res.lm_size, 6 * m * tp_on,
+       tp_on * (2 * b * c.text + 4 * b * t) * c.lm_hidden * f,
        "fwd: embed B*T_txt*H, proj+fc2 2*B*T*H; bwd: head B*T_txt*H, fc1+qkv 2*B*T*H"},
-      {"LM TP", coll::all_gather, &res.lm_stats, res.lm_size, tp_on, tp_on * b * c.text * c.vocab * f, "head gather_output B*T_txt*V"},
+      {"LM TP", coll::all_gather, &res.lm_stats, res.lm_size, m * tp_on, tp_on * b * c.text * c.vocab * f,
+       "head gather_output B*T_txt*V"},
       {"LM TP", coll::reduce_scatter, &res.lm_stats, res.lm_size, 0, 0, "none"},
   };
   std::printf("\n%-11s %-15s %6s %12s %12s %12s  %s\n", "group", "collective", "calls", "bytes", "formula", "bus bytes",
               "formula terms");
-  for (const auto& r : rows) {
+  for (const auto& r : table) {
     const auto& s = (*r.stats)[r.op];
-    const bool match = r.calls < 0 || (static_cast<std::int64_t>(s.calls) == r.calls && static_cast<std::int64_t>(s.bytes) == r.bytes);
+    const bool match = static_cast<std::int64_t>(s.calls) == r.calls && static_cast<std::int64_t>(s.bytes) == r.bytes;
     ok = ok && match;
     std::printf("%-11s %-15s %6llu %12llu %12lld %12.0f  %s%s\n", r.group, std::string(to_string(r.op)).c_str(),
                 static_cast<unsigned long long>(s.calls), static_cast<unsigned long long>(s.bytes),
@@ -494,10 +323,283 @@ int main(int argc, char** argv) {
                            res.boundary_received == res.boundary_sent && res.world_collectives == 0;
   ok = ok && boundary_ok;
   std::printf("%-11s %-15s %6s %12llu %12lld %12s  %s%s\n", "world", "send/recv", "-",
-              static_cast<unsigned long long>(res.boundary_sent), static_cast<long long>(boundary_fwd + boundary_bwd), "-",
+              static_cast<unsigned long long>(res.boundary_sent), static_cast<long long>(boundary_fwd + boundary_bwd),
+              "-",
               "boundary, all ranks: fwd = each TP rank gets B*S*H_e minus its own chunk; bwd = each SP rank outside "
               "the TP group gets its chunk",
               boundary_ok ? "" : "  MISMATCH");
-  std::printf("\n%s (tolerance %.1g)\n", ok ? "OK: the hybrid step equals the single-rank reference" : "FAILED", tolerance);
+
+  // Op logs: one per module, the same on each of its ranks; the encoder runs ahead exactly under 1F1B.
+  auto one_log = [&](const std::map<int, std::string>& logs, const char* what) {
+    const std::string first = logs.empty() ? std::string() : logs.begin()->second;
+    for (const auto& [r, l] : logs) {
+      if (l != first) {
+        std::printf("%s op log of rank %d differs: %s vs %s\n", what, r, l.c_str(), first.c_str());
+        ok = false;
+      }
+    }
+    return first;
+  };
+  const std::string enc_log = one_log(res.enc_logs, "encoder"), lm_log = one_log(res.lm_logs, "LM");
+  const bool ahead = forward_runs_ahead(enc_log);
+  const bool want_ahead = rc.so.schedule == pipeline_schedule::one_f_one_b && mb > 1;
+  ok = ok && ahead == want_ahead && !enc_log.empty() && !lm_log.empty();
+  // Under the sequential schedule with disjoint rank sets every op waits for a message from the other
+  // module's op before it, so the two never compute at the same time; 1F1B overlaps them (not asserted:
+  // an oversubscribed machine may still run them one after the other).
+  const double together = concurrent_ms(res.enc_timeline, res.lm_timeline);
+  bool disjoint = true;
+  for (int r : rc.encoder_ranks) {
+    disjoint = disjoint && std::find(rc.llm_ranks.begin(), rc.llm_ranks.end(), r) == rc.llm_ranks.end();
+  }
+  const bool overlap_ok = rc.so.schedule != pipeline_schedule::sequential || !disjoint || together == 0;
+  ok = ok && overlap_ok;
+  std::printf("\nencoder ops (ranks %s): %s\n", list(rc.encoder_ranks).c_str(), enc_log.c_str());
+  std::printf("LM ops      (ranks %s): %s\n", list(rc.llm_ranks).c_str(), lm_log.c_str());
+  std::printf("encoder F(m+1) before B(m): %s (%s under %s)%s\n", ahead ? "yes" : "no",
+              want_ahead ? "wanted" : "not wanted", std::string(to_string(rc.so.schedule)).c_str(),
+              ahead == want_ahead ? "" : "  MISMATCH");
+  std::printf("encoder and LM computing at the same time (their rank 0s): %.3f ms of a %.3f s run%s\n", together,
+              wall_s, overlap_ok ? "" : "  MISMATCH (sequential: must be 0)");
+  std::printf(
+      "peak live bytes a rank allocated in the step (the largest over the ranks): encoder %llu, LM %llu, "
+      "boundary %llu\n",
+      static_cast<unsigned long long>(res.enc_peak), static_cast<unsigned long long>(res.lm_peak),
+      static_cast<unsigned long long>(res.boundary_peak));
+
+  const std::string mode = rc.procs ? "processes" : "threads";
+  if (ok) {
+    std::printf(
+        "\nOK (%s, %s, %d microbatch%s, encoder ops %s): the hybrid step equals the single-rank reference "
+        "(tolerance %.1g)\n",
+        mode.c_str(), std::string(to_string(rc.so.schedule)).c_str(), mb, mb == 1 ? "" : "es", enc_log.c_str(),
+        rc.tolerance);
+  } else {
+    std::printf("\nFAILED (tolerance %.1g)\n", rc.tolerance);
+  }
+  const json line = {{"bench", "hybrid_parallel"},
+                     {"ranks_as", mode},
+                     {"world", rc.world},
+                     {"encoder_ranks", list(rc.encoder_ranks)},
+                     {"llm_ranks", list(rc.llm_ranks)},
+                     {"batch", c.batch},
+                     {"microbatches", mb},
+                     {"schedule", std::string(to_string(rc.so.schedule))},
+                     {"in_flight", rc.so.in_flight},
+                     {"encoder_ops", enc_log},
+                     {"lm_ops", lm_log},
+                     {"encoder_runs_ahead", ahead},
+                     {"max_rel_error", worst},
+                     {"boundary_bytes", res.boundary_sent},
+                     {"concurrent_ms", together},
+                     {"peak_bytes_encoder", res.enc_peak},
+                     {"peak_bytes_llm", res.lm_peak},
+                     {"peak_bytes_boundary", res.boundary_peak},
+                     {"wall_s", wall_s},
+                     {"ok", ok}};
+  std::printf("%s\n", line.dump().c_str());
   return ok ? 0 : 1;
+}
+
+// --- ranks as threads / processes ----------------------------------------------------------------------
+
+int run_threads(const run_config& rc, const hybrid::config& c, const tensors& params, const hybrid::batch& in,
+                const hybrid_plan& plan, outcome& res) {
+  auto st = shared_store(hash_store());
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::string first_error;
+  for (int r = 0; r < rc.world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto world = comm_t::create(st, r, rc.world).value();
+        rank_result out;
+        if (rc.device == "cpu") {
+          hybrid::cpu_mode mode;
+          out = hybrid::run_step(world, c, params, in, plan, rc.so, mode);
+        } else {
+#if defined(JITEMBED_HAS_NCCL)
+          JITEMBED_CUDA_CHECK(cudaSetDevice(0));  // every rank on GPU 0
+          hybrid::cuda_mode mode;
+          out = hybrid::run_step(world, c, params, in, plan, rc.so, mode);
+#endif
+        }
+        std::lock_guard lock(mu);
+        merge(res, std::move(out));
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mu);
+        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!first_error.empty()) {
+    std::fprintf(stderr, "hybrid_parallel: %s\n", first_error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+#if defined(JITEMBED_HAS_TCP_STORE)
+// A rank as a process (started by run_procs with --store): connect, run the step, put the result in the store.
+int run_child(const std::string& store_address, const hybrid::config& c, const tensors& params, const hybrid::batch& in,
+              const hybrid_plan& plan, const run_config& rc) {
+  const launched_rank me = local_rank_of_this_process().value();
+  try {
+    auto st = shared_store(tcp_store::open(store_address).value());
+    gloo_options opt;
+    opt.timeout = std::chrono::seconds(30);
+    auto world = comm_t::create(st, me.rank, me.world_size, opt).value();
+    hybrid::cpu_mode mode;
+    const rank_result out = hybrid::run_step(world, c, params, in, plan, rc.so, mode);
+    world.barrier().value();  // no rank closes its connections while a peer still uses them
+    st.set(result_key(me.rank), result_json(out).dump()).value();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hybrid_parallel: rank %d (pid %d): %s\n", me.rank, static_cast<int>(::getpid()), e.what());
+    return 1;
+  }
+  return 0;
+}
+
+// The parent of --procs: a tcp_store server on 127.0.0.1 (an ephemeral port), one child process of this
+// program per rank, a deadline, then every rank's result from the store.
+int run_procs(const run_config& rc, int timeout_s, const std::vector<std::string>& child_args, outcome& res) {
+  auto server = tcp_store_server::create({}).value();
+  local_launch_options opt;
+  opt.timeout = std::chrono::seconds(timeout_s);
+  std::vector<std::string> args = child_args;
+  args.insert(args.end(), {"--store", server.address()});
+  auto ends = run_local_ranks(
+      rc.world, [&](int) { return args; }, opt);
+  if (!ends) {
+    std::fprintf(stderr, "hybrid_parallel: %s\n", ends.error().message.c_str());
+    return 1;
+  }
+  if (!all_ok(*ends)) {
+    for (const auto& e : *ends) {
+      if (!e.ok()) std::fprintf(stderr, "hybrid_parallel: %s\n", e.to_string().c_str());
+    }
+    return 1;
+  }
+  auto st = tcp_store::open(server.address()).value();
+  for (int r = 0; r < rc.world; ++r) {
+    auto got = st.get(result_key(r), std::chrono::seconds(5));
+    if (!got) {
+      std::fprintf(stderr, "hybrid_parallel: rank %d left no result: %s\n", r, got.error().message.c_str());
+      return 1;
+    }
+    merge(res, result_of(json::parse(got->begin(), got->end())));
+  }
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  run_config rc;
+  rc.encoder_ranks = {0, 1, 2, 3};
+  rc.llm_ranks = {0, 1};
+  double tolerance = -1;
+  std::int64_t batch = 2;
+  std::string schedule = "sequential", store;
+  int timeout_s = 60;
+  CLI::App app{
+      "hybrid_parallel: an SP vision encoder (Ulysses) feeding a TP language model on Gloo ranks, "
+      "checked against the single-rank reference"};
+  app.add_option("--world", rc.world, "ranks in the world")->check(CLI::Range(1, 16))->capture_default_str();
+  app.add_option("--encoder-ranks", rc.encoder_ranks, "ranks of the sequence-parallel vision encoder (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--llm-ranks", rc.llm_ranks, "ranks of the tensor-parallel language model (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--batch", batch, "rows of the global batch")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--microbatches", rc.so.microbatches, "microbatches the batch is cut into (<= --batch)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--schedule", schedule, "sequential, or 1f1b (disjoint rank sets)")
+      ->check(CLI::IsMember({"sequential", "1f1b"}))
+      ->capture_default_str();
+  app.add_option("--in-flight", rc.so.in_flight, "1f1b: microbatches in flight on the encoder (>= 2)")
+      ->capture_default_str();
+  app.add_flag("--procs", rc.procs, "one process per rank (tcp_store on 127.0.0.1), not threads");
+  app.add_option("--timeout", timeout_s, "--procs: seconds before the ranks still running are killed")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--store", store, "(set by --procs for its children) the tcp_store to join as a rank")->group("");
+  app.add_option("--tolerance", tolerance, "largest relative error accepted (default 1e-5 on cpu, 1e-4 on cuda)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", rc.device, "where the layers run")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  rc.tolerance = tolerance > 0 ? tolerance : rc.device == "cuda" ? 1e-4 : 1e-5;
+  rc.so.schedule = parse_pipeline_schedule(schedule).value();
+  auto fail_usage = [](const std::string& why) {
+    std::fprintf(stderr, "hybrid_parallel: %s\n", why.c_str());
+    return 2;
+  };
+  if (rc.device == "cuda") {
+#if defined(JITEMBED_HAS_NCCL)
+    if (rc.procs) return fail_usage("--procs runs the CPU layers only (--device cpu)");
+    if (jitembed::cuda::device_count() == 0) {
+      std::printf("hybrid_parallel --device cuda: no CUDA device, skipped\n");
+      return 0;
+    }
+#else
+    return fail_usage("built without CUDA (JITEMBED_WITH_CUDA=OFF)");
+#endif
+  }
+  if (rc.so.microbatches > batch) {
+    return fail_usage("--microbatches " + std::to_string(rc.so.microbatches) + " > --batch " + std::to_string(batch));
+  }
+  if (auto s = two_stage_schedule(rc.so.schedule, rc.so.microbatches, rc.so.in_flight); !s) {
+    return fail_usage(s.error().message);
+  }
+  if (rc.so.schedule == pipeline_schedule::one_f_one_b) {
+    for (int r : rc.encoder_ranks) {
+      if (std::find(rc.llm_ranks.begin(), rc.llm_ranks.end(), r) != rc.llm_ranks.end()) {
+        return fail_usage("schedule 1f1b needs disjoint rank sets (rank " + std::to_string(r) +
+                          " is in both modules): use --schedule sequential");
+      }
+    }
+  }
+  hybrid::config c;
+  c.batch = batch;
+  const tensors params = hybrid::make_params(c, 42);
+  const hybrid::batch in = hybrid::make_batch(c, 7);
+  auto planned = hybrid_plan::create(
+      {{"vision_encoder", strategy::sequence_parallel, static_cast<int>(rc.encoder_ranks.size()), rc.encoder_ranks},
+       {"language_model", strategy::tensor_parallel, static_cast<int>(rc.llm_ranks.size()), rc.llm_ranks}},
+      rc.world);
+  if (!planned) return fail_usage(planned.error().message);
+  const hybrid_plan plan = std::move(planned).value();
+#if defined(JITEMBED_HAS_TCP_STORE)
+  if (!store.empty()) return run_child(store, c, params, in, plan, rc);
+#else
+  if (rc.procs || !store.empty()) return fail_usage("--procs needs the tcp_store component (JITEMBED_WITH_HTTP=ON)");
+#endif
+
+  const auto ref = hybrid::run_reference(c, params, in);
+  outcome res;
+  const auto t0 = std::chrono::steady_clock::now();
+  int rc_run = 0;
+  if (rc.procs) {
+    const std::vector<std::string> child_args{"--world",         std::to_string(rc.world),
+                                              "--encoder-ranks", list(rc.encoder_ranks),
+                                              "--llm-ranks",     list(rc.llm_ranks),
+                                              "--batch",         std::to_string(batch),
+                                              "--microbatches",  std::to_string(rc.so.microbatches),
+                                              "--schedule",      schedule,
+                                              "--in-flight",     std::to_string(rc.so.in_flight)};
+#if defined(JITEMBED_HAS_TCP_STORE)
+    rc_run = run_procs(rc, timeout_s, child_args, res);
+#endif
+  } else {
+    rc_run = run_threads(rc, c, params, in, plan, res);
+  }
+  if (rc_run != 0) return rc_run;
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report(rc, c, params, ref, res, wall_s);
 }

@@ -1,5 +1,5 @@
 // Hybrid plans: validation, module groups, and the boundary transform between differently laid-out
-// modules (forward and backward values, and exactly the bytes it must move, on 4 ranks).
+// modules (forward, backward and both in one exchange: values, and exactly the bytes it must move, on 4 ranks).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -138,6 +138,28 @@ void run_boundary(const shape& g, const layout& src, const layout& dst) {
     } else {
       CHECK_FALSE(gx.defined());
     }
+
+    // Both directions in one batch (a pipeline step): the same tensors, the sum of the two transfers.
+    c.stats().reset();
+    const boundary_exchanged both =
+        boundary_exchange(c, boundary_part{g, si >= 0 ? &x_src.view() : nullptr},
+                          boundary_part{g, di >= 0 ? &g_dst.view() : nullptr}, src, dst);
+    const traffic fwd = expected_traffic(g, src, dst, r), bwd = expected_traffic(g, dst, src, r);
+    check_traffic(c.stats(), {fwd.send_bytes + bwd.send_bytes, fwd.recv_bytes + bwd.recv_bytes,
+                              fwd.sends + bwd.sends, fwd.recvs + bwd.recvs});
+    CHECK(both.activation.defined() == y.defined());
+    if (y.defined()) CHECK(std::memcmp(both.activation.data(), y.data(), y.nbytes()) == 0);
+    CHECK(both.gradient.defined() == gx.defined());
+    if (gx.defined()) CHECK(std::memcmp(both.gradient.data(), gx.data(), gx.nbytes()) == 0);
+    // One direction only, or none: like boundary_forward, and nothing at all.
+    const boundary_exchanged fwd_only =
+        boundary_exchange(c, boundary_part{g, si >= 0 ? &x_src.view() : nullptr}, std::nullopt, src, dst);
+    CHECK(fwd_only.activation.defined() == y.defined());
+    CHECK_FALSE(fwd_only.gradient.defined());
+    c.stats().reset();
+    const boundary_exchanged none = boundary_exchange(c, std::nullopt, std::nullopt, src, dst);
+    CHECK_FALSE(none.activation.defined());
+    CHECK(c.stats().total_calls() == 0);
   });
   std::uint64_t total_sent = 0, total_received = 0, need = 0;
   for (int r = 0; r < kWorld; ++r) {
@@ -235,6 +257,13 @@ TEST_CASE("boundary errors: bad layouts and local tensors") {
               " holds [2,4,3], its dst part (shard(1) of [2,4,3] over 2 ranks) is [2,2,3]");
     const tensor wrong_dtype = tensor::zeros(g, dtype::f64);
     CHECK(code_of([&] { (void)boundary_forward(c, &wrong_dtype.view(), g, all, all); }) == errc::dtype_mismatch);
+    // An exchange checks each direction against its own layout before anything is sent.
+    CHECK(message_of([&] { (void)boundary_exchange(c, std::nullopt, boundary_part{g, nullptr}, sharded, all); }) ==
+          "boundary_exchange: parent rank " + std::to_string(c.rank()) + " is in dst and passed no tensor");
+    CHECK(message_of([&] {
+            (void)boundary_exchange(c, boundary_part{g, &x.view()}, boundary_part{g, &x.view()}, sharded, all);
+          }) == "boundary_exchange: parent rank " + std::to_string(c.rank()) +
+                    " holds [2,4,3], its src part (shard(1) of [2,4,3] over 2 ranks) is [2,2,3]");
     CHECK(c.stats().total_calls() == 0);
     c.barrier().value();  // no rank closes its connections while a peer is still connecting
   });

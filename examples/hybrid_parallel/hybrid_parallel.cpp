@@ -657,15 +657,19 @@ int report_train(const run_config& rc, const hybrid::config& c, const hybrid::tr
     param_elem = std::max(param_elem, max_abs(it->second, want) / max_mag(want));
   }
   ok = ok && loss_rel <= rc.tolerance && param_rel <= rc.tolerance;
-  const bool falls = losses.size() < 2 || losses.back() < losses.front();
-  ok = ok && falls;
+  // Each step trains on a new random batch: over a few steps the loss is mostly that noise, so the fall is
+  // asserted from 10 steps on (20 on the default config: 4.666 -> 4.448).
+  const bool falls = losses.size() >= 2 && losses.back() < losses.front();
+  const bool want_fall = to.steps >= 10;
+  ok = ok && (falls || !want_fall);
   const std::uint64_t digest = hybrid::train_digest(params, losses);
   std::printf(
       "relative error vs reference: losses %.3g (max over steps), parameters %.3g (max over tensors of |a-b|_2 / "
       "|b|_2, %s) (tolerance %.1g); elementwise max|a-b| / max|b| %.3g\n",
       loss_rel, param_rel, worst_param.c_str(), rc.tolerance, param_elem);
-  std::printf("loss %s: %.9g -> %.9g\n", falls ? "falls" : "does NOT fall", losses.empty() ? NAN : losses.front(),
-              losses.empty() ? NAN : losses.back());
+  std::printf("loss %s: %.9g -> %.9g%s\n", falls ? "falls" : "does not fall",
+              static_cast<double>(losses.empty() ? NAN : losses.front()),
+              static_cast<double>(losses.empty() ? NAN : losses.back()), want_fall ? "" : " (asserted from 10 steps)");
   std::printf("digest %016llx (final parameters and losses)\n", static_cast<unsigned long long>(digest));
   if (ok) {
     std::printf("\nOK (%s, %s, %d steps): training equals the single-rank reference (tolerance %.1g)\n",

@@ -499,9 +499,8 @@ int run_procs(const run_config& rc, int timeout_s, const std::vector<std::string
 json train_json(const hybrid::train_result& r) {
   json params = json::object();
   for (const auto& [name, t] : r.params) params[name] = tensor_json(t);
-  return {{"rank", r.rank},         {"enc_rank", r.enc_rank}, {"enc_size", r.enc_size},
-          {"lm_rank", r.lm_rank},   {"lm_size", r.lm_size},   {"resumed_from", r.resumed_from},
-          {"losses", r.losses},     {"params", params}};
+  return {{"rank", r.rank},       {"enc_rank", r.enc_rank},         {"enc_size", r.enc_size}, {"lm_rank", r.lm_rank},
+          {"lm_size", r.lm_size}, {"resumed_from", r.resumed_from}, {"losses", r.losses},     {"params", params}};
 }
 hybrid::train_result train_of(const json& j) {
   hybrid::train_result r;
@@ -680,12 +679,17 @@ int report_train(const run_config& rc, const hybrid::config& c, const hybrid::tr
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
-  const json line = {{"bench", "hybrid_parallel_train"}, {"ranks_as", rc.procs ? "processes" : "threads"},
-                     {"steps", to.steps},                {"resumed_from", resumed_from},
-                     {"losses", losses},                 {"max_rel_error_loss", loss_rel},
+  const json line = {{"bench", "hybrid_parallel_train"},
+                     {"ranks_as", rc.procs ? "processes" : "threads"},
+                     {"steps", to.steps},
+                     {"resumed_from", resumed_from},
+                     {"losses", losses},
+                     {"max_rel_error_loss", loss_rel},
                      {"max_rel_error_params", param_rel},
-                     {"max_elementwise_error_params", param_elem}, {"digest", hex},
-                     {"wall_s", wall_s},                 {"ok", ok}};
+                     {"max_elementwise_error_params", param_elem},
+                     {"digest", hex},
+                     {"wall_s", wall_s},
+                     {"ok", ok}};
   std::printf("%s\n", line.dump().c_str());
   return ok ? 0 : 1;
 }
@@ -746,7 +750,8 @@ int main(int argc, char** argv) {
   app.add_option("--kill-rank", to.kill_rank, "(tests) this rank SIGKILLs itself after --kill-at-step's checkpoint");
   app.add_option("--kill-at-step", to.kill_at_step, "(tests) see --kill-rank");
   CLI11_PARSE(app, argc, argv);
-  const bool training = to.steps > 1 || !to.checkpoint_dir.empty() || to.resume || max_restarts > 0 || to.kill_rank >= 0;
+  const bool training =
+      to.steps > 1 || !to.checkpoint_dir.empty() || to.resume || max_restarts > 0 || to.kill_rank >= 0;
   rc.tolerance = tolerance > 0 ? tolerance : rc.device == "cuda" ? 1e-4 : 1e-5;
   rc.so.schedule = parse_pipeline_schedule(schedule).value();
   auto fail_usage = [](const std::string& why) {

@@ -21,9 +21,9 @@ namespace hybrid {
 struct train_options {
   int steps = 1;
   float lr = 1e-2f;
-  std::string checkpoint_dir;  // empty: no checkpoints
-  int checkpoint_every = 0;    // save after step s when s % every == 0 (0: never)
-  bool resume = false;         // start from the latest complete checkpoint under checkpoint_dir (if any)
+  std::string checkpoint_dir;             // empty: no checkpoints
+  int checkpoint_every = 0;               // save after step s when s % every == 0 (0: never)
+  bool resume = false;                    // start from the latest complete checkpoint under checkpoint_dir (if any)
   int kill_rank = -1, kill_at_step = -1;  // tests only: that rank SIGKILLs itself after that step's checkpoint
 };
 
@@ -90,8 +90,7 @@ inline void save_module(const train_options& to, int step, const module_state& m
     all.emplace_back("train/losses", tensor::copy_of(std::as_bytes(std::span(losses)), dtype::f32,
                                                      shape{static_cast<std::int64_t>(losses.size())}));
   }
-  format::save_checkpoint_shard(to.checkpoint_dir, {static_cast<std::uint64_t>(step), m.module, m.shard, m.shards},
-                                all)
+  format::save_checkpoint_shard(to.checkpoint_dir, {static_cast<std::uint64_t>(step), m.module, m.shard, m.shards}, all)
       .value();
 }
 
@@ -132,7 +131,10 @@ train_result train_rank(comm_t& world, const config& c, const hybrid_plan& plan,
     const auto& ranks = plan[plan_name].ranks;
     const int size = static_cast<int>(ranks.size());
     const auto at = std::find(ranks.begin(), ranks.end(), world.rank());
-    if (std::string(module) == "encoder") res.enc_size = size; else res.lm_size = size;
+    if (std::string(module) == "encoder")
+      res.enc_size = size;
+    else
+      res.lm_size = size;
     if (at == ranks.end()) continue;
     module_state m{module, static_cast<int>(at - ranks.begin()), size, {}, {}};
     (std::string(module) == "encoder" ? res.enc_rank : res.lm_rank) = m.shard;

@@ -11,7 +11,11 @@
 //
 //   hybrid_parallel [--world 4] [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--batch 2] [--microbatches 1]
 //                   [--schedule sequential|1f1b] [--in-flight 2] [--procs] [--tolerance 1e-5] [--device cpu|cuda]
+//                   [--steps 1] [--lr 0.01] [--checkpoint-dir D --checkpoint-every K] [--resume] [--max-restarts 0]
 // (any rank sets of the world: shared, overlapping or disjoint, e.g. --encoder-ranks 0,1 --llm-ranks 2,3)
+// --steps N (train.hpp): N steps each followed by AdamW on every rank's own parameters, checked against the
+// reference trained the same way (losses per step, final parameters), per-module sharded checkpoints,
+// --resume from the latest complete one, and (--procs) a restart of every rank after one fails.
 // --device cuda (CUDA builds, threads only): the Ulysses attention and the LM's tensor-parallel layers run on
 // GPU 0 with cuda_backend (f32), all ranks on the one GPU, their collectives through host_staged_communicator
 // over the same Gloo groups; the glue between the layers (LayerNorm, residuals, the local attention, the

@@ -36,6 +36,9 @@ struct step_options {
   pipeline_schedule schedule = pipeline_schedule::sequential;
   int microbatches = 1;
   int in_flight = 2;
+  // Gather the outputs and full gradients to group rank 0 for the comparison (collectives after the step);
+  // training (train.hpp) turns it off: it needs only each rank's own gradients.
+  bool gather_for_check = true;
 };
 
 inline std::int64_t microbatch_rows(std::int64_t b, int m_count, int m) {
@@ -64,6 +67,7 @@ struct rank_result {
   float loss = NAN;  // LM ranks: the loss of the global batch (sum over microbatches, weighted by rows)
   tensor enc_out, logits;
   tensors grads;
+  tensors own_grads;  // the gradients of this rank's own parameters (train.hpp's own_params layout)
   comm_stats enc_stats, lm_stats;
   std::uint64_t boundary_sent = 0, boundary_received = 0, world_collectives = 0;
   std::string enc_log, lm_log;  // "F0 F1 B0 ...": the compute ops in the order they ran
@@ -293,6 +297,30 @@ struct tp_language_model {
     return dx;
   }
 
+  // The gradients of this rank's own LM parameters: its TP shards (q/k/v apart, as train.hpp holds them)
+  // and its copies of the replicated ones (the same on every TP rank: computed from replicated tensors).
+  tensors own_grads(const tensors& g) {
+    const auto down = [&](const tensor& t) { return mode.down(t); };
+    tensors out;
+    const tensor fused = down(qkv->grad_weight());
+    const std::int64_t per = fused.size(0) / 3;
+    const char* names[] = {"lm.q.w", "lm.k.w", "lm.v.w"};
+    for (int j = 0; j < 3; ++j) out[names[j]] = narrow(fused.view(), 0, j * per, per);
+    out["lm.o.w"] = down(proj->grad_weight()).clone();
+    out["lm.o.b"] = down(proj->grad_bias()).clone();
+    out["lm.fc1.w"] = down(mlp->fc1().grad_weight()).clone();
+    out["lm.fc1.b"] = down(mlp->fc1().grad_bias()).clone();
+    out["lm.fc2.w"] = down(mlp->fc2().grad_weight()).clone();
+    out["lm.fc2.b"] = down(mlp->fc2().grad_bias()).clone();
+    out["lm.embed"] = down(emb->grad_weight()).clone();
+    out["lm.head.w"] = down(head->grad_weight()).clone();
+    for (const char* n :
+         {"lm.conn.w", "lm.conn.b", "lm.ln1.g", "lm.ln1.b", "lm.ln2.g", "lm.ln2.b", "lm.lnf.g", "lm.lnf.b"}) {
+      out[n] = g.at(n);
+    }
+    return out;
+  }
+
   // The full gradients of the LM's parameters (all_gathers of the TP shards: after the step, not part of it).
   tensors full_grads(const tensors& g) {
     const auto down = [&](const tensor& t) { return mode.down(t); };
@@ -427,10 +455,21 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
   res.boundary_sent = world_step[coll::send].bytes;
   res.boundary_received = world_step[coll::recv].bytes;
   res.world_collectives = world_step.total_calls() - world_step[coll::send].calls - world_step[coll::recv].calls;
+  if (enc.valid()) {
+    for (auto& [name, t] : g) {
+      if (name.rfind("enc.", 0) == 0) res.own_grads[name] = t;
+    }
+    res.enc_rank = enc.rank();
+    res.enc_size = enc.size();
+  }
   if (lm.valid()) {
     res.loss = loss;
     res.lm_rank = lm.rank();
     res.lm_size = lm.size();
+    for (auto& [name, t] : model->own_grads(g)) res.own_grads[name] = t;
+  }
+  if (!so.gather_for_check) return res;
+  if (lm.valid()) {
     const comm_stats lm_step = mode.stats(lm, 1);
     tensors lm_grads = model->full_grads(g);
     if (lm.rank() == 0) {

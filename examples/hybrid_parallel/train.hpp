@@ -20,7 +20,7 @@ namespace hybrid {
 
 struct train_options {
   int steps = 1;
-  float lr = 1e-2f;
+  double lr = 1e-2;
   std::string checkpoint_dir;             // empty: no checkpoints
   int checkpoint_every = 0;               // save after step s when s % every == 0 (0: never)
   bool resume = false;                    // start from the latest complete checkpoint under checkpoint_dir (if any)

@@ -17,12 +17,15 @@
 
 namespace jitembed::nn {
 
+// Doubles, as PyTorch's Python floats: the scalars of an update (1 - β1, lr / (1 - β1^t), ...) are computed in
+// double and rounded to f32 once, as torch does (f32 scalars gave 4e-6 relative differences after two steps;
+// now at most an ulp, from torch's fused multiply-adds in its vectorized kernels).
 struct adamw_options {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 1e-2f;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
 };
 
 class adamw {
@@ -60,10 +63,14 @@ class adamw {
                                               std::to_string(params_.size()) + " parameters");
     ++step_;
     const auto& o = opt_;
-    const float bc1 = 1.0f - std::pow(o.beta1, static_cast<float>(step_));
-    const float bc2_sqrt = std::sqrt(1.0f - std::pow(o.beta2, static_cast<float>(step_)));
-    const float step_size = o.lr / bc1;
-    const float decay = 1.0f - o.lr * o.weight_decay;
+    const auto t = static_cast<double>(step_);
+    const auto decay = static_cast<float>(1.0 - o.lr * o.weight_decay);
+    const auto w1 = static_cast<float>(1.0 - o.beta1);
+    const auto b2 = static_cast<float>(o.beta2);
+    const auto w2 = static_cast<float>(1.0 - o.beta2);
+    const auto step_size = static_cast<float>(o.lr / (1.0 - std::pow(o.beta1, t)));
+    const auto bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, t)));
+    const auto eps = static_cast<float>(o.eps);
     for (std::size_t i = 0; i < params_.size(); ++i) {
       float* p = params_[i].second.data<float>();
       float* m = m_[i].second.data<float>();
@@ -72,10 +79,10 @@ class adamw {
       const std::uint64_t n = params_[i].second.numel();
       for (std::uint64_t k = 0; k < n; ++k) {
         p[k] *= decay;
-        m[k] += (g[k] - m[k]) * (1.0f - o.beta1);
-        v[k] = v[k] * o.beta2 + (1.0f - o.beta2) * g[k] * g[k];
-        const float denom = std::sqrt(v[k]) / bc2_sqrt + o.eps;
-        p[k] -= step_size * (m[k] / denom);
+        m[k] += w1 * (g[k] - m[k]);  // torch's lerp for a weight below 0.5
+        v[k] = v[k] * b2 + w2 * g[k] * g[k];
+        const float denom = std::sqrt(v[k]) / bc2_sqrt + eps;
+        p[k] += -step_size * (m[k] / denom);
       }
     }
     return {};

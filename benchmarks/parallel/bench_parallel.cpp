@@ -1,7 +1,8 @@
 // bench_parallel: per-collective algorithm and bus bandwidth (nccl-tests definitions) for Gloo on CPU
 // and, when built with CUDA, NCCL on the GPU; tensor-parallel MLP and Ulysses attention step times
 // (forward + backward) against the single-rank reference, side by side in this process.
-// Parts: gloo, tp_mlp, ulysses, attention (blockwise vs exact, one thread), nccl (no arguments: all). With --device
+// Parts: gloo, tp_mlp, ulysses, attention (blockwise vs exact, one thread), memory (peak bytes per rank and the
+// longest sequence under a budget: Ulysses SP=4 vs a replicated full sequence), nccl (no arguments: all). With --device
 // cuda (CUDA builds): gemm (the layers' bf16 GEMMs vs a bare cublasGemmEx), tp_mlp and ulysses (steps on the GPU),
 // nccl.
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "bench_util.hpp"
 #include "parallel/blockwise_attention.hpp"
+#include "parallel/encoder_memory.hpp"
 #include "parallel/gloo_collectives.hpp"
 #include "parallel/layer_steps.hpp"
 #if defined(JITEMBED_HAS_NCCL)
@@ -20,7 +22,7 @@
 int main(int argc, char** argv) {
   using namespace jitembed::bench;
   command_line cli{"bench_parallel: Gloo / NCCL collectives, tensor-parallel MLP and Ulysses attention steps",
-                   {"gloo", "tp_mlp", "ulysses", "attention", "nccl", "gemm"}};
+                   {"gloo", "tp_mlp", "ulysses", "attention", "memory", "nccl", "gemm"}};
   std::string device = "cpu";
   cli.app.add_option("--device", device, "cpu, or cuda (CUDA builds: gemm, tp_mlp, ulysses, nccl on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   if (cli.wanted("tp_mlp")) run_tp_mlp_steps(rep);
   if (cli.wanted("ulysses")) run_ulysses_steps(rep);
   if (cli.wanted("attention")) run_blockwise_attention(rep);
+  if (cli.wanted("memory")) run_encoder_memory(rep);
 #if defined(JITEMBED_HAS_NCCL)
   if (cli.wanted("nccl")) {
     const std::size_t sizes[] = {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{256} << 20};

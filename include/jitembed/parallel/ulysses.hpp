@@ -12,12 +12,12 @@
 #include <initializer_list>
 #include <string>
 
+#include "jitembed/nn/attention.hpp"
 #include "jitembed/parallel/backend.hpp"
 #include "jitembed/parallel/communicator.hpp"
 #include "jitembed/parallel/detail/capture.hpp"
 #include "jitembed/parallel/functional.hpp"
 #include "jitembed/parallel/mappings.hpp"
-#include "jitembed/nn/attention.hpp"
 
 namespace jitembed::parallel {
 
@@ -41,7 +41,8 @@ inline result<void> check_bshd(const tensor_view& x, const char* what, const cha
 inline result<void> check_heads_divisible(std::int64_t heads, int degree, const char* what) {
   if (heads <= 0 || heads % degree != 0) {
     return fail(errc::invalid_argument, std::string(what) + ": " + std::to_string(heads) +
-                                            " heads not divisible by sequence-parallel degree " + std::to_string(degree));
+                                            " heads not divisible by sequence-parallel degree " +
+                                            std::to_string(degree));
   }
   return {};
 }
@@ -90,7 +91,8 @@ tensor head_to_seq(C& comm, const tensor_view& x) {
 
 // Self- or cross-attention over a sequence-sharded batch: forward does 4 all_to_alls (q, k, v to head-sharded,
 // the output back), backward 4 (dout to head-sharded, dq, dk, dv back). Each all_to_all moves the local
-// tensor's bytes (nccl-tests size: the send buffer). Saves the head-sharded q, k, v and probabilities.
+// tensor's bytes (nccl-tests size: the send buffer). Saves the head-sharded q, k, v and the local attention's
+// O(S) state (blockwise: lse and out), released as soon as backward has used them.
 // The local attention runs on B (backend.hpp): q, k, v on B's device in B's dtype.
 struct ulysses_attention_options {
   bool causal = false;  // query i attends to keys 0..i (global positions)
@@ -111,7 +113,8 @@ class ulysses_attention {
       return fail(errc::invalid_argument, "ulysses_attention: this rank is not in the communicator's group");
     }
     JITEMBED_TRY(detail::check_heads_divisible(heads, comm.size(), "ulysses_attention"));
-    return detail::capture("ulysses_attention", [&] { return ulysses_attention(comm, heads, opt, std::move(backend)); });
+    return detail::capture("ulysses_attention",
+                           [&] { return ulysses_attention(comm, heads, opt, std::move(backend)); });
   }
 
   // q [B, Sq_r, H, D], k and v [B, Sk_r, H, D]: this rank's sequence chunks (torch.chunk layout). seq_len and
@@ -160,23 +163,26 @@ class ulysses_attention {
     if (!qh_.defined()) return fail(errc::invalid_argument, std::string(what) + ": backward() without a forward()");
     JITEMBED_TRY(detail::check_bshd(dout, what, "dout", be_.device()));
     if (dout.shape() != q_local_) {
-      return fail(errc::invalid_argument, std::string(what) + ": dout must be " + q_local_.to_string() + ", got " +
-                                              dout.shape().to_string());
+      return fail(errc::invalid_argument,
+                  std::string(what) + ": dout must be " + q_local_.to_string() + ", got " + dout.shape().to_string());
     }
     return detail::capture("ulysses_attention backward", [&]() -> result<grads> {
       be_.before_comm(comm_);
-      JITEMBED_ASSIGN_OR_RETURN(const tensor gh, try_seq_to_head(comm_, dout, seq_len_));
+      JITEMBED_ASSIGN_OR_RETURN(tensor gh, try_seq_to_head(comm_, dout, seq_len_));
       be_.after_comm(comm_);
       tensor dq = be_.empty(qh_.shape(), qh_.dtype());
       tensor dk = be_.empty(kh_.shape(), kh_.dtype());
       tensor dv = be_.empty(vh_.shape(), vh_.dtype());
       be_.attention_backward(qh_, kh_, vh_, saved_, gh, dq, dk, dv);
-      qh_ = kh_ = vh_ = tensor();
+      // what backward no longer needs goes before the gradients travel (the rank's peak is here)
+      qh_ = kh_ = vh_ = gh = tensor();
       saved_ = {};
       be_.before_comm(comm_);
       grads g;
       JITEMBED_ASSIGN_OR_RETURN(g.dq, try_head_to_seq(comm_, dq));
+      dq = tensor();
       JITEMBED_ASSIGN_OR_RETURN(g.dk, try_head_to_seq(comm_, dk));
+      dk = tensor();
       JITEMBED_ASSIGN_OR_RETURN(g.dv, try_head_to_seq(comm_, dv));
       be_.after_comm(comm_);
       return g;

@@ -10,7 +10,8 @@
 // (some F(m+1) before B(m)) exactly under 1F1B.
 //
 //   hybrid_parallel [--world 4] [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--batch 2] [--microbatches 1]
-//                   [--schedule sequential|1f1b] [--in-flight 2] [--procs] [--tolerance 1e-5] [--device cpu|cuda]
+//                   [--schedule sequential|1f1b] [--in-flight 2] [--recompute] [--procs] [--tolerance 1e-5] [--device
+//                   cpu|cuda]
 //                   [--steps 1] [--lr 0.01] [--checkpoint-dir D --checkpoint-every K] [--resume] [--max-restarts 0]
 // (any rank sets of the world: shared, overlapping or disjoint, e.g. --encoder-ranks 0,1 --llm-ranks 2,3)
 // --steps N (train.hpp): N steps each followed by AdamW on every rank's own parameters, checked against the
@@ -300,10 +301,12 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
   };
   const std::int64_t s_local = c.patches / std::max(res.enc_size, 1);
   const std::int64_t sp_on = res.enc_size > 1, tp_on = res.lm_size > 1;  // a group of one rank communicates nothing
+  const std::int64_t a2a = rc.so.recompute ? 12 : 8;  // --recompute runs the forward's 4 again in backward
   const row table[] = {
-      {"encoder SP", coll::all_to_all, &res.enc_stats, res.enc_size, 8 * m * sp_on,
-       8 * sp_on * b * s_local * c.enc_hidden * f,
-       "8 x B*(S/sp)*H_e*4 (q,k,v,out fwd; dout,dq,dk,dv bwd), M x the calls"},
+      {"encoder SP", coll::all_to_all, &res.enc_stats, res.enc_size, a2a * m * sp_on,
+       a2a * sp_on * b * s_local * c.enc_hidden * f,
+       rc.so.recompute ? "12 x B*(S/sp)*H_e*4 (q,k,v,out fwd, again in bwd; dout,dq,dk,dv bwd), M x the calls"
+                       : "8 x B*(S/sp)*H_e*4 (q,k,v,out fwd; dout,dq,dk,dv bwd), M x the calls"},
       {"encoder SP", coll::all_reduce, &res.enc_stats, res.enc_size, sp_on, sp_on * enc_param_bytes,
        "replicated encoder weights, one fused gradient sync after the last microbatch"},
       {"LM TP", coll::all_reduce, &res.lm_stats, res.lm_size, 6 * m * tp_on,
@@ -390,6 +393,7 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
                      {"microbatches", mb},
                      {"schedule", std::string(to_string(rc.so.schedule))},
                      {"in_flight", rc.so.in_flight},
+                     {"recompute", rc.so.recompute},
                      {"encoder_ops", enc_log},
                      {"lm_ops", lm_log},
                      {"encoder_runs_ahead", ahead},
@@ -725,6 +729,7 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", schedule, "sequential, or 1f1b (disjoint rank sets)")
       ->check(CLI::IsMember({"sequential", "1f1b"}))
       ->capture_default_str();
+  app.add_flag("--recompute", rc.so.recompute, "recompute the encoder block in backward (keep only its input)");
   app.add_option("--in-flight", rc.so.in_flight, "1f1b: microbatches in flight on the encoder (>= 2)")
       ->capture_default_str();
   app.add_flag("--procs", rc.procs, "one process per rank (tcp_store on 127.0.0.1), not threads");
@@ -820,6 +825,7 @@ int main(int argc, char** argv) {
                                       "--microbatches",  std::to_string(rc.so.microbatches),
                                       "--schedule",      schedule,
                                       "--in-flight",     std::to_string(rc.so.in_flight)};
+  if (rc.so.recompute) child_args.push_back("--recompute");
   const auto t0 = std::chrono::steady_clock::now();
   if (training) {
     char lr[32];

@@ -36,6 +36,10 @@ struct step_options {
   pipeline_schedule schedule = pipeline_schedule::sequential;
   int microbatches = 1;
   int in_flight = 2;
+  // Recompute the encoder block in backward: forward keeps only this rank's input patches, backward runs the
+  // forward again (its Ulysses all_to_alls too) before its own work: the same computation, so the same
+  // gradients; the encoder then holds one microbatch's activations at a time instead of in_flight.
+  bool recompute = false;
   // Gather the outputs and full gradients to group rank 0 for the comparison (collectives after the step);
   // training (train.hpp) turns it off: it needs only each rank's own gradients.
   bool gather_for_check = true;
@@ -148,11 +152,23 @@ struct sp_encoder {
   ln_out a1, a2;
   std::optional<ulysses_attention<typename Mode::comm, typename Mode::backend>> uly;
 
+  bool recompute = false;  // keep only x_in after forward; backward runs forward again
+
   tensor forward(const tensor& patches) {
     const int sp = comm.size();
     s_local = chunk_size(c.patches, sp, comm.rank());
     s4 = shape{c.batch, s_local, c.enc_heads, c.enc_hidden / c.enc_heads};
     x_in = local_chunk(patches.view(), 1, sp, comm.rank());
+    tensor out = run_forward();
+    if (recompute) {  // what backward needs is made again there
+      x0 = q = k = v = att = x1 = h = gh = x2 = tensor();
+      a1 = a2 = ln_out{};
+      uly.reset();
+    }
+    return out;
+  }
+
+  tensor run_forward() {
     x0 = linear(x_in, p.at("enc.patch.w"), &p.at("enc.patch.b"));
     a1 = layer_norm(x0, p, "enc.ln1", c.eps);
     q = linear(a1.y, p.at("enc.q.w"), nullptr);
@@ -173,6 +189,7 @@ struct sp_encoder {
   }
 
   void backward(const tensor& dx2, tensors& g) {
+    if (recompute) (void)run_forward();
     tensor dgh = linear_back(gh, p.at("enc.fc2.w"), dx2, g, "enc.fc2", true);
     tensor da2 = linear_back(a2.y, p.at("enc.fc1.w"), gelu_back(h, dgh), g, "enc.fc1", true);
     tensor dx1 = add(dx2, layer_norm_back(x1, p, a2, da2, g, "enc.ln2"));
@@ -416,6 +433,7 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
       if (!enc.valid()) continue;
       if (op.op == pipeline_op::kind::forward) {
         auto [it, fresh] = encoders.try_emplace(m, sp_encoder<Mode>{cfg[i], p, enc, mode, enc_dev});
+        it->second.recompute = so.recompute;
         x2[i] = it->second.forward(patches[i]);
       } else {
         encoders.at(m).backward(dx2[i], g);

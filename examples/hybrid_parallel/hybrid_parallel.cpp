@@ -411,29 +411,20 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
 
 // --- ranks as threads / processes ----------------------------------------------------------------------
 
-int run_threads(const run_config& rc, const hybrid::config& c, const tensors& params, const hybrid::batch& in,
-                const hybrid_plan& plan, outcome& res) {
+// Runs fn(world, r) -> T on every rank as a thread over one hash_store; out[r] is rank r's value. 1 (the
+// first error printed) when a rank threw.
+template <class T, class F>
+int on_thread_ranks(int world_size, std::vector<T>& out, F fn) {
   auto st = shared_store(hash_store());
+  out.assign(static_cast<std::size_t>(world_size), T{});
   std::vector<std::thread> threads;
   std::mutex mu;
   std::string first_error;
-  for (int r = 0; r < rc.world; ++r) {
+  for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto world = comm_t::create(st, r, rc.world).value();
-        rank_result out;
-        if (rc.device == "cpu") {
-          hybrid::cpu_mode mode;
-          out = hybrid::run_step(world, c, params, in, plan, rc.so, mode);
-        } else {
-#if defined(JITEMBED_HAS_NCCL)
-          JITEMBED_CUDA_CHECK(cudaSetDevice(0));  // every rank on GPU 0
-          hybrid::cuda_mode mode;
-          out = hybrid::run_step(world, c, params, in, plan, rc.so, mode);
-#endif
-        }
-        std::lock_guard lock(mu);
-        merge(res, std::move(out));
+        auto world = comm_t::create(st, r, world_size).value();
+        out[static_cast<std::size_t>(r)] = fn(world, r);
       } catch (const std::exception& e) {
         std::lock_guard lock(mu);
         if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
@@ -448,133 +439,62 @@ int run_threads(const run_config& rc, const hybrid::config& c, const tensors& pa
   return 0;
 }
 
+int run_threads(const run_config& rc, const hybrid::config& c, const tensors& params, const hybrid::batch& in,
+                const hybrid_plan& plan, outcome& res) {
+  std::vector<rank_result> outs;
+  const int rc_code = on_thread_ranks(rc.world, outs, [&](comm_t& world, int) {
+    if (rc.device == "cpu") {
+      hybrid::cpu_mode mode;
+      return hybrid::run_step(world, c, params, in, plan, rc.so, mode);
+    }
+#if defined(JITEMBED_HAS_NCCL)
+    JITEMBED_CUDA_CHECK(cudaSetDevice(0));  // every rank on GPU 0
+    hybrid::cuda_mode mode;
+    return hybrid::run_step(world, c, params, in, plan, rc.so, mode);
+#else
+    return rank_result{};  // main() refuses --device cuda without CUDA
+#endif
+  });
+  if (rc_code != 0) return rc_code;
+  for (auto& o : outs) merge(res, std::move(o));
+  return 0;
+}
+
 #if defined(JITEMBED_HAS_TCP_STORE)
-// A rank as a process (started by run_procs with --store): connect, run the step, put the result in the store.
-int run_child(const std::string& store_address, const hybrid::config& c, const tensors& params, const hybrid::batch& in,
-              const hybrid_plan& plan, const run_config& rc) {
+// A rank as a process (started by launch_ranks with --store): connect, run fn(world) -> json, put that in the
+// store under the rank's key.
+template <class F>
+int as_process_rank(const std::string& store_address, F fn) {
   const launched_rank me = local_rank_of_this_process().value();
   try {
     auto st = shared_store(tcp_store::open(store_address).value());
     gloo_options opt;
     opt.timeout = std::chrono::seconds(30);
     auto world = comm_t::create(st, me.rank, me.world_size, opt).value();
-    hybrid::cpu_mode mode;
-    const rank_result out = hybrid::run_step(world, c, params, in, plan, rc.so, mode);
+    const json out = fn(world);
     world.barrier().value();  // no rank closes its connections while a peer still uses them
-    st.set(result_key(me.rank), result_json(out).dump()).value();
+    st.set(result_key(me.rank), out.dump()).value();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hybrid_parallel: rank %d (pid %d): %s\n", me.rank, static_cast<int>(::getpid()), e.what());
     return 1;
   }
   return 0;
+}
+
+int run_child(const std::string& store_address, const hybrid::config& c, const tensors& params, const hybrid::batch& in,
+              const hybrid_plan& plan, const run_config& rc) {
+  return as_process_rank(store_address, [&](comm_t& world) {
+    hybrid::cpu_mode mode;
+    return result_json(hybrid::run_step(world, c, params, in, plan, rc.so, mode));
+  });
 }
 
 // The parent of --procs: a tcp_store server on 127.0.0.1 (an ephemeral port), one child process of this
-// program per rank, a deadline, then every rank's result from the store.
-int run_procs(const run_config& rc, int timeout_s, const std::vector<std::string>& child_args, outcome& res) {
-  auto server = tcp_store_server::create({}).value();
-  local_launch_options opt;
-  opt.timeout = std::chrono::seconds(timeout_s);
-  std::vector<std::string> args = child_args;
-  args.insert(args.end(), {"--store", server.address()});
-  auto ends = run_local_ranks(
-      rc.world, [&](int) { return args; }, opt);
-  if (!ends) {
-    std::fprintf(stderr, "hybrid_parallel: %s\n", ends.error().message.c_str());
-    return 1;
-  }
-  if (!all_ok(*ends)) {
-    for (const auto& e : *ends) {
-      if (!e.ok()) std::fprintf(stderr, "hybrid_parallel: %s\n", e.to_string().c_str());
-    }
-    return 1;
-  }
-  auto st = tcp_store::open(server.address()).value();
-  for (int r = 0; r < rc.world; ++r) {
-    auto got = st.get(result_key(r), std::chrono::seconds(5));
-    if (!got) {
-      std::fprintf(stderr, "hybrid_parallel: rank %d left no result: %s\n", r, got.error().message.c_str());
-      return 1;
-    }
-    merge(res, result_of(json::parse(got->begin(), got->end())));
-  }
-  return 0;
-}
-#endif
-
-// --- training: --steps N, AdamW, checkpoints, resume, restart (train.hpp) ---------------------------------
-
-json train_json(const hybrid::train_result& r) {
-  json params = json::object();
-  for (const auto& [name, t] : r.params) params[name] = tensor_json(t);
-  return {{"rank", r.rank},       {"enc_rank", r.enc_rank},         {"enc_size", r.enc_size}, {"lm_rank", r.lm_rank},
-          {"lm_size", r.lm_size}, {"resumed_from", r.resumed_from}, {"losses", r.losses},     {"params", params}};
-}
-hybrid::train_result train_of(const json& j) {
-  hybrid::train_result r;
-  r.rank = j.at("rank").get<int>();
-  r.enc_rank = j.at("enc_rank").get<int>();
-  r.enc_size = j.at("enc_size").get<int>();
-  r.lm_rank = j.at("lm_rank").get<int>();
-  r.lm_size = j.at("lm_size").get<int>();
-  r.resumed_from = j.at("resumed_from").get<int>();
-  r.losses = j.at("losses").get<std::vector<float>>();
-  for (const auto& [name, t] : j.at("params").items()) r.params[name] = tensor_of(t);
-  return r;
-}
-
-int run_train_threads(const run_config& rc, const hybrid::config& c, const hybrid_plan& plan,
-                      const hybrid::train_options& to, std::vector<hybrid::train_result>& out) {
-  auto st = shared_store(hash_store());
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::string first_error;
-  for (int r = 0; r < rc.world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto world = comm_t::create(st, r, rc.world).value();
-        hybrid::cpu_mode mode;
-        auto got = hybrid::train_rank(world, c, plan, rc.so, to, mode);
-        std::lock_guard lock(mu);
-        out.push_back(std::move(got));
-      } catch (const std::exception& e) {
-        std::lock_guard lock(mu);
-        if (first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (!first_error.empty()) {
-    std::fprintf(stderr, "hybrid_parallel: %s\n", first_error.c_str());
-    return 1;
-  }
-  return 0;
-}
-
-#if defined(JITEMBED_HAS_TCP_STORE)
-int run_train_child(const std::string& store_address, const hybrid::config& c, const hybrid_plan& plan,
-                    const run_config& rc, const hybrid::train_options& to) {
-  const launched_rank me = local_rank_of_this_process().value();
-  try {
-    auto st = shared_store(tcp_store::open(store_address).value());
-    gloo_options opt;
-    opt.timeout = std::chrono::seconds(30);
-    auto world = comm_t::create(st, me.rank, me.world_size, opt).value();
-    hybrid::cpu_mode mode;
-    const auto out = hybrid::train_rank(world, c, plan, rc.so, to, mode);
-    world.barrier().value();
-    st.set(result_key(me.rank), train_json(out).dump()).value();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hybrid_parallel: rank %d (pid %d): %s\n", me.rank, static_cast<int>(::getpid()), e.what());
-    return 1;
-  }
-  return 0;
-}
-
-// The parent: as run_procs; when a rank fails and restarts are left, every rank is started again with
-// --resume (the latest complete checkpoint) and without the test's --kill-rank.
-int run_train_procs(const run_config& rc, int timeout_s, int max_restarts, std::vector<std::string> child_args,
-                    std::vector<hybrid::train_result>& out) {
+// program per rank, a deadline, then every rank's result from the store (results[r]). When a rank fails and
+// restarts are left, every rank is started again with --resume (the latest complete checkpoint) and without
+// the test's --kill-rank / --kill-at-step.
+int launch_ranks(const run_config& rc, int timeout_s, int max_restarts, std::vector<std::string> child_args,
+                 std::vector<json>& results) {
   for (int attempt = 0;; ++attempt) {
     auto server = tcp_store_server::create({}).value();
     local_launch_options opt;
@@ -606,16 +526,72 @@ int run_train_procs(const run_config& rc, int timeout_s, int max_restarts, std::
       continue;
     }
     auto st = tcp_store::open(server.address()).value();
+    results.clear();
     for (int r = 0; r < rc.world; ++r) {
       auto got = st.get(result_key(r), std::chrono::seconds(5));
       if (!got) {
         std::fprintf(stderr, "hybrid_parallel: rank %d left no result: %s\n", r, got.error().message.c_str());
         return 1;
       }
-      out.push_back(train_of(json::parse(got->begin(), got->end())));
+      results.push_back(json::parse(got->begin(), got->end()));
     }
     return 0;
   }
+}
+
+int run_procs(const run_config& rc, int timeout_s, const std::vector<std::string>& child_args, outcome& res) {
+  std::vector<json> results;
+  if (const int code = launch_ranks(rc, timeout_s, /*max_restarts=*/0, child_args, results); code != 0) return code;
+  for (const auto& j : results) merge(res, result_of(j));
+  return 0;
+}
+#endif
+
+// --- training: --steps N, AdamW, checkpoints, resume, restart (train.hpp) ---------------------------------
+
+json train_json(const hybrid::train_result& r) {
+  json params = json::object();
+  for (const auto& [name, t] : r.params) params[name] = tensor_json(t);
+  return {{"rank", r.rank},       {"enc_rank", r.enc_rank},         {"enc_size", r.enc_size}, {"lm_rank", r.lm_rank},
+          {"lm_size", r.lm_size}, {"resumed_from", r.resumed_from}, {"losses", r.losses},     {"params", params}};
+}
+hybrid::train_result train_of(const json& j) {
+  hybrid::train_result r;
+  r.rank = j.at("rank").get<int>();
+  r.enc_rank = j.at("enc_rank").get<int>();
+  r.enc_size = j.at("enc_size").get<int>();
+  r.lm_rank = j.at("lm_rank").get<int>();
+  r.lm_size = j.at("lm_size").get<int>();
+  r.resumed_from = j.at("resumed_from").get<int>();
+  r.losses = j.at("losses").get<std::vector<float>>();
+  for (const auto& [name, t] : j.at("params").items()) r.params[name] = tensor_of(t);
+  return r;
+}
+
+int run_train_threads(const run_config& rc, const hybrid::config& c, const hybrid_plan& plan,
+                      const hybrid::train_options& to, std::vector<hybrid::train_result>& out) {
+  return on_thread_ranks(rc.world, out, [&](comm_t& world, int) {
+    hybrid::cpu_mode mode;
+    return hybrid::train_rank(world, c, plan, rc.so, to, mode);
+  });
+}
+
+#if defined(JITEMBED_HAS_TCP_STORE)
+int run_train_child(const std::string& store_address, const hybrid::config& c, const hybrid_plan& plan,
+                    const run_config& rc, const hybrid::train_options& to) {
+  return as_process_rank(store_address, [&](comm_t& world) {
+    hybrid::cpu_mode mode;
+    return train_json(hybrid::train_rank(world, c, plan, rc.so, to, mode));
+  });
+}
+
+int run_train_procs(const run_config& rc, int timeout_s, int max_restarts, std::vector<std::string> child_args,
+                    std::vector<hybrid::train_result>& out) {
+  std::vector<json> results;
+  if (const int code = launch_ranks(rc, timeout_s, max_restarts, std::move(child_args), results); code != 0)
+    return code;
+  for (const auto& j : results) out.push_back(train_of(j));
+  return 0;
 }
 #endif
 

@@ -263,13 +263,13 @@ TEST_CASE("model repository: per-model failures are in the index while the good 
   REQUIRE(idx.size() == 9);
   const auto* good = entry(idx, "good", "1");
   REQUIRE(good);
-  CHECK(good->state == "READY");
+  CHECK(good->state == server::model_state::ready);
   CHECK(good->reason.empty());
   CHECK(good->ignored == std::vector<std::string>{"model_warmup"});
   const auto failed = [&](const std::string& name, errc code, const std::string& text) {
     const auto* e = entry(idx, name);
     REQUIRE_MESSAGE(e, name);
-    CHECK(e->state == "UNAVAILABLE");
+    CHECK(e->state == server::model_state::unavailable);
     CHECK_MESSAGE(e->reason.find(text) != std::string::npos, e->reason);
     auto again = repo->load(s, name);  // the same error as a result
     REQUIRE_FALSE(again);
@@ -383,7 +383,7 @@ TEST_CASE("model repository: load / unload re-read the directory, a failed reloa
   CHECK(infer(s, "m", bytes_request("text", {"still served"})).status == 200);
   const auto* e = entry(s.repository_index(), "m", "1");
   REQUIRE(e);
-  CHECK(e->state == "READY");
+  CHECK(e->state == server::model_state::ready);
   CHECK(e->reason.find("'nope'") != std::string::npos);
 
   // A second version and a policy that keeps both; then the old one's directory is removed.
@@ -411,11 +411,11 @@ TEST_CASE("model repository: load / unload re-read the directory, a failed reloa
   const auto idx = s.repository_index();
   const auto* u = entry(idx, "m");
   REQUIRE(u);
-  CHECK(u->state == "UNAVAILABLE");
+  CHECK(u->state == server::model_state::unavailable);
   CHECK(u->reason == "unloaded");
   const auto* never = entry(idx, "other");
   REQUIRE(never);
-  CHECK(never->state.empty());  // in the repository, never loaded
+  CHECK(never->state == server::model_state::none);  // in the repository, never loaded
   // a model added to the directory after open() is found by index and load
   write(r / "late" / "config.pbtxt", text_model_config("late"));
   fs::create_directories(r / "late" / "1");

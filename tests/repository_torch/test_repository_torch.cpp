@@ -215,7 +215,7 @@ TEST_CASE("repository torch: bad repository content fails that model only, with 
   const auto failed = [&](const std::string& name, errc code, const std::string& text) {
     const auto* e = entry(idx, name);
     REQUIRE_MESSAGE(e, name);
-    CHECK(e->state == "UNAVAILABLE");
+    CHECK(e->state == server::model_state::unavailable);
     CHECK_MESSAGE(e->reason.find(text) != std::string::npos, name, ": ", e->reason);
     auto again = repo->load(s, name);
     REQUIRE_FALSE(again);
@@ -232,9 +232,9 @@ TEST_CASE("repository torch: bad repository content fails that model only, with 
   failed("notokenizer", errc::invalid_argument, "a text model needs parameters 'tokenizer'");
   failed("nomodality", errc::invalid_argument, "parameters 'image_normalize' needs parameters 'modality'");
   CHECK(entry(idx, "gpu"));  // Debian's LibTorch has no CUDA: refused at load, whatever the reason
-  CHECK(entry(idx, "gpu")->state == "UNAVAILABLE");
+  CHECK(entry(idx, "gpu")->state == server::model_state::unavailable);
   for (const auto& e : idx) {
-    const bool ok = e.state == "READY" || e.reason.find("config.pbtxt") != std::string::npos;  // every reason names the file
+    const bool ok = e.state == server::model_state::ready || e.reason.find("config.pbtxt") != std::string::npos;  // every reason names the file
     CHECK_MESSAGE(ok, e.name, ": ", e.reason);
   }
 

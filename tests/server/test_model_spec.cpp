@@ -47,3 +47,41 @@ TEST_CASE("parse_model_spec: bad specs are invalid_argument naming the spec") {
     CHECK(m.error().message.find("--model '") != std::string::npos);
   }
 }
+
+TEST_CASE("serving keys: one table read alike by the spec, the JSON configuration and Triton's string parameters") {
+  int keys = 0;
+  server::for_each_serving_key([&](std::string_view k, auto field) {
+    ++keys;
+    CAPTURE(k);
+    CHECK(server::is_serving_key(k));
+    using T = std::remove_cvref_t<decltype(std::declval<server::model_config&>().*field)>;
+    const bool flag = std::is_same_v<T, bool>;
+    const std::string text = flag ? "false" : "3";
+    // The spec's k=v, the configuration's typed value and a load request's string value give one field value.
+    auto spec = server::parse_model_spec("m:" + std::string(k) + "=" + text);
+    REQUIRE(spec);
+    auto typed = server::serving_value(k, nlohmann::json(text));
+    REQUIRE(typed);
+    CHECK(typed->is_boolean() == flag);
+    nlohmann::json cfg = {{"name", "m"}};
+    cfg[std::string(k)] = *typed;
+    auto parsed = server::model_config::parse(cfg);
+    REQUIRE(parsed);
+    CHECK((*spec).*field == (*parsed).*field);
+    CHECK((*spec).*field != server::model_config{}.*field);  // the value took, it is not the default
+    auto bad = server::serving_value(k, nlohmann::json("x"));
+    REQUIRE_FALSE(bad);
+    CHECK(bad.code() == errc::invalid_argument);
+    CHECK(bad.error().message ==
+          "parameter '" + std::string(k) + (flag ? "' is not true or false" : "' is not a non-negative integer"));
+  });
+  CHECK(keys == 7);
+  CHECK_FALSE(server::is_serving_key("work"));
+  CHECK_FALSE(server::is_serving_key("version"));
+  CHECK(server::serving_value("work", nlohmann::json("1")).error().message == "'work' is not a serving key");
+  CHECK(*server::serving_value("queue_size", nlohmann::json(5)) == 5);  // typed values pass as they are
+  auto neg = server::serving_value("queue_size", nlohmann::json("-1"));
+  CHECK_FALSE(neg);
+  // An unknown key is still refused by the strict configuration parse.
+  CHECK(server::model_config::parse({{"name", "m"}, {"queue_sise", 1}}).error().message == "config: unknown key models[].queue_sise");
+}

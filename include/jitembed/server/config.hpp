@@ -2,6 +2,7 @@
 // keys and wrong types are errors naming the key).
 #pragma once
 
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -61,6 +63,53 @@ struct model_config {
   // Strict: an unknown key or a wrong type is invalid_argument naming `where` and the key.
   static result<model_config> parse(const nlohmann::json& j, std::string_view where = "models[]");
 };
+
+// The batcher (serving) keys of model_config, the one table every way of configuring a model reads: the JSON
+// configuration, a load request's "parameters", the --model spec and a repository's config.pbtxt parameters.
+// f(name, member pointer) for each, in the order the configuration documents them.
+template <class F>
+constexpr void for_each_serving_key(F&& f) {
+  f(std::string_view("instances"), &model_config::instances);
+  f(std::string_view("max_batch_size"), &model_config::max_batch_size);
+  f(std::string_view("max_queue_delay_us"), &model_config::max_queue_delay_us);
+  f(std::string_view("idle_dispatch"), &model_config::idle_dispatch);
+  f(std::string_view("queue_size"), &model_config::queue_size);
+  f(std::string_view("max_inflight_rows"), &model_config::max_inflight_rows);
+  f(std::string_view("timeout_us"), &model_config::timeout_us);
+}
+
+inline bool is_serving_key(std::string_view k) {
+  bool found = false;
+  for_each_serving_key([&](std::string_view name, auto) { found = found || name == k; });
+  return found;
+}
+
+// A serving key's value as Triton sends it (every parameter a string: "8", "true") in the JSON type
+// model_config::parse reads; values that are not strings pass as they are (parse checks their type).
+// Errors: invalid_argument "parameter 'K' is not a non-negative integer" / "... is not true or false"
+// (callers say where), or "'K' is not a serving key".
+inline result<nlohmann::json> serving_value(std::string_view k, const nlohmann::json& v) {
+  result<nlohmann::json> out = fail(errc::invalid_argument, "'" + std::string(k) + "' is not a serving key");
+  for_each_serving_key([&](std::string_view name, auto field) {
+    if (name != k) return;
+    using T = std::remove_cvref_t<decltype(std::declval<model_config&>().*field)>;
+    if (!v.is_string()) {
+      out = v;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      const auto& s = v.get_ref<const std::string&>();
+      out = s == "true" || s == "false" ? result<nlohmann::json>(nlohmann::json(s == "true"))
+                                        : fail(errc::invalid_argument, "parameter '" + std::string(k) + "' is not true or false");
+    } else {
+      const auto& s = v.get_ref<const std::string&>();
+      std::int64_t n = -1;
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+      out = ec == std::errc{} && end == s.data() + s.size() && n >= 0
+                ? result<nlohmann::json>(nlohmann::json(n))
+                : fail(errc::invalid_argument, "parameter '" + std::string(k) + "' is not a non-negative integer");
+    }
+  });
+  return out;
+}
 
 // The admission bound a model_config gets when max_inflight_rows is 0: twice the queue (so the
 // preprocessing in front of a full queue is bounded too), 4096 when the queue is unbounded.
@@ -125,10 +174,12 @@ result<void> read_key(const nlohmann::json& j, std::string_view key, T& out, std
   return {};
 }
 
-inline result<void> only_keys(const nlohmann::json& j, std::initializer_list<std::string_view> keys, std::string_view where) {
+// `also`: keys known besides `keys` (a table's lookup).
+inline result<void> only_keys(const nlohmann::json& j, std::initializer_list<std::string_view> keys, std::string_view where,
+                              bool (*also)(std::string_view) = nullptr) {
   if (!j.is_object()) return fail(errc::invalid_argument, "config: " + std::string(where) + " is not an object");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    bool known = false;
+    bool known = also && also(it.key());
     for (auto k : keys) known = known || it.key() == k;
     if (!known) return fail(errc::invalid_argument, "config: unknown key " + std::string(where) + "." + it.key());
   }
@@ -223,10 +274,7 @@ inline nlohmann::json to_json(const version_policy& p) {
 }
 
 inline result<model_config> model_config::parse(const nlohmann::json& j, std::string_view where) {
-  JITEMBED_TRY(detail::only_keys(j, {"name", "version", "instances", "max_batch_size", "max_queue_delay_us", "idle_dispatch",
-                                     "queue_size", "max_inflight_rows", "timeout_us", "preferred_batch_sizes", "params",
-                                     "version_policy"},
-                                  where));
+  JITEMBED_TRY(detail::only_keys(j, {"name", "version", "preferred_batch_sizes", "params", "version_policy"}, where, is_serving_key));
   model_config m;
   JITEMBED_TRY(detail::read_key(j, "name", m.name, where));
   if (m.name.empty()) return fail(errc::invalid_argument, "config: " + std::string(where) + ".name is missing");
@@ -235,13 +283,11 @@ inline result<model_config> model_config::parse(const nlohmann::json& j, std::st
   } else {
     JITEMBED_TRY(detail::read_key(j, "version", m.version, where));
   }
-  JITEMBED_TRY(detail::read_key(j, "instances", m.instances, where));
-  JITEMBED_TRY(detail::read_key(j, "max_batch_size", m.max_batch_size, where));
-  JITEMBED_TRY(detail::read_key(j, "max_queue_delay_us", m.max_queue_delay_us, where));
-  JITEMBED_TRY(detail::read_key(j, "idle_dispatch", m.idle_dispatch, where));
-  JITEMBED_TRY(detail::read_key(j, "queue_size", m.queue_size, where));
-  JITEMBED_TRY(detail::read_key(j, "max_inflight_rows", m.max_inflight_rows, where));
-  JITEMBED_TRY(detail::read_key(j, "timeout_us", m.timeout_us, where));
+  result<void> read;
+  for_each_serving_key([&](std::string_view k, auto field) {
+    if (read) read = detail::read_key(j, k, m.*field, where);
+  });
+  JITEMBED_TRY(read);
   if (auto it = j.find("preferred_batch_sizes"); it != j.end()) {
     if (!it->is_array()) return fail(errc::invalid_argument, "config: " + std::string(where) + ".preferred_batch_sizes is not an array");
     for (const auto& v : *it) {

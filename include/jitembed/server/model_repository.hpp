@@ -143,7 +143,7 @@ class model_repository final : public model_source {
       const auto l = loaded.find(n);
       if (l != loaded.end()) {
         for (const auto& v : l->second) {
-          repository_entry e{.name = n, .version = v, .state = "READY"};
+          repository_entry e{.name = n, .version = v, .state = model_state::ready};
           if (m) {
             e.ignored = m->ignored;
             if (!m->reason.empty()) e.reason = "the last load failed, the versions loaded before serve: " + m->reason;
@@ -151,9 +151,9 @@ class model_repository final : public model_source {
           out.push_back(std::move(e));
         }
       } else if (m && !m->reason.empty()) {
-        out.push_back({.name = n, .state = "UNAVAILABLE", .reason = m->reason});
+        out.push_back({.name = n, .state = model_state::unavailable, .reason = m->reason});
       } else if (m && m->unloaded) {
-        out.push_back({.name = n, .state = "UNAVAILABLE", .reason = "unloaded"});
+        out.push_back({.name = n, .state = model_state::unavailable, .reason = "unloaded"});
       } else {
         out.push_back({.name = n});
       }
@@ -233,15 +233,12 @@ class model_repository final : public model_source {
     if (!latency) return fail(errc::invalid_argument, file + ": " + latency.error().message);
     std::size_t max_inflight = 0;
     bool idle_dispatch = true;
-    if (serving.contains("max_inflight_rows")) {
-      auto v = detail::int_param(serving, "max_inflight_rows");
-      if (!v || *v < 0) return fail(errc::invalid_argument, file + ": parameters 'max_inflight_rows' is not a non-negative integer");
-      max_inflight = static_cast<std::size_t>(*v);
-    }
-    if (serving.contains("idle_dispatch")) {
-      const std::string v = serving["idle_dispatch"];
-      if (v != "true" && v != "false") return fail(errc::invalid_argument, file + ": parameters 'idle_dispatch' is not true or false");
-      idle_dispatch = v == "true";
+    for (const char* k : {"max_inflight_rows", "idle_dispatch"}) {
+      if (!serving.contains(k)) continue;
+      auto v = serving_value(k, serving[k]);
+      if (!v) return fail(errc::invalid_argument, file + ": " + v.error().message);
+      if (v->is_boolean()) idle_dispatch = v->get<bool>();
+      else max_inflight = v->get<std::size_t>();
     }
 
     // Version directories: positive integers (Triton's layout); anything else in the model directory is not a version.

@@ -3,6 +3,7 @@
 // ask when a repository is attached (server::model_repository in component jitembed::repository).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,12 +15,28 @@
 
 namespace jitembed::server {
 
+// A model's state in the repository index, as Triton names it on the wire (to_string): READY, UNAVAILABLE, or
+// none (in the repository, never loaded: the row has no "state").
+enum class model_state : std::uint8_t { none, ready, unavailable };
+
+constexpr std::string_view to_string(model_state s) noexcept {
+  switch (s) {
+    case model_state::ready:
+      return "READY";
+    case model_state::unavailable:
+      return "UNAVAILABLE";
+    case model_state::none:
+      break;
+  }
+  return "";
+}
+
 // One row of GET/POST /v2/repository/index (Triton's: name, version, state, reason), plus the fields of the
 // model's config.pbtxt that were accepted and ignored (they cannot change results).
 struct repository_entry {
   std::string name;
   std::string version;  // empty: the model as a whole (not loaded, or failed)
-  std::string state;    // "READY", "UNAVAILABLE", or empty (in the repository, never loaded)
+  model_state state = model_state::none;
   std::string reason;   // why not READY (the load error), or empty
   std::vector<std::string> ignored;
   friend bool operator==(const repository_entry&, const repository_entry&) = default;

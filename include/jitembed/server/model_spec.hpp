@@ -13,8 +13,8 @@
 namespace jitembed::server {
 
 // "NAME[:k=v,...]" over `defaults`: `version` and `version_policy` (latest[N], latest:N, all,
-// specific:V[+V...]) set the version fields; the batcher keys (instances, max_batch_size, max_queue_delay_us,
-// idle_dispatch, queue_size, max_inflight_rows, timeout_us) are checked like the JSON configuration's;
+// specific:V[+V...]) set the version fields; the batcher keys (for_each_serving_key) are checked like the JSON
+// configuration's;
 // every other key is a model parameter (work, sleep_us, ...; digits become integers, true/false booleans).
 // Batcher keys the spec does not name keep their value in `defaults`. Errors: invalid_argument naming the
 // spec and the key.
@@ -46,8 +46,7 @@ inline result<model_config> parse_model_spec(std::string_view spec, const model_
       auto p = parse_version_policy(v);
       if (!p) return fail(errc::invalid_argument, where + ": " + p.error().message);
       m.policy = std::move(*p);
-    } else if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" || k == "timeout_us" ||
-               k == "max_inflight_rows" || k == "idle_dispatch") {
+    } else if (is_serving_key(k)) {
       cfg[k] = value;
     } else {
       m.params[k] = value;
@@ -55,13 +54,9 @@ inline result<model_config> parse_model_spec(std::string_view spec, const model_
   }
   JITEMBED_ASSIGN_OR_RETURN(auto parsed, model_config::parse(cfg, where));
   // Keep the defaults for the batcher keys the spec did not name.
-  if (cfg.contains("instances")) m.instances = parsed.instances;
-  if (cfg.contains("max_batch_size")) m.max_batch_size = parsed.max_batch_size;
-  if (cfg.contains("max_queue_delay_us")) m.max_queue_delay_us = parsed.max_queue_delay_us;
-  if (cfg.contains("queue_size")) m.queue_size = parsed.queue_size;
-  if (cfg.contains("max_inflight_rows")) m.max_inflight_rows = parsed.max_inflight_rows;
-  if (cfg.contains("idle_dispatch")) m.idle_dispatch = parsed.idle_dispatch;
-  if (cfg.contains("timeout_us")) m.timeout_us = parsed.timeout_us;
+  for_each_serving_key([&](std::string_view k, auto field) {
+    if (cfg.contains(k)) m.*field = parsed.*field;
+  });
   return m;
 }
 

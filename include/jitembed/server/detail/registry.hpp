@@ -246,7 +246,7 @@ class model_registry final : public model_loader {
     if (src) out = src->index(*this);
     for (const auto& [name, v] : loaded()) {
       if (src && src->has(name)) continue;
-      out.push_back({.name = name, .version = v, .state = "READY"});
+      out.push_back({.name = name, .version = v, .state = model_state::ready});
     }
     return out;
   }

@@ -103,23 +103,12 @@ inline result<model_config> load_request_config(const std::string& name, const s
   for (auto it = params.begin(); it != params.end(); ++it) {
     const std::string& k = it.key();
     if (k == "version") continue;
-    if (k == "instances" || k == "max_batch_size" || k == "max_queue_delay_us" || k == "queue_size" ||
-        k == "timeout_us" || k == "max_inflight_rows") {
-      if (it->is_string()) {
-        auto v = int_param(params, k);
-        if (!v || *v < 0)
-          return fail(errc::invalid_argument, "repository parameter '" + k + "' is not a non-negative integer");
-        cfgj[k] = *v;
-      } else {
-        cfgj[k] = *it;
-      }
+    if (is_serving_key(k)) {
+      auto v = serving_value(k, *it);  // Triton sends strings
+      if (!v) return fail(errc::invalid_argument, "repository " + v.error().message);
+      cfgj[k] = std::move(*v);
     } else if (k == "version_policy") {
       cfgj[k] = *it;  // the flag form ("latest2", "all", "specific:1+3") or Triton's object
-    } else if (k == "idle_dispatch") {
-      if (it->is_string() && (*it == "true" || *it == "false"))
-        cfgj[k] = *it == "true";  // Triton sends strings
-      else
-        cfgj[k] = *it;
     } else {
       model_params[k] = *it;
     }
@@ -219,7 +208,7 @@ class service_core final {
     for (const auto& e : registry_.repository_index()) {
       ojson j{{"name", e.name}};
       if (!e.version.empty()) j["version"] = e.version;
-      if (!e.state.empty()) j["state"] = e.state;
+      if (e.state != model_state::none) j["state"] = to_string(e.state);
       if (!e.reason.empty()) j["reason"] = e.reason;
       if (!e.ignored.empty()) j["ignored"] = e.ignored;
       arr.push_back(std::move(j));

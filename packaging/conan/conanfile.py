@@ -65,7 +65,7 @@ COMPONENT_CONAN_DEPS = {
     "lmdb": ["lmdb/[>=0.9 <1]"],
     "models": [],
     "models_image": [],
-    "models_video": [],
+    "models_video": ["nlohmann_json/[>=3.11 <4]"],
     "parallel": ["openblas/[>=0.3 <1]"],
     "protobuf": ["protobuf/[>=3.21 <6]"],
     "redis": ["hiredis/[>=0.14 <2]"],

@@ -18,7 +18,7 @@
 #include "format_types.hpp"
 #include "jitembed/client.hpp"
 #include "jitembed/net/kserve/datatype.hpp"
-#include "jitembed/server/model_instance.hpp"
+#include "jitembed/models/factory.hpp"
 #include "jitembed/server/model_spec.hpp"
 
 namespace jitembed::python {
@@ -53,8 +53,8 @@ struct py_client {
 // as sleep_us / sleep_us_per_row ask.
 models::any_model local_model(std::string_view spec) {
   const server::model_config cfg = unwrap(server::parse_model_spec(spec));
-  auto m = unwrap(server::reference_factory(cfg.name, cfg.params));
-  return unwrap(server::with_latency_params(std::move(m), cfg.params));
+  auto m = unwrap(models::reference_factory(cfg.name, cfg.params));
+  return unwrap(models::with_latency_params(std::move(m), cfg.params));
 }
 
 struct py_embed_result {

@@ -42,7 +42,7 @@ struct hybrid_arm {
 struct hybrid_arm_result {
   std::uint64_t received = 0, received_max = 0;  // boundary bytes received in one step: all ranks, one rank
   std::int64_t formula = 0;
-  std::uint64_t enc_peak = 0, lm_peak = 0;  // the largest over the ranks
+  std::uint64_t enc_peak = 0, lm_peak = 0, boundary_peak = 0;  // the largest over the ranks
   double step_s = 0, max_rel_error = 0;
   std::string worst;  // the tensor of max_rel_error
 };
@@ -131,6 +131,7 @@ inline hybrid_arm_result run_hybrid_arm(const hybrid_arm& a, const hybrid::confi
     out.received_max = std::max(out.received_max, r.boundary_received);
     out.enc_peak = std::max(out.enc_peak, r.enc_peak);
     out.lm_peak = std::max(out.lm_peak, r.lm_peak);
+    out.boundary_peak = std::max(out.boundary_peak, r.boundary_peak);
     for (const auto& [name, t] : r.grads) {
       const bool enc = name.rfind("enc.", 0) == 0;
       if ((enc && r.enc_rank == 0) || (!enc && r.lm_rank == 0)) grads[name] = t;
@@ -211,6 +212,7 @@ inline int run_hybrid_arms(reporter& rep, bool small) {
     rep.add(name, "boundary_recv_per_rank", static_cast<double>(r.received_max), "B", extra);
     rep.add(name, "peak_bytes_encoder", static_cast<double>(r.enc_peak), "B", extra);
     rep.add(name, "peak_bytes_llm", static_cast<double>(r.lm_peak), "B", extra);
+    rep.add(name, "peak_bytes_boundary", static_cast<double>(r.boundary_peak), "B", extra);
     if (rounds > 0) {
       nlohmann::json time_extra = extra;
       time_extra["timed_steps"] = rounds * reps;

@@ -2,7 +2,8 @@
 // and, when built with CUDA, NCCL on the GPU; tensor-parallel MLP and Ulysses attention step times
 // (forward + backward) against the single-rank reference, side by side in this process.
 // Parts: gloo, tp_mlp, ulysses, attention (blockwise vs exact, one thread), memory (peak bytes per rank and the
-// longest sequence under a budget: Ulysses SP=4 vs a replicated full sequence), nccl (no arguments: all). With --device
+// longest sequence under a budget: Ulysses SP=4 vs a replicated full sequence), hybrid (the hybrid_parallel example's
+// step: per-module layouts vs uniform TP, replicated and the public system's boundary), nccl (no arguments: all). With --device
 // cuda (CUDA builds): gemm (the layers' bf16 GEMMs vs a bare cublasGemmEx), tp_mlp and ulysses (steps on the GPU),
 // nccl.
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "parallel/blockwise_attention.hpp"
 #include "parallel/encoder_memory.hpp"
 #include "parallel/gloo_collectives.hpp"
+#include "parallel/hybrid_arms.hpp"
 #include "parallel/layer_steps.hpp"
 #if defined(JITEMBED_HAS_NCCL)
 #include "parallel/gpu_layers.hpp"
@@ -22,11 +24,13 @@
 int main(int argc, char** argv) {
   using namespace jitembed::bench;
   command_line cli{"bench_parallel: Gloo / NCCL collectives, tensor-parallel MLP and Ulysses attention steps",
-                   {"gloo", "tp_mlp", "ulysses", "attention", "memory", "nccl", "gemm"}};
+                   {"gloo", "tp_mlp", "ulysses", "attention", "memory", "hybrid", "nccl", "gemm"}};
   std::string device = "cpu";
   cli.app.add_option("--device", device, "cpu, or cuda (CUDA builds: gemm, tp_mlp, ulysses, nccl on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  bool hybrid_small = false;
+  cli.app.add_flag("--hybrid-small", hybrid_small, "hybrid: 64 image tokens instead of 1024 (the ctest)");
   CLI11_PARSE(cli.app, argc, argv);
   reporter rep;
   if (device == "cuda") {
@@ -57,6 +61,8 @@ int main(int argc, char** argv) {
   if (cli.wanted("ulysses")) run_ulysses_steps(rep);
   if (cli.wanted("attention")) run_blockwise_attention(rep);
   if (cli.wanted("memory")) run_encoder_memory(rep);
+  int code = 0;
+  if (cli.wanted("hybrid")) code = run_hybrid_arms(rep, hybrid_small);
 #if defined(JITEMBED_HAS_NCCL)
   if (cli.wanted("nccl")) {
     const std::size_t sizes[] = {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{256} << 20};
@@ -64,5 +70,5 @@ int main(int argc, char** argv) {
   }
 #endif
   rep.print();
-  return 0;
+  return code;
 }

@@ -12,8 +12,12 @@
 //   hybrid_parallel [--world 4] [--encoder-ranks 0,1,2,3] [--llm-ranks 0,1] [--batch 2] [--microbatches 1]
 //                   [--schedule sequential|1f1b] [--in-flight 2] [--recompute] [--procs] [--tolerance 1e-5] [--device
 //                   cpu|cuda]
+//                   [--encoder-layout sp|tp] [--boundary ours|public]
 //                   [--steps 1] [--lr 0.01] [--checkpoint-dir D --checkpoint-every K] [--resume] [--max-restarts 0]
 // (any rank sets of the world: shared, overlapping or disjoint, e.g. --encoder-ranks 0,1 --llm-ranks 2,3)
+// --encoder-layout tp: the encoder tensor parallel too (uniform TP, tp_encoder.hpp); --boundary public: the
+// public system's boundary (public_boundary.hpp; equal rank sets paired one to one). bench_parallel hybrid
+// compares them.
 // --steps N (train.hpp): N steps each followed by AdamW on every rank's own parameters, checked against the
 // reference trained the same way (losses per step, final parameters), per-module sharded checkpoints,
 // --resume from the latest complete one, and (--procs) a restart of every rank after one fails.
@@ -36,6 +40,7 @@
 #include <vector>
 
 #include "jitembed/parallel/local_launch.hpp"
+#include "boundary_bytes.hpp"
 #include "train.hpp"
 #if defined(JITEMBED_HAS_TCP_STORE)
 #include "jitembed/parallel/tcp_store.hpp"
@@ -231,11 +236,13 @@ struct run_config {
 int report(const run_config& rc, const hybrid::config& c, const tensors& params, const hybrid::reference_result& ref,
            const outcome& res, double wall_s) {
   const int mb = rc.so.microbatches;
+  const bool enc_tp = rc.so.encoder == hybrid::encoder_layout::tp;
   std::printf(
-      "hybrid_parallel: vision encoder SP=%d (Ulysses) on ranks %s -> language model TP=%d on ranks %s (%s, %s)\n",
-      res.enc_size, list(rc.encoder_ranks).c_str(), res.lm_size, list(rc.llm_ranks).c_str(),
+      "hybrid_parallel: vision encoder %s=%d on ranks %s -> language model TP=%d on ranks %s (%s, %s)%s\n",
+      enc_tp ? "TP" : "SP (Ulysses)", res.enc_size, list(rc.encoder_ranks).c_str(), res.lm_size, list(rc.llm_ranks).c_str(),
       rc.device == "cuda" ? "layers on GPU 0, host-staged Gloo" : "CPU",
-      rc.procs ? "ranks as processes" : "ranks as threads");
+      rc.procs ? "ranks as processes" : "ranks as threads",
+      rc.so.boundary == hybrid::boundary_kind::public_system ? ", the public system's boundary" : "");
   std::string rows;
   for (int m = 0; m < mb; ++m) rows += (m ? "," : "") + std::to_string(hybrid::microbatch_rows(c.batch, mb, m));
   std::printf("step: batch %lld in %d microbatch%s of %s row(s), schedule %s", static_cast<long long>(c.batch), mb,
@@ -277,20 +284,8 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
     if (name.rfind("enc.", 0) == 0) enc_param_bytes += static_cast<std::int64_t>(p.nbytes());
   }
   const std::int64_t enc_bytes = b * c.patches * c.enc_hidden * f;
-  std::int64_t boundary_fwd = 0, boundary_bwd = 0;
-  const int sp = static_cast<int>(rc.encoder_ranks.size());
-  auto chunk_bytes = [&](int k) { return chunk_size(c.patches, sp, k) * b * c.enc_hidden * f; };
-  for (int d : rc.llm_ranks) {
-    const auto at = std::find(rc.encoder_ranks.begin(), rc.encoder_ranks.end(), d);
-    boundary_fwd +=
-        enc_bytes - (at != rc.encoder_ranks.end() ? chunk_bytes(static_cast<int>(at - rc.encoder_ranks.begin())) : 0);
-  }
-  for (int k = 0; k < sp; ++k) {
-    if (std::find(rc.llm_ranks.begin(), rc.llm_ranks.end(), rc.encoder_ranks[static_cast<std::size_t>(k)]) ==
-        rc.llm_ranks.end()) {
-      boundary_bwd += chunk_bytes(k);
-    }
-  }
+  const hybrid::boundary_formula bf = hybrid::expected_boundary_bytes(c, rc.encoder_ranks, rc.llm_ranks, rc.so);
+  const std::int64_t boundary_fwd = bf.forward, boundary_bwd = bf.backward;
   struct row {
     const char* group;
     coll op;
@@ -303,12 +298,15 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
   const std::int64_t sp_on = res.enc_size > 1, tp_on = res.lm_size > 1;  // a group of one rank communicates nothing
   const std::int64_t a2a = rc.so.recompute ? 12 : 8;  // --recompute runs the forward's 4 again in backward
   const row table[] = {
-      {"encoder SP", coll::all_to_all, &res.enc_stats, res.enc_size, a2a * m * sp_on,
-       a2a * sp_on * b * s_local * c.enc_hidden * f,
-       rc.so.recompute ? "12 x B*(S/sp)*H_e*4 (q,k,v,out fwd, again in bwd; dout,dq,dk,dv bwd), M x the calls"
+      {enc_tp ? "encoder TP" : "encoder SP", coll::all_to_all, &res.enc_stats, res.enc_size,
+       enc_tp ? 0 : a2a * m * sp_on, enc_tp ? 0 : a2a * sp_on * b * s_local * c.enc_hidden * f,
+       enc_tp            ? "none (tensor parallel: all_reduces)"
+       : rc.so.recompute ? "12 x B*(S/sp)*H_e*4 (q,k,v,out fwd, again in bwd; dout,dq,dk,dv bwd), M x the calls"
                        : "8 x B*(S/sp)*H_e*4 (q,k,v,out fwd; dout,dq,dk,dv bwd), M x the calls"},
-      {"encoder SP", coll::all_reduce, &res.enc_stats, res.enc_size, sp_on, sp_on * enc_param_bytes,
-       "replicated encoder weights, one fused gradient sync after the last microbatch"},
+      enc_tp ? row{"encoder TP", coll::all_reduce, &res.enc_stats, res.enc_size, 4 * m * sp_on,
+                   4 * sp_on * b * c.patches * c.enc_hidden * f, "fwd: out+fc2 B*S*H_e*4; bwd: fc1+qkv B*S*H_e*4"}
+             : row{"encoder SP", coll::all_reduce, &res.enc_stats, res.enc_size, sp_on, sp_on * enc_param_bytes,
+                   "replicated encoder weights, one fused gradient sync after the last microbatch"},
       {"LM TP", coll::all_reduce, &res.lm_stats, res.lm_size, 6 * m * tp_on,
        tp_on * (2 * b * c.text + 4 * b * t) * c.lm_hidden * f,
        "fwd: embed B*T_txt*H, proj+fc2 2*B*T*H; bwd: head B*T_txt*H, fc1+qkv 2*B*T*H"},
@@ -332,8 +330,11 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
   std::printf("%-11s %-15s %6s %12llu %12lld %12s  %s%s\n", "world", "send/recv", "-",
               static_cast<unsigned long long>(res.boundary_sent), static_cast<long long>(boundary_fwd + boundary_bwd),
               "-",
-              "boundary, all ranks: fwd = each TP rank gets B*S*H_e minus its own chunk; bwd = each SP rank outside "
-              "the TP group gets its chunk",
+              rc.so.boundary == hybrid::boundary_kind::public_system
+                  ? "public boundary, all ranks: all-gather over the encoder, the whole output to each paired LM rank "
+                    "and the whole gradient back (boundary_bytes.hpp)"
+                  : "boundary, all ranks: fwd = each LM rank gets what it lacks of B*S*H_e; bwd = each encoder rank "
+                    "outside the LM group gets its part (boundary_bytes.hpp)",
               boundary_ok ? "" : "  MISMATCH");
 
   // Op logs: one per module, the same on each of its ranks; the encoder runs ahead exactly under 1F1B.
@@ -394,6 +395,8 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
                      {"schedule", std::string(to_string(rc.so.schedule))},
                      {"in_flight", rc.so.in_flight},
                      {"recompute", rc.so.recompute},
+                     {"encoder_layout", enc_tp ? "tp" : "sp"},
+                     {"boundary", rc.so.boundary == hybrid::boundary_kind::public_system ? "public" : "ours"},
                      {"encoder_ops", enc_log},
                      {"lm_ops", lm_log},
                      {"encoder_runs_ahead", ahead},
@@ -705,6 +708,14 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", schedule, "sequential, or 1f1b (disjoint rank sets)")
       ->check(CLI::IsMember({"sequential", "1f1b"}))
       ->capture_default_str();
+  std::string encoder_layout = "sp", boundary = "ours";
+  app.add_option("--encoder-layout", encoder_layout, "sp (Ulysses), or tp (uniform tensor parallelism)")
+      ->check(CLI::IsMember({"sp", "tp"}))
+      ->capture_default_str();
+  app.add_option("--boundary", boundary, "ours (only the bytes a rank lacks), or public (all-gather, whole output to "
+                                         "the paired rank, whole gradient back)")
+      ->check(CLI::IsMember({"ours", "public"}))
+      ->capture_default_str();
   app.add_flag("--recompute", rc.so.recompute, "recompute the encoder block in backward (keep only its input)");
   app.add_option("--in-flight", rc.so.in_flight, "1f1b: microbatches in flight on the encoder (>= 2)")
       ->capture_default_str();
@@ -739,6 +750,8 @@ int main(int argc, char** argv) {
       to.steps > 1 || !to.checkpoint_dir.empty() || to.resume || max_restarts > 0 || to.kill_rank >= 0;
   rc.tolerance = tolerance > 0 ? tolerance : rc.device == "cuda" ? 1e-4 : 1e-5;
   rc.so.schedule = parse_pipeline_schedule(schedule).value();
+  rc.so.encoder = encoder_layout == "tp" ? hybrid::encoder_layout::tp : hybrid::encoder_layout::sp;
+  rc.so.boundary = boundary == "public" ? hybrid::boundary_kind::public_system : hybrid::boundary_kind::ours;
   auto fail_usage = [](const std::string& why) {
     std::fprintf(stderr, "hybrid_parallel: %s\n", why.c_str());
     return 2;
@@ -762,6 +775,14 @@ int main(int argc, char** argv) {
       return fail_usage("--max-restarts and --kill-rank need --procs");
     if ((to.kill_rank >= 0) != (to.kill_at_step >= 1)) return fail_usage("--kill-rank needs --kill-at-step");
   }
+  if (rc.so.recompute && rc.so.encoder == hybrid::encoder_layout::tp)
+    return fail_usage("--recompute is for the sequence-parallel encoder (--encoder-layout sp)");
+  if (training && (rc.so.encoder != hybrid::encoder_layout::sp || rc.so.boundary != hybrid::boundary_kind::ours))
+    return fail_usage("--steps > 1 and checkpoints run --encoder-layout sp --boundary ours");
+  if (rc.so.boundary == hybrid::boundary_kind::public_system && rc.encoder_ranks.size() != rc.llm_ranks.size()) {
+    return fail_usage("--boundary public pairs equal groups one to one: " + std::to_string(rc.encoder_ranks.size()) +
+                      " encoder ranks, " + std::to_string(rc.llm_ranks.size()) + " language model ranks");
+  }
   if (rc.so.microbatches > batch) {
     return fail_usage("--microbatches " + std::to_string(rc.so.microbatches) + " > --batch " + std::to_string(batch));
   }
@@ -781,7 +802,7 @@ int main(int argc, char** argv) {
   const tensors params = hybrid::make_params(c, 42);
   const hybrid::batch in = hybrid::make_batch(c, 7);
   auto planned = hybrid_plan::create(
-      {{"vision_encoder", strategy::sequence_parallel, static_cast<int>(rc.encoder_ranks.size()), rc.encoder_ranks},
+      {{"vision_encoder", rc.so.encoder == hybrid::encoder_layout::tp ? strategy::tensor_parallel : strategy::sequence_parallel, static_cast<int>(rc.encoder_ranks.size()), rc.encoder_ranks},
        {"language_model", strategy::tensor_parallel, static_cast<int>(rc.llm_ranks.size()), rc.llm_ranks}},
       rc.world);
   if (!planned) return fail_usage(planned.error().message);
@@ -800,7 +821,9 @@ int main(int argc, char** argv) {
                                       "--batch",         std::to_string(batch),
                                       "--microbatches",  std::to_string(rc.so.microbatches),
                                       "--schedule",      schedule,
-                                      "--in-flight",     std::to_string(rc.so.in_flight)};
+                                      "--in-flight",     std::to_string(rc.so.in_flight),
+                                      "--encoder-layout", encoder_layout,
+                                      "--boundary",      boundary};
   if (rc.so.recompute) child_args.push_back("--recompute");
   const auto t0 = std::chrono::steady_clock::now();
   if (training) {

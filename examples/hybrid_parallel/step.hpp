@@ -20,6 +20,8 @@
 #include "jitembed/parallel/tensor_parallel.hpp"
 #include "jitembed/parallel/ulysses.hpp"
 #include "model.hpp"
+#include "public_boundary.hpp"
+#include "tp_encoder.hpp"
 #if defined(JITEMBED_HAS_NCCL)
 #include "jitembed/parallel/cuda/backend.hpp"
 #include "jitembed/parallel/cuda/host_staged.hpp"
@@ -29,6 +31,14 @@ namespace hybrid {
 
 using namespace jitembed::parallel;
 using comm_t = gloo_communicator;
+
+// The encoder's layout: sequence parallel (Ulysses, this example's plan) or tensor parallel (a uniform-TP
+// layout: the whole sequence on every rank, tp_encoder.hpp; CPU math whatever the mode).
+enum class encoder_layout : std::uint8_t { sp, tp };
+// How the activation crosses: this project's boundary transform (only the bytes a rank lacks) or the
+// public system's (public_boundary.hpp: all-gather, the whole output to the paired rank, the whole gradient
+// back).
+enum class boundary_kind : std::uint8_t { ours, public_system };
 
 // How the step runs: the schedule, the microbatches the global batch is cut into (balanced along the batch
 // dim: the first B mod M get one row more), and the 1F1B in-flight bound.
@@ -43,6 +53,8 @@ struct step_options {
   // Gather the outputs and full gradients to group rank 0 for the comparison (collectives after the step);
   // training (train.hpp) turns it off: it needs only each rank's own gradients.
   bool gather_for_check = true;
+  encoder_layout encoder = encoder_layout::sp;
+  boundary_kind boundary = boundary_kind::ours;
 };
 
 inline std::int64_t microbatch_rows(std::int64_t b, int m_count, int m) {
@@ -113,28 +125,9 @@ struct cuda_mode {
 };
 #endif
 
-// Rows of the fused QKV weight ordered so that rank r's contiguous shard is [q_r; k_r; v_r] (its heads).
-inline tensor fuse_qkv(const tensors& p, int tp) {
-  const tensor_view parts_all[] = {p.at("lm.q.w").view(), p.at("lm.k.w").view(), p.at("lm.v.w").view()};
-  std::vector<tensor> pieces;
-  for (int r = 0; r < tp; ++r) {
-    for (const auto& w : parts_all) pieces.push_back(local_chunk(w, 0, tp, r));
-  }
-  std::vector<tensor_view> views(pieces.begin(), pieces.end());
-  return concat(views, 0);
-}
-
-// The inverse, for the gathered gradient of the fused weight.
-inline void unfuse_qkv(const tensor& fused, int tp, tensors& out) {
-  const std::int64_t rows = fused.size(0) / 3, per = rows / tp;
-  const char* names[] = {"lm.q.w", "lm.k.w", "lm.v.w"};
-  for (int j = 0; j < 3; ++j) {
-    std::vector<tensor> pieces;
-    for (int r = 0; r < tp; ++r) pieces.push_back(narrow(fused.view(), 0, (3 * r + j) * per, per));
-    std::vector<tensor_view> views(pieces.begin(), pieces.end());
-    out[names[j]] = concat(views, 0);
-  }
-}
+// The LM's fused QKV weight (rank r's shard [q_r; k_r; v_r]) and its inverse (tp_encoder.hpp).
+inline tensor fuse_qkv(const tensors& p, int tp) { return fuse_qkv_of(p, "lm", tp); }
+inline void unfuse_qkv(const tensor& fused, int tp, tensors& out) { unfuse_qkv_of(fused, "lm", tp, out); }
 
 // The vision encoder of one microbatch on its sequence-parallel group: this rank's patches, replicated
 // weights, Ulysses attention (on `dev`, the mode's communicator of the group). backward accumulates the
@@ -378,7 +371,10 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
   typename Mode::comm* enc_dev = enc.valid() ? &mode.attach(enc, 0) : nullptr;
   typename Mode::comm* lm_dev = lm.valid() ? &mode.attach(lm, 1) : nullptr;
   world.stats().reset();
-  const layout src = plan.activation_layout("vision_encoder", 1);  // shard(sequence) over the SP ranks
+  const bool enc_tp = so.encoder == encoder_layout::tp;
+  // shard(sequence) over the SP ranks; a TP encoder holds the whole output on every rank
+  const layout src = enc_tp ? layout{plan["vision_encoder"].ranks, placement::replicate()}
+                            : plan.activation_layout("vision_encoder", 1);
   const layout dst = plan.activation_layout("language_model", 1);  // replicate over the TP ranks
   const std::vector<pipeline_op> ops = two_stage_schedule(so.schedule, so.microbatches, so.in_flight).value();
 
@@ -394,6 +390,9 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
   auto enc_global = [&](int m) { return shape{cfg[static_cast<std::size_t>(m)].batch, c.patches, c.enc_hidden}; };
 
   std::map<int, sp_encoder<Mode>> encoders;  // microbatches in flight on the encoder (forward run, backward not)
+  std::map<int, tp_encoder> tp_encoders;      // the same, encoder_layout::tp
+  std::optional<tp_encoder_shards> tp_shards;
+  if (enc_tp && enc.valid()) tp_shards.emplace(p, enc.size(), enc.rank());
   std::vector<tensor> x2(static_cast<std::size_t>(mb)), enc_full(static_cast<std::size_t>(mb)),
       dx2_full(static_cast<std::size_t>(mb)), dx2(static_cast<std::size_t>(mb)), logits(static_cast<std::size_t>(mb));
   std::optional<tp_language_model<Mode>> model;
@@ -422,7 +421,16 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
         const auto gi = static_cast<std::size_t>(op.gradient);
         grad = boundary_part{enc_global(op.gradient), lm.valid() ? &dx2_full[gi].view() : nullptr};
       }
-      boundary_exchanged got = boundary_exchange(world, act, grad, src, dst);
+      boundary_exchanged got;
+      if (so.boundary == boundary_kind::ours) {
+        got = boundary_exchange(world, act, grad, src, dst);
+      } else {  // the public system's: the activation, then the gradient, each whole
+        if (act) got.activation = public_forward(world, act->local, act->global, src, dst);
+        if (grad) {
+          const tensor whole = lm.valid() ? dx2_full[static_cast<std::size_t>(op.gradient)] : tensor();
+          got.gradient = public_backward(world, whole, grad->global, src, dst);
+        }
+      }
       if (op.activation >= 0 && lm.valid())
         enc_full[static_cast<std::size_t>(op.activation)] = std::move(got.activation);
       if (op.gradient >= 0) {
@@ -431,10 +439,16 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
       }
     } else if (op.stage == pipeline_stage::first) {
       if (!enc.valid()) continue;
-      if (op.op == pipeline_op::kind::forward) {
+      if (op.op == pipeline_op::kind::forward && enc_tp) {
+        x2[i] = tp_encoders.try_emplace(m, tp_encoder{cfg[i], p, enc, *tp_shards}).first->second.forward(patches[i]);
+      } else if (op.op == pipeline_op::kind::forward) {
         auto [it, fresh] = encoders.try_emplace(m, sp_encoder<Mode>{cfg[i], p, enc, mode, enc_dev});
         it->second.recompute = so.recompute;
         x2[i] = it->second.forward(patches[i]);
+      } else if (enc_tp) {
+        tp_encoders.at(m).backward(dx2[i], g);
+        tp_encoders.erase(m);
+        dx2[i] = tensor();
       } else {
         encoders.at(m).backward(dx2[i], g);
         encoders.erase(m);
@@ -457,7 +471,9 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
 
   // Replicated encoder weights saw only this rank's tokens of every microbatch: one fused all_reduce after
   // the last microbatch completes their gradients (accumulate locally, sync once, like DDP's no_sync).
-  if (enc.valid()) {
+  // (A TP encoder's replicated weights saw every token: their gradients are complete on each rank.)
+  if (enc.valid() && enc_tp) tp_shards->place_into(g);
+  if (enc.valid() && !enc_tp) {
     std::vector<tensor_view> enc_grads;
     for (auto& [name, t] : g) {
       if (name.rfind("enc.", 0) == 0) enc_grads.push_back(t.view());
@@ -476,6 +492,9 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
   if (enc.valid()) {
     for (auto& [name, t] : g) {
       if (name.rfind("enc.", 0) == 0) res.own_grads[name] = t;
+    }
+    if (enc_tp) {
+      for (auto& [name, t] : tp_shards->g) res.own_grads[name] = t;  // this rank's shards, not the full shapes
     }
     res.enc_rank = enc.rank();
     res.enc_size = enc.size();
@@ -505,7 +524,13 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
       for (std::uint64_t n = 0; n < a2a.calls; ++n) enc_step.record(coll::all_to_all, n == 0 ? a2a.bytes : 0);
     }
     std::vector<tensor> outs;
-    for (const auto& x : x2) outs.push_back(all_gather_dim(enc, x.view(), 1, c.patches).value());
+    for (const auto& x : x2) outs.push_back(enc_tp ? x : all_gather_dim(enc, x.view(), 1, c.patches).value());
+    if (enc_tp) {  // each rank's shard in its slice of a zero tensor: the sum is the full gradient
+      for (auto& [name, t] : g) {
+        if (tp_encoder_shards::split_dim(name) >= 0 && name.rfind("enc.", 0) == 0)
+          enc.all_reduce(t.view(), reduce_op::sum).value();
+      }
+    }
     res.enc_rank = enc.rank();
     res.enc_size = enc.size();
     if (enc.rank() == 0) {

@@ -400,8 +400,9 @@ def progress_line(p: Dict[str, Any], steps: int) -> str:
 
 
 def _check_resources(config: HybridConfig) -> None:
-    """Fails (HybridConfigError) when the cluster cannot hold the placement groups: a bundle larger than every
-    node, or more in total than the cluster has available now. Ray would otherwise wait for them forever."""
+    """Fails (HybridConfigError) when the cluster can never hold the placement groups: a bundle larger than
+    every node, or more in total than the cluster has. (What other work holds now is not checked here: it
+    comes and goes; the placement groups then wait, up to start_timeout_s.)"""
     import ray
 
     pgs = config.bundles()
@@ -410,7 +411,6 @@ def _check_resources(config: HybridConfig) -> None:
         for b in pg["bundles"]:
             for k, v in b.items():
                 need[k] = need.get(k, 0) + v
-    avail = ray.available_resources()
     total = ray.cluster_resources()
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     for pg in pgs:
@@ -418,11 +418,9 @@ def _check_resources(config: HybridConfig) -> None:
             if not any(all(node.get(k, 0) + 1e-9 >= v for k, v in b.items()) for node in nodes):
                 raise HybridConfigError(f"hybrid config: too few resources: bundle {i} of placement group '{pg['name']}' "
                                         f"needs {_res(b)}, more than any node has")
-    short = {k: v for k, v in need.items() if avail.get(k, 0) + 1e-9 < v}
-    if short:
-        raise HybridConfigError(
-            f"hybrid config: too few resources: the groups need {_res(need)}; the cluster has "
-            f"{_res({k: avail.get(k, 0) for k in need})} available (of {_res({k: total.get(k, 0) for k in need})})")
+    if any(total.get(k, 0) + 1e-9 < v for k, v in need.items()):
+        raise HybridConfigError(f"hybrid config: too few resources: the groups need {_res(need)}; the cluster has "
+                                f"{_res({k: total.get(k, 0) for k in need})}")
 
 
 def _res(d: Dict[str, float]) -> str:
@@ -541,9 +539,13 @@ class _Attempt:
                 "attempt": self.run.attempt}
 
     def stop(self) -> None:
-        """Kills every actor of the attempt (its rank goes with it: PR_SET_PDEATHSIG)."""
+        """Kills every rank of the attempt, then every actor. A live actor kills its rank itself first (done
+        when the call returns); a rank whose actor is gone already got SIGKILL from the kernel."""
         import ray
 
+        refs = [a.stop.remote() for a in self.run.actors.values()]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=10)
         for a in self.run.actors.values():
             try:
                 ray.kill(a, no_restart=True)
@@ -562,7 +564,8 @@ def _placement_groups(config: HybridConfig) -> List[Any]:
     except ray.exceptions.GetTimeoutError:
         for pg in pgs:
             remove_placement_group(pg)
-        raise HybridRunError(f"hybrid: the placement groups were not ready within {config.start_timeout_s:g} s")
+        raise HybridRunError(f"hybrid: the placement groups were not ready within {config.start_timeout_s:g} s "
+                             f"(available now: {_res(ray.available_resources())})") from None
     return pgs
 
 

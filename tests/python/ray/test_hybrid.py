@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from conftest import eventually
 from jitembed.ray import hybrid
 from jitembed.ray.hybrid import HybridConfig, HybridConfigError
 
@@ -24,9 +25,9 @@ def hybrid_bin() -> str:
     return path
 
 
-def config(binary: str, **kw) -> HybridConfig:
+def config(exe: str, **kw) -> HybridConfig:
     d = {"world": 4, "encoder": {"ranks": [0, 1], "num_cpus": 0.5}, "llm": {"ranks": [2, 3], "num_cpus": 0.5},
-         "steps": STEPS, "binary": binary, "timeout_s": 120, "start_timeout_s": 60}
+         "steps": STEPS, "binary": exe, "timeout_s": 120, "start_timeout_s": 60}
     d.update(kw)
     return HybridConfig.from_dict(d)
 
@@ -100,7 +101,7 @@ def test_killed_actor_restarts_from_checkpoint(uninterrupted, hybrid_bin, tmp_pa
     plain = uninterrupted[0]
     assert s["losses"] == plain["losses"]  # bitwise: the resume restores parameters and AdamW state exactly
     assert s["digests"] == plain["digests"]  # and every rank's final parameters
-    assert rank_processes(hybrid_bin) == []  # no rank outlived its actor
+    eventually(lambda: rank_processes(hybrid_bin) == [], 10, "every rank gone with its actor")
 
 
 def test_no_restart_left_fails_with_the_cause(ray_cluster, hybrid_bin, tmp_path):
@@ -112,17 +113,17 @@ def test_no_restart_left_fails_with_the_cause(ray_cluster, hybrid_bin, tmp_path)
 
     with pytest.raises(hybrid.HybridRunError, match=r"the actor of rank 0 \(encoder\) died.*\(restarts: 0 of 0\)"):
         hybrid.train(config(hybrid_bin, steps=4, pause_at_step=2), on_step=on_step, log=lambda _: None)
-    assert rank_processes(hybrid_bin) == []
+    eventually(lambda: rank_processes(hybrid_bin) == [], 10, "every rank gone with its actor")
 
 
 def test_collocated_uneven_groups(ray_cluster, hybrid_bin):
     # world 6: encoder SP=4 on 0..3, LM TP=2 on 4,5; one placement group of 4 bundles, bundles 0 and 1 each
-    # holding an encoder and an LM actor (a quarter GPU each: the cluster's one logical GPU)
+    # holding an encoder and an LM actor (fractions of the cluster's one logical GPU)
     c = config(hybrid_bin, world=6, placement="collocated", steps=3,
-               encoder={"ranks": [0, 1, 2, 3], "num_cpus": 0.5, "num_gpus": 0.25},
+               encoder={"ranks": [0, 1, 2, 3], "num_cpus": 0.5, "num_gpus": 0.125},
                llm={"ranks": [4, 5], "num_cpus": 0.5, "num_gpus": 0.25})
     assert c.bundles() == [{"name": "collocated", "modules": ["encoder", "llm"],
-                            "bundles": [{"CPU": 1.0, "GPU": 0.5}] * 2 + [{"CPU": 0.5, "GPU": 0.25}] * 2}]
+                            "bundles": [{"CPU": 1.0, "GPU": 0.375}] * 2 + [{"CPU": 0.5, "GPU": 0.125}] * 2}]
     s = hybrid.train(c, log=lambda _: None)
     assert s["losses"] == procs_losses(hybrid_bin, ["--world", "6", "--encoder-ranks", "0,1,2,3", "--llm-ranks", "4,5",
                                                     "--steps", "3"])
@@ -134,7 +135,7 @@ def test_collocated_uneven_groups(ray_cluster, hybrid_bin):
     ({"llm": {"ranks": [2]}}, "rank 3 is in no group"),
     ({"llm": {"ranks": [2, 4]}}, r"llm rank 4 is outside the world \(0..3\)"),
     ({"encoder": {"ranks": [0, 1], "num_cpus": 2}, "llm": {"ranks": [2, 3], "num_cpus": 2}},
-     r"too few resources: the groups need 8 CPU; the cluster has [\d.]+ CPU available \(of 4 CPU\)"),
+     r"too few resources: the groups need 8 CPU; the cluster has 4 CPU$"),
     ({"encoder": {"ranks": [0, 1], "num_gpus": 2}}, "too few resources: bundle 0 of placement group 'encoder' needs"),
     ({"placement": "spread"}, "placement 'spread' is not one of collocated, disjoint"),
     ({"max_restarts": 1}, "max_restarts, checkpoint_every and resume need checkpoint_dir"),

@@ -616,7 +616,7 @@ def train(config: HybridConfig, on_step: Optional[Callable[[Dict[str, Any], Run]
                     raise HybridRunError(f"{e} (restarts: {run.restarts} of {config.max_restarts})") from None
                 run.restarts += 1
                 run.attempt += 1
-                log(f"hybrid: {e}; restart {run.restarts} of {config.max_restarts}: every actor again, --resume")
+                log(f"{e}; restart {run.restarts} of {config.max_restarts}: every actor again, --resume")
         summary = _summary(config, run, attempt, per_step, step_runs, failures, time.monotonic() - t0)
         log(summary_line(summary))
         return summary

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -593,8 +594,8 @@ int run_train_child(const std::string& store_address, const hybrid::config& c, c
 // --host-store (rank 0 only) {"event":"store","address":"127.0.0.1:P"} first: it hosts the run's tcp_store
 // for the others' --store, as torch's TCPStore master does, and lives until every rank passed the final
 // barrier; then {"event":"step",...} after each step (after its checkpoint), and {"event":"done",...}.
-int run_train_events(std::string store_address, bool host_store, const hybrid::config& c, const hybrid_plan& plan,
-                     const run_config& rc, hybrid::train_options to) {
+int run_train_events(std::string store_address, bool host_store, int pause_at_step, const hybrid::config& c,
+                     const hybrid_plan& plan, const run_config& rc, hybrid::train_options to) {
   const auto me = local_rank_of_this_process();
   if (!me) {
     std::fprintf(stderr, "hybrid_parallel: --events: %s\n", me.error().message.c_str());
@@ -627,6 +628,9 @@ int run_train_events(std::string store_address, bool host_store, const hybrid::c
             {"peak_bytes", {{"encoder", r.enc_peak}, {"llm", r.lm_peak}, {"boundary", r.boundary_peak}}},
             {"boundary_sent", r.boundary_sent},
             {"boundary_received", r.boundary_received}});
+      // (tests) every rank stops itself right after reporting this step, before its next one: a supervisor's
+      // test kills an actor at a known step on a machine of any speed
+      if (s == pause_at_step) std::raise(SIGSTOP);
     };
     hybrid::cpu_mode mode;
     const hybrid::train_result res = hybrid::train_rank(world, c, plan, rc.so, to, mode);
@@ -776,10 +780,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--store", store, "(set by --procs for its children) the tcp_store to join as a rank")->group("");
   bool events = false, host_store = false;
+  int pause_at_step = 0;
   app.add_flag("--events", events,
                "run one training rank (JITEMBED_RANK, JITEMBED_WORLD_SIZE; --store or --host-store) and report JSON "
                "lines on stdout (jitembed.ray)");
   app.add_flag("--host-store", host_store, "--events, rank 0: host the tcp_store on 127.0.0.1 and print its address");
+  app.add_option("--pause-at-step", pause_at_step, "(tests, --events) SIGSTOP this rank after reporting that step");
   app.add_option("--tolerance", tolerance, "largest relative error accepted (default 1e-5 on cpu, 1e-4 on cuda)")
       ->check(CLI::PositiveNumber);
   app.add_option("--device", rc.device, "where the layers run")
@@ -857,7 +863,7 @@ int main(int argc, char** argv) {
     return fail_usage("--events runs one rank: it needs --store ADDR or --host-store (one of them), not --procs");
   if (host_store && !events) return fail_usage("--host-store needs --events");
 #if defined(JITEMBED_HAS_TCP_STORE)
-  if (events) return run_train_events(store, host_store, c, plan, rc, to);
+  if (events) return run_train_events(store, host_store, pause_at_step, c, plan, rc, to);
   if (!store.empty()) {
     return training ? run_train_child(store, c, plan, rc, to) : run_child(store, c, params, in, plan, rc);
   }

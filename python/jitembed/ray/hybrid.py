@@ -25,7 +25,6 @@ import dataclasses
 import json
 import math
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -82,7 +81,7 @@ class HybridConfig:
     timeout_s: float = 300.0  # one attempt's training, from the ranks' start to the last rank's exit
     start_timeout_s: float = 60.0  # placement groups ready; actors ready; rank 0's store address
     binary: Optional[str] = None  # hybrid_parallel; default: $JITEMBED_HYBRID_BIN
-    pause_at_step: int = 0  # (tests) first attempt: each actor stops (SIGSTOP) its rank once it reports this step
+    pause_at_step: int = 0  # (tests) first attempt: every rank stops itself (SIGSTOP) once it has reported this step
 
     # --- construction -------------------------------------------------------------------------------------
 
@@ -317,18 +316,16 @@ class RankActor:
         self._events: List[Dict[str, Any]] = []
         self._stderr: collections.deque = collections.deque(maxlen=40)
         self._readers: List[threading.Thread] = []
-        self._pause_at = 0
 
     def ready(self) -> Dict[str, Any]:
         import ray
 
         return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
 
-    def start(self, binary: str, args: List[str], pause_at_step: int = 0) -> int:
+    def start(self, binary: str, args: List[str]) -> int:
         env = dict(os.environ)
         env.update({"JITEMBED_RANK": str(self.rank), "JITEMBED_WORLD_SIZE": str(self.world),
                     "JITEMBED_LAUNCHER_PID": str(os.getpid())})
-        self._pause_at = pause_at_step
         self._proc = subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
         self._readers = [threading.Thread(target=self._read_stdout, daemon=True),
@@ -346,8 +343,6 @@ class RankActor:
                 continue
             with self._lock:
                 self._events.append(ev)
-            if self._pause_at and ev.get("event") == "step" and ev.get("step") == self._pause_at:
-                os.kill(self._proc.pid, signal.SIGSTOP)  # the test that asked kills an actor now
 
     def _read_stderr(self):
         for line in self._proc.stderr:
@@ -466,15 +461,17 @@ class _Attempt:
             self.fail(f"hybrid: an actor died while starting: {e}")
         self.info = dict(zip(ranks, infos))
         exe, args = self.c.binary_path(), self.c.rank_args() + (["--resume"] if self.resume else [])
+        if self.pause_at:
+            args += ["--pause-at-step", str(self.pause_at)]
         deadline = time.monotonic() + self.c.start_timeout_s
-        self._call(0, "start", exe, args + ["--host-store"], self.pause_at)
+        self._call(0, "start", exe, args + ["--host-store"])
         while not self.store:  # rank 0's child hosts the tcp_store; its first line is the address
             self._poll_all([0])
             if time.monotonic() > deadline:
                 self.fail(f"hybrid: rank 0 did not report its store address within {self.c.start_timeout_s:g} s")
             time.sleep(0.02)
         for r in ranks[1:]:
-            self._call(r, "start", exe, args + ["--store", self.store], self.pause_at)
+            self._call(r, "start", exe, args + ["--store", self.store])
         deadline = time.monotonic() + self.c.timeout_s
         while len(self.exits) < len(ranks):
             self._poll_all([r for r in ranks if r not in self.exits])

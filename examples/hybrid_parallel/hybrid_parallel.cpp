@@ -21,6 +21,8 @@
 // --steps N (train.hpp): N steps each followed by AdamW on every rank's own parameters, checked against the
 // reference trained the same way (losses per step, final parameters), per-module sharded checkpoints,
 // --resume from the latest complete one, and (--procs) a restart of every rank after one fails.
+// --events (--host-store | --store ADDR): one training rank run by a supervisor (jitembed.ray.hybrid), JSON
+// lines on stdout (run_train_events).
 // --device cuda (CUDA builds, threads only): the Ulysses attention and the LM's tensor-parallel layers run on
 // GPU 0 with cuda_backend (f32), all ranks on the one GPU, their collectives through host_staged_communicator
 // over the same Gloo groups; the glue between the layers (LayerNorm, residuals, the local attention, the
@@ -30,11 +32,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -588,6 +592,68 @@ int run_train_child(const std::string& store_address, const hybrid::config& c, c
   });
 }
 
+// One training rank under an outside supervisor (--events; jitembed.ray's actors): the rank and world come
+// from JITEMBED_RANK / JITEMBED_WORLD_SIZE, and it reports on stdout, one JSON object a line: with
+// --host-store (rank 0 only) {"event":"store","address":"127.0.0.1:P"} first: it hosts the run's tcp_store
+// for the others' --store, as torch's TCPStore master does, and lives until every rank passed the final
+// barrier; then {"event":"step",...} after each step (after its checkpoint), and {"event":"done",...}.
+int run_train_events(std::string store_address, bool host_store, int pause_at_step, const hybrid::config& c,
+                     const hybrid_plan& plan, const run_config& rc, hybrid::train_options to) {
+  const auto me = local_rank_of_this_process();
+  if (!me) {
+    std::fprintf(stderr, "hybrid_parallel: --events: %s\n", me.error().message.c_str());
+    return 2;
+  }
+  auto emit = [](const json& j) {
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);  // a pipe: the supervisor reads each line as it comes
+  };
+  try {
+    std::optional<tcp_store_server> server;
+    if (host_store) {
+      server.emplace(tcp_store_server::create({}).value());  // 127.0.0.1, an ephemeral port
+      store_address = server->address();
+      emit({{"event", "store"}, {"rank", me->rank}, {"address", store_address}});
+    }
+    auto st = shared_store(tcp_store::open(store_address).value());
+    gloo_options opt;
+    opt.timeout = std::chrono::seconds(30);
+    auto world = comm_t::create(st, me->rank, me->world_size, opt).value();
+    to.on_step = [&](int s, const rank_result& r, double seconds) {
+      emit({{"event", "step"},
+            {"rank", r.rank},
+            {"step", s},
+            {"loss", r.lm_rank >= 0 ? json(r.loss) : json(nullptr)},
+            {"seconds", seconds},
+            {"tokens", c.batch * c.tokens()},  // of the global batch: every LM sequence, image and text tokens
+            {"enc_rank", r.enc_rank},
+            {"lm_rank", r.lm_rank},
+            {"peak_bytes", {{"encoder", r.enc_peak}, {"llm", r.lm_peak}, {"boundary", r.boundary_peak}}},
+            {"boundary_sent", r.boundary_sent},
+            {"boundary_received", r.boundary_received}});
+      // (tests) every rank stops itself right after reporting this step, before its next one: a supervisor's
+      // test kills an actor at a known step on a machine of any speed
+      if (s == pause_at_step) std::raise(SIGSTOP);
+    };
+    hybrid::cpu_mode mode;
+    const hybrid::train_result res = hybrid::train_rank(world, c, plan, rc.so, to, mode);
+    world.barrier().value();  // no rank (rank 0: the store) goes away while a peer still needs it
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(hybrid::train_digest(res.params, res.losses)));
+    emit({{"event", "done"},
+          {"rank", res.rank},
+          {"resumed_from", res.resumed_from},
+          {"losses", res.losses},
+          {"tokens_per_step", c.batch * c.tokens()},
+          {"digest", hex}});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hybrid_parallel: rank %d (pid %d): %s\n", me->rank, static_cast<int>(::getpid()), e.what());
+    return 1;
+  }
+  return 0;
+}
+
 int run_train_procs(const run_config& rc, int timeout_s, int max_restarts, std::vector<std::string> child_args,
                     std::vector<hybrid::train_result>& out) {
   std::vector<json> results;
@@ -724,6 +790,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
   app.add_option("--store", store, "(set by --procs for its children) the tcp_store to join as a rank")->group("");
+  bool events = false, host_store = false;
+  int pause_at_step = 0;
+  app.add_flag("--events", events,
+               "run one training rank (JITEMBED_RANK, JITEMBED_WORLD_SIZE; --store or --host-store) and report JSON "
+               "lines on stdout (jitembed.ray)");
+  app.add_flag("--host-store", host_store, "--events, rank 0: host the tcp_store on 127.0.0.1 and print its address");
+  app.add_option("--pause-at-step", pause_at_step, "(tests, --events) SIGSTOP this rank after reporting that step");
   app.add_option("--tolerance", tolerance, "largest relative error accepted (default 1e-5 on cpu, 1e-4 on cuda)")
       ->check(CLI::PositiveNumber);
   app.add_option("--device", rc.device, "where the layers run")
@@ -747,7 +820,7 @@ int main(int argc, char** argv) {
   app.add_option("--kill-at-step", to.kill_at_step, "(tests) see --kill-rank");
   CLI11_PARSE(app, argc, argv);
   const bool training =
-      to.steps > 1 || !to.checkpoint_dir.empty() || to.resume || max_restarts > 0 || to.kill_rank >= 0;
+      events || to.steps > 1 || !to.checkpoint_dir.empty() || to.resume || max_restarts > 0 || to.kill_rank >= 0;
   rc.tolerance = tolerance > 0 ? tolerance : rc.device == "cuda" ? 1e-4 : 1e-5;
   rc.so.schedule = parse_pipeline_schedule(schedule).value();
   rc.so.encoder = encoder_layout == "tp" ? hybrid::encoder_layout::tp : hybrid::encoder_layout::sp;
@@ -771,7 +844,7 @@ int main(int argc, char** argv) {
     if (rc.device != "cpu") return fail_usage("--steps > 1 and checkpoints run the CPU layers only (--device cpu)");
     if ((to.resume || to.checkpoint_every > 0 || max_restarts > 0) && to.checkpoint_dir.empty())
       return fail_usage("--resume, --checkpoint-every and --max-restarts need --checkpoint-dir");
-    if ((max_restarts > 0 || to.kill_rank >= 0) && !rc.procs && store.empty())
+    if ((max_restarts > 0 || to.kill_rank >= 0) && !rc.procs && store.empty() && !events)
       return fail_usage("--max-restarts and --kill-rank need --procs");
     if ((to.kill_rank >= 0) != (to.kill_at_step >= 1)) return fail_usage("--kill-rank needs --kill-at-step");
   }
@@ -807,12 +880,17 @@ int main(int argc, char** argv) {
       rc.world);
   if (!planned) return fail_usage(planned.error().message);
   const hybrid_plan plan = std::move(planned).value();
+  if (events && (rc.procs || max_restarts > 0 || host_store == !store.empty()))
+    return fail_usage("--events runs one rank: it needs --store ADDR or --host-store (one of them), not --procs");
+  if (host_store && !events) return fail_usage("--host-store needs --events");
 #if defined(JITEMBED_HAS_TCP_STORE)
+  if (events) return run_train_events(store, host_store, pause_at_step, c, plan, rc, to);
   if (!store.empty()) {
     return training ? run_train_child(store, c, plan, rc, to) : run_child(store, c, params, in, plan, rc);
   }
 #else
-  if (rc.procs || !store.empty()) return fail_usage("--procs needs the tcp_store component (JITEMBED_WITH_HTTP=ON)");
+  if (rc.procs || !store.empty() || events)
+    return fail_usage("--procs and --events need the tcp_store component (JITEMBED_WITH_HTTP=ON)");
 #endif
 
   std::vector<std::string> child_args{"--world",         std::to_string(rc.world),

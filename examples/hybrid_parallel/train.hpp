@@ -3,10 +3,12 @@
 // and resume; and the single-rank reference trained the same way on the full parameters.
 #pragma once
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,6 +27,9 @@ struct train_options {
   int checkpoint_every = 0;               // save after step s when s % every == 0 (0: never)
   bool resume = false;                    // start from the latest complete checkpoint under checkpoint_dir (if any)
   int kill_rank = -1, kill_at_step = -1;  // tests only: that rank SIGKILLs itself after that step's checkpoint
+  // Called on every rank after step s (1-based) with that step's result and the seconds its step and AdamW
+  // took; after s's checkpoint is saved, so a supervisor that saw step s from every rank knows it is complete.
+  std::function<void(int step, const rank_result& r, double seconds)> on_step;
 };
 
 // Step s (1-based) trains on make_batch(c, batch_seed(s)): step 1 is the single-step check's batch (seed 7).
@@ -154,6 +159,7 @@ train_result train_rank(comm_t& world, const config& c, const hybrid_plan& plan,
   }
   for (auto& m : mods) write_back(full, m);
   for (int s = res.resumed_from + 1; s <= to.steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
     const rank_result r = run_step(world, c, full, make_batch(c, batch_seed(s)), plan, so, mode);
     if (r.lm_rank >= 0) res.losses.push_back(r.loss);
     for (auto& m : mods) {
@@ -162,9 +168,11 @@ train_result train_rank(comm_t& world, const config& c, const hybrid_plan& plan,
       m.opt->step(as_named(g)).value();
       write_back(full, m);
     }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!to.checkpoint_dir.empty() && to.checkpoint_every > 0 && s % to.checkpoint_every == 0) {
       for (const auto& m : mods) save_module(to, s, m, res.losses);
     }
+    if (to.on_step) to.on_step(s, r, seconds);
     if (world.rank() == to.kill_rank && s == to.kill_at_step) {
       std::fprintf(stderr, "hybrid_parallel: rank %d kills itself after step %d (--kill-rank)\n", world.rank(), s);
       std::fflush(stderr);

@@ -23,11 +23,12 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Optional[int] = None, num_gpus: int = 0,
-                  extra_env: Optional[Dict[str, str]] = None, start_timeout_s: float = 120) -> Iterator[Dict[str, str]]:
-    """Yields {"gcs": "127.0.0.1:P", "http": "127.0.0.1:P", "temp_dir": ...}. Workers get this process's
-    environment plus PYTHONPATH naming the directory that holds the jitembed package (replicas import it)."""
+                  extra_env: Optional[Dict[str, str]] = None, start_timeout_s: float = 120,
+                  serve: bool = True) -> Iterator[Dict[str, str]]:
+    """Yields {"gcs": "127.0.0.1:P", "http": "127.0.0.1:P", "temp_dir": ...} ("http" empty with serve=False: no
+    Serve proxy, e.g. for jitembed.ray.hybrid). Workers get this process's environment plus PYTHONPATH naming
+    the directory that holds the jitembed package (replicas and actors import it)."""
     import ray
-    from ray import serve
 
     ray_bin = str(Path(sys.executable).with_name("ray"))
     pkg_root = os.path.abspath(str(Path(__file__).parents[2]))
@@ -63,13 +64,21 @@ def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Opti
         if started.returncode != 0:
             raise RuntimeError(f"ray start failed: {started.stdout}\n{started.stderr}")
         ray.init(address=f"127.0.0.1:{gcs_port}", namespace="jitembed", log_to_driver=False)
-        port = http_port or free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        yield {"gcs": f"127.0.0.1:{gcs_port}", "http": f"127.0.0.1:{port}", "temp_dir": temp_dir}
+        http = ""
+        if serve:
+            from ray import serve as ray_serve
+
+            port = http_port or free_port()
+            ray_serve.start(http_options={"host": "127.0.0.1", "port": port})
+            http = f"127.0.0.1:{port}"
+        yield {"gcs": f"127.0.0.1:{gcs_port}", "http": http, "temp_dir": temp_dir}
     finally:
-        if ray.is_initialized():  # (serve.shutdown() would start a Ray instance of its own otherwise)
+        if ray.is_initialized() and serve:  # (serve.shutdown() would start a Ray instance of its own otherwise)
+            from ray import serve as ray_serve
+
             with contextlib.suppress(Exception):
-                serve.shutdown()
+                ray_serve.shutdown()
+        if ray.is_initialized():
             with contextlib.suppress(Exception):
                 ray.shutdown()
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)

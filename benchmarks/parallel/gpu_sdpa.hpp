@@ -20,7 +20,8 @@
 
 namespace jitembed::bench {
 
-inline void run_gpu_sdpa(reporter& rep) {
+// false when a configuration failed (its error is reported as a JSON line too).
+inline bool run_gpu_sdpa(reporter& rep) {
   using namespace parallel;
   JITEMBED_CUDA_CHECK(cudaSetDevice(0));
   auto s = jitembed::cuda::stream::create().value();
@@ -30,6 +31,7 @@ inline void run_gpu_sdpa(reporter& rep) {
   JITEMBED_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
   constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
   const std::int64_t b = 1, seq = 65536, dim = 80;
+  bool ok = true;
   for (const std::int64_t heads : {16, 4}) {
     const std::string name = "gpu_sdpa/cudnn/s65536_h" + std::to_string(heads) + "_d80";
     try {
@@ -72,8 +74,10 @@ inline void run_gpu_sdpa(reporter& rep) {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s failed: %s\n", name.c_str(), e.what());
       rep.add(name, "failed", 1, "", {{"error", e.what()}});
+      ok = false;
     }
   }
+  return ok;
 }
 
 }  // namespace jitembed::bench

@@ -241,7 +241,14 @@ if(JITEMBED_WITH_PARALLEL)
   endif()
   if(JITEMBED_WITH_CUDA)
     jitembed_component(nccl GLOBS parallel/nccl*.hpp parallel/detail/nccl*.hpp parallel/cuda/*.hpp
+      EXCLUDE "/parallel/cuda/cudnn[^/]*\\.hpp$"
       LINK jitembed::parallel jitembed::cuda NCCL::NCCL CUDA::cublas)
+    if(JITEMBED_WITH_CUDNN)
+      # cuDNN's fused attention (SDPA) as a cuda_backend attention engine: its own component, so that the
+      # NCCL layers need neither cuDNN nor the frontend's heavy headers. Not in the umbrella: a consumer asks for
+      # it (find_package(jitembed COMPONENTS cudnn)), its configure then finds the frontend (CUDNN_FRONTEND_ROOT).
+      jitembed_component(cudnn GLOBS parallel/cuda/cudnn*.hpp LINK jitembed::nccl CUDNN::cudnn NOT_IN_UMBRELLA)
+    endif()
     # cuda_backend's kernel definitions (nvcc, one .cu of the program includes them): installed, not verified by g++.
     file(GLOB _parallel_cuh CONFIGURE_DEPENDS "${_inc}/jitembed/parallel/cuda/*.cuh")
     target_sources(jitembed_nccl INTERFACE FILE_SET cuda_kernels TYPE HEADERS BASE_DIRS "${_inc}" FILES ${_parallel_cuh})

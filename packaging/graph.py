@@ -365,11 +365,11 @@ def check_install_deps(g):
     for c in set(debs) - set(comps):
         error(f"scripts/install-deps.sh: component_debs has {c}, which components.json does not")
     # wheels that provide an external dependency instead of a Debian package: pinned the same in install-deps.sh
-    pins = re.search(r'^torch_pins="([^"]*)"', text, re.M)
+    pins = [p for m in re.finditer(r'^[a-z_]+_pins="([^"]*)"', text, re.M) for p in m.group(1).split()]
     for e, d in ext.items():
         for pin in d.get("pypi") or []:
-            if not pins or pin not in pins.group(1).split():
-                error(f"scripts/install-deps.sh: torch_pins does not pin {pin} ({e}, components.json)")
+            if pin not in pins:
+                error(f"scripts/install-deps.sh: no *_pins line pins {pin} ({e}, components.json)")
     dev = bash_assoc(text, "development_debs")
     for k in ("tools", "tests", "benchmarks"):
         if sorted(dev.get(k, [])) != sorted(g["development"][k]["debian"]):

@@ -7,7 +7,10 @@
 #                                with examples/hybrid_parallel (run with --device cuda: 4 ranks on one GPU)
 #   scripts/gpu-check.sh run     on the GPU machine, from build/gpu-carry (device tool: carry
 #                                ["build/gpu-carry"]): runs the cuda tests and the GPU benchmarks, JSON to
-#                                $OUT (default ./gpu-out), each step under a timeout, all within 8 minutes
+#                                $OUT (default ./gpu-out), each step under a timeout, all within 8 minutes;
+#                                with cuDNN's attention at S 65,536 (bench_parallel sdpa) against PyTorch's
+#                                scaled_dot_product_attention (benchmarks/parallel/sdpa_torch.py, the GPU
+#                                machine's python3 with PyTorch)
 #   scripts/gpu-check.sh         both, on one machine that has a GPU and the build dependencies
 # It exits non-zero when a build, a test (a CUDA test skipped on a GPU machine counts as failed) or a
 # benchmark fails.
@@ -33,11 +36,12 @@ do_build() {
     >> "$log" 2>&1 || { tail -n 30 "$log"; return 1; }
   for b in "${bins[@]}"; do cp "$build_dir/$b" "$carry/bin/"; done
   # Shared libraries the GPU machine may lack: everything but glibc, the C++ runtime and CUDA's own
-  # (cudart, cuBLAS, NCCL come from that machine's toolkit / Python wheels).
+  # (cudart, cuBLAS, NCCL, cuDNN, NVRTC come from that machine's toolkit / Python wheels: PyTorch's
+  # nvidia-cudnn-cu13 and nvidia-cu13; cuDNN alone is ~1 GiB, far over the carry).
   for b in "$carry"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
-      libcuda.so*|libcudart.so*|libcublas*.so*|libnccl.so*) ;;
+      libcuda.so*|libcudart.so*|libcublas*.so*|libnccl.so*|libcudnn*.so*|libnvrtc*.so*) ;;
       *) cp -L "$lib" "$carry/lib/" ;;
     esac
   done
@@ -74,7 +78,8 @@ do_run() {
   # (Python's tarfile where tar cannot run xz)
   tar -C "$dir" -xJf "$carry/gpu-check.tar.xz" 2>/dev/null ||
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$carry/gpu-check.tar.xz" "$dir"
-  # cudart / cuBLAS / NCCL: the toolkit's, then the Python wheels' (nvidia-*-cu13) of the GPU machine.
+  # cudart / cuBLAS / NCCL / cuDNN / NVRTC: the toolkit's, then the Python wheels' of the GPU machine
+  # (nvidia/*/lib: cudnn/lib is nvidia-cudnn-cu13's, cu13/lib holds cudart, cuBLAS and NVRTC).
   local libs="$dir/lib"
   for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && libs="$libs:$d"
@@ -92,10 +97,19 @@ do_run() {
   local bin="$dir/bin"
   step cuda-tests 60 "$bin/test_cuda"
   step nccl-tests 90 "$bin/test_nccl"
-  step parallel-cuda-tests 100 "$bin/test_parallel_cuda"
+  # (with cuDNN's SDPA tests: ~20 graphs built, some by NVRTC at run time)
+  step parallel-cuda-tests 130 "$bin/test_parallel_cuda"
   step bench_cuda 40 "$bin/bench_cuda"
   step hybrid_parallel 30 "$bin/hybrid_parallel" --device cuda --llm-ranks 0,1,2,3
   step bench_parallel 140 "$bin/bench_parallel" --device cuda gemm tp_mlp ulysses nccl
+  # attention at S 65,536, bf16, D 80: cuDNN's tokens/s and peak device memory (≤ 1 GiB), then PyTorch's
+  # at the same shapes and the ratio (target ≥ 0.9×)
+  step bench_sdpa 45 "$bin/bench_parallel" --device cuda sdpa
+  if command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then
+    step sdpa_torch 60 python3 "$root/benchmarks/parallel/sdpa_torch.py" --compare "$out/bench_sdpa.jsonl"
+  else
+    echo "sdpa_torch: no python3 with PyTorch here: the comparison is missing"; status=1
+  fi
   grep -h "nccl world:" "$out/nccl-tests.txt" > "$out/nccl-world.txt" 2>/dev/null || true
   echo "gpu-check: $([ "$status" -eq 0 ] && echo OK || echo FAILED); results in $out"
   return "$status"

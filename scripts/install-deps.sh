@@ -32,6 +32,9 @@
 #                sources are unchanged since the last install; part of `test` (not of `demo`)
 #   bench-models benchmarks/models/bench_models.py: the test set (torch, Ray, the Triton peer) and, for its
 #                Triton arm, the pinned torch (with torchvision, Pillow) importable in .venv-triton (optional)
+#   cudnn        the cuDNN frontend headers for the cudnn component (CUDA builds): the pinned
+#                nvidia-cudnn-frontend wheel in .venv (cmake/FindCUDNN.cmake finds its include/); part of
+#                `test` where a CUDA toolkit is installed (cuDNN itself comes with the toolkit)
 #   all          test
 # The per-component Debian packages follow cmake/components.json (ctest packaging/graph checks them).
 set -euo pipefail
@@ -116,11 +119,14 @@ dev=()
 with_test_peers=0
 with_ray=0
 with_bench_models=0
+with_cudnn=0
 for s in "${sets[@]}"; do
   case "$s" in
     build) ;;
+    cudnn) with_cudnn=1 ;;
     python) components+=(server repository grpc client lmdb redis jpeg video tokenizers) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=); grpc: Server(grpc_port=))
-    all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1 ;;
+    all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1
+      if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then with_cudnn=1; fi ;;  # test.sh builds CUDA then
     ray) components+=(server grpc client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
     tools) components+=(server repository grpc client lmdb redis); dev+=(tools) ;;
     bench-models) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1; with_bench_models=1 ;;
@@ -129,7 +135,7 @@ for s in "${sets[@]}"; do
       if [ -n "${component_requires[$s]+x}" ]; then
         components+=("$s")
       else
-        echo "install-deps: unknown set '$s' (sets: build core tools demo test all, or a component: ${!component_requires[*]})" >&2
+        echo "install-deps: unknown set '$s' (sets: build core tools demo cudnn test all, or a component: ${!component_requires[*]})" >&2
         exit 2
       fi ;;
   esac
@@ -151,7 +157,7 @@ for c in "${closed[@]}"; do packages+=(${component_debs[$c]}); done
 for d in "${dev[@]}"; do packages+=(${development_debs[$d]}); done
 if [ "$with_test_peers" = 1 ]; then packages+=($test_peer_debs); fi
 packages+=($packages_python)
-if [ "$with_ray" = 1 ]; then packages+=(python3-venv); fi
+if [ "$with_ray" = 1 ] || [ "$with_cudnn" = 1 ]; then packages+=(python3-venv); fi
 with_torch=0
 # (the torch set also builds SentencePiece against the system protobuf: libprotobuf-dev, protoc)
 case " ${closed[*]} " in *" torch "*) with_torch=1; packages+=(python3-venv libprotobuf-dev protobuf-compiler) ;; esac
@@ -211,6 +217,22 @@ if [ "$with_ray" = 1 ]; then
   fi
 fi
 
+
+# --- the cuDNN frontend (the cudnn component) ----------------------------------------------------------------
+# Header-only C++ (include/cudnn_frontend.h); its PyPI wheel is the pinned way to get it (the wheel's Python
+# part is not used). A failed install is an error: the cudnn component is REQUIRED in a CUDA build
+# (-DJITEMBED_WITH_CUDNN=OFF without it).
+cudnn_pins="nvidia-cudnn-frontend==1.32.0"
+if [ "$with_cudnn" = 1 ]; then
+  if [ ! -x "$root/.venv/bin/python" ]; then python3 -m venv "$root/.venv"; fi
+  if [ "$("$root/.venv/bin/python" -c 'import importlib.metadata as m; print(m.version("nvidia-cudnn-frontend"))' 2>/dev/null)" = "${cudnn_pins#*==}" ]; then
+    echo "install-deps: .venv has $cudnn_pins"
+  else
+    pip_retry "$root/.venv/bin/python" --no-deps $cudnn_pins ||
+      { echo "install-deps: error: could not install $cudnn_pins into .venv" >&2; exit 1; }
+    echo "install-deps: installed $cudnn_pins into .venv"
+  fi
+fi
 
 # --- PyTorch (the torch component) ------------------------------------------------------------------------
 # The torch component builds against the LibTorch inside the PyTorch wheel (TorchConfig.cmake, headers,

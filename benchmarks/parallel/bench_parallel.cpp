@@ -5,7 +5,7 @@
 // longest sequence under a budget: Ulysses SP=4 vs a replicated full sequence), hybrid (the hybrid_parallel example's
 // step: per-module layouts vs uniform TP, replicated and the public system's boundary), nccl (no arguments: all). With --device
 // cuda (CUDA builds): gemm (the layers' bf16 GEMMs vs a bare cublasGemmEx), tp_mlp and ulysses (steps on the GPU),
-// nccl.
+// nccl, sdpa (cuDNN's fused attention at S 65,536: tokens/s and peak device memory).
 #include <cstdio>
 #include <string_view>
 #include <vector>
@@ -20,11 +20,14 @@
 #include "parallel/gpu_layers.hpp"
 #include "parallel/nccl_collectives.hpp"
 #endif
+#if defined(JITEMBED_HAS_CUDNN)
+#include "parallel/gpu_sdpa.hpp"
+#endif
 
 int main(int argc, char** argv) {
   using namespace jitembed::bench;
   command_line cli{"bench_parallel: Gloo / NCCL collectives, tensor-parallel MLP and Ulysses attention steps",
-                   {"gloo", "tp_mlp", "ulysses", "attention", "memory", "hybrid", "nccl", "gemm"}};
+                   {"gloo", "tp_mlp", "ulysses", "attention", "memory", "hybrid", "nccl", "gemm", "sdpa"}};
   std::string device = "cpu";
   cli.app.add_option("--device", device, "cpu, or cuda (CUDA builds: gemm, tp_mlp, ulysses, nccl on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
@@ -45,8 +48,17 @@ int main(int argc, char** argv) {
       const std::size_t sizes[] = {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{256} << 20};
       run_nccl_collectives(rep, sizes);
     }
+    bool ok = true;
+    if (cli.wanted("sdpa")) {
+#if defined(JITEMBED_HAS_CUDNN)
+      ok = run_gpu_sdpa(rep);
+#else
+      std::fprintf(stderr, "bench_parallel: sdpa needs the cudnn component (JITEMBED_WITH_CUDNN=ON)\n");
+      ok = false;
+#endif
+    }
     rep.print();
-    return 0;
+    return ok ? 0 : 1;
 #else
     std::fprintf(stderr, "bench_parallel: built without CUDA (JITEMBED_WITH_CUDA=OFF)\n");
     return 2;

@@ -1,10 +1,12 @@
 // cuda_backend and its kernels against the CPU math, the tensor-parallel layers on GPU tensors against the
 // single-rank CPU reference (2 ranks as threads on one GPU, host-staged Gloo), and a CUDA-graph capture of
-// one TP-MLP step at NCCL world size 1. Without a device every case prints "no CUDA device" (skipped).
+// one TP-MLP step at NCCL world size 1; the boundary transform of device tensors (staged Gloo, 3 ranks; NCCL
+// at this machine's world) against the host transform. Without a device every case prints "no CUDA device".
 // Tolerances: f32 max|Δ| ≤ 1e-5·max|ref|; bf16 against the CPU f32 math on the same bf16-rounded inputs,
 // ≤ 1e-2·max|ref|.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -24,6 +26,7 @@
 #include "jitembed/parallel/nccl.hpp"
 #include "jitembed/parallel/tensor_parallel.hpp"
 #include "jitembed/parallel/ulysses.hpp"
+#include "jitembed/parallel/boundary.hpp"
 
 using namespace jitembed;
 using namespace jitembed::parallel;
@@ -441,4 +444,134 @@ TEST_CASE("a TP-MLP forward + backward step captures into one CUDA graph at NCCL
   s.synchronize();
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+namespace {
+
+// The layouts a boundary test moves between, over a world of n ranks (src always shards dim 1 over all).
+struct boundary_case {
+  const char* name;
+  layout src, dst;
+};
+
+std::vector<boundary_case> boundary_cases(int n) {
+  std::vector<int> all(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) all[static_cast<std::size_t>(r)] = r;
+  std::vector<int> tail(all.begin() + (n > 1 ? 1 : 0), all.end()), reversed(all.rbegin(), all.rend());
+  return {
+      {"shard(1) -> replicate", {all, placement::shard(1)}, {all, placement::replicate()}},
+      {"shard(1) -> shard(1) of another degree", {all, placement::shard(1)}, {tail, placement::shard(1)}},
+      {"shard(1) -> shard(2) on reversed ranks", {all, placement::shard(1)}, {reversed, placement::shard(2)}},
+      {"replicate -> shard(1) of another degree", {tail, placement::replicate()}, {all, placement::shard(1)}},
+  };
+}
+
+// This rank's part of x under l (undefined outside l).
+tensor part_of(const tensor& x, const layout& l, int rank) {
+  const auto it = std::find(l.ranks.begin(), l.ranks.end(), rank);
+  if (it == l.ranks.end()) return {};
+  if (l.p.is_replicate()) return x.clone();
+  return local_chunk(x, static_cast<std::size_t>(l.p.dim), static_cast<int>(l.ranks.size()),
+                     static_cast<int>(it - l.ranks.begin()));
+}
+
+// The boundary transform of device tensors over comm (device memory: staged or NCCL) equals the one of the
+// same CPU tensors over the host communicator `host` (Gloo; null: the expected chunks of the global tensor,
+// what the CPU tests check the host transform gives), forward and the gradient's way back.
+template <class C, class H>
+void check_device_boundary(C& comm, H* host, const cuda_backend& be, const tensor& x, const tensor& dy) {
+  const int me = comm.rank();
+  for (const auto& bc : boundary_cases(comm.size())) {
+    CAPTURE(bc.name);
+    const tensor xs = part_of(x, bc.src, me), gd = part_of(dy, bc.dst, me);
+    const tensor dxs = xs.defined() ? be.upload_as(xs, dtype::f32) : tensor();
+    const tensor dgd = gd.defined() ? be.upload_as(gd, dtype::f32) : tensor();
+    be.stream().synchronize();  // the uploads are on the backend's stream; the transform runs on comm's
+    const tensor y = boundary_forward(comm, xs.defined() ? &dxs.view() : nullptr, x.shape(), bc.src, bc.dst);
+    const tensor g = boundary_backward(comm, gd.defined() ? &dgd.view() : nullptr, x.shape(), bc.src, bc.dst);
+    comm.synchronize().value();
+    tensor want_y = part_of(x, bc.dst, me), want_g = part_of(dy, bc.src, me);
+    if (host != nullptr) {
+      want_y = boundary_forward(*host, xs.defined() ? &xs.view() : nullptr, x.shape(), bc.src, bc.dst);
+      want_g = boundary_backward(*host, gd.defined() ? &gd.view() : nullptr, x.shape(), bc.src, bc.dst);
+    }
+    CHECK(y.defined() == want_y.defined());
+    CHECK(g.defined() == want_g.defined());
+    if (y.defined()) {
+      CHECK(y.device() == comm.device());
+      CHECK(rel(be.download(y), want_y) == 0.0);  // a copy: exact
+    }
+    if (g.defined()) CHECK(rel(be.download(g), want_g) == 0.0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("boundary transform of device tensors equals the Gloo host transform (3 ranks, staged)") {
+  if (!have_device()) return;
+  const tensor x = randn(shape{2, 10, 6}, 71), dy = randn(shape{2, 10, 6}, 72);  // seq 10 over 3: 4 + 3 + 3
+  auto st = shared_store(hash_store());
+  auto st_host = shared_store(hash_store());
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::exception_ptr first;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        JITEMBED_CUDA_CHECK(cudaSetDevice(0));
+        auto s = jitembed::cuda::stream::create().value();
+        host_staged_communicator<gloo_communicator> comm(gloo_communicator::create(st, r, 3).value(), cuda_staging(s, 0));
+        auto host = gloo_communicator::create(st_host, r, 3).value();
+        const cuda_backend be = cuda_backend::create(s, dtype::f32).value();
+        check_device_boundary(comm, &host, be, x, dy);
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!first) first = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+TEST_CASE("boundary transform of device tensors over NCCL (grouped send/recv) equals the host result") {
+  if (!have_device()) return;
+  // One rank per visible GPU (or several on GPU 0 with NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1); on one
+  // GPU with the toolkit's NCCL that is a world of 1: the self-copies on the device, no message.
+  const std::vector<int> devs = nccl_thread_devices();
+  const int n = static_cast<int>(devs.size());
+  std::printf("boundary over NCCL: %d rank(s)\n", n);
+  const tensor x = randn(shape{2, 11, 8}, 73), dy = randn(shape{2, 11, 8}, 74);
+  auto st = shared_store(hash_store());
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::exception_ptr first;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        const int dev = devs[static_cast<std::size_t>(r)];
+        JITEMBED_CUDA_CHECK(cudaSetDevice(dev));
+        auto comm = nccl_communicator::create(st, r, n, dev).value();
+        auto s = jitembed::cuda::stream::create().value();
+        const cuda_backend be = cuda_backend::create(s, dtype::f32).value();
+        check_device_boundary(comm, static_cast<gloo_communicator*>(nullptr), be, x, dy);
+        // bf16 moves as bytes too: replicate -> shard(1) -> replicate gives the tensor back
+        std::vector<int> ranks(static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i) ranks[static_cast<std::size_t>(i)] = i;
+        const layout rep{ranks, placement::replicate()}, sharded{ranks, placement::shard(1)};
+        const tensor xb = rounded(x);
+        const tensor full = be.upload(xb);  // bf16 on the device
+        be.stream().synchronize();
+        const tensor mine = boundary_forward(comm, &full.view(), xb.shape(), rep, sharded, dtype::bf16);
+        const tensor back = boundary_forward(comm, &mine.view(), xb.shape(), sharded, rep, dtype::bf16);
+        comm.synchronize().value();
+        CHECK(rel(be.download(back), xb) == 0.0);
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!first) first = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
 }

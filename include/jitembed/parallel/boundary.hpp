@@ -1,6 +1,8 @@
 // The boundary transform between two modules laid out differently: an activation moves forward from one
 // layout (shard or replicate over a set of ranks) to another, its gradient backward, point to point with
 // only the pieces a rank lacks; boundary_exchange moves one of each in a single batch (pipeline schedules).
+// CPU tensors over a host communicator (Gloo), or device tensors over one with device memory (NCCL: the
+// pieces are staged, sent and inserted on its stream with grouped send/recv).
 #pragma once
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "jitembed/parallel/communicator.hpp"
+#include "jitembed/parallel/copy2d.hpp"
 #include "jitembed/parallel/placement.hpp"
 #include "jitembed/parallel/shard.hpp"
 
@@ -68,26 +71,37 @@ inline boundary_box boundary_intersect(const boundary_box& a, const boundary_box
   return r;
 }
 
-// A contiguous copy of the part `piece` of x, where x holds the box `held` (piece ⊆ held).
-inline tensor boundary_extract(const tensor_view& x, const boundary_box& held, const boundary_box& piece) {
+// The device a transform's tensors live on: the communicator's when it has device memory (copy2d.hpp),
+// else the CPU.
+template <class C>
+jitembed::device boundary_device(const C& parent) {
+  if constexpr (device_memory<C>) {
+    return parent.device();
+  } else {
+    return jitembed::device::cpu();
+  }
+}
+
+// A contiguous copy of the part `piece` of x, where x holds the box `held` (piece ⊆ held), on x's device
+// (device copies on the communicator's stream).
+template <class C>
+tensor boundary_extract(C& parent, const tensor_view& x, const boundary_box& held, const boundary_box& piece) {
   tensor t;
   tensor_view cur = x;
   for (std::size_t d = 0; d < held.len.size(); ++d) {
     if (piece.start[d] == held.start[d] && piece.len[d] == cur.size(d)) continue;
-    t = narrow(cur, d, piece.start[d] - held.start[d], piece.len[d]);
+    t = mem_narrow(parent, cur, d, piece.start[d] - held.start[d], piece.len[d]);
     cur = t.view();
   }
-  if (!t.defined()) {
-    t = tensor::empty(x.shape(), x.dtype());
-    if (x.nbytes() != 0) std::memcpy(t.data(), x.data(), x.nbytes());
-  }
+  if (!t.defined()) t = mem_clone(parent, x);
   return t;
 }
 
 // out (holding box `held`) receives `piece` (a contiguous tensor of box p ⊆ held). In a boundary
 // transform a piece differs from the destination box in one dim at most (the source's shard dim).
-inline void boundary_insert(const tensor_view& out, const boundary_box& held, const boundary_box& p,
-                            const tensor_view& piece) {
+template <class C>
+void boundary_insert(C& parent, const tensor_view& out, const boundary_box& held, const boundary_box& p,
+                     const tensor_view& piece) {
   std::size_t dim = 0;
   int differing = 0;
   for (std::size_t d = 0; d < held.len.size(); ++d) {
@@ -98,10 +112,13 @@ inline void boundary_insert(const tensor_view& out, const boundary_box& held, co
   }
   if (differing > 1) throw error(errc::internal, "boundary: a piece differs from its destination in two dims");
   if (differing == 0) {
-    if (piece.nbytes() != 0) std::memcpy(out.data(), piece.data(), piece.nbytes());
+    mem_copy2d(parent, out.device(), copy2d_desc{out.data(), piece.nbytes(), piece.data(), piece.nbytes(), piece.nbytes(), 1});
     return;
   }
-  copy_into(out, dim, p.start[dim] - held.start[dim], piece);
+  const std::size_t es = out.itemsize();
+  mem_copy2d(parent, out.device(),
+             slab_copy(out.data(), slab_around(out.shape(), dim, es), p.start[dim] - held.start[dim], piece.data(),
+                       slab_around(piece.shape(), dim, es), 0, p.len[dim]));
 }
 
 inline int boundary_index_in(const std::vector<int>& ranks, int r) {
@@ -133,14 +150,16 @@ struct boundary_recv {
   boundary_box piece;
 };
 
-// What a posted transform still has to do once its batch completed: insert the received pieces into `out`.
+// What a posted transform still has to do once its batch completed: insert the received pieces into `out`
+// (device tensors: copies enqueued on the communicator's stream after the batch's receives).
 struct boundary_pending {
   tensor out;  // this rank's dst part (undefined outside dst)
   boundary_box need;
   std::vector<boundary_recv> recvs;
 
-  tensor finish() {
-    for (const auto& rv : recvs) boundary_insert(out.view(), need, rv.piece, rv.staging.view());
+  template <class C>
+  tensor finish(C& parent) {
+    for (const auto& rv : recvs) boundary_insert(parent, out.view(), need, rv.piece, rv.staging.view());
     return std::move(out);
   }
 };
@@ -161,6 +180,7 @@ boundary_pending boundary_post(C& parent, const tensor_view* local, const shape&
   boundary_check_layout(src, global, parent.size(), what, src_name);
   boundary_check_layout(dst, global, parent.size(), what, dst_name);
   const int me = parent.rank();
+  const jitembed::device dev = boundary_device(parent);
   const int si = boundary_index_in(src.ranks, me);
   const int di = boundary_index_in(dst.ranks, me);
   const bool src_replicated = src.p.is_replicate();
@@ -183,8 +203,12 @@ boundary_pending boundary_post(C& parent, const tensor_view* local, const shape&
                                             std::string(to_string(local->dtype())) + ", the transform was asked for " +
                                             std::string(to_string(dt)));
     }
-    if (!local->device().is_cpu() || (local->numel() > 0 && !local->is_contiguous())) {
-      throw error(errc::invalid_argument, std::string(what) + ": the tensor must be a contiguous CPU tensor");
+    if (local->device() != dev || (local->numel() > 0 && !local->is_contiguous())) {
+      if (dev.is_cpu()) {
+        throw error(errc::invalid_argument, std::string(what) + ": the tensor must be a contiguous CPU tensor");
+      }
+      throw error(errc::invalid_argument, std::string(what) + ": the tensor must be a contiguous tensor on cuda:" +
+                                              std::to_string(dev.ordinal) + " (the communicator's device)");
     }
   }
 
@@ -210,7 +234,7 @@ boundary_pending boundary_post(C& parent, const tensor_view* local, const shape&
         piece = boundary_intersect(mine_src, need);
       }
       if (piece.empty()) continue;
-      sends.push_back(boundary_extract(*local, mine_src, piece));
+      sends.push_back(boundary_extract(parent, *local, mine_src, piece));
       ops.push_back(p2p_op::isend(sends.back().view(), peer));
     }
   }
@@ -221,14 +245,14 @@ boundary_pending boundary_post(C& parent, const tensor_view* local, const shape&
   auto& recvs = pending.recvs;
   if (di >= 0) {
     need = boundary_box_of(global, dst, static_cast<std::size_t>(di));
-    out = tensor::empty(need.len, dt);
+    out = mem_empty(parent, need.len, dt, dev);
     auto take = [&](std::size_t i, const boundary_box& piece) {
       if (piece.empty()) return;
       if (src.ranks[i] == me) {
-        const tensor part = boundary_extract(*local, mine_src, piece);
-        boundary_insert(out.view(), need, piece, part.view());
+        const tensor part = boundary_extract(parent, *local, mine_src, piece);
+        boundary_insert(parent, out.view(), need, piece, part.view());
       } else {
-        recvs.push_back({tensor::empty(piece.len, dt), piece});
+        recvs.push_back({mem_empty(parent, piece.len, dt, dev), piece});
         ops.push_back(p2p_op::irecv(recvs.back().staging.view(), src.ranks[i]));
       }
     };
@@ -251,7 +275,7 @@ tensor boundary_move(C& parent, const tensor_view* local, const shape& global, c
   std::vector<tensor> sends;
   boundary_pending pending = boundary_post(parent, local, global, src, dst, dt, what, src_name, dst_name, ops, sends);
   if (!ops.empty()) parent.batch_p2p(std::span<const p2p_op>(ops)).value();
-  return pending.finish();
+  return pending.finish(parent);
 }
 
 }  // namespace detail
@@ -262,7 +286,10 @@ tensor boundary_move(C& parent, const tensor_view* local, const shape& global, c
 // from src rank k mod |src|); a rank in both layouts that holds a part already copies it (no message).
 // `local` is this rank's src part (null when it is not in src); dt is the dtype of the activation (the
 // ranks outside src need it). Every rank of src ∪ dst calls it; the others may (they do nothing). Returns
-// the dst part on dst ranks and an empty tensor elsewhere. CPU tensors.
+// the dst part on dst ranks and an empty tensor elsewhere. CPU tensors over a host communicator (Gloo); over
+// one with device memory (nccl_communicator, host_staged_communicator) tensors on its device: the pieces are
+// cut, sent (one NCCL group) and inserted on its stream, the result is ready in stream order there (order
+// the compute stream after it, e.g. cuda_backend::after_comm; and `local` before it, before_comm).
 template <communicator C>
 tensor boundary_forward(C& parent, const tensor_view* local, const shape& global, const layout& src, const layout& dst,
                         jitembed::dtype dt = dtype::f32) {
@@ -312,8 +339,8 @@ boundary_exchanged boundary_exchange(C& parent, const std::optional<boundary_par
   }
   if (!ops.empty()) parent.batch_p2p(std::span<const p2p_op>(ops)).value();
   boundary_exchanged out;
-  if (fwd) out.activation = fwd->finish();
-  if (bwd) out.gradient = bwd->finish();
+  if (fwd) out.activation = fwd->finish(parent);
+  if (bwd) out.gradient = bwd->finish(parent);
   return out;
 }
 

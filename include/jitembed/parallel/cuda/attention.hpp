@@ -1,6 +1,7 @@
 // Scaled dot-product attention on [B, S, H, D] CUDA tensors (nn::attention_forward / backward's layout and
-// math) from strided-batched cuBLAS GEMMs over the heads of each batch row and the softmax kernels; f32
-// scores and probabilities, q/k/v/out in f32 or bf16 (then the probabilities enter the second GEMM as bf16).
+// math) from strided-batched cuBLAS GEMMs over the heads of each batch row and the softmax kernels (the
+// exact path: f32 scores and probabilities kept for backward; q/k/v/out in f32 or bf16, then the
+// probabilities enter the second GEMM as bf16); and the interface of a fused engine that replaces it.
 #pragma once
 
 #include <cublas_v2.h>
@@ -8,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/cuda/buffer.hpp"
@@ -17,9 +19,33 @@
 
 namespace jitembed::parallel {
 
-// What the backward needs: the probabilities, f32 [B, H, Sq, Sk] on the device.
+// What the backward needs. The exact path keeps the probabilities; a fused engine (cuda_attention_engine)
+// keeps O(S) per head instead:
+//   probs  f32 [B, H, Sq, Sk]  the exact path's softmax probabilities (undefined after a fused forward)
+//   lse    f32 [B, H, Sq]      a fused forward's log Σ_visible exp(q·kᵀ/√D) per query row
+//   out    [B, Sq, H, D]       a fused forward's output, a copy (attention_backward takes no `out`)
+//   causal                     a fused forward's mask, which backward applies again
 struct cuda_attention_saved {
   tensor probs;
+  tensor lse;
+  tensor out;
+  bool causal = false;
+};
+
+// A fused attention kernel that cuda_backend runs instead of the exact path when one is given to
+// cuda_backend::create (cudnn_attention, parallel/cuda/cudnn_sdpa.hpp, is one). The math is
+// cuda_attention_forward / backward's, on the same [B, S, H, D] tensors, enqueued on the backend's stream;
+// forward returns what its backward reads (lse, out, causal; no probs). Failures throw jitembed::error.
+class cuda_attention_engine {
+ public:
+  virtual ~cuda_attention_engine() = default;
+  virtual std::string_view name() const noexcept = 0;
+  virtual bool supports(dtype t) const noexcept = 0;  // the activations' dtype
+  virtual cuda_attention_saved forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
+                                       const tensor_view& out) = 0;
+  virtual void backward(const tensor_view& q, const tensor_view& k, const tensor_view& v,
+                        const cuda_attention_saved& saved, const tensor_view& dout, const tensor_view& dq,
+                        const tensor_view& dk, const tensor_view& dv) = 0;
 };
 
 namespace detail {

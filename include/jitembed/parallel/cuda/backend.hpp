@@ -50,8 +50,10 @@ cudaStream_t comm_stream(C& comm) {
 struct cuda_backend_state {
   cublas_handle blas;
   jitembed::cuda::event fork, join;  // compute → communication, communication → compute
-  cuda_backend_state(cublas_handle b, jitembed::cuda::event f, jitembed::cuda::event j)
-      : blas(std::move(b)), fork(std::move(f)), join(std::move(j)) {}
+  std::shared_ptr<cuda_attention_engine> attention;  // null: the exact path (parallel/cuda/attention.hpp)
+  cuda_backend_state(cublas_handle b, jitembed::cuda::event f, jitembed::cuda::event j,
+                     std::shared_ptr<cuda_attention_engine> a)
+      : blas(std::move(b)), fork(std::move(f)), join(std::move(j)), attention(std::move(a)) {}
 };
 
 }  // namespace detail
@@ -60,11 +62,19 @@ struct cuda_backend_state {
 // that holds it). The current CUDA device must be the stream's device when it is created and used.
 class cuda_backend {
  public:
-  // dt: f32 or bf16 activations and weights. Fails with invalid_argument for another dtype, and with the
-  // CUDA / cuBLAS error when the handle or the events cannot be made.
-  static result<cuda_backend> create(jitembed::cuda::stream_ref stream, jitembed::dtype dt = jitembed::dtype::f32) {
+  // dt: f32 or bf16 activations and weights. attention: a fused engine for attention_forward / backward
+  // (make_cudnn_attention(stream), parallel/cuda/cudnn_sdpa.hpp: cuDNN's flash attention, bf16), enqueueing on
+  // the same stream; null keeps the exact path (the reference). Fails with invalid_argument for another dtype
+  // or an engine that does not take dt, and with the CUDA / cuBLAS error when the handle or the events
+  // cannot be made.
+  static result<cuda_backend> create(jitembed::cuda::stream_ref stream, jitembed::dtype dt = jitembed::dtype::f32,
+                                     std::shared_ptr<cuda_attention_engine> attention = nullptr) {
     if (dt != jitembed::dtype::f32 && dt != jitembed::dtype::bf16) {
       return fail(errc::invalid_argument, "cuda_backend: dtype " + std::string(to_string(dt)) + " (f32 or bf16 only)");
+    }
+    if (attention != nullptr && !attention->supports(dt)) {
+      return fail(errc::invalid_argument, "cuda_backend: the " + std::string(attention->name()) +
+                                              " attention engine does not take dtype " + std::string(to_string(dt)));
     }
     return detail::capture("cuda_backend create", [&]() -> result<cuda_backend> {
       int dev = 0;
@@ -73,7 +83,9 @@ class cuda_backend {
       JITEMBED_ASSIGN_OR_RETURN(auto join, jitembed::cuda::event::create());
       JITEMBED_ASSIGN_OR_RETURN(auto blas, cublas_handle::create(stream));
       return cuda_backend(
-          std::make_shared<detail::cuda_backend_state>(std::move(blas), std::move(fork), std::move(join)), stream,
+          std::make_shared<detail::cuda_backend_state>(std::move(blas), std::move(fork), std::move(join),
+                                                       std::move(attention)),
+          stream,
           dt, dev);
     });
   }
@@ -173,13 +185,25 @@ class cuda_backend {
                                 stream_.get());
   }
   using attention_saved = cuda_attention_saved;
+  // The fused engine given to create(), or null (the exact path).
+  cuda_attention_engine* attention_engine() const noexcept { return state_->attention.get(); }
   attention_saved attention_forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
                                     const tensor_view& out) const {
+    if (state_->attention != nullptr) return state_->attention->forward(q, k, v, causal, out);
     return cuda_attention_forward(state_->blas, q, k, v, causal, out);
   }
+  // The path that made `saved` runs backward: the exact one when it kept the probabilities.
   void attention_backward(const tensor_view& q, const tensor_view& k, const tensor_view& v, const attention_saved& saved,
                           const tensor_view& dout, const tensor_view& dq, const tensor_view& dk, const tensor_view& dv) const {
-    cuda_attention_backward(state_->blas, q, k, v, saved, dout, dq, dk, dv);
+    if (saved.probs.defined()) {
+      cuda_attention_backward(state_->blas, q, k, v, saved, dout, dq, dk, dv);
+      return;
+    }
+    if (state_->attention == nullptr) {
+      throw error(errc::invalid_argument, "cuda_backend attention_backward: the saved state has no probabilities and "
+                                          "this backend has no fused attention engine");
+    }
+    state_->attention->backward(q, k, v, saved, dout, dq, dk, dv);
   }
 
   // The communicator's stream waits for the work enqueued on stream() so far (no host wait).

@@ -3,9 +3,9 @@
 // (forward + backward) against the single-rank reference, side by side in this process.
 // Parts: gloo, tp_mlp, ulysses, attention (blockwise vs exact, one thread), memory (peak bytes per rank and the
 // longest sequence under a budget: Ulysses SP=4 vs a replicated full sequence), hybrid (the hybrid_parallel example's
-// step: per-module layouts vs uniform TP, replicated and the public system's boundary), nccl (no arguments: all). With --device
-// cuda (CUDA builds): gemm (the layers' bf16 GEMMs vs a bare cublasGemmEx), tp_mlp and ulysses (steps on the GPU),
-// nccl, sdpa (cuDNN's fused attention at S 65,536: tokens/s and peak device memory).
+// step: per-module layouts vs uniform TP, replicated and the public system's boundary), nccl (no arguments: all). With
+// --device cuda (CUDA builds): gemm (the layers' bf16 GEMMs vs a bare cublasGemmEx), tp_mlp and ulysses (steps on the
+// GPU), nccl, sdpa (cuDNN's fused attention at S 65,536: tokens/s and peak device memory).
 #include <cstdio>
 #include <string_view>
 #include <vector>

@@ -43,8 +43,8 @@
 #include <thread>
 #include <vector>
 
-#include "jitembed/parallel/local_launch.hpp"
 #include "boundary_bytes.hpp"
+#include "jitembed/parallel/local_launch.hpp"
 #include "train.hpp"
 #if defined(JITEMBED_HAS_TCP_STORE)
 #include "jitembed/parallel/tcp_store.hpp"
@@ -241,12 +241,11 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
            const outcome& res, double wall_s) {
   const int mb = rc.so.microbatches;
   const bool enc_tp = rc.so.encoder == hybrid::encoder_layout::tp;
-  std::printf(
-      "hybrid_parallel: vision encoder %s=%d on ranks %s -> language model TP=%d on ranks %s (%s, %s)%s\n",
-      enc_tp ? "TP" : "SP (Ulysses)", res.enc_size, list(rc.encoder_ranks).c_str(), res.lm_size, list(rc.llm_ranks).c_str(),
-      rc.device == "cuda" ? "layers on GPU 0, host-staged Gloo" : "CPU",
-      rc.procs ? "ranks as processes" : "ranks as threads",
-      rc.so.boundary == hybrid::boundary_kind::public_system ? ", the public system's boundary" : "");
+  std::printf("hybrid_parallel: vision encoder %s=%d on ranks %s -> language model TP=%d on ranks %s (%s, %s)%s\n",
+              enc_tp ? "TP" : "SP (Ulysses)", res.enc_size, list(rc.encoder_ranks).c_str(), res.lm_size,
+              list(rc.llm_ranks).c_str(), rc.device == "cuda" ? "layers on GPU 0, host-staged Gloo" : "CPU",
+              rc.procs ? "ranks as processes" : "ranks as threads",
+              rc.so.boundary == hybrid::boundary_kind::public_system ? ", the public system's boundary" : "");
   std::string rows;
   for (int m = 0; m < mb; ++m) rows += (m ? "," : "") + std::to_string(hybrid::microbatch_rows(c.batch, mb, m));
   std::printf("step: batch %lld in %d microbatch%s of %s row(s), schedule %s", static_cast<long long>(c.batch), mb,
@@ -306,7 +305,7 @@ int report(const run_config& rc, const hybrid::config& c, const tensors& params,
        enc_tp ? 0 : a2a * m * sp_on, enc_tp ? 0 : a2a * sp_on * b * s_local * c.enc_hidden * f,
        enc_tp            ? "none (tensor parallel: all_reduces)"
        : rc.so.recompute ? "12 x B*(S/sp)*H_e*4 (q,k,v,out fwd, again in bwd; dout,dq,dk,dv bwd), M x the calls"
-                       : "8 x B*(S/sp)*H_e*4 (q,k,v,out fwd; dout,dq,dk,dv bwd), M x the calls"},
+                         : "8 x B*(S/sp)*H_e*4 (q,k,v,out fwd; dout,dq,dk,dv bwd), M x the calls"},
       enc_tp ? row{"encoder TP", coll::all_reduce, &res.enc_stats, res.enc_size, 4 * m * sp_on,
                    4 * sp_on * b * c.patches * c.enc_hidden * f, "fwd: out+fc2 B*S*H_e*4; bwd: fc1+qkv B*S*H_e*4"}
              : row{"encoder SP", coll::all_reduce, &res.enc_stats, res.enc_size, sp_on, sp_on * enc_param_bytes,
@@ -778,8 +777,9 @@ int main(int argc, char** argv) {
   app.add_option("--encoder-layout", encoder_layout, "sp (Ulysses), or tp (uniform tensor parallelism)")
       ->check(CLI::IsMember({"sp", "tp"}))
       ->capture_default_str();
-  app.add_option("--boundary", boundary, "ours (only the bytes a rank lacks), or public (all-gather, whole output to "
-                                         "the paired rank, whole gradient back)")
+  app.add_option("--boundary", boundary,
+                 "ours (only the bytes a rank lacks), or public (all-gather, whole output to "
+                 "the paired rank, whole gradient back)")
       ->check(CLI::IsMember({"ours", "public"}))
       ->capture_default_str();
   app.add_flag("--recompute", rc.so.recompute, "recompute the encoder block in backward (keep only its input)");
@@ -875,7 +875,9 @@ int main(int argc, char** argv) {
   const tensors params = hybrid::make_params(c, 42);
   const hybrid::batch in = hybrid::make_batch(c, 7);
   auto planned = hybrid_plan::create(
-      {{"vision_encoder", rc.so.encoder == hybrid::encoder_layout::tp ? strategy::tensor_parallel : strategy::sequence_parallel, static_cast<int>(rc.encoder_ranks.size()), rc.encoder_ranks},
+      {{"vision_encoder",
+        rc.so.encoder == hybrid::encoder_layout::tp ? strategy::tensor_parallel : strategy::sequence_parallel,
+        static_cast<int>(rc.encoder_ranks.size()), rc.encoder_ranks},
        {"language_model", strategy::tensor_parallel, static_cast<int>(rc.llm_ranks.size()), rc.llm_ranks}},
       rc.world);
   if (!planned) return fail_usage(planned.error().message);
@@ -893,15 +895,15 @@ int main(int argc, char** argv) {
     return fail_usage("--procs and --events need the tcp_store component (JITEMBED_WITH_HTTP=ON)");
 #endif
 
-  std::vector<std::string> child_args{"--world",         std::to_string(rc.world),
-                                      "--encoder-ranks", list(rc.encoder_ranks),
-                                      "--llm-ranks",     list(rc.llm_ranks),
-                                      "--batch",         std::to_string(batch),
-                                      "--microbatches",  std::to_string(rc.so.microbatches),
-                                      "--schedule",      schedule,
-                                      "--in-flight",     std::to_string(rc.so.in_flight),
+  std::vector<std::string> child_args{"--world",          std::to_string(rc.world),
+                                      "--encoder-ranks",  list(rc.encoder_ranks),
+                                      "--llm-ranks",      list(rc.llm_ranks),
+                                      "--batch",          std::to_string(batch),
+                                      "--microbatches",   std::to_string(rc.so.microbatches),
+                                      "--schedule",       schedule,
+                                      "--in-flight",      std::to_string(rc.so.in_flight),
                                       "--encoder-layout", encoder_layout,
-                                      "--boundary",      boundary};
+                                      "--boundary",       boundary};
   if (rc.so.recompute) child_args.push_back("--recompute");
   const auto t0 = std::chrono::steady_clock::now();
   if (training) {

@@ -390,7 +390,7 @@ rank_result run_step(comm_t& world, const config& c, const tensors& p, const bat
   auto enc_global = [&](int m) { return shape{cfg[static_cast<std::size_t>(m)].batch, c.patches, c.enc_hidden}; };
 
   std::map<int, sp_encoder<Mode>> encoders;  // microbatches in flight on the encoder (forward run, backward not)
-  std::map<int, tp_encoder> tp_encoders;      // the same, encoder_layout::tp
+  std::map<int, tp_encoder> tp_encoders;     // the same, encoder_layout::tp
   std::optional<tp_encoder_shards> tp_shards;
   if (enc_tp && enc.valid()) tp_shards.emplace(p, enc.size(), enc.rank());
   std::vector<tensor> x2(static_cast<std::size_t>(mb)), enc_full(static_cast<std::size_t>(mb)),

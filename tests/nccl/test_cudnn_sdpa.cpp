@@ -99,7 +99,7 @@ struct bf16_only_engine final : cuda_attention_engine {
 }  // namespace
 
 TEST_CASE("cuda_backend::create refuses a fused attention engine that does not take its dtype") {
-  auto r = cuda_backend::create(jitembed::cuda::stream_ref{}, dtype::f32, std::make_shared<bf16_only_engine>());
+  auto r = cuda_backend::create(jitembed::cuda::stream_ref{}, dtype::f32, cuda_attention::of(bf16_only_engine{}));
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error().code == errc::invalid_argument);
   CHECK(r.error().message == "cuda_backend: the test attention engine does not take dtype f32");

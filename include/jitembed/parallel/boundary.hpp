@@ -112,7 +112,8 @@ void boundary_insert(C& parent, const tensor_view& out, const boundary_box& held
   }
   if (differing > 1) throw error(errc::internal, "boundary: a piece differs from its destination in two dims");
   if (differing == 0) {
-    mem_copy2d(parent, out.device(), copy2d_desc{out.data(), piece.nbytes(), piece.data(), piece.nbytes(), piece.nbytes(), 1});
+    mem_copy2d(parent, out.device(),
+               copy2d_desc{out.data(), piece.nbytes(), piece.data(), piece.nbytes(), piece.nbytes(), 1});
     return;
   }
   const std::size_t es = out.itemsize();

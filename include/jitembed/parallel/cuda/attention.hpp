@@ -8,7 +8,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "jitembed/core/tensor.hpp"
@@ -46,6 +48,26 @@ class cuda_attention_engine {
   virtual void backward(const tensor_view& q, const tensor_view& k, const tensor_view& v,
                         const cuda_attention_saved& saved, const tensor_view& dout, const tensor_view& dq,
                         const tensor_view& dk, const tensor_view& dv) = 0;
+};
+
+// A fused attention engine as a cuda_backend holds it: a copyable handle (docs/api.md rule 2.4), copies share
+// one engine (and its cached graphs); empty: the exact path.
+class cuda_attention {
+ public:
+  cuda_attention() = default;
+  template <class Engine>
+    requires std::derived_from<Engine, cuda_attention_engine>
+  static cuda_attention of(Engine engine) {
+    cuda_attention a;
+    a.engine_ = std::make_shared<Engine>(std::move(engine));
+    return a;
+  }
+  cuda_attention_engine* get() const noexcept { return engine_.get(); }
+  cuda_attention_engine* operator->() const noexcept { return engine_.get(); }
+  explicit operator bool() const noexcept { return engine_ != nullptr; }
+
+ private:
+  std::shared_ptr<cuda_attention_engine> engine_;
 };
 
 namespace detail {

@@ -50,9 +50,9 @@ cudaStream_t comm_stream(C& comm) {
 struct cuda_backend_state {
   cublas_handle blas;
   jitembed::cuda::event fork, join;  // compute → communication, communication → compute
-  std::shared_ptr<cuda_attention_engine> attention;  // null: the exact path (parallel/cuda/attention.hpp)
+  cuda_attention attention;  // empty: the exact path (parallel/cuda/attention.hpp)
   cuda_backend_state(cublas_handle b, jitembed::cuda::event f, jitembed::cuda::event j,
-                     std::shared_ptr<cuda_attention_engine> a)
+                     cuda_attention a)
       : blas(std::move(b)), fork(std::move(f)), join(std::move(j)), attention(std::move(a)) {}
 };
 
@@ -68,11 +68,11 @@ class cuda_backend {
   // or an engine that does not take dt, and with the CUDA / cuBLAS error when the handle or the events
   // cannot be made.
   static result<cuda_backend> create(jitembed::cuda::stream_ref stream, jitembed::dtype dt = jitembed::dtype::f32,
-                                     std::shared_ptr<cuda_attention_engine> attention = nullptr) {
+                                     cuda_attention attention = {}) {
     if (dt != jitembed::dtype::f32 && dt != jitembed::dtype::bf16) {
       return fail(errc::invalid_argument, "cuda_backend: dtype " + std::string(to_string(dt)) + " (f32 or bf16 only)");
     }
-    if (attention != nullptr && !attention->supports(dt)) {
+    if (attention && !attention->supports(dt)) {
       return fail(errc::invalid_argument, "cuda_backend: the " + std::string(attention->name()) +
                                               " attention engine does not take dtype " + std::string(to_string(dt)));
     }
@@ -189,7 +189,7 @@ class cuda_backend {
   cuda_attention_engine* attention_engine() const noexcept { return state_->attention.get(); }
   attention_saved attention_forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
                                     const tensor_view& out) const {
-    if (state_->attention != nullptr) return state_->attention->forward(q, k, v, causal, out);
+    if (state_->attention) return state_->attention->forward(q, k, v, causal, out);
     return cuda_attention_forward(state_->blas, q, k, v, causal, out);
   }
   // The path that made `saved` runs backward: the exact one when it kept the probabilities.
@@ -199,7 +199,7 @@ class cuda_backend {
       cuda_attention_backward(state_->blas, q, k, v, saved, dout, dq, dk, dv);
       return;
     }
-    if (state_->attention == nullptr) {
+    if (!state_->attention) {
       throw error(errc::invalid_argument, "cuda_backend attention_backward: the saved state has no probabilities and "
                                           "this backend has no fused attention engine");
     }

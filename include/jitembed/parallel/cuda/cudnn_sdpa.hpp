@@ -378,9 +378,9 @@ class cudnn_attention final : public cuda_attention_engine {
 };
 
 // A cudnn_attention on the current device, enqueueing on `stream` (the cuda_backend's).
-inline result<std::shared_ptr<cuda_attention_engine>> make_cudnn_attention(jitembed::cuda::stream_ref stream) {
+inline result<cuda_attention> make_cudnn_attention(jitembed::cuda::stream_ref stream) {
   JITEMBED_ASSIGN_OR_RETURN(auto sdpa, cudnn_sdpa::create(stream));
-  return std::shared_ptr<cuda_attention_engine>(std::make_shared<cudnn_attention>(std::move(sdpa)));
+  return cuda_attention::of(cudnn_attention(std::move(sdpa)));
 }
 
 }  // namespace jitembed::parallel

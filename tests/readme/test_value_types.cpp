@@ -108,5 +108,5 @@ static_assert(!std::is_constructible_v<server::service, server::server_config>);
 #endif
 #if defined(JITEMBED_HAS_CLIENT)
 static_assert(copyable_handle<client::jit_client>);
-static_assert(movable_value<client::jit_loader>);
+static_assert(movable_value<loader::jit_loader>);
 #endif

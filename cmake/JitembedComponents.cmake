@@ -5,7 +5,7 @@ set(JITEMBED_COMPONENTS core)
 # Every public header compiles on its own: one generated translation unit per header, compiled into
 # an OBJECT library that links the component (CMake's VERIFY_INTERFACE_HEADER_SETS skips INTERFACE
 # libraries with no sources on 3.25, so the TUs are generated here).
-function(jitembed_verify_headers name)
+function(jitembed_verify_headers name defines)
   set(_tus)
   foreach(_h IN LISTS ARGN)
     file(RELATIVE_PATH _rel "${_inc}" "${_h}")
@@ -17,14 +17,17 @@ function(jitembed_verify_headers name)
   if(_tus)
     add_library(jitembed_verify_headers_${name} OBJECT ${_tus})
     target_link_libraries(jitembed_verify_headers_${name} PRIVATE jitembed::${name})
+    target_compile_definitions(jitembed_verify_headers_${name} PRIVATE ${defines})
   endif()
 endfunction()
 
-# jitembed_component(<name> GLOBS <globs relative to include/> [EXCLUDE <regexes>] [LINK <targets>] [NOT_IN_UMBRELLA])
+# jitembed_component(<name> GLOBS <globs relative to include/> [EXCLUDE <regexes>] [LINK <targets>] [NOT_IN_UMBRELLA]
+#                    [VERIFY_DEFINES <definitions>])
 # EXCLUDE drops globbed headers matching a regex (another component's files); NOT_IN_UMBRELLA keeps a heavy
-# component (torch) out of jitembed::jitembed's links, so only targets that ask for it link it.
+# component (torch) out of jitembed::jitembed's links, so only targets that ask for it link it; VERIFY_DEFINES
+# are defined in the component's self-containment TUs.
 function(jitembed_component name)
-  cmake_parse_arguments(_c "NOT_IN_UMBRELLA" "" "GLOBS;LINK;EXCLUDE" ${ARGN})
+  cmake_parse_arguments(_c "NOT_IN_UMBRELLA" "" "GLOBS;LINK;EXCLUDE;VERIFY_DEFINES" ${ARGN})
   set(_files)
   foreach(_g IN LISTS _c_GLOBS)
     file(GLOB _found CONFIGURE_DEPENDS "${_inc}/jitembed/${_g}")
@@ -42,7 +45,7 @@ function(jitembed_component name)
   string(TOUPPER "${name}" _upper)
   target_compile_definitions(jitembed_${name} INTERFACE JITEMBED_HAS_${_upper}=1)  # umbrella headers test these
   if(JITEMBED_VERIFY_HEADERS)
-    jitembed_verify_headers(${name} ${_files})
+    jitembed_verify_headers(${name} "${_c_VERIFY_DEFINES}" ${_files})
   endif()
   set_property(GLOBAL APPEND PROPERTY JITEMBED_ENABLED_COMPONENTS ${name})
   if(_c_NOT_IN_UMBRELLA)
@@ -193,12 +196,22 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   endif()
 endif()
 if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_HTTP)
-  # The JIT client (async KServe v2 over Beast, balancing, retries, local mode) and the prefetching loader:
-  # the base models component only (local mode runs whatever any_model it is given), no image/video codecs.
+  # The JIT client (async KServe v2 over Beast, balancing, retries, local mode): the base models component only
+  # (local mode runs whatever any_model it is given), no image/video codecs.
   jitembed_component(client
     GLOBS client.hpp client/*.hpp client/detail/*.hpp
     EXCLUDE "/client/detail/client_grpc[^/]*\\.hpp$"
+            "/client/(jit_loader|loader_options|loader_stats|epoch_plan|step)\\.hpp$"  # the loader's (below)
     LINK jitembed::http jitembed::kserve jitembed::models jitembed::cache jitembed::format Threads::Threads)
+  # The prefetching loader over the client, the cache and the format (loader/README.md), with the deprecated
+  # forwarding headers at its old client/ paths (one release). Its headers are verified in separate compilation
+  # (core/config.hpp): each still compiles on its own, without compiling the client's Beast implementation
+  # again in every loader TU (the client's own check compiles that, header-only).
+  jitembed_component(loader
+    GLOBS loader.hpp loader/*.hpp loader/detail/*.hpp
+          client/jit_loader.hpp client/loader_options.hpp client/loader_stats.hpp client/epoch_plan.hpp client/step.hpp
+    LINK jitembed::client jitembed::cache jitembed::format
+    VERIFY_DEFINES JITEMBED_SEPARATE_COMPILATION)
 endif()
 
 if(JITEMBED_WITH_GRPC AND TARGET jitembed_server AND TARGET jitembed_client)

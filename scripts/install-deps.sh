@@ -5,7 +5,7 @@
 # Sets:
 #   <component>  a jitembed component and every component it needs (core, codec, batching, kserve, http,
 #                zstd, format, cache, lmdb, redis, jpeg, video, models, models_image, models_video, tokenizers, torch,
-#                server, protobuf, repository, grpc, client, parallel, tcp_store, gloo), e.g. `format jpeg` for an application that uses
+#                server, protobuf, repository, grpc, client, loader, parallel, tcp_store, gloo), e.g. `format jpeg` for an application that uses
 #                those two (configuring jitembed itself with its defaults needs every default component:
 #                `test`, or turn the others off with -DJITEMBED_WITH_<X>=OFF)
 #   build        compiler, CMake, Ninja, pkg-config, ccache (part of every set)
@@ -64,6 +64,7 @@ declare -A component_debs=(
   [repository]="libprotobuf-dev libprotoc-dev"
   [grpc]="libprotobuf-dev libprotoc-dev libgrpc++-dev protobuf-compiler-grpc"
   [client]=""
+  [loader]=""
   [parallel]="libopenblas-dev"
   [tcp_store]="libboost-dev"
   [gloo]="libgloo-dev"
@@ -92,6 +93,7 @@ declare -A component_requires=(
   [repository]="server protobuf"
   [grpc]="server client protobuf"
   [client]="http kserve models cache format"
+  [loader]="client cache format"
   [parallel]="core"
   [tcp_store]="parallel"
   [gloo]="parallel"
@@ -110,7 +112,7 @@ build_debs="build-essential cmake pkg-config ninja-build ccache"
 # (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11
 test_peer_debs="redis-server lmdb-utils ffmpeg tar openssl python3-venv libb64-0d python3.11 python3.11-venv libpython3.11"
 # components the default configure builds without the CUDA toolkit (the test command's CPU build)
-cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video tokenizers torch server protobuf repository grpc client parallel tcp_store gloo"
+cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video tokenizers torch server protobuf repository grpc client loader parallel tcp_store gloo"
 
 sets=("$@")
 if [ ${#sets[@]} -eq 0 ]; then sets=(all); fi
@@ -124,13 +126,13 @@ for s in "${sets[@]}"; do
   case "$s" in
     build) ;;
     cudnn) with_cudnn=1 ;;
-    python) components+=(server repository grpc client lmdb redis jpeg video tokenizers) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=); grpc: Server(grpc_port=))
+    python) components+=(server repository grpc client loader lmdb redis jpeg video tokenizers) ;;  # what python/CMakeLists.txt links (repository: Server(model_repository=); grpc: Server(grpc_port=))
     all | test) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1
       if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then with_cudnn=1; fi ;;  # test.sh builds CUDA then
-    ray) components+=(server grpc client lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
+    ray) components+=(server grpc client loader lmdb redis jpeg video); dev+=(tools tests); with_ray=1 ;;  # + the python set
     tools) components+=(server repository grpc client lmdb redis); dev+=(tools) ;;
     bench-models) components+=($cpu_components); dev+=(tools tests benchmarks); with_test_peers=1; with_ray=1; with_bench_models=1 ;;
-    demo) components+=(server repository grpc client gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
+    demo) components+=(server repository grpc client loader gloo jpeg video lmdb redis); dev+=(tools) ;;  # jit_train_demo + jitembed-server
     *)
       if [ -n "${component_requires[$s]+x}" ]; then
         components+=("$s")

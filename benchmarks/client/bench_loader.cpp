@@ -18,7 +18,7 @@
 
 #include "bench_util.hpp"
 #include "bench_proc.hpp"
-#include "jitembed/client/jit_loader.hpp"
+#include "jitembed/loader/jit_loader.hpp"
 #include "jitembed/models/emulated_latency.hpp"
 #include "jitembed/models/text_embed.hpp"
 
@@ -144,7 +144,7 @@ run_result run_jit(const format::dataset& data, const std::vector<std::string>& 
     r.error = "jit_client::create: " + cl.error().message;
     return r;
   }
-  client::loader_options lo;
+  loader::loader_options lo;
   lo.embeddings = {{"caption", "text-embed", models::modality::text, "pooled", ""}};
   lo.batch_size = kBatch;
   lo.samples_per_request = kPerRequest;
@@ -152,7 +152,7 @@ run_result run_jit(const format::dataset& data, const std::vector<std::string>& 
   lo.workers = 2;
   lo.max_buffered = depth * kPerRequest + 2 * kBatch;
   lo.shuffle = false;
-  auto l = client::jit_loader::create(data, *cl, lo);
+  auto l = loader::jit_loader::create(data, *cl, lo);
   if (!l) {
     r.error = "jit_loader::create: " + l.error().message;
     return r;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "jitembed/cache/value.hpp"  // loader_options.hpp uses cache::value_options without including it
-#include "jitembed/client/step.hpp"
-#include "jitembed/client/loader_options.hpp"
+#include "jitembed/loader/step.hpp"
+#include "jitembed/loader/options.hpp"
 #include "jitembed/format/dataset.hpp"
 #include "jitembed/models/emulated_latency.hpp"
 #include "jitembed/models/reference.hpp"
@@ -77,7 +77,7 @@ struct model_names {
   }
 };
 
-inline std::vector<client::embedding_spec> embedding_specs(const model_names& n = {}) {
+inline std::vector<loader::embedding_spec> embedding_specs(const model_names& n = {}) {
   return {{kImageLatent, n.image, models::modality::image, n.image_output, ""},
           {kVideoLatent, n.video, models::modality::video, n.video_output, ""},
           {kCaption, n.text, models::modality::text, n.text_output, ""}};
@@ -128,7 +128,7 @@ namespace detail {
 // Runs `m` on the preprocessed rows (in batches of its max_batch_size) and stores output `output` (empty:
 // the first) of row k as embedding `name` of samples[owner[k]]; a failed batch fails its samples.
 inline void run_rows(const models::any_model& m, const std::string& output, const char* name, std::vector<tensor>& rows,
-                     const std::vector<std::size_t>& owner, std::vector<client::embedded_sample>& samples) {
+                     const std::vector<std::size_t>& owner, std::vector<loader::embedded_sample>& samples) {
   const std::string& want = output.empty() ? m.outputs().front().name : output;
   const std::size_t step = std::max<std::size_t>(m.max_batch_size(), 1);
   for (std::size_t at = 0; at < rows.size(); at += step) {
@@ -150,9 +150,9 @@ inline void run_rows(const models::any_model& m, const std::string& output, cons
 }  // namespace detail
 
 // The samples at `indices`, with the embeddings the loader would deliver, computed here and now.
-inline std::vector<client::embedded_sample> embed_in_process(const format::dataset& ds, std::span<const std::uint64_t> indices,
+inline std::vector<loader::embedded_sample> embed_in_process(const format::dataset& ds, std::span<const std::uint64_t> indices,
                                                            const model_set& m, const decode_limits& limits = {}) {
-  std::vector<client::embedded_sample> out(indices.size());
+  std::vector<loader::embedded_sample> out(indices.size());
   std::vector<tensor> image_rows, video_rows, text_rows;
   std::vector<std::size_t> image_owner, video_owner, text_owner;
   for (std::size_t i = 0; i < indices.size(); ++i) {
@@ -194,7 +194,7 @@ inline std::vector<client::embedded_sample> embed_in_process(const format::datas
 
 // Same names, dtypes and shapes, and values bitwise equal (tolerance 0) or within `tolerance` max abs
 // (f32 embeddings; other dtypes compare bitwise).
-inline bool same_embeddings(const client::embedded_sample& a, const client::embedded_sample& b, std::string* why, float tolerance = 0) {
+inline bool same_embeddings(const loader::embedded_sample& a, const loader::embedded_sample& b, std::string* why, float tolerance = 0) {
   if (a.embeddings.size() != b.embeddings.size()) {
     *why = std::to_string(a.embeddings.size()) + " embeddings, reference has " + std::to_string(b.embeddings.size());
     return false;

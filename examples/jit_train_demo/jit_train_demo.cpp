@@ -48,9 +48,9 @@
 #include "embeddings.hpp"
 #include "jitembed/cache/memory_cache.hpp"
 #include "jitembed/cache/tiered_cache.hpp"
-#include "jitembed/client/epoch_plan.hpp"
+#include "jitembed/loader/epoch_plan.hpp"
 #include "jitembed/client/jit_client.hpp"
-#include "jitembed/client/jit_loader.hpp"
+#include "jitembed/loader/jit_loader.hpp"
 #include "jitembed/core/hash.hpp"
 #include "jitembed/parallel/gloo.hpp"
 #include "lookup_log.hpp"
@@ -108,21 +108,21 @@ class batch_source {
  public:
   virtual ~batch_source() = default;
   // The next step of this rank; nullopt once at the end of each epoch (the next call starts the next one).
-  virtual result<std::optional<client::step>> next() = 0;
+  virtual result<std::optional<loader::step>> next() = 0;
   virtual source_counters counters() const = 0;
 };
 
 class loader_source final : public batch_source {
  public:
-  explicit loader_source(client::jit_loader l) : loader_(std::move(l)) {}
-  result<std::optional<client::step>> next() override { return loader_.next(); }
+  explicit loader_source(loader::jit_loader l) : loader_(std::move(l)) {}
+  result<std::optional<loader::step>> next() override { return loader_.next(); }
   source_counters counters() const override {
     const auto s = loader_.stats();
     return {s.requests, s.cache_hits, s.cache_misses, s.resubmits};
   }
 
  private:
-  client::jit_loader loader_;
+  loader::jit_loader loader_;
 };
 
 // The baseline: the same steps as the loader (its deterministic plan: permutation from seed and epoch,
@@ -132,22 +132,22 @@ class inline_source final : public batch_source {
   inline_source(format::dataset ds, model_set m, std::uint64_t rank, std::uint64_t world, std::uint64_t batch, std::uint64_t seed,
                 bool shuffle)
       : ds_(std::move(ds)), models_(std::move(m)), rank_(rank), world_(world), batch_(batch), seed_(seed), shuffle_(shuffle) {
-    plan_ = client::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, epoch_, shuffle_);
+    plan_ = loader::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, epoch_, shuffle_);
   }
-  result<std::optional<client::step>> next() override {
+  result<std::optional<loader::step>> next() override {
     if (step_ == plan_.steps()) {
-      plan_ = client::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, ++epoch_, shuffle_);
+      plan_ = loader::epoch_plan::make(ds_.size(), world_, rank_, batch_, seed_, ++epoch_, shuffle_);
       step_ = 0;
-      return std::optional<client::step>();
+      return std::optional<loader::step>();
     }
     std::vector<std::uint64_t> idx;
     const std::uint64_t lo = step_ * batch_;
     for (std::uint64_t j = lo; j < lo + plan_.step_size(step_); ++j) idx.push_back(plan_.index(j));
-    client::step b;
+    loader::step b;
     b.epoch = epoch_;
     b.index = step_++;
     b.samples = embed_in_process(ds_, idx, models_);
-    return std::optional<client::step>(std::move(b));
+    return std::optional<loader::step>(std::move(b));
   }
   source_counters counters() const override { return {}; }
 
@@ -157,7 +157,7 @@ class inline_source final : public batch_source {
   std::uint64_t rank_, world_, batch_, seed_;
   bool shuffle_;
   std::uint64_t epoch_ = 0, step_ = 0;
-  client::epoch_plan plan_;
+  loader::epoch_plan plan_;
 };
 
 // What the ranks share: delivery bookkeeping (by sample id, over every rank), per-epoch totals and rank 0's
@@ -273,7 +273,7 @@ void run_rank(int rank, const cli_options& o, parallel::shared_store store, batc
       }
 
       // This rank's rows, then the whole batch on every rank.
-      std::vector<const client::embedded_sample*> usable;
+      std::vector<const loader::embedded_sample*> usable;
       for (const auto& s : samples) {
         if (!s.ok()) continue;
         const tensor* lat = s.find(kImageLatent);
@@ -548,7 +548,7 @@ int run(cli_options& o) {
     if (repository) dims_from_metadata(o, *cl);
     cache_log.emplace(make_cache(o).value());
     for (int r = 0; r < o.tp; ++r) {
-      client::loader_options lo;
+      loader::loader_options lo;
       lo.embeddings = embedding_specs(o.names);
       lo.batch_size = per_rank_batch;
       lo.samples_per_request = o.samples_per_request;
@@ -560,7 +560,7 @@ int run(cli_options& o) {
       lo.seed = o.seed;
       lo.shuffle = o.shuffle;
       lo.cache = make_store<lookup_log>(*cache_log);
-      sources.push_back(std::make_unique<loader_source>(client::jit_loader::create(ds, *cl, std::move(lo)).value()));
+      sources.push_back(std::make_unique<loader_source>(loader::jit_loader::create(ds, *cl, std::move(lo)).value()));
     }
   } else {
     for (int r = 0; r < o.tp; ++r)

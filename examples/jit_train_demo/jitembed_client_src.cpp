@@ -2,3 +2,4 @@
 // own: with jitembed::grpc it carries the grpc:// transport, whose gRPC headers never meet the LibTorch headers
 // of jit_train_demo.cpp (--model-repository).
 #include "jitembed/client/src.hpp"
+#include "jitembed/loader/src.hpp"

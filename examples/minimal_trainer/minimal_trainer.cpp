@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "jitembed/client/jit_loader.hpp"
+#include "jitembed/loader/jit_loader.hpp"
 #include "jitembed/format/dataset.hpp"
 
 using namespace jitembed;
@@ -30,17 +30,17 @@ int main(int argc, char** argv) {
   auto cl = client::jit_client::create(co);
   if (!cl) return std::fprintf(stderr, "client: %s\n", cl.error().message.c_str()), 1;
 
-  client::loader_options lo;
+  loader::loader_options lo;
   lo.embeddings = {{.name = "latent", .model = "image-latent", .kind = models::modality::image},
                    {.name = "caption", .model = "text-embed", .kind = models::modality::text, .output = "pooled"}};
   lo.batch_size = 8;
-  auto loader = client::jit_loader::create(*data, *cl, lo);
+  auto loader = loader::jit_loader::create(*data, *cl, lo);
   if (!loader) return std::fprintf(stderr, "loader: %s\n", loader.error().message.c_str()), 1;
 
   for (int e = 0; e < epochs; ++e) {
     std::size_t samples = 0, failed = 0;
     double sum = 0;  // stands in for a training step: the mean of every latent
-    for (client::step& step : loader->steps()) {
+    for (loader::step& step : loader->steps()) {
       failed += step.samples.size() - step.ok_count();
       auto latent = step.collate("latent");    // [B, 4, H/8, W/8] f32, its own storage
       auto caption = step.collate("caption");  // [B, D]

@@ -15,7 +15,7 @@ from data import MASK, splitmix64  # core/splitmix64.hpp
 
 
 def epoch_permutation(n, seed, epoch, shuffle=True):
-    """client::epoch_permutation: Fisher-Yates with splitmix64 and Lemire's multiply-shift draw."""
+    """loader::epoch_permutation: Fisher-Yates with splitmix64 and Lemire's multiply-shift draw."""
     p = list(range(n))
     if not shuffle or n < 2:
         return p
@@ -28,7 +28,7 @@ def epoch_permutation(n, seed, epoch, shuffle=True):
 
 
 class EpochPlan:
-    """client::epoch_plan: rank r's j-th sample is perm[j * W + r]; every rank runs ceil(ceil(N/W) / B) steps."""
+    """loader::epoch_plan: rank r's j-th sample is perm[j * W + r]; every rank runs ceil(ceil(N/W) / B) steps."""
 
     def __init__(self, n, world, rank, batch, seed, epoch, shuffle=True):
         self.n, self.world, self.rank, self.batch = n, world, rank, batch

@@ -1,4 +1,6 @@
-// Umbrella header: every component that is linked (JITEMBED_HAS_<C>, set by its CMake target).
+// Umbrella header: every component that is linked (JITEMBED_HAS_<C>, set by its CMake target), except those on
+// Boost.Asio / Beast, included explicitly: jitembed/net/http.hpp, jitembed/client.hpp, jitembed/loader.hpp and
+// jitembed/parallel/tcp_store.hpp.
 #pragma once
 
 #include "jitembed/codec.hpp"

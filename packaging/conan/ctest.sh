@@ -33,7 +33,8 @@ if ! grep -q "with_models_video=True needs with_video=True" "$work/invalid.log";
 fi
 # without the components that use FFmpeg, FFmpeg is not a requirement
 "$conan" graph info . "${profiles[@]}" -nr --format=json -o "&:with_video=False" -o "&:with_models_video=False" \
-  -o "&:with_server=False" -o "&:with_repository=False" -o "&:with_client=False" > "$work/novideo.json" 2> "$work/novideo.log"
+  -o "&:with_server=False" -o "&:with_repository=False" -o "&:with_client=False" \
+  -o "&:with_loader=False" > "$work/novideo.json" 2> "$work/novideo.log"
 if grep -q '"ffmpeg/' "$work/novideo.json" || ! grep -q '"zstd/' "$work/novideo.json"; then
   echo "packaging/conan: with_video=False still requires ffmpeg (or zstd is gone)"; exit 1
 fi

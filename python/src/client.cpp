@@ -16,7 +16,12 @@
 #include "caches.hpp"
 #include "common.hpp"
 #include "format_types.hpp"
-#include "jitembed/client.hpp"
+#include "jitembed/client/endpoints.hpp"
+#include "jitembed/client/jit_client.hpp"
+#include "jitembed/client/options.hpp"
+#include "jitembed/client/request.hpp"
+#include "jitembed/client/stats.hpp"
+#include "jitembed/loader.hpp"
 #include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/models/factory.hpp"
 #include "jitembed/server/model_spec.hpp"
@@ -24,6 +29,7 @@
 namespace jitembed::python {
 
 using namespace jitembed::client;
+using namespace jitembed::loader;
 
 namespace {
 
@@ -260,7 +266,7 @@ nb::dict batch_dict(py_loader& pl, step&& b) {
   nb::dict dtypes;  // each field's element type ("bf16" fields are uint16 arrays of the same bits: numpy has no bf16)
   for (std::size_t field = 0; field < pl.names.size(); ++field) {
     const std::string& name = pl.names[field];
-    // The C++ collate (client::step::collate: one copy, the failed samples' rows left out). Per-sample
+    // The C++ collate (loader::step::collate: one copy, the failed samples' rows left out). Per-sample
     // arrays instead when stack=False, or when collate cannot stack: a sample without the field (not_found),
     // rows of differing dtype / shape or no row at all (invalid_argument), rows of the highest rank
     // (limit_exceeded). Any other error (an impossible size) is raised.
@@ -577,7 +583,7 @@ void register_client(nb::module_& m) {
 
   nb::class_<py_loader>(
       m, "Loader",
-      "The prefetching JIT loader (jitembed::client::jit_loader): an iterator of steps over a Dataset; "
+      "The prefetching JIT loader (jitembed::loader::jit_loader): an iterator of steps over a Dataset; "
       "each epoch is one pass of `for batch in loader` (the next pass starts the next epoch).")
       .def(
           "__init__",

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "jitembed/client/jit_loader.hpp"
+#include "jitembed/loader/jit_loader.hpp"
 #include "jitembed/codec/jpeg.hpp"
 #include "jitembed/models/image_latent.hpp"
 #include "jitembed/models/text_embed.hpp"
@@ -92,8 +92,8 @@ inline client::jit_client local_client(std::size_t threads = 2) {
   return client::jit_client::create(std::move(o)).value();
 }
 
-inline client::loader_options base_options() {
-  client::loader_options o;
+inline loader::loader_options base_options() {
+  loader::loader_options o;
   o.embeddings = {{"latent", "image-latent", models::modality::image, "latent", ""},
                   {"caption", "text-embed", models::modality::text, "pooled", ""},
                   {"tokens", "text-embed", models::modality::text, "sequence", ""}};
@@ -122,7 +122,7 @@ inline bool same_bytes(const tensor& a, const tensor& b) {
 }
 
 // Every delivered embedding equals the reference model's output for the sample's field.
-inline void check_against_reference(const format::dataset& data, const client::embedded_sample& s) {
+inline void check_against_reference(const format::dataset& data, const loader::embedded_sample& s) {
   static const models::any_model img = image_model(), txt = text_model();
   REQUIRE(s.ok());
   auto src = data.get(static_cast<std::size_t>(s.index)).value();
@@ -148,11 +148,11 @@ inline void check_against_reference(const format::dataset& data, const client::e
 struct drained {
   std::vector<std::uint64_t> order;             // data set indices in delivery order
   std::vector<std::size_t> step_sizes;
-  std::vector<client::embedded_sample> samples;
+  std::vector<loader::embedded_sample> samples;
 };
 
 // Calls next() until the end of the epoch (or `max_steps` batches); fails the test on an error.
-inline drained drain(client::jit_loader& l, std::size_t max_steps = ~std::size_t{0}) {
+inline drained drain(loader::jit_loader& l, std::size_t max_steps = ~std::size_t{0}) {
   drained d;
   for (std::size_t k = 0; k < max_steps; ++k) {
     auto b = l.next();

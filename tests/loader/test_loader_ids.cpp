@@ -89,8 +89,8 @@ TEST_CASE("loader: a tensor field of token ids as typed rows, every sample once,
     else
       co.endpoints.list = {"http://127.0.0.1:" + std::to_string(srv.port())};
     auto c = client::jit_client::create(co).value();
-    client::loader_options o;
-    client::embedding_spec spec;
+    loader::loader_options o;
+    loader::embedding_spec spec;
     spec.name = "emb";
     spec.model = "ids";
     spec.output = "s";
@@ -100,7 +100,7 @@ TEST_CASE("loader: a tensor field of token ids as typed rows, every sample once,
     o.samples_per_request = 4;
     o.shuffle = false;
     o.cache = cache::any_store(std::in_place_type<cache::memory_cache>, std::size_t{1} << 20);
-    auto l = client::jit_loader::create(shard.data, c, o);
+    auto l = loader::jit_loader::create(shard.data, c, o);
     REQUIRE_MESSAGE(l, l.error().message);
     for (int epoch = 0; epoch < 2; ++epoch) {
       CAPTURE(epoch);
@@ -149,12 +149,12 @@ TEST_CASE("loader: a float tensor field needs an input name, a named text field 
   client::client_options co;
   co.local_models = {models::any_model(ids_model{})};
   auto c = client::jit_client::create(co).value();
-  client::loader_options o;
-  client::embedding_spec by_caption{"caption", "ids", models::modality::image, "s", "", "caption"};
+  loader::loader_options o;
+  loader::embedding_spec by_caption{"caption", "ids", models::modality::image, "s", "", "caption"};
   o.embeddings = {by_caption};
   o.batch_size = 12;
   o.shuffle = false;
-  auto l = client::jit_loader::create(shard.data, c, o).value();
+  auto l = loader::jit_loader::create(shard.data, c, o).value();
   auto b = l.next().value();
   REQUIRE(b);
   for (const auto& s : b->samples) {  // "aaaN": ids (97, 97, 97, '0' + N), the mask all ones
@@ -178,14 +178,14 @@ TEST_CASE("loader: a float tensor field needs an input name, a named text field 
     REQUIRE(w.append(rb, "f0"));
     REQUIRE(w.close());
   }
-  client::loader_options fo;
-  client::embedding_spec by_field;
+  loader::loader_options fo;
+  loader::embedding_spec by_field;
   by_field.name = "emb";
   by_field.model = "ids";
   by_field.field = "ids";
   fo.embeddings = {by_field};
   fo.batch_size = 1;
-  auto fl = client::jit_loader::create(format::dataset::open(dir.string()).value(), c, fo).value();
+  auto fl = loader::jit_loader::create(format::dataset::open(dir.string()).value(), c, fo).value();
   auto fb = fl.next().value();
   REQUIRE(fb);
   REQUIRE_FALSE(fb->samples.at(0).ok());

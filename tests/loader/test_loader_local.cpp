@@ -9,7 +9,7 @@
 #include "loader/loader_test_util.hpp"
 
 using namespace loader_test;
-using client::jit_loader;
+using loader::jit_loader;
 
 TEST_CASE("dataset order: every sample once, in order, embeddings equal the reference") {
   temp_dataset ds(23, /*text_only=*/5);
@@ -38,7 +38,7 @@ TEST_CASE("completion order: every sample exactly once, the same step sizes") {
   temp_dataset ds(31);
   auto c = local_client(3);
   auto o = base_options();
-  o.order = client::delivery_order::completion;
+  o.order = loader::delivery_order::completion;
   o.samples_per_request = 2;
   o.workers = 3;
   auto l = jit_loader::create(ds.data, c, o);
@@ -168,7 +168,7 @@ TEST_CASE("back-pressure: a trainer that does not call next() holds the loader a
 TEST_CASE("create validates its options") {
   temp_dataset ds(4);
   auto c = local_client(1);
-  auto expect_invalid = [&](client::loader_options o, std::string_view what) {
+  auto expect_invalid = [&](loader::loader_options o, std::string_view what) {
     auto l = jit_loader::create(ds.data, c, std::move(o));
     REQUIRE_FALSE(l.has_value());
     CHECK(l.error().code == errc::invalid_argument);
@@ -244,7 +244,7 @@ TEST_CASE("the next epoch is prefetched before the trainer reaches it") {
   REQUIRE(end.has_value());
   CHECK_FALSE(*end);
   auto second = drain(*l);
-  CHECK(second.order == client::epoch_permutation(12, 5, 1, true));
+  CHECK(second.order == loader::epoch_permutation(12, 5, 1, true));
   for (const auto& s : second.samples) check_against_reference(ds.data, s);
 }
 

@@ -8,8 +8,8 @@
 #include "loader/loader_test_util.hpp"
 
 using namespace loader_test;
-using client::jit_loader;
-using client::epoch_plan;
+using loader::jit_loader;
+using loader::epoch_plan;
 
 TEST_CASE("plan: ranks split N into ceil/floor shares with equal step counts, no padding") {
   for (std::uint64_t n : {0, 1, 2, 7, 23, 24, 25, 100}) {
@@ -42,18 +42,18 @@ TEST_CASE("plan: ranks split N into ceil/floor shares with equal step counts, no
 }
 
 TEST_CASE("plan: the permutation depends on seed and epoch only, and is a permutation") {
-  const auto a = client::epoch_permutation(1000, 5, 0, true);
-  CHECK(a == client::epoch_permutation(1000, 5, 0, true));
-  CHECK(a != client::epoch_permutation(1000, 5, 1, true));
-  CHECK(a != client::epoch_permutation(1000, 6, 0, true));
+  const auto a = loader::epoch_permutation(1000, 5, 0, true);
+  CHECK(a == loader::epoch_permutation(1000, 5, 0, true));
+  CHECK(a != loader::epoch_permutation(1000, 5, 1, true));
+  CHECK(a != loader::epoch_permutation(1000, 6, 0, true));
   auto sorted = a;
   std::sort(sorted.begin(), sorted.end());
   std::vector<std::uint64_t> iota(1000);
   std::iota(iota.begin(), iota.end(), 0);
   CHECK(sorted == iota);
-  CHECK(client::epoch_permutation(1000, 5, 0, false) == iota);
+  CHECK(loader::epoch_permutation(1000, 5, 0, false) == iota);
   // Pinned values: the same permutation on every platform and standard library.
-  const auto small = client::epoch_permutation(8, 1, 0, true);
+  const auto small = loader::epoch_permutation(8, 1, 0, true);
   std::vector<std::uint64_t> copy = small;
   std::sort(copy.begin(), copy.end());
   CHECK(copy == std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 6, 7});
@@ -93,7 +93,7 @@ TEST_CASE("ranks W = 1..4 over N = 23: disjoint, complete, equal steps, ceil/flo
     }
     CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
     // Rank r's j-th sample is the shared permutation's entry j * W + r.
-    CHECK(global == client::epoch_permutation(23, 1234, 0, true));
+    CHECK(global == loader::epoch_permutation(23, 1234, 0, true));
   }
 }
 
@@ -114,13 +114,13 @@ TEST_CASE("shuffle: the same seed gives the same order, a new epoch or seed anot
   CHECK(a == b);
   CHECK(a[0] != a[1]);
   CHECK(a[0] != other[0]);
-  CHECK(a[0] == client::epoch_permutation(17, 42, 0, true));
-  CHECK(a[1] == client::epoch_permutation(17, 42, 1, true));
+  CHECK(a[0] == loader::epoch_permutation(17, 42, 0, true));
+  CHECK(a[1] == loader::epoch_permutation(17, 42, 1, true));
 }
 
 namespace {
 
-void check_resume(client::delivery_order order, std::size_t world, std::size_t rank) {
+void check_resume(loader::delivery_order order, std::size_t world, std::size_t rank) {
   temp_dataset ds(29);
   auto c = local_client(2);
   auto o = base_options();
@@ -154,7 +154,7 @@ void check_resume(client::delivery_order order, std::size_t world, std::size_t r
   std::vector<std::uint64_t> all = first;
   all.insert(all.end(), rest.order.begin(), rest.order.end());
   CHECK(rest.step_sizes.size() + 2 == l->steps_per_epoch());
-  if (order == client::delivery_order::dataset) CHECK(all == full);
+  if (order == loader::delivery_order::dataset) CHECK(all == full);
   std::sort(all.begin(), all.end());
   std::sort(full.begin(), full.end());
   CHECK(all == full);  // exactly the samples not yet delivered, each once
@@ -168,9 +168,9 @@ void check_resume(client::delivery_order order, std::size_t world, std::size_t r
 }  // namespace
 
 TEST_CASE("checkpoint / resume mid-epoch delivers exactly the rest") {
-  SUBCASE("dataset order, one rank") { check_resume(client::delivery_order::dataset, 1, 0); }
-  SUBCASE("dataset order, rank 2 of 3") { check_resume(client::delivery_order::dataset, 3, 2); }
-  SUBCASE("completion order") { check_resume(client::delivery_order::completion, 1, 0); }
+  SUBCASE("dataset order, one rank") { check_resume(loader::delivery_order::dataset, 1, 0); }
+  SUBCASE("dataset order, rank 2 of 3") { check_resume(loader::delivery_order::dataset, 3, 2); }
+  SUBCASE("completion order") { check_resume(loader::delivery_order::completion, 1, 0); }
 }
 
 TEST_CASE("resume refuses a state of another configuration or damaged bytes") {

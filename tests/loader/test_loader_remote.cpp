@@ -17,7 +17,7 @@
 
 using namespace loader_test;
 using namespace std::chrono_literals;
-using client::jit_loader;
+using loader::jit_loader;
 
 namespace {
 
@@ -184,7 +184,7 @@ void exactly_once_with_a_kill(bool grpc) {
     return std::uint64_t{0};
   };
   std::vector<int> seen(kSamples, 0);
-  std::vector<client::embedded_sample> all;
+  std::vector<loader::embedded_sample> all;
   bool killed = false, restarted = false;
   std::size_t delivered = 0, killed_at = 0;
   for (;;) {

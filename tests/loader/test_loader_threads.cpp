@@ -18,7 +18,7 @@ TEST_CASE("a loader whose workers cannot all start: resource_exhausted from crea
       [&] {
         auto o = base_options();
         o.workers = 100000;  // 100000 stacks do not fit in 64 MiB
-        auto l = client::jit_loader::create(ds.data, *cc, o);
+        auto l = loader::jit_loader::create(ds.data, *cc, o);
         return l ? 2 : l.code() == errc::resource_exhausted ? 0 : 1;
       },
       [&] { cc = local_client(); });  // made in the child, before the cap

@@ -10,7 +10,7 @@
 #include "loader/loader_test_util.hpp"
 
 using namespace loader_test;
-using client::jit_loader;
+using loader::jit_loader;
 
 TEST_CASE("steps(): one range per epoch, every sample once, then the next epoch") {
   temp_dataset ds(10, /*text_only=*/0);
@@ -20,7 +20,7 @@ TEST_CASE("steps(): one range per epoch, every sample once, then the next epoch"
   for (std::uint64_t e = 0; e < 2; ++e) {
     std::vector<std::uint64_t> seen;
     std::vector<std::uint64_t> steps;
-    for (client::step& step : l->steps()) {
+    for (loader::step& step : l->steps()) {
       CHECK(step.epoch == e);
       steps.push_back(step.index);
       for (const auto& s : step.samples) seen.push_back(s.index);
@@ -40,15 +40,15 @@ TEST_CASE("steps(): a loop left by break resumes the same epoch, close() ends it
   auto l = jit_loader::create(ds.data, c, base_options());
   REQUIRE(l.has_value());
   std::vector<std::uint64_t> steps;
-  for (client::step& step : l->steps()) {
+  for (loader::step& step : l->steps()) {
     steps.push_back(step.index);
     break;
   }
-  for (client::step& step : l->steps()) steps.push_back(step.index);
+  for (loader::step& step : l->steps()) steps.push_back(step.index);
   CHECK(steps == std::vector<std::uint64_t>{0, 1, 2});
   l->close();
   std::size_t after = 0;
-  for (client::step& step : l->steps()) after += step.samples.size();
+  for (loader::step& step : l->steps()) after += step.samples.size();
   CHECK(after == 0);
   CHECK(l->status().code() == errc::cancelled);
 }
@@ -59,10 +59,10 @@ TEST_CASE("collate(): one [B, ...] tensor per field, equal to the rows, in its o
   auto l = jit_loader::create(ds.data, c, base_options());
   REQUIRE(l.has_value());
   std::size_t rows = 0;
-  for (client::step& step : l->steps()) {
+  for (loader::step& step : l->steps()) {
     auto latent = step.collate("latent");
     REQUIRE_MESSAGE(latent.has_value(), latent.error().message);
-    const client::embedded_sample* first_ok = nullptr;
+    const loader::embedded_sample* first_ok = nullptr;
     for (const auto& s : step.samples)
       if (s.ok() && !first_ok) first_ok = &s;
     REQUIRE(first_ok != nullptr);
@@ -88,7 +88,7 @@ TEST_CASE("collate(): one [B, ...] tensor per field, equal to the rows, in its o
 }
 
 TEST_CASE("collate(): rows that differ, a missing field, no rows") {
-  client::step b;
+  loader::step b;
   b.samples.resize(2);
   b.samples[0].id = "a";
   b.samples[1].id = "b";

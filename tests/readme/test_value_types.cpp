@@ -9,6 +9,9 @@
 #if defined(JITEMBED_HAS_CLIENT)
 #include "jitembed/client.hpp"
 #endif
+#if defined(JITEMBED_HAS_LOADER)
+#include "jitembed/loader.hpp"
+#endif
 #if defined(JITEMBED_HAS_HTTP)
 #include "jitembed/net/http.hpp"
 #endif
@@ -108,5 +111,7 @@ static_assert(!std::is_constructible_v<server::service, server::server_config>);
 #endif
 #if defined(JITEMBED_HAS_CLIENT)
 static_assert(copyable_handle<client::jit_client>);
-static_assert(movable_value<client::jit_loader>);
+#endif
+#if defined(JITEMBED_HAS_LOADER)
+static_assert(movable_value<loader::jit_loader>);
 #endif

@@ -1,9 +1,14 @@
-// The JIT client and loader compiled once: with JITEMBED_SEPARATE_COMPILATION defined for the whole
-// program (core/config.hpp), include this header in exactly one translation unit. Every other TU then
-// includes only the API headers (jit_client.hpp, jit_loader.hpp: no Boost, no loader state), which
-// preprocess to a fraction of the header-only size. Without the macro it is an ordinary header.
+// The JIT client compiled once: with JITEMBED_SEPARATE_COMPILATION defined for the whole program
+// (core/config.hpp), include this header in exactly one translation unit. Every other TU then includes only
+// the API headers (jit_client.hpp: no Boost), which preprocess to a fraction of the header-only size. Without
+// the macro it is an ordinary header. The loader has its own, jitembed/loader/src.hpp.
 #pragma once
 
-#include "jitembed/core/config.hpp"
 #include "jitembed/client/detail/jit_client_impl.hpp"
-#include "jitembed/client/detail/jit_loader_impl.hpp"
+#include "jitembed/core/config.hpp"
+
+// Deprecated, for one release: this header also compiled the loader before it became its own component
+// (CHANGELOG); a program that includes only this one keeps linking. Include jitembed/loader/src.hpp instead.
+#if __has_include("jitembed/loader/detail/jit_loader_impl.hpp")
+#include "jitembed/loader/detail/jit_loader_impl.hpp"
+#endif

@@ -1,74 +1,13 @@
-// What jit_loader hands out: one training step (client::step) of samples (client::embedded_sample), each with
-// its embeddings or the error that failed it, and the step's field as one [B, ...] tensor (collate).
+// Deprecated forwarding header, kept for one release: step and embedded_sample moved to jitembed/loader/step.hpp
+// (namespace jitembed::loader, component jitembed::loader; CHANGELOG). The old names warn where used.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-#include "jitembed/core/error.hpp"
-#include "jitembed/core/named_tensors.hpp"
-#include "jitembed/core/tensor.hpp"
-#include "jitembed/core/tensor_stack.hpp"
+#include "jitembed/loader/step.hpp"
 
 namespace jitembed::client {
 
-struct embedded_sample {
-  std::uint64_t index = 0;   // position in the data set (format::dataset::get(index))
-  std::string id;            // the data set's stable sample id ("" when reading the sample failed)
-  // One tensor per embedding_spec the sample has a field for: that sample's row, without the leading N.
-  // Lifetime: the tensors share the buffer they came from, no copy: a response body (with the other rows
-  // of its request) or a cache value; a value read from an LMDB cache pins the pages of its read snapshot
-  // (LMDB cannot reuse them, so the file grows) until the last tensor sharing it is destroyed. Use a step
-  // and drop it; to keep rows longer, own() the sample (or clone() a tensor), or collate() the step.
-  named_tensors embeddings;
-  // Set when the sample failed (unreadable, bad field, a model rejected it, the service gave up): its
-  // errc says why; embeddings is then empty. A failed sample is delivered like any other, never dropped.
-  std::optional<error_info> error;
-
-  bool ok() const noexcept { return !error.has_value(); }
-  const tensor* find(std::string_view name) const noexcept { return find_tensor(embeddings, name); }
-  // Replaces every embedding by a deep copy in its own storage, releasing the response / cache buffers.
-  void own() {
-    for (auto& [n, t] : embeddings) t = t.clone();
-  }
-};
-
-struct step {
-  std::uint64_t epoch = 0;
-  std::uint64_t index = 0;              // 0-based step within the epoch
-  std::vector<embedded_sample> samples;   // batch_size, fewer in an epoch's last step (possibly none on a short rank)
-
-  // The samples that did not fail, in order (the rows of collate()).
-  std::size_t ok_count() const noexcept {
-    std::size_t n = 0;
-    for (const auto& s : samples) n += s.ok() ? 1 : 0;
-    return n;
-  }
-  // Embedding `name` of every sample that did not fail, stacked in sample order into one contiguous
-  // [ok_count(), ...] tensor in its own storage (one copy; it pins no response or cache buffer). Errors:
-  // not_found when a sample that did not fail has no `name` (its spec's field kind is missing from the
-  // sample: collate per sample then), invalid_argument when rows differ in dtype or shape (a model whose
-  // output extent varies), or when no sample succeeded (the item shape is unknown).
-  result<tensor> collate(std::string_view name) const {
-    std::vector<const tensor*> rows;
-    rows.reserve(samples.size());
-    for (const auto& s : samples) {
-      if (!s.ok()) continue;
-      const tensor* t = s.find(name);
-      if (t == nullptr)
-        return fail(errc::not_found, "collate: sample '" + s.id + "' (index " + std::to_string(s.index) + ") has no embedding '" +
-                                         std::string(name) + "'");
-      rows.push_back(t);
-    }
-    if (rows.empty())
-      return fail(errc::invalid_argument, "collate: no sample of step " + std::to_string(index) + " has embedding '" + std::string(name) + "'");
-    return stack(rows);
-  }
-};
+using embedded_sample [[deprecated("jitembed::loader::embedded_sample (jitembed/loader/step.hpp)")]] =
+    loader::embedded_sample;
+using step [[deprecated("jitembed::loader::step (jitembed/loader/step.hpp)")]] = loader::step;
 
 }  // namespace jitembed::client

@@ -2,7 +2,8 @@
 // JITEMBED_SEPARATE_COMPILATION (for every translation unit, e.g. with target_compile_definitions) and
 // includes each heavy part's src.hpp in exactly one translation unit compiles those parts once instead of
 // in every TU that includes them (as Asio's ASIO_SEPARATE_COMPILATION and fmt's compiled mode do).
-// Heavy parts: the JIT client and loader (client/src.hpp: Boost.Beast, the call table, the loader state).
+// Heavy parts: the JIT client (client/src.hpp: Boost.Beast, the call table) and the prefetching loader
+// (loader/src.hpp: the loader state).
 #pragma once
 
 #if defined(JITEMBED_SEPARATE_COMPILATION)

@@ -1,5 +1,5 @@
-// jit_loader's member functions (client/jit_loader.hpp): included there in header-only mode, from
-// client/src.hpp in separate compilation (core/config.hpp).
+// jit_loader's member functions (loader/jit_loader.hpp): included there in header-only mode, from
+// loader/src.hpp in separate compilation (core/config.hpp), with the engine's out-of-line members.
 #pragma once
 
 #include <cstdint>
@@ -7,14 +7,20 @@
 #include <optional>
 #include <utility>
 
-#include "jitembed/client/detail/loader_state.hpp"
-#include "jitembed/client/jit_loader.hpp"
 #include "jitembed/core/config.hpp"
+#include "jitembed/loader/detail/loader_state.hpp"
+#include "jitembed/loader/detail/loader_state_epochs.hpp"
+#include "jitembed/loader/detail/loader_state_requests.hpp"
+#include "jitembed/loader/detail/loader_state_workers.hpp"
+#include "jitembed/loader/jit_loader.hpp"
 
-namespace jitembed::client {
+namespace jitembed::loader {
 
-JITEMBED_DECL result<jit_loader> jit_loader::create(format::dataset data, jit_client client, loader_options opts) {
-  JITEMBED_ASSIGN_OR_RETURN(auto s, detail::loader_state::create(std::move(data), nullptr, std::optional<jit_client>(std::move(client)), std::move(opts)));
+JITEMBED_DECL result<jit_loader> jit_loader::create(format::dataset data, client::jit_client client,
+                                                    loader_options opts) {
+  JITEMBED_ASSIGN_OR_RETURN(
+      auto s, detail::loader_state::create(std::move(data), nullptr,
+                                           std::optional<client::jit_client>(std::move(client)), std::move(opts)));
   return jit_loader(std::move(s));
 }
 JITEMBED_DECL jit_loader::jit_loader(std::unique_ptr<detail::loader_state> s) : state_(std::move(s)) {}
@@ -31,4 +37,4 @@ JITEMBED_DECL void jit_loader::close() {
   if (state_) state_->close();
 }
 
-}  // namespace jitembed::client
+}  // namespace jitembed::loader

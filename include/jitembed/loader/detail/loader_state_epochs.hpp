@@ -1,11 +1,11 @@
 // loader_state's setup and epochs: option checks, model groups, the readiness wait, the fail_fast /
 // max_failed_fraction verdict on a step, starting an epoch's plan and restoring from a checkpoint.
-// Included at the end of jitembed/client/detail/loader_state.hpp (users include that header).
+// Defines members declared in loader_state.hpp; included by loader/detail/jit_loader_impl.hpp.
 #pragma once
 
-#include "jitembed/client/detail/loader_state.hpp"
+#include "jitembed/loader/detail/loader_state.hpp"
 
-namespace jitembed::client::detail {
+namespace jitembed::loader::detail {
 
 inline auto loader_state::check(const loader_options& o) -> result<void> {
   auto bad = [](const std::string& m) { return fail(errc::invalid_argument, "jit_loader: " + m); };
@@ -183,4 +183,4 @@ inline auto loader_state::restore(bytes_view bytes) -> result<void> {
   return {};
 }
 
-}  // namespace jitembed::client::detail
+}  // namespace jitembed::loader::detail

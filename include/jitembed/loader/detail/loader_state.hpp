@@ -13,6 +13,9 @@
 // - outstanding_ == live_.size() == requests sent whose callback has not run yet.
 // The client's callback only moves its result into finished_ (short, under the lock); workers do the
 // rest. The lock is never held while calling into the client or the cache.
+// The members defined out of line are in loader_state_epochs.hpp (setup, epochs, checkpoints),
+// loader_state_workers.hpp (admission, reading samples) and loader_state_requests.hpp (cache, requests,
+// completions); loader/detail/jit_loader_impl.hpp includes all three.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +33,7 @@
 #include <sstream>
 #include <stop_token>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -37,71 +41,29 @@
 #include "jitembed/cache/key.hpp"
 #include "jitembed/cache/tiered_cache.hpp"
 #include "jitembed/cache/value.hpp"
-#include "jitembed/client/detail/loader_checkpoint.hpp"
-#include "jitembed/client/epoch_plan.hpp"
 #include "jitembed/client/jit_client.hpp"
-#include "jitembed/client/loader_options.hpp"
-#include "jitembed/client/loader_stats.hpp"
-#include "jitembed/client/step.hpp"
 #include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/worker_group.hpp"
 #include "jitembed/format/dataset.hpp"
 #include "jitembed/format/field.hpp"
+#include "jitembed/loader/detail/loader_checkpoint.hpp"
+#include "jitembed/loader/detail/loader_chunk.hpp"
+#include "jitembed/loader/epoch_plan.hpp"
+#include "jitembed/loader/options.hpp"
+#include "jitembed/loader/stats.hpp"
+#include "jitembed/loader/step.hpp"
 #include "jitembed/models/model.hpp"
 #include "jitembed/models/preprocess_input.hpp"
 #include "jitembed/net/kserve/datatype.hpp"
 
-namespace jitembed::client::detail {
+namespace jitembed::loader::detail {
 
-// Specs that share (model, field kind) or (model, field name): one request row and one cache entry per sample.
-struct loader_group {
-  std::string model;
-  format::field_kind kind = format::field_kind::image;
-  std::string field;                 // embedding_spec::field (empty: the first field of `kind`)
-  std::string input;                 // with `field`: embedding_spec::input as given (empty: by the field)
-  std::vector<std::size_t> specs;    // indices into options.embeddings
-  std::vector<std::string> outputs;  // asked for; empty: every output
-  model_identity identity;           // cache key inputs (only fetched with a cache)
-};
-
-// How a sample's row of a group travels: BYTES (raw field bytes) or a typed tensor row.
-struct row_type {
-  std::string input;
-  std::string datatype = "BYTES";
-  std::vector<std::int64_t> shape;  // typed rows: the tensor's shape
-  friend bool operator==(const row_type&, const row_type&) = default;
-};
-
-struct chunk_sample {
-  std::uint64_t epoch = 0, pos = 0;
-  embedded_sample out;
-  format::sample src;                           // keeps the field bytes alive until the chunk completes
-  std::vector<std::string> texts;               // per group: owned UTF-8 of a text field
-  std::vector<bytes_view> content;              // per group: the bytes sent and hashed
-  std::vector<char> has;                        // per group: the sample has a field of that kind
-  std::vector<row_type> types;                  // per group: how its row travels (requests hold one type)
-  std::vector<tensor> decoded;                  // per group: a compressed tensor field, decoded
-  std::vector<cache::cache_key> keys;           // per group (with a cache)
-  std::vector<named_tensors> rows;                 // per group: this sample's outputs
-  std::vector<std::optional<error_info>> errors;  // per group
-};
-
-struct loader_chunk {
-  std::vector<chunk_sample> samples;
-  std::size_t pending = 0;  // requests not finished + 1 while the submitting worker holds it (under mu_)
-};
-
-struct loader_request {
-  std::shared_ptr<loader_chunk> chunk;
-  std::size_t group = 0;
-  std::vector<std::size_t> rows;  // sample indices in the chunk
-  int attempt = 0;
-  std::optional<jit_client::request_id> id;
-};
+// loader_request::id holds one (loader_chunk.hpp names the type without including the client).
+static_assert(std::is_same_v<client::jit_client::request_id, std::uint64_t>);
 
 class loader_state {
  public:
-  loader_state(format::dataset ds, jit_client* client, std::optional<jit_client> owned, loader_options opts)
+  loader_state(format::dataset ds, client::jit_client* client, std::optional<client::jit_client> owned, loader_options opts)
       : ds_(std::move(ds)), owned_(std::move(owned)), client_(owned_ ? &*owned_ : client), opts_(std::move(opts)) {}
   loader_state(const loader_state&) = delete;
   loader_state& operator=(const loader_state&) = delete;
@@ -109,7 +71,7 @@ class loader_state {
 
   // Every failure is in the result (core_detail::capture): a worker that cannot start is
   // resource_exhausted, after the workers already started are stopped and joined.
-  static result<std::unique_ptr<loader_state>> create(format::dataset ds, jit_client* client, std::optional<jit_client> owned,
+  static result<std::unique_ptr<loader_state>> create(format::dataset ds, client::jit_client* client, std::optional<client::jit_client> owned,
                                                       loader_options opts) {
     return core_detail::capture("jit_loader", [&]() -> result<std::unique_ptr<loader_state>> {
       if (!client && !owned) return fail(errc::invalid_argument, "jit_loader: no client");
@@ -268,7 +230,7 @@ class loader_state {
       cv_.notify_all();
     }
     workers_.join();  // closed_ ends them
-    std::vector<jit_client::request_id> ids;
+    std::vector<client::jit_client::request_id> ids;
     {
       std::lock_guard lock(mu_);
       for (const auto& [token, r] : live_)
@@ -284,7 +246,7 @@ class loader_state {
  private:
   struct finished_request {
     loader_request req;
-    result<embed_result> res;
+    result<client::embed_result> res;
   };
 
   static result<void> check(const loader_options& o);
@@ -312,7 +274,7 @@ class loader_state {
 
   result<void> make_groups();
 
-  // opts_.ready_timeout (or fail_fast's default): jit_client::wait_ready for every model of the embeddings.
+  // opts_.ready_timeout (or fail_fast's default): client::jit_client::wait_ready for every model of the embeddings.
   result<void> wait_ready();
 
   // The error that fails step `b` (`failed` of its samples failed) under fail_fast / max_failed_fraction,
@@ -357,7 +319,7 @@ class loader_state {
 
   // The client's callback: hand the result to a worker (short; notify under the lock so close() cannot
   // destroy the condition variable under us).
-  void on_done(std::uint64_t token, result<embed_result> res) noexcept;
+  void on_done(std::uint64_t token, result<client::embed_result> res) noexcept;
 
   // A request's rows: slice every output to each row, fill the cache, resend retryable failures.
   void on_finished(finished_request f);
@@ -370,8 +332,8 @@ class loader_state {
   void finish_sample(chunk_sample& s);
 
   format::dataset ds_;
-  std::optional<jit_client> owned_;
-  jit_client* client_;
+  std::optional<client::jit_client> owned_;
+  client::jit_client* client_;
   loader_options opts_;
   std::vector<loader_group> groups_;
 
@@ -399,8 +361,4 @@ class loader_state {
   std::atomic<std::uint64_t> resubmits_{0}, cache_puts_{0}, cache_put_failures_{0};
 };
 
-}  // namespace jitembed::client::detail
-
-// The worker member functions declared above, defined out of line.
-#include "jitembed/client/detail/loader_state_epochs.hpp"
-#include "jitembed/client/detail/loader_state_workers.hpp"
+}  // namespace jitembed::loader::detail

@@ -13,7 +13,7 @@
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
 
-namespace jitembed::client::detail {
+namespace jitembed::loader::detail {
 
 inline constexpr std::uint32_t kLoaderStateMagic = 0x4b434c4a;  // "JLCK"
 inline constexpr std::uint32_t kLoaderStateVersion = 1;
@@ -84,4 +84,4 @@ struct loader_checkpoint {
   }
 };
 
-}  // namespace jitembed::client::detail
+}  // namespace jitembed::loader::detail

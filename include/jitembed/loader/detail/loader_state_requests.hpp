@@ -1,183 +1,11 @@
-// loader_state's workers: admitting samples in plan order, reading and preprocessing them, answering from the
-// cache, submitting requests to the client, and finishing samples and chunks as responses arrive.
-// Included at the end of jitembed/client/detail/loader_state.hpp (users include that header).
+// loader_state's requests: a chunk's cache lookups and embed requests, the client's completions (rows sliced out
+// of each output, the cache filled, retryable failures resent) and finishing samples and chunks.
+// Defines members declared in loader_state.hpp; included by loader/detail/jit_loader_impl.hpp.
 #pragma once
 
-#include "jitembed/client/detail/loader_state.hpp"
+#include "jitembed/loader/detail/loader_state.hpp"
 
-namespace jitembed::client::detail {
-
-inline auto loader_state::take_locked(const epoch_plan& plan, std::uint64_t e, const std::vector<bool>* delivered, std::uint64_t& from) -> std::vector<admitted> {
-  std::vector<admitted> out;
-  const std::uint64_t count = plan.count();
-  auto done = [&](std::uint64_t q) { return delivered && (*delivered)[static_cast<std::size_t>(q)]; };
-  while (from < count && done(from)) ++from;
-  if (from >= count) return out;
-  std::size_t want = opts_.samples_per_request, left = 0;
-  for (std::uint64_t q = from; q < count && left < want; ++q) left += done(q) ? 0 : 1;
-  want = std::min(want, left);  // a full chunk unless the epoch has fewer left: wait for room instead
-  if (opts_.max_buffered - buffered_ < want) return out;
-  std::uint64_t p = from;
-  for (; p < count && out.size() < want; ++p)
-    if (!done(p)) out.push_back({e, p, plan.index(p)});
-  from = p;
-  buffered_ += out.size();
-  max_buffered_seen_ = std::max<std::uint64_t>(max_buffered_seen_, buffered_);
-  ++chunks_in_flight_;
-  return out;
-}
-
-inline auto loader_state::admit_locked() -> std::vector<admitted> {
-  if (chunks_in_flight_ >= opts_.requests_in_flight) return {};
-  while (next_admit_ < delivered_.size() && delivered_[next_admit_]) ++next_admit_;
-  if (next_admit_ < delivered_.size()) return take_locked(plan_, epoch_, &delivered_, next_admit_);
-  if (!next_plan_) {
-    // Only once the current epoch's chunks have all completed: their cache puts are done, so a warm
-    // cache answers every lookup of the next epoch (none is sent twice because it was still in flight).
-    if (chunks_in_flight_ != 0) return {};
-    next_plan_ = make_plan(epoch_ + 1);
-    next_epoch_ = epoch_ + 1;
-    next_epoch_admit_ = 0;
-  }
-  return take_locked(*next_plan_, next_epoch_, nullptr, next_epoch_admit_);
-}
-
-inline void loader_state::work(std::stop_token stop) {
-  // A failed start stops the workers already running: wake this one (under mu_, so the wake-up cannot fall
-  // between its check and its wait). close() sets closed_ instead, which the next() waiters see too.
-  std::stop_callback wake(stop, [this] {
-    std::lock_guard lock(mu_);
-    cv_.notify_all();
-  });
-  std::unique_lock lock(mu_);
-  while (!closed_ && !stop.stop_requested()) {
-    if (!finished_.empty()) {
-      auto f = std::move(finished_.front());
-      finished_.pop_front();
-      lock.unlock();
-      on_finished(std::move(f));
-      lock.lock();
-      continue;
-    }
-    auto items = admit_locked();
-    if (!items.empty()) {
-      lock.unlock();
-      run_chunk(items);
-      lock.lock();
-      continue;
-    }
-    cv_.wait(lock);
-  }
-}
-
-inline void loader_state::read_sample(chunk_sample& s, std::uint64_t index) {
-  const std::size_t ng = groups_.size();
-  s.texts.resize(ng);
-  s.content.resize(ng);
-  s.has.assign(ng, 0);
-  s.types.assign(ng, row_type{});
-  s.decoded.resize(ng);
-  s.keys.resize(ng);
-  s.rows.resize(ng);
-  s.errors.resize(ng);
-  auto got = ds_.get(static_cast<std::size_t>(index));
-  if (!got) {
-    s.out.error = got.error();
-    return;
-  }
-  s.src = std::move(*got);
-  s.out.id = s.src.id;
-  for (std::size_t g = 0; g < ng; ++g) {
-    if (!groups_[g].field.empty()) {
-      const auto* f = s.src.find(groups_[g].field);
-      if (!f) continue;
-      if (auto r = read_field(s, g, *f); !r) {
-        s.out.error = fail(r.code(), "sample '" + s.src.id + "': " + r.error().message);
-        return;
-      }
-      s.has[g] = 1;
-      continue;
-    }
-    s.types[g].input = groups_[g].input;
-    const auto kind = groups_[g].kind;
-    // An image model decodes JPEG: prefer the JPEG of a sample that also has, say, a PNG stored raw.
-    const auto* f = kind == format::field_kind::image ? s.src.first(kind, codec::codec_id::jpeg) : nullptr;
-    if (!f) f = s.src.first(kind);
-    if (!f) continue;
-    if (groups_[g].kind == format::field_kind::text) {
-      auto t = f->text(opts_.limits);  // the model and the key see UTF-8, whatever the stored encoding
-      if (!t) {
-        s.out.error = fail(t.code(), "sample '" + s.src.id + "': " + t.error().message);
-        return;
-      }
-      s.texts[g] = std::move(*t);
-      s.content[g] = as_bytes_view(s.texts[g]);
-    } else {
-      s.content[g] = f->bytes;
-    }
-    s.has[g] = 1;
-    if (opts_.cache) {
-      const auto& id = groups_[g].identity;
-      s.keys[g] = cache::make_key({groups_[g].model, id.fingerprint, id.preprocess_key, s.content[g]});
-    }
-  }
-}
-
-inline auto loader_state::read_field(chunk_sample& s, std::size_t g, const format::sample_field& f) -> result<void> {
-  namespace ks = net::kserve;
-  const auto& grp = groups_[g];
-  const std::string what = "field '" + f.name + "'";
-  row_type& t = s.types[g];
-  if (f.kind != format::field_kind::tensor) {
-    if (f.kind == format::field_kind::text || f.kind == format::field_kind::json) {
-      JITEMBED_ASSIGN_OR_RETURN(s.texts[g], f.text(opts_.limits));
-      s.content[g] = as_bytes_view(s.texts[g]);
-    } else {
-      s.content[g] = f.bytes;
-    }
-    t.input = grp.input.empty() ? std::string(format::to_string(f.kind)) : grp.input;
-    if (opts_.cache)
-      s.keys[g] = cache::make_key({grp.model, grp.identity.fingerprint, grp.identity.preprocess_key, s.content[g]});
-    return {};
-  }
-  // A tensor field: one typed row of its dtype and shape (token ids default to "input_ids").
-  if (grp.input.empty() && f.dtype != dtype::i64 && f.dtype != dtype::i32)
-    return fail(errc::invalid_argument,
-                what + " is a " + std::string(to_string(f.dtype)) +
-                    " tensor: its embedding needs an input name (only i64 / i32 ids default to 'input_ids')");
-  t.input = grp.input.empty() ? std::string("input_ids") : grp.input;
-  t.datatype = std::string(ks::to_string(ks::from_dtype(f.dtype)));
-  t.shape.assign(f.shape.begin(), f.shape.end());
-  JITEMBED_ASSIGN_OR_RETURN(const auto nbytes, checked_nbytes(t.shape, f.dtype));
-  if (f.codec == codec::codec_id::raw) {
-    s.content[g] = f.bytes;
-  } else if (s.src.is_record() && &f >= s.src.fields.data() && &f < s.src.fields.data() + s.src.fields.size()) {
-    // compressed in a record: decoded (the dataset's get() already checked its checksum as it was asked to)
-    const auto i = static_cast<std::size_t>(&f - s.src.fields.data());
-    JITEMBED_ASSIGN_OR_RETURN(s.decoded[g], s.src.record[i].decode(opts_.limits, format::checksum_policy::skip));
-    s.content[g] = bytes_view(static_cast<const std::byte*>(s.decoded[g].data()), s.decoded[g].nbytes());
-  } else {
-    return fail(errc::unsupported_codec,
-                what + ": a tensor stored with codec " + std::string(codec::to_string(f.codec)) + " outside a record");
-  }
-  if (s.content[g].size() != nbytes)
-    return fail(errc::corrupt_data, what + ": " + std::to_string(s.content[g].size()) + " bytes for " +
-                                        std::string(to_string(f.dtype)) + f.shape.to_string() + " (" +
-                                        std::to_string(nbytes) + ")");
-  if (opts_.cache) {
-    // The ids and how they travel: the same bytes as another dtype, shape or input are another entry (and a
-    // named-fields key never equals a field-content key).
-    std::string shape_text;
-    for (auto d : t.shape) shape_text += std::to_string(d) + ",";
-    const cache::key_field parts[] = {{"tensor", s.content[g]},
-                                      {"tensor.datatype", as_bytes_view(t.datatype)},
-                                      {"tensor.input", as_bytes_view(t.input)},
-                                      {"tensor.shape", as_bytes_view(shape_text)}};
-    JITEMBED_ASSIGN_OR_RETURN(s.keys[g], cache::make_key(cache::fields_key_inputs{grp.model, grp.identity.fingerprint,
-                                                                                  grp.identity.preprocess_key, parts}));
-  }
-  return {};
-}
+namespace jitembed::loader::detail {
 
 inline auto loader_state::from_cache(const loader_group& g, const cache::cached_value& v) const -> std::optional<named_tensors> {
   auto dec = cache::decode_value(v, opts_.limits);
@@ -257,7 +85,7 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
 inline void loader_state::submit(loader_request r) {
   const auto& g = groups_[r.group];
   const row_type& type = r.chunk->samples[r.rows.front()].types[r.group];  // the same for every row
-  embed_request req;
+  client::embed_request req;
   req.model = g.model;
   req.input = type.input;
   req.datatype = type.datatype;
@@ -280,12 +108,12 @@ inline void loader_state::submit(loader_request r) {
     ++outstanding_;
     live_.emplace(token, std::move(r));
   }
-  const auto id = client_->embed(std::move(req), [this, token](result<embed_result> res) { on_done(token, std::move(res)); });
+  const auto id = client_->embed(std::move(req), [this, token](result<client::embed_result> res) { on_done(token, std::move(res)); });
   std::lock_guard lock(mu_);
   if (auto it = live_.find(token); it != live_.end()) it->second.id = id;
 }
 
-inline void loader_state::on_done(std::uint64_t token, result<embed_result> res) noexcept {
+inline void loader_state::on_done(std::uint64_t token, result<client::embed_result> res) noexcept {
   try {
     std::lock_guard lock(mu_);
     auto it = live_.find(token);
@@ -315,7 +143,7 @@ inline void loader_state::on_finished(finished_request f) {
     if (!f.res) {
       for (auto i : req.rows) failed_row(i, f.res.error());
     } else {
-      const embed_result& r = *f.res;
+      const client::embed_result& r = *f.res;
       const std::size_t n = req.rows.size();
       std::optional<error_info> bad;
       if (!r.row_errors.empty() && r.row_errors.size() != n)
@@ -429,4 +257,4 @@ inline void loader_state::finish_sample(chunk_sample& s) {
   s.rows.clear();
 }
 
-}  // namespace jitembed::client::detail
+}  // namespace jitembed::loader::detail

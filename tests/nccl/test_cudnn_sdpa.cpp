@@ -26,17 +26,15 @@
 #include "jitembed/parallel/gloo.hpp"
 #include "jitembed/parallel/ulysses.hpp"
 
+#include "device_support.hpp"
+
 using namespace jitembed;
 using namespace jitembed::parallel;
 namespace pw = jitembed::nn::pointwise;
 
 namespace {
 
-bool have_device() {
-  if (jitembed::cuda::device_count() > 0) return true;
-  std::printf("no CUDA device: skipping\n");
-  return false;
-}
+using cuda_test::have_device;
 
 // bf16-representable normal values (the inputs a bf16 run sees), as f32.
 tensor randn_bf16(const shape& s, std::uint64_t seed, float scale = 1.0f) {

@@ -28,17 +28,15 @@
 #include "jitembed/parallel/ulysses.hpp"
 #include "jitembed/parallel/boundary.hpp"
 
+#include "device_support.hpp"
+
 using namespace jitembed;
 using namespace jitembed::parallel;
 namespace pw = jitembed::nn::pointwise;
 
 namespace {
 
-bool have_device() {
-  if (jitembed::cuda::device_count() > 0) return true;
-  std::printf("no CUDA device: skipping\n");
-  return false;
-}
+using cuda_test::have_device;
 
 tensor randn(const shape& s, std::uint64_t seed, float scale = 1.0f) {
   tensor t = tensor::empty(s, dtype::f32);

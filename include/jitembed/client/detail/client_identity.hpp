@@ -114,12 +114,10 @@ inline result<std::optional<model_identity>> fetch_identity(const endpoint_addre
   }
   if (!fp || !key) return std::optional<model_identity>{};
   model_identity id{std::move(*fp), std::move(*key), {}};
-  if (meta.is_object()) {
-    if (auto in = meta.find("inputs"); in != meta.end() && in->is_array() && !in->empty() && (*in)[0].is_object() &&
-                                       (*in)[0].contains("name") && (*in)[0]["name"].is_string()) {
-      id.input = (*in)[0]["name"].get<std::string>();
-    }
-  }
+  // find() on anything but an object is end()
+  if (auto in = meta.find("inputs"); in != meta.end() && in->is_array() && !in->empty() && (*in)[0].is_object() &&
+                                     (*in)[0].contains("name") && (*in)[0]["name"].is_string())
+    id.input = (*in)[0]["name"].get<std::string>();
   return std::optional<model_identity>(std::move(id));
 }
 

@@ -123,6 +123,36 @@ TEST_CASE("policies: retry budget, backoff with jitter, HTTP status to errc") {
   CHECK(cl::detail::http_error(429, "", "x").code == errc::unavailable);
 }
 
+TEST_CASE("http transport: a failed answer's status is its outcome's fault, 404 not_found, 502 retried") {
+  using f = cl::detail::attempt_fault;
+  const auto fault = [](int status, std::string body = "") {
+    return cl::detail::http_outcome(status, body, "x").fault;
+  };
+  const auto code = [](int status, std::string body = "") {
+    return cl::detail::http_outcome(status, body, "x").answer.code();
+  };
+  for (int s : {503, 504, 408, 429}) CHECK(fault(s) == f::busy);
+  CHECK(fault(400, "{\"error\":\"late\",\"errc\":\"timeout\"}") == f::busy);  // the body's errc counts
+  for (int s : {400, 404, 413, 499}) CHECK(fault(s) == f::request);
+  CHECK(code(404, "{\"error\":\"x\",\"errc\":\"invalid_argument\"}") == errc::not_found);
+  for (int s : {500, 501, 502, 507}) CHECK(fault(s) == f::endpoint);
+  CHECK(code(500, "{\"error\":\"gone\",\"errc\":\"unavailable\"}") == errc::unavailable);  // endpoint, retried
+  CHECK(code(502) == errc::unavailable);  // a proxy whose upstream is down: retried
+  CHECK(code(500) == errc::internal);
+  CHECK(fault(302) == f::endpoint);  // not a KServe answer
+  using cl::detail::answer_action;
+  const auto action = [](int status, std::size_t rows) {
+    const auto o = cl::detail::http_outcome(status, "", "x");
+    return cl::detail::after_failed_answer(o.fault, o.answer.code(), rows);
+  };
+  CHECK(action(404, 4) == answer_action::eject);
+  CHECK(action(503, 4) == answer_action::retry);
+  CHECK(action(502, 1) == answer_action::retry);
+  CHECK(action(400, 4) == answer_action::split_rows);
+  CHECK(action(400, 1) == answer_action::fail);
+  CHECK(action(500, 4) == answer_action::fail);
+}
+
 TEST_CASE("create: option errors are invalid_argument, an unreadable endpoints file fails at once") {
   cl::client_options none;
   CHECK(cl::jit_client::create(none).code() == errc::invalid_argument);

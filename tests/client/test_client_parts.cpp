@@ -186,21 +186,27 @@ TEST_CASE("balancer: fewer attempts in flight wins, a tie goes to the clearly fa
   CHECK(cd::power_of_two(std::vector<cd::endpoint_state*>{&a}, rng) == &a);
 }
 
-TEST_CASE("policy: what a failed answer leads to, and which ones count against the endpoint") {
+TEST_CASE("policy: what each fault of an attempt's outcome leads to") {
   using cd::answer_action;
-  CHECK(cd::after_failed_answer(404, errc::not_found, 4) == answer_action::eject);
-  CHECK(cd::after_failed_answer(400, errc::not_found, 1) == answer_action::eject);
-  CHECK(cd::after_failed_answer(503, errc::unavailable, 4) == answer_action::retry);
-  CHECK(cd::after_failed_answer(429, errc::unavailable, 1) == answer_action::retry);
-  CHECK(cd::after_failed_answer(504, errc::timeout, 1) == answer_action::retry);
-  CHECK(cd::after_failed_answer(400, errc::invalid_argument, 4) == answer_action::split_rows);
-  CHECK(cd::after_failed_answer(400, errc::invalid_argument, 1) == answer_action::fail);
-  CHECK(cd::after_failed_answer(500, errc::internal, 4) == answer_action::fail);
-  CHECK(cd::endpoint_fault(500));
-  CHECK(cd::endpoint_fault(502));
-  CHECK_FALSE(cd::endpoint_fault(503));
-  CHECK_FALSE(cd::endpoint_fault(504));
-  CHECK_FALSE(cd::endpoint_fault(400));
+  using f = cd::attempt_fault;
+  // not_found ejects the endpoint for the model, whoever's fault it was
+  CHECK(cd::after_failed_answer(f::request, errc::not_found, 4) == answer_action::eject);
+  CHECK(cd::after_failed_answer(f::endpoint, errc::not_found, 1) == answer_action::eject);
+  CHECK(cd::after_failed_answer(f::busy, errc::not_found, 1) == answer_action::eject);
+  // busy: retried, whatever the errc
+  CHECK(cd::after_failed_answer(f::busy, errc::unavailable, 4) == answer_action::retry);
+  CHECK(cd::after_failed_answer(f::busy, errc::resource_exhausted, 1) == answer_action::retry);
+  CHECK(cd::after_failed_answer(f::busy, errc::timeout, 1) == answer_action::retry);
+  CHECK(cd::after_failed_answer(f::busy, errc::internal, 4) == answer_action::retry);
+  // the request's: each row alone when there are several, else given up
+  CHECK(cd::after_failed_answer(f::request, errc::invalid_argument, 4) == answer_action::split_rows);
+  CHECK(cd::after_failed_answer(f::request, errc::invalid_argument, 1) == answer_action::fail);
+  CHECK(cd::after_failed_answer(f::request, errc::cancelled, 1) == answer_action::fail);
+  // the endpoint's: retried when the service is in trouble, else given up (never split)
+  CHECK(cd::after_failed_answer(f::endpoint, errc::unavailable, 4) == answer_action::retry);
+  CHECK(cd::after_failed_answer(f::endpoint, errc::timeout, 1) == answer_action::retry);
+  CHECK(cd::after_failed_answer(f::endpoint, errc::internal, 4) == answer_action::fail);
+  CHECK(cd::after_failed_answer(f::endpoint, errc::io_error, 1) == answer_action::fail);
 }
 
 TEST_CASE("hedger: armed after min_samples, the delay is the percentile and never below min_delay") {

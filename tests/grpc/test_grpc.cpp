@@ -234,6 +234,24 @@ TEST_CASE("grpc:// endpoints: the same embeddings as HTTP, bitwise, identity and
   CHECK(over_grpc.metadata("nope").code() == errc::not_found);
 }
 
+TEST_CASE("grpc:// transport: a failed call's errc is its outcome's fault, as HTTP's status would be") {
+  namespace cd = jitembed::client::detail;
+  using f = cd::attempt_fault;
+  for (auto c : {errc::unavailable, errc::resource_exhausted, errc::timeout})
+    CHECK(cd::grpc_client::fault_of(c) == f::busy);
+  for (auto c : {errc::internal, errc::io_error, errc::encode_failed, errc::comm_failed, errc::buffer_too_small})
+    CHECK(cd::grpc_client::fault_of(c) == f::endpoint);
+  for (auto c : {errc::invalid_argument, errc::corrupt_data, errc::not_found, errc::cancelled, errc::limit_exceeded})
+    CHECK(cd::grpc_client::fault_of(c) == f::request);
+  // the same fault as the HTTP status the server would have answered with
+  for (int i = 1; i <= static_cast<int>(errc::resource_exhausted); ++i) {
+    const auto c = static_cast<errc>(i);
+    const auto o = cd::http_outcome(net::kserve::http_status(c),
+                                    "{\"error\":\"x\",\"errc\":\"" + std::string(to_string(c)) + "\"}", "x");
+    CHECK_MESSAGE(cd::grpc_client::fault_of(c) == o.fault, to_string(c));
+  }
+}
+
 TEST_CASE("grpc:// errors keep their errc: unknown model, bad row, server-side deadline") {
   both_fronts f;
   auto c = cl::jit_client::create(options_for({f.grpc_url()})).value();

@@ -1,7 +1,7 @@
 // The client's gRPC transport (grpc://host:port endpoints): one channel per endpoint (HTTP/2: calls
 // multiplex on it; gRPC reconnects it), each attempt a unary ModelInfer on gRPC's callback API with the
-// dynamic messages of net/grpc/kserve_schema.hpp. Its completions run on the client's executor; the answer
-// goes through the same policy as an HTTP one (attempt_events::on_answer). The only code of the client that
+// dynamic messages of net/grpc/kserve_schema.hpp. Its completions run on the client's executor; it judges an
+// answer's fault from its errc (fault_of), the policy is the HTTP one's. The only code of the client that
 // touches gRPC. Included when the program links jitembed::grpc (JITEMBED_HAS_GRPC); without it a grpc://
 // endpoint answers every attempt with errc::not_found (client_state.hpp: "built without gRPC").
 // Included at the end of jitembed/client/detail/client_state.hpp (users include that header).
@@ -29,7 +29,6 @@
 #include "jitembed/net/grpc/infer_message.hpp"
 #include "jitembed/net/grpc/kserve_schema.hpp"
 #include "jitembed/net/grpc/status.hpp"
-#include "jitembed/net/kserve/status.hpp"
 
 namespace jitembed::client::detail {
 
@@ -99,8 +98,15 @@ inline error_info call_error(const ::grpc::Status& s, const ::grpc::ClientContex
       std::string(what) + ": gRPC " + std::to_string(static_cast<int>(s.error_code())) + ": " + s.error_message());
 }
 
-// An HTTP-like status for the policy shared with HTTP answers (client_state::on_answer).
-inline int http_like_status(errc code) { return net::kserve::http_status(code); }
+// Whose fault a failed call was, by its errc: the service's trouble busy, a failure in the server the endpoint's,
+// the rest (bad input, NOT_FOUND, CANCELLED) the request's.
+inline attempt_fault fault_of(errc c) {
+  if (c == errc::ok) return attempt_fault::none;
+  if (service_trouble(c)) return attempt_fault::busy;
+  const bool server = c == errc::buffer_too_small || c == errc::encode_failed || c == errc::io_error ||
+                      c == errc::internal || c == errc::comm_failed;
+  return server ? attempt_fault::endpoint : attempt_fault::request;
+}
 
 // Triton's shared-memory parameters of a tensor in span (offset, bytes) of the region.
 inline void set_shm_parameters(pb::Message& m, const pb::FieldDescriptor* params, const std::string& region,
@@ -148,11 +154,8 @@ inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeo
   } else {
     for (const auto& o : c.outputs) add_output(o);
   }
+  if (shm) return serialize(*m);
   std::string head = m->SerializeAsString();
-  if (shm) {
-    ::grpc::Slice s(head.data(), head.size());
-    return ::grpc::ByteBuffer(&s, 1);
-  }
   // raw_input_contents (field 7): tag and length, then the rows as a slice that holds the buffer.
   const std::shared_ptr<const byte_buffer> rows = packed ? *c.packed_rows : std::shared_ptr<const byte_buffer>(c.rows);
   std::string prefix;
@@ -267,13 +270,76 @@ inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_
 }  // namespace grpc_client
 
 inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string& model,
-                                                                 const client_options& opts);
-inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
-                                                  const client_options& opts);
-inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts);
+                                                                 const client_options& opts) {
+  JITEMBED_ASSIGN_OR_RETURN(
+      auto cfg, grpc_client::fetch_json(a, "ModelConfig", "ModelConfigRequest", "ModelConfigResponse", model, opts));
+  const auto& config = cfg.contains("config") ? cfg["config"] : cfg;
+  auto fp = identity_parameter(config, "fingerprint");
+  auto key = identity_parameter(config, "preprocess_key");
+  if (!fp || !key) return std::optional<model_identity>{};
+  model_identity id{std::move(*fp), std::move(*key), {}};
+  if (auto in = config.find("input"); in != config.end() && in->is_array() && !in->empty() && (*in)[0].contains("name"))
+    id.input = (*in)[0]["name"].get<std::string>();
+  return std::optional<model_identity>(std::move(id));
+}
+
+inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts) {
+  auto ch = grpc_client::make_channel(a, opts);
+  const auto& schema = net::grpc::kserve_schema::get();
+  auto req = schema.make("ModelReadyRequest");
+  req->GetReflection()->SetString(req.get(), req->GetDescriptor()->FindFieldByName("name"), model);
+  auto resp = schema.make("ModelReadyResponse");
+  error_info err;
+  if (!grpc_client::unary(*ch, "ModelReady", *req, *resp, opts, "ModelReady", err).ok()) return false;
+  return resp->GetReflection()->GetBool(*resp, resp->GetDescriptor()->FindFieldByName("ready"));
+}
+
 // SystemSharedMemoryRegister (`key` set) / SystemSharedMemoryUnregister.
 inline shm_call_result grpc_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
-                                     std::size_t bytes, const client_options& opts);
+                                     std::size_t bytes, const client_options& opts) {
+  auto ch = grpc_client::make_channel(a, opts);
+  const auto& schema = net::grpc::kserve_schema::get();
+  const bool reg = !key.empty();
+  auto req = schema.make(reg ? "SystemSharedMemoryRegisterRequest" : "SystemSharedMemoryUnregisterRequest");
+  const auto* d = req->GetDescriptor();
+  const auto* rr = req->GetReflection();
+  rr->SetString(req.get(), d->FindFieldByName("name"), region);
+  if (reg) {
+    rr->SetString(req.get(), d->FindFieldByName("key"), key);
+    rr->SetUInt64(req.get(), d->FindFieldByName("offset"), 0);
+    rr->SetUInt64(req.get(), d->FindFieldByName("byte_size"), bytes);
+  }
+  auto resp = schema.make(reg ? "SystemSharedMemoryRegisterResponse" : "SystemSharedMemoryUnregisterResponse");
+  error_info err;
+  const auto s = grpc_client::unary(*ch, reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister", *req,
+                                    *resp, opts, "shared memory region '" + region + "' on " + a.url, err);
+  if (s.ok()) return {true, true, {}};
+  const bool answered =
+      s.error_code() != ::grpc::StatusCode::UNAVAILABLE && s.error_code() != ::grpc::StatusCode::DEADLINE_EXCEEDED;
+  return {false, answered, err.message};
+}
+
+inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
+                                                  const client_options& opts) {
+  JITEMBED_ASSIGN_OR_RETURN(auto j, grpc_client::fetch_json(a, "ModelMetadata", "ModelMetadataRequest",
+                                                            "ModelMetadataResponse", model, opts));
+  model_metadata md;
+  md.name = j.value("name", model);
+  md.platform = j.value("platform", "");
+  if (auto v = j.find("versions"); v != j.end() && v->is_array())
+    for (const auto& e : *v) md.versions.push_back(e.get<std::string>());
+  for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}}) {
+    if (auto list = j.find(key); list != j.end() && list->is_array())
+      for (const auto& t : *list) {
+        served_tensor st{t.value("name", ""), t.value("datatype", ""), {}};
+        if (auto s = t.find("shape"); s != t.end())
+          for (const auto& dim : *s)
+            st.shape.push_back(dim.is_string() ? std::stoll(dim.get<std::string>()) : dim.get<std::int64_t>());
+        dst->push_back(std::move(st));
+      }
+  }
+  return md;
+}
 
 class grpc_transport final : public transport {
  public:
@@ -342,13 +408,13 @@ class grpc_transport final : public transport {
     if (s.ok()) {
       auto r = grpc_client::infer_result(call.response, *a->call, url, opts_.max_response_bytes,
                                          a->shm ? &*a->shm : nullptr);
-      events_.on_answer(a, 200, r ? std::move(r) : result<embed_result>(r.error()), d);
+      events_.on_answer(a, {attempt_fault::none, std::move(r)}, d);
     } else if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE && call.ctx.GetServerTrailingMetadata().empty()) {
       // no answer from a server (connect failure, reset): a transport error
       events_.on_no_answer(a, "gRPC call to " + url + " failed: " + s.error_message(), false, d);
     } else {
       auto e = grpc_client::call_error(s, call.ctx, "model '" + a->call->model + "' on " + url);
-      events_.on_answer(a, grpc_client::http_like_status(e.code), e, d);
+      events_.on_answer(a, {grpc_client::fault_of(e.code), std::move(e)}, d);
     }
   }
 
@@ -364,77 +430,6 @@ class grpc_transport final : public transport {
 inline std::unique_ptr<transport> make_grpc_transport(const client_options& opts, client_executor& exec,
                                                       attempt_events& events) {
   return std::make_unique<grpc_transport>(opts, exec, events);
-}
-
-inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string& model,
-                                                                 const client_options& opts) {
-  JITEMBED_ASSIGN_OR_RETURN(
-      auto cfg, grpc_client::fetch_json(a, "ModelConfig", "ModelConfigRequest", "ModelConfigResponse", model, opts));
-  const auto& config = cfg.contains("config") ? cfg["config"] : cfg;
-  auto fp = identity_parameter(config, "fingerprint");
-  auto key = identity_parameter(config, "preprocess_key");
-  if (!fp || !key) return std::optional<model_identity>{};
-  model_identity id{std::move(*fp), std::move(*key), {}};
-  if (auto in = config.find("input"); in != config.end() && in->is_array() && !in->empty() && (*in)[0].contains("name"))
-    id.input = (*in)[0]["name"].get<std::string>();
-  return std::optional<model_identity>(std::move(id));
-}
-
-inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts) {
-  auto ch = grpc_client::make_channel(a, opts);
-  const auto& schema = net::grpc::kserve_schema::get();
-  auto req = schema.make("ModelReadyRequest");
-  req->GetReflection()->SetString(req.get(), req->GetDescriptor()->FindFieldByName("name"), model);
-  auto resp = schema.make("ModelReadyResponse");
-  error_info err;
-  if (!grpc_client::unary(*ch, "ModelReady", *req, *resp, opts, "ModelReady", err).ok()) return false;
-  return resp->GetReflection()->GetBool(*resp, resp->GetDescriptor()->FindFieldByName("ready"));
-}
-
-inline shm_call_result grpc_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
-                                     std::size_t bytes, const client_options& opts) {
-  auto ch = grpc_client::make_channel(a, opts);
-  const auto& schema = net::grpc::kserve_schema::get();
-  const bool reg = !key.empty();
-  auto req = schema.make(reg ? "SystemSharedMemoryRegisterRequest" : "SystemSharedMemoryUnregisterRequest");
-  const auto* d = req->GetDescriptor();
-  const auto* rr = req->GetReflection();
-  rr->SetString(req.get(), d->FindFieldByName("name"), region);
-  if (reg) {
-    rr->SetString(req.get(), d->FindFieldByName("key"), key);
-    rr->SetUInt64(req.get(), d->FindFieldByName("offset"), 0);
-    rr->SetUInt64(req.get(), d->FindFieldByName("byte_size"), bytes);
-  }
-  auto resp = schema.make(reg ? "SystemSharedMemoryRegisterResponse" : "SystemSharedMemoryUnregisterResponse");
-  error_info err;
-  const auto s = grpc_client::unary(*ch, reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister", *req,
-                                    *resp, opts, "shared memory region '" + region + "' on " + a.url, err);
-  if (s.ok()) return {true, true, {}};
-  const bool answered =
-      s.error_code() != ::grpc::StatusCode::UNAVAILABLE && s.error_code() != ::grpc::StatusCode::DEADLINE_EXCEEDED;
-  return {false, answered, err.message};
-}
-
-inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
-                                                  const client_options& opts) {
-  JITEMBED_ASSIGN_OR_RETURN(auto j, grpc_client::fetch_json(a, "ModelMetadata", "ModelMetadataRequest",
-                                                            "ModelMetadataResponse", model, opts));
-  model_metadata md;
-  md.name = j.value("name", model);
-  md.platform = j.value("platform", "");
-  if (auto v = j.find("versions"); v != j.end() && v->is_array())
-    for (const auto& e : *v) md.versions.push_back(e.get<std::string>());
-  for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}}) {
-    if (auto list = j.find(key); list != j.end() && list->is_array())
-      for (const auto& t : *list) {
-        served_tensor st{t.value("name", ""), t.value("datatype", ""), {}};
-        if (auto s = t.find("shape"); s != t.end())
-          for (const auto& dim : *s)
-            st.shape.push_back(dim.is_string() ? std::stoll(dim.get<std::string>()) : dim.get<std::int64_t>());
-        dst->push_back(std::move(st));
-      }
-  }
-  return md;
 }
 
 }  // namespace jitembed::client::detail

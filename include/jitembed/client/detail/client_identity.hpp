@@ -3,20 +3,23 @@
 // when the metadata has none, GET /v2/models/<m>/config, whose `parameters` Triton publishes in its JSON
 // form, {"fingerprint": {"string_value": ".."}, "preprocess_key": {"string_value": ".."}}, so a Triton
 // model whose config.pbtxt carries both parameters needs no client_options.identities. Also a model's whole
-// KServe metadata (jit_client::metadata) from the same GET.
+// KServe metadata (jit_client::metadata) from the same GET. Also the errc of a failed HTTP answer and the
+// shared-memory region calls over HTTP.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "jitembed/client/detail/client_policy.hpp"
+#include "jitembed/client/detail/client_shm.hpp"
 #include "jitembed/client/endpoints.hpp"
 #include "jitembed/client/options.hpp"
+#include "jitembed/core/error.hpp"
 #include "jitembed/net/http/client.hpp"
 
 namespace jitembed::client::detail {
@@ -61,6 +64,35 @@ inline net::http::header_list auth_headers(const client_options& opts) {
   return h;
 }
 
+// The errc of a failed HTTP answer: the body's "errc" (jitembed-server) when present and known, else the
+// status (Triton): 400 invalid_argument, 404 not_found, 408/504 timeout, 429/503 unavailable, 499
+// cancelled, 413/431 limit_exceeded, other 4xx invalid_argument, other 5xx internal.
+inline error_info http_error(int status, std::string_view body, std::string_view what) {
+  std::string message;
+  std::optional<errc> code;
+  auto j = nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
+  if (!j.is_discarded() && j.is_object()) {
+    if (auto it = j.find("error"); it != j.end() && it->is_string()) message = it->get<std::string>();
+    if (auto it = j.find("errc"); it != j.end() && it->is_string()) code = errc_from_string(it->get<std::string>());
+  }
+  if (message.empty()) message = std::string(body.substr(0, 200));
+  if (!code || *code == errc::ok) {
+    switch (status) {
+      case 400: code = errc::invalid_argument; break;
+      case 404: code = errc::not_found; break;
+      case 408:
+      case 504: code = errc::timeout; break;
+      case 429:
+      case 503: code = errc::unavailable; break;
+      case 499: code = errc::cancelled; break;
+      case 413:
+      case 431: code = errc::limit_exceeded; break;
+      default: code = status >= 400 && status < 500 ? errc::invalid_argument : errc::internal;
+    }
+  }
+  return fail(*code, std::string(what) + ": HTTP " + std::to_string(status) + ": " + message);
+}
+
 // The identity of `model` on the endpoint `a`: an error when it cannot be asked (transport, HTTP status: the
 // caller tries the next endpoint), nullopt when the endpoint answers but publishes no identity.
 inline result<std::optional<model_identity>> fetch_identity(const endpoint_address& a, const std::string& model, const client_options& opts) {
@@ -82,12 +114,10 @@ inline result<std::optional<model_identity>> fetch_identity(const endpoint_addre
   }
   if (!fp || !key) return std::optional<model_identity>{};
   model_identity id{std::move(*fp), std::move(*key), {}};
-  if (meta.is_object()) {
-    if (auto in = meta.find("inputs"); in != meta.end() && in->is_array() && !in->empty() && (*in)[0].is_object() &&
-                                       (*in)[0].contains("name") && (*in)[0]["name"].is_string()) {
-      id.input = (*in)[0]["name"].get<std::string>();
-    }
-  }
+  // find() on anything but an object is end()
+  if (auto in = meta.find("inputs"); in != meta.end() && in->is_array() && !in->empty() && (*in)[0].is_object() &&
+                                     (*in)[0].contains("name") && (*in)[0]["name"].is_string())
+    id.input = (*in)[0]["name"].get<std::string>();
   return std::optional<model_identity>(std::move(id));
 }
 
@@ -136,6 +166,23 @@ inline result<model_metadata> fetch_metadata(const endpoint_address& a, const st
     }
   }
   return md;
+}
+
+// POST /v2/systemsharedmemory/region/<region>/register (or .../unregister, `key` empty) on an http(s) endpoint.
+inline shm_call_result http_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
+                                     std::size_t bytes, const client_options& opts) {
+  auto ho = metadata_http_options(a, opts);
+  ho.io_timeout = std::min<std::chrono::milliseconds>(ho.io_timeout, std::chrono::milliseconds(2000));
+  net::http::client hc(a.host, a.port, ho);
+  const bool reg = !key.empty();
+  const std::string body = reg ? nlohmann::json{{"key", key}, {"offset", 0}, {"byte_size", bytes}}.dump() : "{}";
+  auto h = auth_headers(opts);
+  h.emplace_back("Content-Type", "application/json");
+  auto r = hc.post("/v2/systemsharedmemory/region/" + region + (reg ? "/register" : "/unregister"), body, h);
+  if (!r) return {false, false, r.error().message};
+  if (r->status == 200) return {true, true, {}};
+  return {false, r->status != 502 && r->status != 503 && r->status != 504,
+          "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 300)};
 }
 
 }  // namespace jitembed::client::detail

@@ -1,6 +1,6 @@
 // The client's policies, free of I/O so they are tested alone: retry budget (token bucket), backoff with
-// full jitter, a latency window for percentiles (hedging), the HTTP status -> errc mapping, the balancer
-// (power of two choices) and what a failed answer leads to.
+// full jitter, a latency window for percentiles (hedging), the balancer (power of two choices) and what an
+// answer's fault (attempt_outcome, judged by its transport) leads to.
 #pragma once
 
 #include <algorithm>
@@ -9,12 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
-#include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "jitembed/client/options.hpp"
+#include "jitembed/client/request.hpp"
 #include "jitembed/core/error.hpp"
 
 namespace jitembed::client::detail {
@@ -85,57 +83,35 @@ class latency_window {
   std::uint64_t next_ = 0;
 };
 
-// The errc of a failed HTTP answer: the body's "errc" (jitembed-server) when present and known, else the
-// status (Triton): 400 invalid_argument, 404 not_found, 408/504 timeout, 429/503 unavailable, 499
-// cancelled, 413/431 limit_exceeded, other 4xx invalid_argument, other 5xx internal.
-inline error_info http_error(int status, std::string_view body, std::string_view what) {
-  std::string message;
-  std::optional<errc> code;
-  auto j = nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
-  if (!j.is_discarded() && j.is_object()) {
-    if (auto it = j.find("error"); it != j.end() && it->is_string()) message = it->get<std::string>();
-    if (auto it = j.find("errc"); it != j.end() && it->is_string()) code = errc_from_string(it->get<std::string>());
-  }
-  if (message.empty()) message = std::string(body.substr(0, 200));
-  if (!code || *code == errc::ok) {
-    switch (status) {
-      case 400: code = errc::invalid_argument; break;
-      case 404: code = errc::not_found; break;
-      case 408:
-      case 504: code = errc::timeout; break;
-      case 429:
-      case 503: code = errc::unavailable; break;
-      case 499: code = errc::cancelled; break;
-      case 413:
-      case 431: code = errc::limit_exceeded; break;
-      default: code = status >= 400 && status < 500 ? errc::invalid_argument : errc::internal;
-    }
-  }
-  return fail(*code, std::string(what) + ": HTTP " + std::to_string(status) + ": " + message);
-}
+// How an attempt that reached its endpoint ended, as its transport judged it in its protocol's terms (the
+// HTTP statuses in http_transport.hpp, the gRPC codes in client_grpc.hpp): all the policy sees of an answer.
+enum class attempt_fault : std::uint8_t {
+  none,      // the endpoint answered: the result stands (embeddings, or an answer that could not be read)
+  endpoint,  // the endpoint failed (5xx but 503/504, INTERNAL): counts against its circuit breaker
+  request,   // the request failed on its own terms (4xx, INVALID_ARGUMENT, NOT_FOUND): not sent again as is
+  busy,      // alive but not serving it now (503, 504, 408, 429, UNAVAILABLE, RESOURCE_EXHAUSTED): retried
+};
+struct attempt_outcome {
+  attempt_fault fault = attempt_fault::none;
+  result<embed_result> answer;  // with a fault: its errc and the server's message
+};
 
-// Whether a failed answer with this status/errc is retried (the list: connection errors, 408,
-// 429, 503, 504 and unavailable; timeout and resource_exhausted are the service's trouble too).
-inline bool retryable_answer(int status, errc code) {
-  return status == 408 || status == 429 || status == 502 || status == 503 || status == 504 ||
-         code == errc::unavailable || code == errc::timeout || code == errc::resource_exhausted;
-}
-
-// Whether a failed answer counts against the endpoint's circuit breaker: it failed, not the request, and it
-// is not merely busy (503) or late (504).
-inline bool endpoint_fault(int status) { return status >= 500 && status != 503 && status != 504; }
-
-// What the client does after a failed answer (connection-level failures are retried elsewhere):
-// - eject: the endpoint does not serve the model (404 / not_found): ejected for it, another endpoint tried;
-// - retry: the service's trouble (retryable_answer): a retry after a backoff, within the budget;
+// What the client does after an answer with a fault (attempt_outcome; no answer at all is retried elsewhere):
+// - eject: the endpoint does not serve the model (not_found): ejected for it, another endpoint tried;
+// - retry: busy, or an endpoint's fault with service_trouble: a retry after a backoff, within the budget;
 // - split_rows: the caller's input in a multi-row request: each row resent alone, so one bad row fails alone;
-// - fail: the caller's input: never retried.
+// - fail: the caller's input, or an endpoint's failure that a retry does not fix.
 enum class answer_action { eject, retry, split_rows, fail };
 
-inline answer_action after_failed_answer(int status, errc code, std::size_t n_rows) {
-  if (status == 404 || code == errc::not_found) return answer_action::eject;
-  if (retryable_answer(status, code)) return answer_action::retry;
-  if (n_rows > 1 && status >= 400 && status < 500) return answer_action::split_rows;
+// The service's own trouble (overloaded, late, out of memory): another try may succeed.
+inline bool service_trouble(errc c) {
+  return c == errc::unavailable || c == errc::timeout || c == errc::resource_exhausted;
+}
+
+inline answer_action after_failed_answer(attempt_fault f, errc code, std::size_t n_rows) {
+  if (code == errc::not_found) return answer_action::eject;
+  if (f == attempt_fault::busy || (f == attempt_fault::endpoint && service_trouble(code))) return answer_action::retry;
+  if (f == attempt_fault::request && n_rows > 1) return answer_action::split_rows;
   return answer_action::fail;
 }
 

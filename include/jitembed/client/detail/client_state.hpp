@@ -56,18 +56,15 @@ class client_state final : public attempt_events {
       const int sources = int(!src.list.empty()) + int(!src.file.empty()) + int(!src.url.empty());
       if (sources > 1)
         return fail(errc::invalid_argument, "client: give one endpoint source (list, file or url), not several");
-      if (sources == 0 && opts.local_models.empty()) {
+      if (sources == 0 && opts.local_models.empty())
         return fail(errc::invalid_argument, "client: no endpoint source and no local model");
-      }
-      if (sources == 1 && !opts.local_models.empty()) {
+      if (sources == 1 && !opts.local_models.empty())
         return fail(errc::invalid_argument, "client: endpoints and local models are exclusive");
-      }
       for (const auto& m : opts.local_models)
         if (!m) return fail(errc::invalid_argument, "client: an empty local model");
-      if (opts.request_timeout.count() <= 0 || opts.retry.max_attempts < 1 || opts.io_threads < 1) {
+      if (opts.request_timeout.count() <= 0 || opts.retry.max_attempts < 1 || opts.io_threads < 1)
         return fail(errc::invalid_argument,
                     "client: request_timeout, retry.max_attempts and io_threads must be positive");
-      }
       std::shared_ptr<client_state> s(new client_state(std::move(opts)));
       std::vector<endpoint_address> first;
       if (s->local_mode_) {
@@ -306,7 +303,7 @@ class client_state final : public attempt_events {
 
   std::mutex& mutex() override { return mu_; }
   bool closed() const override { return closed_; }
-  void on_answer(const attempt_ptr& a, int status, result<embed_result> r, deferred& d) override;
+  void on_answer(const attempt_ptr& a, attempt_outcome o, deferred& d) override;
   void on_no_answer(const attempt_ptr& a, std::string what, bool timed_out, deferred& d) override;
   void on_tls_failure(const attempt_ptr& a, std::string reason, deferred& d) override;
   void on_unsendable(const attempt_ptr& a, error_info e, deferred& d) override;
@@ -374,7 +371,7 @@ class client_state final : public attempt_events {
   // Remembers the bytes per row of each output of a model's answer.
   void learn_outputs(const remote_call& c, const embed_result& r);
   // A shared-memory attempt the server refused for its shared memory: resent over the socket (true).
-  bool shm_fallback(const attempt_ptr& a, int status, const result<embed_result>& r, deferred& d);
+  bool shm_fallback(const attempt_ptr& a, const attempt_outcome& o, deferred& d);
   // The watcher: registers a region with each same-host endpoint that has none yet (off the lock), and
   // unregisters the regions of endpoints gone.
   void setup_shared_memory();
@@ -419,7 +416,7 @@ class no_grpc_transport final : public transport {
  public:
   explicit no_grpc_transport(attempt_events& events) : events_(events) {}
   void send(const attempt_ptr& a, deferred& d) override {
-    events_.on_answer(a, 404, fail(errc::not_found, why(a->ep->addr)), d);
+    events_.on_answer(a, {attempt_fault::request, fail(errc::not_found, why(a->ep->addr))}, d);
   }
   void abandon(remote_attempt&) override {}
   result<std::optional<model_identity>> identity(const endpoint_address& a, const std::string&) override {

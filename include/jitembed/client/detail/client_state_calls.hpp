@@ -107,14 +107,15 @@ inline void client_state::try_elsewhere(const call_ptr& c, const error_info& e, 
   }
 }
 
-inline void client_state::on_answer(const attempt_ptr& a, int status, result<embed_result> r, deferred& d) {
+inline void client_state::on_answer(const attempt_ptr& a, attempt_outcome o, deferred& d) {
   const auto c = a->call;
+  auto& r = o.answer;
   if (a->shm) a->shm->answered = true;  // the server writes nothing more into its span
-  if (shm_fallback(a, status, r, d)) return;
-  if (status == 200 && r && !c->done) learn_outputs(*c, *r);
+  if (shm_fallback(a, o, d)) return;
+  if (o.fault == attempt_fault::none && r && !c->done) learn_outputs(*c, *r);
   const double ms = std::chrono::duration<double, std::milli>(clock::now() - a->start).count();
   end_attempt(a);
-  if (status == 200) {
+  if (o.fault == attempt_fault::none) {
     endpoints_.note_success(*a->ep, ms);
     hedger_.add(ms);
     if (c->done) return resume_waiting(d);
@@ -123,18 +124,18 @@ inline void client_state::on_answer(const attempt_ptr& a, int status, result<emb
     return resume_waiting(d);
   }
   const error_info e = r ? fail(errc::internal, "an error answer without an error") : r.error();
-  if (endpoint_fault(status))
+  if (o.fault == attempt_fault::endpoint)
     endpoint_failure(*a->ep);
   else
     endpoints_.note_alive(*a->ep, a->probe);
   if (c->done) return resume_waiting(d);
-  switch (after_failed_answer(status, e.code, c->n_rows)) {
+  switch (after_failed_answer(o.fault, e.code, c->n_rows)) {
     case answer_action::eject:  // this endpoint does not serve the model (now): another one may
       endpoints_.eject(*a->ep, c->model, clock::now());
       try_elsewhere(c, e, /*untried_only=*/false, d);
       break;
     case answer_action::retry:
-      if (!endpoint_fault(status)) a->ep->failures++;
+      if (o.fault != attempt_fault::endpoint) a->ep->failures++;
       schedule_retry(c, e, d, true);
       break;
     case answer_action::split_rows:

@@ -113,15 +113,15 @@ inline void client_state::learn_outputs(const remote_call& c, const embed_result
   }
 }
 
-inline bool client_state::shm_fallback(const attempt_ptr& a, int status, const result<embed_result>& r, deferred& d) {
+inline bool client_state::shm_fallback(const attempt_ptr& a, const attempt_outcome& o, deferred& d) {
   const auto c = a->call;
   if (!a->shm || c->done) return false;
-  if (status == 200 && r) return false;
-  const std::string msg = r ? std::string() : r.error().message;
+  if (o.fault == attempt_fault::none && o.answer) return false;
+  const std::string msg = o.answer ? std::string() : o.answer.error().message;
   const auto has = [&](std::string_view s) { return msg.find(s) != std::string::npos; };
-  // A 200 whose outputs could not be read, or a refusal that names shared memory (jitembed's and Triton's
+  // An answer whose outputs could not be read, or a refusal that names shared memory (jitembed's and Triton's
   // messages); any other answer (overload, an unknown model, bad rows) is the socket's answer too.
-  if (status == 200 || has("shared memory") || has("shared_memory") || has("Shared memory")) {
+  if (o.fault == attempt_fault::none || has("shared memory") || has("shared_memory") || has("Shared memory")) {
     auto& ep = *a->ep;
     if (has("not registered") || has("Unable to find") || has("unable to find")) {
       // The server lost the region (restarted): register a new one.

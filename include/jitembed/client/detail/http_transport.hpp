@@ -38,22 +38,17 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 
-// POST /v2/systemsharedmemory/region/<region>/register (or .../unregister, `key` empty) on an http(s) endpoint.
-inline shm_call_result http_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
-                                     std::size_t bytes, const client_options& opts) {
-  auto ho = metadata_http_options(a, opts);
-  ho.io_timeout = std::min<std::chrono::milliseconds>(ho.io_timeout, std::chrono::milliseconds(2000));
-  net::http::client hc(a.host, a.port, ho);
-  const bool reg = !key.empty();
-  std::string body = "{}";
-  if (reg) body = nlohmann::json{{"key", key}, {"offset", 0}, {"byte_size", bytes}}.dump();
-  auto h = auth_headers(opts);
-  h.emplace_back("Content-Type", "application/json");
-  auto r = hc.post("/v2/systemsharedmemory/region/" + region + (reg ? "/register" : "/unregister"), body, h);
-  if (!r) return {false, false, r.error().message};
-  if (r->status == 200) return {true, true, {}};
-  return {false, r->status != 502 && r->status != 503 && r->status != 504,
-          "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 300)};
+// A failed infer answer's outcome (not 200): 5xx but 503/504 the endpoint's fault (502, a proxy whose upstream
+// is down, retried as unavailable); 503, 504, 408, 429 or a retryable errc busy; other 4xx the request's (404
+// always not_found); any other status (a redirect) the endpoint's.
+inline attempt_outcome http_outcome(int status, std::string_view body, std::string_view what) {
+  auto e = http_error(status, body, what);
+  if (status == 404) e.code = errc::not_found;
+  if (status == 502 && !service_trouble(e.code)) e.code = errc::unavailable;
+  if (status >= 500 && status != 503 && status != 504) return {attempt_fault::endpoint, std::move(e)};
+  if (status == 408 || status == 429 || status == 503 || status == 504 || service_trouble(e.code))
+    return {attempt_fault::busy, std::move(e)};
+  return {status >= 400 && status < 500 ? attempt_fault::request : attempt_fault::endpoint, std::move(e)};
 }
 
 inline constexpr std::size_t kReadBufferBytes = std::size_t{64} << 10;  // per connection
@@ -320,12 +315,11 @@ class http_transport final : public transport {
       if (ec == std::errc{} && p == s.data() + s.size()) hlen = v;
     }
     release_conn(*a, keep);
-    if (status == 200)  // a call already finished (a hedge won) counts the latency only: nothing to decode
-      return events_.on_answer(a, 200,
-                               c->done ? result<embed_result>(fail(errc::cancelled, "answered after the call finished"))
-                                       : decode(*a, body, hlen),
-                               d);
-    events_.on_answer(a, status, http_error(status, body, "model '" + c->model + "' on " + a->ep->addr.url), d);
+    if (status != 200)
+      return events_.on_answer(a, http_outcome(status, body, "model '" + c->model + "' on " + a->ep->addr.url), d);
+    attempt_outcome o{attempt_fault::none, fail(errc::cancelled, "answered after the call finished")};
+    if (!c->done) o.answer = decode(*a, body, hlen);  // a call already finished (a hedge won): the latency only
+    events_.on_answer(a, std::move(o), d);
   }
 
   result<embed_result> decode(const remote_attempt& a, std::string_view body, std::optional<std::size_t> hlen) {

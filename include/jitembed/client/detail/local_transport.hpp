@@ -46,10 +46,10 @@ class local_transport final : public transport {
       self->exec_.post([self, a, r = std::move(r)]() mutable {
         deferred dd;
         std::lock_guard lk(self->events_.mutex());
-        if (!a->finished) self->events_.on_answer(a, 200, std::move(r), dd);
+        if (!a->finished) self->events_.on_answer(a, {attempt_fault::none, std::move(r)}, dd);
       });
     });
-    if (!queued) events_.on_answer(a, 200, fail(errc::cancelled, "client: closed"), d);
+    if (!queued) events_.on_answer(a, {attempt_fault::none, fail(errc::cancelled, "client: closed")}, d);
   }
 
   void abandon(remote_attempt& a) override {

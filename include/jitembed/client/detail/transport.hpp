@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "jitembed/client/detail/call_table.hpp"
+#include "jitembed/client/detail/client_policy.hpp"
 #include "jitembed/client/detail/client_shm.hpp"
 #include "jitembed/client/endpoints.hpp"
 #include "jitembed/client/options.hpp"
@@ -33,9 +34,8 @@ class attempt_events {
  public:
   virtual std::mutex& mutex() = 0;
   virtual bool closed() const = 0;
-  // An answer: `status` is HTTP's (a gRPC code mapped onto it), `r` the decoded result (200) or the answer's
-  // error.
-  virtual void on_answer(const attempt_ptr& a, int status, result<embed_result> r, deferred& d) = 0;
+  // An answer, judged by the transport.
+  virtual void on_answer(const attempt_ptr& a, attempt_outcome o, deferred& d) = 0;
   // No answer: connecting, sending or receiving failed; `timed_out` when the transport's own timer fired.
   virtual void on_no_answer(const attempt_ptr& a, std::string what, bool timed_out, deferred& d) = 0;
   // The TLS handshake failed on TLS's own terms (a certificate that does not verify, a peer that does not

@@ -372,8 +372,13 @@ TEST_CASE("a 404 ejects that endpoint for that model, re-admitted when ready aga
   o.breaker.eject_for = 100ms;
   o.endpoints.refresh = 20ms;
   auto c = cl::jit_client::create(o).value();
+  const auto loop0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 100; ++i) REQUIRE(c.embed(request("m", rows_of(1, i))).get());
-  CHECK(partial.requests() <= 3);  // ejected after its first 404
+  // Ejected after its first 404: one 404 per eject_for at most (the probe re-admits it, the next 404 ejects it
+  // again; a loaded machine makes the loop longer than one eject_for), not half the 100 calls.
+  const auto windows = (std::chrono::steady_clock::now() - loop0) / o.breaker.eject_for;
+  CAPTURE(windows);
+  CHECK(partial.requests() <= 3 + static_cast<std::size_t>(windows));
   // Another model is not affected.
   const auto before = partial.requests();
   for (int i = 0; i < 40; ++i) REQUIRE(c.embed(request("other", rows_of(1, i))).get());

@@ -30,30 +30,15 @@
 
 using namespace jitembed;
 using namespace jitembed::parallel;
-namespace pw = jitembed::nn::pointwise;
 
 namespace {
 
 using cuda_test::have_device;
+using cuda_test::on_rank_threads;
+using cuda_test::rel;
 
 // bf16-representable normal values (the inputs a bf16 run sees), as f32.
-tensor randn_bf16(const shape& s, std::uint64_t seed, float scale = 1.0f) {
-  tensor t = tensor::empty(s, dtype::f32);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  for (std::uint64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = pw::bf16_round(d(gen));
-  return t;
-}
-
-double rel(const tensor& got, const tensor& ref) {
-  REQUIRE(got.numel() == ref.numel());
-  double d = 0, m = 1e-30;
-  for (std::uint64_t i = 0; i < ref.numel(); ++i) {
-    d = std::max(d, static_cast<double>(std::abs(got.data<float>()[i] - ref.data<float>()[i])));
-    m = std::max(m, static_cast<double>(std::abs(ref.data<float>()[i])));
-  }
-  return d / m;
-}
+tensor randn_bf16(const shape& s, std::uint64_t seed) { return cuda_test::rounded(cuda_test::randn(s, seed)); }
 
 // [B, S, H, D] → [B, H, S, D] (a contiguous copy).
 tensor to_bhsd(const tensor& x) {
@@ -72,8 +57,11 @@ struct exact {
 };
 
 exact exact_attention(const tensor& q, const tensor& k, const tensor& v, const tensor& dout, bool causal) {
-  exact e{tensor::empty(q.shape(), dtype::f32), {}, tensor::empty(q.shape(), dtype::f32),
-          tensor::empty(k.shape(), dtype::f32), tensor::empty(v.shape(), dtype::f32)};
+  exact e{tensor::empty(q.shape(), dtype::f32),
+          {},
+          tensor::empty(q.shape(), dtype::f32),
+          tensor::empty(k.shape(), dtype::f32),
+          tensor::empty(v.shape(), dtype::f32)};
   const auto saved = nn::attention_forward(q, k, v, causal, e.out);
   nn::attention_backward(q, k, v, saved, dout, e.dq, e.dk, e.dv);
   e.lse = saved.lse;
@@ -190,36 +178,24 @@ TEST_CASE("Ulysses attention with cuDNN's engine equals the single-rank referenc
   const exact want = exact_attention(q, k, v, go, true);
   using staged = host_staged_communicator<gloo_communicator>;
   auto st = shared_store(hash_store());
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::exception_ptr first;
   std::vector<std::string> engines(2);
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        JITEMBED_CUDA_CHECK(cudaSetDevice(0));
-        auto stream = jitembed::cuda::stream::create().value();
-        auto g = gloo_communicator::create(st, r, 2).value();
-        staged comm(std::move(g), cuda_staging(stream, 0));
-        const cuda_backend be =
-            cuda_backend::create(stream, dtype::bf16, make_cudnn_attention(stream).value()).value();
-        engines[static_cast<std::size_t>(r)] = std::string(be.attention_engine()->name());
-        auto attn = ulysses_attention<staged, cuda_backend>::create(comm, static_cast<int>(h), {.causal = true}, be).value();
-        const auto mine = [&](const tensor& x) { return local_chunk(x, 1, 2, comm.rank()); };
-        const tensor o = attn.forward(be.upload(mine(q)), be.upload(mine(k)), be.upload(mine(v)), s, s).value();
-        const auto grads = attn.backward(be.upload(mine(go))).value();
-        CHECK(rel(be.download(o), mine(want.out)) <= 1e-2);
-        CHECK(rel(be.download(grads.dq), mine(want.dq)) <= 1e-2);
-        CHECK(rel(be.download(grads.dk), mine(want.dk)) <= 1e-2);
-        CHECK(rel(be.download(grads.dv), mine(want.dv)) <= 1e-2);
-        comm.synchronize().value();
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  on_rank_threads(2, [&](int r) {
+    JITEMBED_CUDA_CHECK(cudaSetDevice(0));
+    auto stream = jitembed::cuda::stream::create().value();
+    auto g = gloo_communicator::create(st, r, 2).value();
+    staged comm(std::move(g), cuda_staging(stream, 0));
+    const cuda_backend be = cuda_backend::create(stream, dtype::bf16, make_cudnn_attention(stream).value()).value();
+    engines[static_cast<std::size_t>(r)] = std::string(be.attention_engine()->name());
+    auto attn =
+        ulysses_attention<staged, cuda_backend>::create(comm, static_cast<int>(h), {.causal = true}, be).value();
+    const auto mine = [&](const tensor& x) { return local_chunk(x, 1, 2, comm.rank()); };
+    const tensor o = attn.forward(be.upload(mine(q)), be.upload(mine(k)), be.upload(mine(v)), s, s).value();
+    const auto grads = attn.backward(be.upload(mine(go))).value();
+    CHECK(rel(be.download(o), mine(want.out)) <= 1e-2);
+    CHECK(rel(be.download(grads.dq), mine(want.dq)) <= 1e-2);
+    CHECK(rel(be.download(grads.dk), mine(want.dk)) <= 1e-2);
+    CHECK(rel(be.download(grads.dv), mine(want.dv)) <= 1e-2);
+    comm.synchronize().value();
+  });
   CHECK(engines[0] == "cudnn");
 }

@@ -37,32 +37,10 @@ namespace pw = jitembed::nn::pointwise;
 namespace {
 
 using cuda_test::have_device;
-
-tensor randn(const shape& s, std::uint64_t seed, float scale = 1.0f) {
-  tensor t = tensor::empty(s, dtype::f32);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  for (std::uint64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(gen);
-  return t;
-}
-
-// The same values rounded to bf16 (the inputs a bf16 run sees), as f32.
-tensor rounded(const tensor& x) {
-  tensor r = x.clone();
-  for (std::uint64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = pw::bf16_round(r.data<float>()[i]);
-  return r;
-}
-
-// max|got − ref| / max|ref|.
-double rel(const tensor& got, const tensor& ref) {
-  REQUIRE(got.numel() == ref.numel());
-  double d = 0, m = 1e-30;
-  for (std::uint64_t i = 0; i < ref.numel(); ++i) {
-    d = std::max(d, static_cast<double>(std::abs(got.data<float>()[i] - ref.data<float>()[i])));
-    m = std::max(m, static_cast<double>(std::abs(ref.data<float>()[i])));
-  }
-  return d / m;
-}
+using cuda_test::on_rank_threads;
+using cuda_test::randn;
+using cuda_test::rel;
+using cuda_test::rounded;
 
 double tol(dtype t) { return t == dtype::f32 ? 1e-5 : 1e-2; }
 
@@ -241,28 +219,16 @@ namespace {
 template <class F>
 void run_staged(int n, dtype dt, F fn, bool two_streams = false) {
   auto st = shared_store(hash_store());
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::exception_ptr first;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        JITEMBED_CUDA_CHECK(cudaSetDevice(0));
-        auto s = jitembed::cuda::stream::create().value();
-        auto s_comm = jitembed::cuda::stream::create().value();
-        auto g = gloo_communicator::create(st, r, n).value();
-        host_staged_communicator<gloo_communicator> comm(std::move(g), cuda_staging(two_streams ? s_comm : s, 0));
-        cuda_backend be = cuda_backend::create(s, dt).value();
-        fn(comm, be);
-        comm.synchronize().value();
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  on_rank_threads(n, [&](int r) {
+    JITEMBED_CUDA_CHECK(cudaSetDevice(0));
+    auto s = jitembed::cuda::stream::create().value();
+    auto s_comm = jitembed::cuda::stream::create().value();
+    auto g = gloo_communicator::create(st, r, n).value();
+    host_staged_communicator<gloo_communicator> comm(std::move(g), cuda_staging(two_streams ? s_comm : s, 0));
+    cuda_backend be = cuda_backend::create(s, dt).value();
+    fn(comm, be);
+    comm.synchronize().value();
+  });
 }
 
 struct mlp_ref {
@@ -510,26 +476,14 @@ TEST_CASE("boundary transform of device tensors equals the Gloo host transform (
   const tensor x = randn(shape{2, 10, 6}, 71), dy = randn(shape{2, 10, 6}, 72);  // seq 10 over 3: 4 + 3 + 3
   auto st = shared_store(hash_store());
   auto st_host = shared_store(hash_store());
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::exception_ptr first;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        JITEMBED_CUDA_CHECK(cudaSetDevice(0));
-        auto s = jitembed::cuda::stream::create().value();
-        host_staged_communicator<gloo_communicator> comm(gloo_communicator::create(st, r, 3).value(), cuda_staging(s, 0));
-        auto host = gloo_communicator::create(st_host, r, 3).value();
-        const cuda_backend be = cuda_backend::create(s, dtype::f32).value();
-        check_device_boundary(comm, &host, be, x, dy);
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  on_rank_threads(3, [&](int r) {
+    JITEMBED_CUDA_CHECK(cudaSetDevice(0));
+    auto s = jitembed::cuda::stream::create().value();
+    host_staged_communicator<gloo_communicator> comm(gloo_communicator::create(st, r, 3).value(), cuda_staging(s, 0));
+    auto host = gloo_communicator::create(st_host, r, 3).value();
+    const cuda_backend be = cuda_backend::create(s, dtype::f32).value();
+    check_device_boundary(comm, &host, be, x, dy);
+  });
 }
 
 TEST_CASE("boundary transform of device tensors over NCCL (grouped send/recv) equals the host result") {
@@ -541,35 +495,23 @@ TEST_CASE("boundary transform of device tensors over NCCL (grouped send/recv) eq
   std::printf("boundary over NCCL: %d rank(s)\n", n);
   const tensor x = randn(shape{2, 11, 8}, 73), dy = randn(shape{2, 11, 8}, 74);
   auto st = shared_store(hash_store());
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  std::exception_ptr first;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        const int dev = devs[static_cast<std::size_t>(r)];
-        JITEMBED_CUDA_CHECK(cudaSetDevice(dev));
-        auto comm = nccl_communicator::create(st, r, n, dev).value();
-        auto s = jitembed::cuda::stream::create().value();
-        const cuda_backend be = cuda_backend::create(s, dtype::f32).value();
-        check_device_boundary(comm, static_cast<gloo_communicator*>(nullptr), be, x, dy);
-        // bf16 moves as bytes too: replicate -> shard(1) -> replicate gives the tensor back
-        std::vector<int> ranks(static_cast<std::size_t>(n));
-        for (int i = 0; i < n; ++i) ranks[static_cast<std::size_t>(i)] = i;
-        const layout rep{ranks, placement::replicate()}, sharded{ranks, placement::shard(1)};
-        const tensor xb = rounded(x);
-        const tensor full = be.upload(xb);  // bf16 on the device
-        be.stream().synchronize();
-        const tensor mine = boundary_forward(comm, &full.view(), xb.shape(), rep, sharded, dtype::bf16);
-        const tensor back = boundary_forward(comm, &mine.view(), xb.shape(), sharded, rep, dtype::bf16);
-        comm.synchronize().value();
-        CHECK(rel(be.download(back), xb) == 0.0);
-      } catch (...) {
-        std::lock_guard lock(mu);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+  on_rank_threads(n, [&](int r) {
+    const int dev = devs[static_cast<std::size_t>(r)];
+    JITEMBED_CUDA_CHECK(cudaSetDevice(dev));
+    auto comm = nccl_communicator::create(st, r, n, dev).value();
+    auto s = jitembed::cuda::stream::create().value();
+    const cuda_backend be = cuda_backend::create(s, dtype::f32).value();
+    check_device_boundary(comm, static_cast<gloo_communicator*>(nullptr), be, x, dy);
+    // bf16 moves as bytes too: replicate -> shard(1) -> replicate gives the tensor back
+    std::vector<int> ranks(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) ranks[static_cast<std::size_t>(i)] = i;
+    const layout rep{ranks, placement::replicate()}, sharded{ranks, placement::shard(1)};
+    const tensor xb = rounded(x);
+    const tensor full = be.upload(xb);  // bf16 on the device
+    be.stream().synchronize();
+    const tensor mine = boundary_forward(comm, &full.view(), xb.shape(), rep, sharded, dtype::bf16);
+    const tensor back = boundary_forward(comm, &mine.view(), xb.shape(), sharded, rep, dtype::bf16);
+    comm.synchronize().value();
+    CHECK(rel(be.download(back), xb) == 0.0);
+  });
 }

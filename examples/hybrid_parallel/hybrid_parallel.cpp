@@ -56,14 +56,7 @@
 
 namespace {
 
-using namespace jitembed;
-using namespace jitembed::parallel;
-using hybrid::comm_t;
-using hybrid::rank_result;
-using hybrid::tensors;
-using json = nlohmann::json;
-
-using namespace hybrid_app;
+using namespace hybrid_app;  // jitembed, jitembed::parallel, json and the hybrid:: names (rank_io.hpp)
 
 // --- training: --steps N, AdamW, checkpoints, resume, restart (train.hpp) ---------------------------------
 

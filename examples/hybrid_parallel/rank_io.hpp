@@ -13,6 +13,7 @@
 
 namespace hybrid_app {
 
+// The names the example's code uses unqualified, for every header of hybrid_app and the main.
 using namespace jitembed;
 using namespace jitembed::parallel;
 using hybrid::comm_t;

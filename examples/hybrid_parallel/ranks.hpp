@@ -21,13 +21,7 @@
 
 namespace hybrid_app {
 
-using namespace jitembed;
-using namespace jitembed::parallel;
-using hybrid::comm_t;
-using hybrid::rank_result;
-using hybrid::tensors;
-using json = nlohmann::json;
-
+// (the names rank_io.hpp brings into hybrid_app)
 // --- ranks as threads / processes ----------------------------------------------------------------------
 
 // Runs fn(world, r) -> T on every rank as a thread over one hash_store; out[r] is rank r's value. 1 (the

@@ -15,13 +15,7 @@
 
 namespace hybrid_app {
 
-using namespace jitembed;
-using namespace jitembed::parallel;
-using hybrid::comm_t;
-using hybrid::rank_result;
-using hybrid::tensors;
-using json = nlohmann::json;
-
+// (the names rank_io.hpp brings into hybrid_app)
 // --- the report ---------------------------------------------------------------------------------------
 
 inline double max_abs(const tensor& a, const tensor& b) {

@@ -90,10 +90,7 @@ class HybridConfig:
         """From a plain dict (e.g. parsed JSON); modules as {"ranks": [...], "num_cpus": c, "num_gpus": g}."""
         if not isinstance(d, dict):
             raise HybridConfigError(f"hybrid config: expected an object, got {type(d).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise HybridConfigError(f"hybrid config: unknown key '{unknown[0]}' (known: {', '.join(sorted(names))})")
+        _refuse_unknown_keys(d, cls, "")
         kw = dict(d)
         for m in MODULES:
             if m in kw:
@@ -245,15 +242,19 @@ class HybridConfig:
         return args
 
 
+def _refuse_unknown_keys(d: Dict[str, Any], cls: type, prefix: str) -> None:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise HybridConfigError(f"hybrid config: unknown key '{prefix}{unknown[0]}' (known: {', '.join(sorted(known))})")
+
+
 def _group_of(name: str, v: Any) -> ModuleGroup:
     if isinstance(v, ModuleGroup):
         return v
     if not isinstance(v, dict):
         raise HybridConfigError(f"hybrid config: {name} must be an object with ranks, num_cpus, num_gpus")
-    known = {f.name for f in dataclasses.fields(ModuleGroup)}
-    unknown = sorted(set(v) - known)
-    if unknown:
-        raise HybridConfigError(f"hybrid config: unknown key '{name}.{unknown[0]}' (known: {', '.join(sorted(known))})")
+    _refuse_unknown_keys(v, ModuleGroup, name + ".")
     if "ranks" not in v:
         raise HybridConfigError(f"hybrid config: {name} lacks ranks")
     ranks = v["ranks"]

@@ -108,9 +108,9 @@ declare -A development_debs=(
 )
 build_debs="build-essential cmake pkg-config ninja-build ccache"
 # programs the tests run: redis-server (with redis-benchmark), lmdb-utils, ffmpeg, tar, openssl (test certificates); protocol peers
-# (tritonclient, pytest and perf_analyzer in .venv; perf_analyzer needs libb64); the Triton test peer
+# (tritonclient, pytest and perf_analyzer in .venv; perf_analyzer needs libb64; wrk for bench_wrk.py); the Triton test peer
 # (tests/triton): Debian's Python 3.11 for .venv-triton, whose Python backend stub links libpython3.11
-test_peer_debs="redis-server lmdb-utils ffmpeg tar openssl python3-venv libb64-0d python3.11 python3.11-venv libpython3.11"
+test_peer_debs="redis-server lmdb-utils ffmpeg tar openssl python3-venv libb64-0d python3.11 python3.11-venv libpython3.11 wrk"
 # components the default configure builds without the CUDA toolkit (the test command's CPU build)
 cpu_components="core codec batching kserve http zstd format cache lmdb redis jpeg video models models_image models_video tokenizers torch server protobuf repository grpc client loader parallel tcp_store gloo"
 

@@ -1,6 +1,8 @@
 """A throwaway single-node Ray cluster on loopback, for tests, benchmarks and the example:
 ``ray start --head --node-ip-address 127.0.0.1`` (dashboard off, explicit CPUs, small object store, its own
-temp dir), a driver connected to it and Serve's HTTP proxy on 127.0.0.1; ``ray stop --force`` at the end."""
+temp dir), a driver connected to it and Serve's HTTP proxy on 127.0.0.1. At the end it stops that cluster's
+processes only (found by its temp dir and GCS address, with their children), not ``ray stop --force``, which
+would kill every Ray cluster of this user on the machine (two test runs at once killed each other's)."""
 
 from __future__ import annotations
 
@@ -10,15 +12,68 @@ import shutil
 import socket
 import subprocess
 import sys
+import signal
 import tempfile
+import time
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Set
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _cluster_pids(temp_dir: str, gcs_address: str) -> Set[int]:
+    """The processes of the cluster started with this temp dir: those whose command line names the temp dir
+    (GCS, raylet, monitors, dashboard) or the GCS address (Ray's client server), and all their descendants
+    (workers and agents are the raylet's children)."""
+    parent: Dict[int, int] = {}
+    roots: Set[int] = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parent[int(d)] = ppid
+        if temp_dir in cmd or f"--address={gcs_address}" in cmd or f"--gcs-address={gcs_address}" in cmd:
+            roots.add(int(d))
+    pids, grown = set(roots), True
+    while grown:
+        kids = {p for p, pp in parent.items() if pp in pids and p not in pids}
+        grown = bool(kids)
+        pids |= kids
+    pids.discard(os.getpid())
+    return pids
+
+
+def _stop_cluster(temp_dir: str, gcs_address: str, grace_s: float = 10.0) -> None:
+    """SIGTERM to this cluster's processes, SIGKILL to those left after grace_s."""
+    pids = _cluster_pids(temp_dir, gcs_address)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 2.0)
+        while pids and time.monotonic() < deadline:
+            pids = {p for p in pids if os.path.exists(f"/proc/{p}") and not _zombie(p)}
+            time.sleep(0.1)
+        if not pids:
+            return
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 @contextlib.contextmanager
@@ -81,5 +136,5 @@ def local_cluster(num_cpus: int = 4, object_store_mb: int = 150, http_port: Opti
         if ray.is_initialized():
             with contextlib.suppress(Exception):
                 ray.shutdown()
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _stop_cluster(temp_dir, f"127.0.0.1:{gcs_port}")
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -117,7 +117,7 @@ def bins() -> Dict[str, str]:
 @pytest.fixture(scope="session")
 def ray_cluster(bins):
     """A Ray cluster on 127.0.0.1 (jitembed.ray.local: dashboard off, 4 logical CPUs, 150 MB object store) and
-    Serve's proxy on a free loopback port; `ray stop --force` at the end."""
+    Serve's proxy on a free loopback port; at the end it stops that cluster's own processes."""
     from jitembed.ray.local import local_cluster
 
     # one logical GPU (no device behind it): fractional num_gpus placement and ray.get_gpu_ids() are testable

@@ -160,3 +160,25 @@ def test_config_from_dict_and_args(hybrid_bin, tmp_path):
     c = HybridConfig.from_args(["--config", str(f), "--steps", "5", "--llm-cpus", "2", "--binary", hybrid_bin])
     assert (c.world, c.steps, c.llm.ranks, c.llm.num_cpus, c.llm.num_gpus) == (3, 5, [2], 2.0, 0.5)
     assert c.validate().rank_args()[:6] == ["--events", "--world", "3", "--encoder-ranks", "0,1", "--llm-ranks"]
+
+
+def test_another_cluster_stopping_leaves_this_one_running(ray_cluster, tmp_path):
+    """local_cluster stops only its own processes: a second cluster started and stopped beside the fixture's
+    (as a second test run on the same machine would) leaves this one's processes and tasks alone."""
+    import sys
+
+    import ray
+    from jitembed.ray.local import _cluster_pids
+
+    ours = _cluster_pids(ray_cluster["temp_dir"], ray_cluster["gcs"])
+    assert ours, "the fixture's cluster processes are not found by its temp dir"
+    other = tmp_path / "other.py"
+    other.write_text("import ray\nfrom jitembed.ray.local import local_cluster, _cluster_pids\n"
+                     "with local_cluster(num_cpus=1, serve=False) as c:\n"
+                     "    assert ray.get(ray.remote(lambda: 7).remote()) == 7\n"
+                     "    td, gcs = c['temp_dir'], c['gcs']\n"
+                     "assert not _cluster_pids(td, gcs), 'the second cluster left processes'\n")
+    r = subprocess.run([sys.executable, str(other)], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert ours <= _cluster_pids(ray_cluster["temp_dir"], ray_cluster["gcs"]), "the second cluster's stop killed ours"
+    assert ray.get(ray.remote(lambda: 5).remote(), timeout=60) == 5

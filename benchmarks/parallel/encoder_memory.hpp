@@ -141,9 +141,8 @@ inline std::uint64_t sp4_peak(std::int64_t seq, bool block, memory_budget budget
       try {
         auto layer = parallel::ulysses_attention<parallel::gloo_communicator>::create(c, kMemHeads).value();
         attention_fns fns{[&](tensor& q, tensor& k, tensor& v) {
-                            tensor out = layer.forward(q, k, v).value();
-                            q = k = v = tensor();  // the layer keeps its head-sharded copies
-                            return out;
+                            // each released once its head-sharded copy exists (the layer keeps those)
+                            return layer.forward(std::move(q), std::move(k), std::move(v)).value();
                           },
                           [&](const tensor& dout) {
                             auto g = layer.backward(dout).value();

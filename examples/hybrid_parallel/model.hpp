@@ -180,7 +180,7 @@ inline attn_out attention(const tensor& q, const tensor& k, const tensor& v, std
   const shape s4{b, s, heads, h / heads};
   attn_out o{tensor::empty(q.shape(), dtype::f32), {}};
   o.saved = pm::attention_forward(reshape(q, s4).view(), reshape(k, s4).view(), reshape(v, s4).view(), causal,
-                                  reshape(o.out, s4).view());
+                                  reshape(o.out, s4));
   return o;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -591,7 +592,7 @@ TEST_CASE("math: blockwise attention equals the exact reference (forward, dq, dk
   }
 }
 
-TEST_CASE("math: attention's saved state is O(S): lse and a copy of out, not the S² probabilities") {
+TEST_CASE("math: attention's saved state is O(S): lse and out, not the S² probabilities") {
   std::mt19937 rng(14);
   const std::int64_t B = 1, S = 4096, H = 1, D = 16;
   tensor q = random_tensor(shape{B, S, H, D}, rng), k = random_tensor(shape{B, S, H, D}, rng);
@@ -599,10 +600,30 @@ TEST_CASE("math: attention's saved state is O(S): lse and a copy of out, not the
   const auto saved = pm::attention_forward(q, k, v, true, out);
   CHECK(saved.lse.nbytes() == static_cast<std::size_t>(B * H * S * 4));
   CHECK(saved.out.nbytes() == static_cast<std::size_t>(B * S * H * D * 4));
+  CHECK(saved.out.data() == out.data());  // an owning out is shared, not copied
   CHECK(saved.lse.nbytes() + saved.out.nbytes() < static_cast<std::size_t>(S * S * 4) / 100);
   tensor ref = tensor::empty(q.shape(), dtype::f32);
   (void)pm::detail::attention_reference_forward(q, k, v, true, ref);
   CHECK(rel_err(out, std::vector<double>(ref.data<float>(), ref.data<float>() + ref.numel())) <= 1e-5);
+}
+
+TEST_CASE("math: attention shares an owning out and copies a view out, with equal gradients") {
+  std::mt19937 rng(15);
+  const shape s{2, 33, 2, 8};
+  const tensor q = random_tensor(s, rng), k = random_tensor(s, rng), v = random_tensor(s, rng);
+  const tensor dout = random_tensor(s, rng);
+  tensor owned = tensor::empty(s, dtype::f32), viewed = tensor::empty(s, dtype::f32);
+  const auto a = pm::attention_forward(q, k, v, true, owned);
+  const auto b = pm::attention_forward(q, k, v, true, viewed.view());
+  CHECK(a.out.data() == owned.data());
+  CHECK(b.out.data() != viewed.data());
+  CHECK(std::memcmp(owned.data(), viewed.data(), owned.nbytes()) == 0);
+  CHECK(std::memcmp(b.out.data(), viewed.data(), viewed.nbytes()) == 0);
+  std::vector<tensor> g;
+  for (int i = 0; i < 6; ++i) g.push_back(tensor::empty(s, dtype::f32));
+  pm::attention_backward(q, k, v, a, dout, g[0], g[1], g[2]);
+  pm::attention_backward(q, k, v, b, dout, g[3], g[4], g[5]);
+  for (int i = 0; i < 3; ++i) CHECK(std::memcmp(g[i].data(), g[i + 3].data(), g[i].nbytes()) == 0);
 }
 
 TEST_CASE("math: embedding forward gathers rows, backward scatter-adds, bad ids throw and write nothing") {

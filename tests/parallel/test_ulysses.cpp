@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "jitembed/core/memory_account.hpp"
 #include "jitembed/nn.hpp"
 #include "jitembed/parallel/ulysses.hpp"
 #include "support.hpp"
@@ -176,5 +177,38 @@ TEST_CASE("ulysses_attention keeps a copy of the communicator: moving it after c
     CHECK(rel_error(g.dv, want_dv) <= kTol);
     CHECK(moved.stats()[coll::all_to_all].calls == 8);
     moved.barrier().value();
+  });
+}
+
+TEST_CASE("ulysses_attention given owning q, k, v releases each once converted: same result, lower forward peak") {
+  run_ranks(2, [](gloo_communicator& c) {
+    const std::int64_t B = 1, S = 64, H = 4, D = 8;
+    const tensor q = randn(shape{B, S, H, D}, 31), k = randn(shape{B, S, H, D}, 32), v = randn(shape{B, S, H, D}, 33);
+    const auto peak_of = [&](bool owning, tensor& out) {
+      memory_account acc;
+      memory_scope scope(acc, "attn");
+      auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H)).value();
+      tensor ql = seq_chunk(q, c).clone(), kl = seq_chunk(k, c).clone(), vl = seq_chunk(v, c).clone();
+      if (owning) {
+        out = attn.forward(std::move(ql), std::move(kl), std::move(vl)).value();
+        CHECK_FALSE(ql.defined());
+        CHECK_FALSE(kl.defined());
+        CHECK_FALSE(vl.defined());
+      } else {
+        out = attn.forward(ql, kl, vl).value();
+      }
+      return acc.usage().peak;
+    };
+    tensor by_view, by_value;
+    const auto view_peak = peak_of(false, by_view), owning_peak = peak_of(true, by_value);
+    CHECK(rel_error(by_value, by_view) == 0.0);
+    CHECK(owning_peak < view_peak);
+    // one tensor given as q, k and v (self-attention on x): released after its last use, same result
+    auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H)).value();
+    tensor x = seq_chunk(q, c).clone();
+    const tensor self_view = attn.forward(x, x, x).value();
+    const tensor self_owning = attn.forward(std::move(x), std::move(x), std::move(x)).value();
+    CHECK_FALSE(x.defined());
+    CHECK(rel_error(self_owning, self_view) == 0.0);
   });
 }

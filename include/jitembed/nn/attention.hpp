@@ -29,9 +29,11 @@ struct attention_options {
 
 // What backward needs, O(S) per head (never the S² probabilities, which backward recomputes blockwise):
 //   lse  f32 [B, H, Sq]      log Σ_visible exp(q·kᵀ/√D), the softmax's normalizer per query row
-//   out  f32 [B, Sq, H, D]   a copy of forward's output, for backward's rowsum(dO ⊙ O). A copy, not a view:
-//                            callers (ulysses_attention) drop their `out` after forward, and the backend
-//                            interface's attention_backward takes no `out`. Bytes: 4·B·H·Sq·(1 + D).
+//   out  f32 [B, Sq, H, D]   forward's output, for backward's rowsum(dO ⊙ O): the caller's own tensor when
+//                            forward was given one (shared storage, nothing copied; the caller must not
+//                            overwrite it before backward), else a copy of the view it wrote. The backend
+//                            interface's attention_backward takes no `out`. Bytes kept: 4·B·H·Sq (lse) plus
+//                            4·B·H·Sq·D when it is a copy.
 //   causal                   forward's mask, which backward applies again
 struct attention_saved {
   tensor lse;
@@ -88,15 +90,17 @@ inline void zero_rows(float* p, std::int64_t rows, std::int64_t n, std::int64_t 
 // Blockwise with an online softmax (running max and sum per row): per (batch, head), query blocks × key
 // blocks; key blocks wholly after a causal query block are skipped (about half the work). Per-head slices
 // are read in place (row pitch H·D), not copied.
+// `out` an owning tensor: the saved state shares it (its caller keeps it unchanged until backward); a view:
+// the saved state keeps a copy.
 inline attention_saved attention_forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
-                                         const tensor_view& out, const attention_options& opt = {}) {
+                                         const tensor& out, const attention_options& opt = {}) {
   constexpr std::string_view fn = "attention_forward";
   const auto dm = detail::check_attention(fn, q, k, v);
-  detail::require(fn, "out", out);
-  detail::require_shape(fn, "out", out, q.shape());
+  detail::require(fn, "out", out.view());
+  detail::require_shape(fn, "out", out.view(), q.shape());
   detail::check_attention_options(fn, opt);
   if (dm.sq > 0 && dm.sk == 0) detail::throw_arg(fn, "no keys to attend to, got k " + k.shape().to_string());
-  attention_saved saved{tensor::empty(shape{dm.b, dm.h, dm.sq}, dtype::f32), tensor::empty(q.shape(), dtype::f32), causal};
+  attention_saved saved{tensor::empty(shape{dm.b, dm.h, dm.sq}, dtype::f32), out, causal};
   const std::int64_t ld = dm.h * dm.d;
   const float scale = detail::attention_scale(dm.d);
   const std::int64_t bq = std::min(opt.block_q, std::max<std::int64_t>(dm.sq, 1));
@@ -150,7 +154,15 @@ inline attention_saved attention_forward(const tensor_view& q, const tensor_view
       }
     }
   }
-  if (out.numel() != 0) std::memcpy(saved.out.data<float>(), out.data<const float>(), out.numel() * sizeof(float));
+  return saved;
+}
+
+inline attention_saved attention_forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
+                                         const tensor_view& out, const attention_options& opt = {}) {
+  detail::require("attention_forward", "out", out);
+  detail::require_shape("attention_forward", "out", out, q.shape());
+  attention_saved saved = attention_forward(q, k, v, causal, tensor::empty(q.shape(), dtype::f32), opt);
+  if (out.numel() != 0) std::memcpy(out.data<float>(), saved.out.data<const float>(), out.numel() * sizeof(float));
   return saved;
 }
 

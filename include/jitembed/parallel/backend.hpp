@@ -34,7 +34,8 @@ namespace jitembed::parallel {
 // still runs the linear layers and the MLP):
 //   embedding_forward(ids, table, start, out)     out[i] = table[ids[i] − start] for ids in the shard, else 0
 //   embedding_backward(ids, dout, start, dtable)  dtable[ids[i] − start] += dout[i] (f32 dtable)
-//   attention_forward(q, k, v, causal, out)       → attention_saved (nn::attention_forward)
+//   attention_forward(q, k, v, causal, out)       → attention_saved (nn::attention_forward; out an owning
+//                                                 tensor that the saved state shares, not a copy)
 //   attention_backward(q, k, v, saved, dout, dq, dk, dv)
 template <class B>
 concept math_backend = std::copy_constructible<B> && requires(const B& b, const shape& s, dtype t, const tensor_view& v,
@@ -122,7 +123,7 @@ struct cpu_backend {
   }
   using attention_saved = nn::attention_saved;
   attention_saved attention_forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
-                                    const tensor_view& out) const {
+                                    const tensor& out) const {
     return nn::attention_forward(q, k, v, causal, out);
   }
   void attention_backward(const tensor_view& q, const tensor_view& k, const tensor_view& v, const attention_saved& saved,

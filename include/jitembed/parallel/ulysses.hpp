@@ -8,6 +8,7 @@
 // CPU, or on the communicator's device (copy2d.hpp) with a device backend (backend.hpp) for the attention.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -122,6 +123,20 @@ class ulysses_attention {
   // means seq_len). Returns out [B, Sq_r, H, D].
   result<tensor> forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, std::int64_t seq_len = -1,
                          std::int64_t kv_seq_len = -1) {
+    return forward_impl(q, k, v, seq_len, kv_seq_len, {});
+  }
+  // The same, taking the caller's q, k and v: each is released as soon as its head-sharded copy exists, so
+  // the two layouts of all three are never alive at once (the peak of the forward drops by up to two
+  // chunks; the layer keeps only the head-sharded copies, as it does either way).
+  result<tensor> forward(tensor&& q, tensor&& k, tensor&& v, std::int64_t seq_len = -1, std::int64_t kv_seq_len = -1) {
+    // one object given twice (forward(std::move(x), std::move(x), ...)) is released after its last use
+    return forward_impl(q.view(), k.view(), v.view(), seq_len, kv_seq_len,
+                        {&q == &k || &q == &v ? nullptr : &q, &k == &v ? nullptr : &k, &v});
+  }
+
+ private:
+  result<tensor> forward_impl(const tensor_view& q, const tensor_view& k, const tensor_view& v, std::int64_t seq_len,
+                              std::int64_t kv_seq_len, std::array<tensor*, 3> release) {
     constexpr const char* what = "ulysses_attention forward";
     JITEMBED_TRY(detail::check_bshd(q, what, "q", be_.device()));
     JITEMBED_TRY(detail::check_bshd(k, what, "k", be_.device()));
@@ -144,9 +159,13 @@ class ulysses_attention {
       seq_len_ = seq_len;
       kv_seq_len_ = kv_seq_len;
       be_.before_comm(comm_);
+      // q, k, v are views of *release[i] when given: none is read after its owner is released
       JITEMBED_ASSIGN_OR_RETURN(qh_, try_seq_to_head(comm_, q, seq_len));
+      if (release[0]) *release[0] = tensor();
       JITEMBED_ASSIGN_OR_RETURN(kh_, try_seq_to_head(comm_, k, kv_seq_len));
+      if (release[1]) *release[1] = tensor();
       JITEMBED_ASSIGN_OR_RETURN(vh_, try_seq_to_head(comm_, v, kv_seq_len));
+      if (release[2]) *release[2] = tensor();
       be_.after_comm(comm_);
       tensor out = be_.empty(qh_.shape(), qh_.dtype());
       saved_ = be_.attention_forward(qh_, kh_, vh_, causal_, out);
@@ -157,6 +176,7 @@ class ulysses_attention {
     });
   }
 
+ public:
   // dout [B, Sq_r, H, D] (like forward's output) → dq, dk, dv shaped like forward's q, k, v.
   result<grads> backward(const tensor_view& dout) {
     constexpr const char* what = "ulysses_attention backward";

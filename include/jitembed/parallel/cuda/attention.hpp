@@ -25,7 +25,8 @@ namespace jitembed::parallel {
 // keeps O(S) per head instead:
 //   probs  f32 [B, H, Sq, Sk]  the exact path's softmax probabilities (undefined after a fused forward)
 //   lse    f32 [B, H, Sq]      a fused forward's log Σ_visible exp(q·kᵀ/√D) per query row
-//   out    [B, Sq, H, D]       a fused forward's output, a copy (attention_backward takes no `out`)
+//   out    [B, Sq, H, D]       a fused forward's output: the caller's tensor, shared, not copied (the caller
+//                              leaves it unchanged until backward; attention_backward takes no `out`)
 //   causal                     a fused forward's mask, which backward applies again
 struct cuda_attention_saved {
   tensor probs;
@@ -44,7 +45,7 @@ class cuda_attention_engine {
   virtual std::string_view name() const noexcept = 0;
   virtual bool supports(dtype t) const noexcept = 0;  // the activations' dtype
   virtual cuda_attention_saved forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
-                                       const tensor_view& out) = 0;
+                                       const tensor& out) = 0;
   virtual void backward(const tensor_view& q, const tensor_view& k, const tensor_view& v,
                         const cuda_attention_saved& saved, const tensor_view& dout, const tensor_view& dq,
                         const tensor_view& dk, const tensor_view& dv) = 0;

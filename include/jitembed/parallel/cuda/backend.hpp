@@ -188,7 +188,7 @@ class cuda_backend {
   // The fused engine given to create(), or null (the exact path).
   cuda_attention_engine* attention_engine() const noexcept { return state_->attention.get(); }
   attention_saved attention_forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
-                                    const tensor_view& out) const {
+                                    const tensor& out) const {
     if (state_->attention) return state_->attention->forward(q, k, v, causal, out);
     return cuda_attention_forward(state_->blas, q, k, v, causal, out);
   }

@@ -340,8 +340,8 @@ class cudnn_sdpa {
 };
 
 // cuda_backend's attention through cudnn_sdpa (cuda_backend::create(stream, dtype::bf16,
-// make_cudnn_attention(stream).value())): forward saves the log-sum-exp and a copy of out (O(S) per head,
-// never the probabilities); backward recomputes the scores blockwise inside cuDNN's kernel.
+// make_cudnn_attention(stream).value())): forward saves the log-sum-exp and shares the caller's out (O(S) per
+// head, never the probabilities; nothing copied); backward recomputes the scores blockwise inside cuDNN's kernel.
 class cudnn_attention final : public cuda_attention_engine {
  public:
   explicit cudnn_attention(cudnn_sdpa sdpa) : sdpa_(std::move(sdpa)) {}
@@ -350,7 +350,7 @@ class cudnn_attention final : public cuda_attention_engine {
   bool supports(dtype t) const noexcept override { return t == dtype::bf16 || t == dtype::f16; }
 
   cuda_attention_saved forward(const tensor_view& q, const tensor_view& k, const tensor_view& v, bool causal,
-                               const tensor_view& out) override {
+                               const tensor& out) override {
     const auto s = sdpa_.stream();
     const int dev = sdpa_.cuda_device();
     cuda_attention_saved saved;
@@ -358,11 +358,8 @@ class cudnn_attention final : public cuda_attention_engine {
     if (q.rank() == 4) {
       saved.lse = jitembed::cuda::empty_device(shape{q.size(0), q.size(2), q.size(1)}, dtype::f32, s, dev);
     }
-    sdpa_.forward(q, k, v, causal, out, saved.lse.view()).value();
-    saved.out = jitembed::cuda::empty_device(out.shape(), out.dtype(), s, dev);
-    if (out.nbytes() != 0) {
-      JITEMBED_CUDA_CHECK(cudaMemcpyAsync(saved.out.data(), out.data(), out.nbytes(), cudaMemcpyDeviceToDevice, s.get()));
-    }
+    sdpa_.forward(q, k, v, causal, out.view(), saved.lse.view()).value();
+    saved.out = out;
     return saved;
   }
 

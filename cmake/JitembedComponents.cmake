@@ -190,15 +190,24 @@ endif()
 
 if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   # The embedding service: model registry, per-model batchers, KServe v2 routes (HTTP-agnostic handler).
+  # server/repository/ holds both components' headers: the seam (model_source), local_models and the version
+  # policy are the service's (no protobuf); config.pbtxt parsing, its schema, the backends and model_repository
+  # are the repository component's. _server_side names the former once, so each header is checked in one component.
+  set(_server_side repository/model_source repository/local_models repository/detail/version_policy)
+  list(TRANSFORM _server_side PREPEND "server/" OUTPUT_VARIABLE _server_side_globs)
+  list(TRANSFORM _server_side_globs APPEND ".hpp")
+  string(REPLACE ";" "|" _server_side_regex "/server/(${_server_side})\\.hpp$")
   jitembed_component(server
-    GLOBS server.hpp server/*.hpp server/detail/*.hpp
+    GLOBS server.hpp server/*.hpp server/detail/*.hpp server/shm/*.hpp ${_server_side_globs}
     EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$" "/server/(detail/)?grpc[^/]*\\.hpp$"
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format ZLIB::ZLIB)
   if(JITEMBED_WITH_REPOSITORY)
     # The model repository: config.pbtxt (protobuf text format against a schema built at run time:
-    # net/protobuf/), backends, loading into a service. Not linked by the umbrella target.
+    # net/protobuf/), backends, loading into a service (server/repository/), with the deprecated forwarding
+    # headers at their old server/ paths (one release). Not linked by the umbrella target.
     jitembed_component(repository
-      GLOBS server/repository*.hpp server/model_repository*.hpp server/detail/repository*.hpp
+      GLOBS server/repository*.hpp server/model_repository*.hpp server/repository/*.hpp server/repository/detail/*.hpp
+      EXCLUDE "${_server_side_regex}"
       LINK jitembed::server jitembed::protobuf protobuf::libprotobuf
       NOT_IN_UMBRELLA)
   endif()

@@ -15,6 +15,16 @@ function(jitembed_verify_headers name defines)
   foreach(_h IN LISTS ARGN)
     file(RELATIVE_PATH _rel "${_inc}" "${_h}")
     string(MAKE_C_IDENTIFIER "${_rel}" _id)
+    # MAKE_C_IDENTIFIER maps '/', '.' and '_' alike (server/repository/config.hpp and the forwarding header
+    # server/repository_config.hpp give one name): a name another header took gets its path's hash, so no TU
+    # overwrites another and every header is checked.
+    get_property(_taken GLOBAL PROPERTY JITEMBED_VERIFY_TU_IDS)
+    if(_id IN_LIST _taken)
+      string(MD5 _hash "${_rel}")
+      string(SUBSTRING "${_hash}" 0 8 _hash)
+      set(_id "${_id}_${_hash}")
+    endif()
+    set_property(GLOBAL APPEND PROPERTY JITEMBED_VERIFY_TU_IDS "${_id}")
     set(_tu "${PROJECT_BINARY_DIR}/verify_headers/${_id}.cpp")
     file(CONFIGURE OUTPUT "${_tu}" CONTENT "#include <${_rel}>\n#include <${_rel}>  // include guard works\n")
     list(APPEND _tus "${_tu}")

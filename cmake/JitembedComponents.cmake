@@ -208,7 +208,7 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   list(TRANSFORM _server_side_globs APPEND ".hpp")
   string(REPLACE ";" "|" _server_side_regex "/server/(${_server_side})\\.hpp$")
   jitembed_component(server
-    GLOBS server.hpp server/*.hpp server/detail/*.hpp server/shm/*.hpp ${_server_side_globs}
+    GLOBS server.hpp server/*.hpp server/detail/*.hpp server/shm/detail/*.hpp ${_server_side_globs}
     EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$" "/server/(detail/)?grpc[^/]*\\.hpp$"
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format ZLIB::ZLIB)
   if(JITEMBED_WITH_REPOSITORY)

@@ -37,7 +37,7 @@
 #include "jitembed/server/detail/registry.hpp"
 #include "jitembed/server/detail/render.hpp"
 #include "jitembed/server/model_instance.hpp"
-#include "jitembed/server/shm/transfer.hpp"
+#include "jitembed/server/shm/detail/transfer.hpp"
 
 namespace jitembed::server::detail {
 

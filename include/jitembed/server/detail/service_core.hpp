@@ -31,7 +31,7 @@
 #include "jitembed/server/detail/routes.hpp"
 #include "jitembed/server/model_instance.hpp"
 #include "jitembed/server/repository/model_source.hpp"
-#include "jitembed/server/shm/registry.hpp"
+#include "jitembed/server/shm/detail/registry.hpp"
 
 namespace jitembed::server {
 

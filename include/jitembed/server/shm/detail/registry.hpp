@@ -20,9 +20,9 @@
 
 #include "jitembed/core/cuda_ipc.hpp"
 #include "jitembed/core/error.hpp"
-#include "jitembed/server/shm/cuda_region.hpp"
-#include "jitembed/server/shm/region.hpp"
-#include "jitembed/server/shm/system_region.hpp"
+#include "jitembed/server/shm/detail/cuda_region.hpp"
+#include "jitembed/server/shm/detail/region.hpp"
+#include "jitembed/server/shm/detail/system_region.hpp"
 
 namespace jitembed::server::detail {
 

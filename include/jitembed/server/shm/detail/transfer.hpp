@@ -19,7 +19,7 @@
 #include "jitembed/net/kserve/limits.hpp"
 #include "jitembed/net/kserve/message.hpp"
 #include "jitembed/net/kserve/shared_memory.hpp"
-#include "jitembed/server/shm/registry.hpp"
+#include "jitembed/server/shm/detail/registry.hpp"
 
 namespace jitembed::server::detail {
 

@@ -21,7 +21,7 @@
 
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
-#include "jitembed/server/shm/region.hpp"
+#include "jitembed/server/shm/detail/region.hpp"
 
 namespace jitembed::server::detail {
 

@@ -15,6 +15,16 @@ function(jitembed_verify_headers name defines)
   foreach(_h IN LISTS ARGN)
     file(RELATIVE_PATH _rel "${_inc}" "${_h}")
     string(MAKE_C_IDENTIFIER "${_rel}" _id)
+    # MAKE_C_IDENTIFIER maps '/', '.' and '_' alike (server/repository/config.hpp and the forwarding header
+    # server/repository_config.hpp give one name): a name another header took gets its path's hash, so no TU
+    # overwrites another and every header is checked.
+    get_property(_taken GLOBAL PROPERTY JITEMBED_VERIFY_TU_IDS)
+    if(_id IN_LIST _taken)
+      string(MD5 _hash "${_rel}")
+      string(SUBSTRING "${_hash}" 0 8 _hash)
+      set(_id "${_id}_${_hash}")
+    endif()
+    set_property(GLOBAL APPEND PROPERTY JITEMBED_VERIFY_TU_IDS "${_id}")
     set(_tu "${PROJECT_BINARY_DIR}/verify_headers/${_id}.cpp")
     file(CONFIGURE OUTPUT "${_tu}" CONTENT "#include <${_rel}>\n#include <${_rel}>  // include guard works\n")
     list(APPEND _tus "${_tu}")
@@ -190,15 +200,24 @@ endif()
 
 if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   # The embedding service: model registry, per-model batchers, KServe v2 routes (HTTP-agnostic handler).
+  # server/repository/ holds both components' headers: the seam (model_source), local_models and the version
+  # policy are the service's (no protobuf); config.pbtxt parsing, its schema, the backends and model_repository
+  # are the repository component's. _server_side names the former once, so each header is checked in one component.
+  set(_server_side repository/model_source repository/local_models repository/detail/version_policy)
+  list(TRANSFORM _server_side PREPEND "server/" OUTPUT_VARIABLE _server_side_globs)
+  list(TRANSFORM _server_side_globs APPEND ".hpp")
+  string(REPLACE ";" "|" _server_side_regex "/server/(${_server_side})\\.hpp$")
   jitembed_component(server
-    GLOBS server.hpp server/*.hpp server/detail/*.hpp
+    GLOBS server.hpp server/*.hpp server/detail/*.hpp server/shm/detail/*.hpp ${_server_side_globs}
     EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$" "/server/(detail/)?grpc[^/]*\\.hpp$"
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format ZLIB::ZLIB)
   if(JITEMBED_WITH_REPOSITORY)
     # The model repository: config.pbtxt (protobuf text format against a schema built at run time:
-    # net/protobuf/), backends, loading into a service. Not linked by the umbrella target.
+    # net/protobuf/), backends, loading into a service (server/repository/), with the deprecated forwarding
+    # headers at their old server/ paths (one release). Not linked by the umbrella target.
     jitembed_component(repository
-      GLOBS server/repository*.hpp server/model_repository*.hpp server/detail/repository*.hpp
+      GLOBS server/repository*.hpp server/model_repository*.hpp server/repository/*.hpp server/repository/detail/*.hpp
+      EXCLUDE "${_server_side_regex}"
       LINK jitembed::server jitembed::protobuf protobuf::libprotobuf
       NOT_IN_UMBRELLA)
   endif()

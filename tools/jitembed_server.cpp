@@ -23,7 +23,7 @@
 #include "server_grpc.hpp"
 #endif
 #if defined(JITEMBED_HAS_REPOSITORY)
-#include "jitembed/server/model_repository.hpp"
+#include "jitembed/server/repository/model_repository.hpp"
 #endif
 #if defined(JITEMBED_SERVER_GPU)
 #include "jitembed/cuda/ipc_backend.hpp"

@@ -13,15 +13,15 @@
 #include <vector>
 
 #include "jitembed/cache/value.hpp"  // loader_options.hpp uses cache::value_options without including it
-#include "jitembed/loader/step.hpp"
-#include "jitembed/loader/options.hpp"
 #include "jitembed/format/dataset.hpp"
+#include "jitembed/loader/options.hpp"
+#include "jitembed/loader/step.hpp"
 #include "jitembed/models/emulated_latency.hpp"
 #include "jitembed/models/reference.hpp"
 #if JIT_TRAIN_DEMO_HAS_REPOSITORY
 #include "jitembed/models/torch_repository.hpp"
-#include "jitembed/server/local_models.hpp"
-#include "jitembed/server/model_repository.hpp"
+#include "jitembed/server/repository/local_models.hpp"
+#include "jitembed/server/repository/model_repository.hpp"
 #endif
 
 namespace jit_train_demo {

@@ -4,12 +4,12 @@
 
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/model_instance.hpp"
-#include "jitembed/server/model_source.hpp"
 #include "jitembed/server/model_spec.hpp"
 #include "jitembed/server/model_status.hpp"
+#include "jitembed/server/repository/model_source.hpp"
 #include "jitembed/server/service.hpp"
 #if defined(JITEMBED_HAS_REPOSITORY)
-#include "jitembed/server/model_repository.hpp"
-#include "jitembed/server/repository_backends.hpp"
-#include "jitembed/server/repository_config.hpp"
+#include "jitembed/server/repository/backends.hpp"
+#include "jitembed/server/repository/config.hpp"
+#include "jitembed/server/repository/model_repository.hpp"
 #endif

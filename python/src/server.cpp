@@ -19,7 +19,7 @@
 #include "jitembed/server/model_spec.hpp"
 #include "model.hpp"
 #if JITEMBED_PYTHON_REPOSITORY
-#include "jitembed/server/model_repository.hpp"
+#include "jitembed/server/repository/model_repository.hpp"
 #endif
 
 namespace jitembed::python {

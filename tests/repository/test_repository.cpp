@@ -13,9 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "jitembed/server/local_models.hpp"
-#include "jitembed/server/model_repository.hpp"
-#include "jitembed/server/repository_config.hpp"
+#include "jitembed/server/repository/config.hpp"
+#include "jitembed/server/repository/local_models.hpp"
+#include "jitembed/server/repository/model_repository.hpp"
 #include "server/server_test_util.hpp"
 
 using namespace jitembed;

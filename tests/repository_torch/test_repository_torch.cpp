@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jitembed/codec/jpeg.hpp"
-#include "jitembed/server/model_repository.hpp"
+#include "jitembed/server/repository/model_repository.hpp"
 #include "server/server_test_util.hpp"
 
 using namespace jitembed;

@@ -18,7 +18,7 @@
 #include "../batching/eventually.hpp"
 #include "jitembed/core/cuda_ipc.hpp"
 #include "jitembed/server/detail/base64.hpp"
-#include "jitembed/server/detail/shared_memory.hpp"
+#include "jitembed/server/shm/detail/registry.hpp"
 #include "server_test_util.hpp"
 
 namespace cuda_shm_tests {

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "jitembed/server/model_spec.hpp"
+#include "jitembed/server/split_parameters.hpp"
 
 using namespace jitembed;
 
@@ -84,4 +85,24 @@ TEST_CASE("serving keys: one table read alike by the spec, the JSON configuratio
   CHECK_FALSE(neg);
   // An unknown key is still refused by the strict configuration parse.
   CHECK(server::model_config::parse({{"name", "m"}, {"queue_sise", 1}}).error().message == "config: unknown key models[].queue_sise");
+}
+
+TEST_CASE("split_parameters: the serving-key table decides each key's side, reserved keys go to neither") {
+  nlohmann::json params = {{"work", 3}, {"sleep_us", "10"}, {"version", "2"}, {"version_policy", "all"}};
+  std::size_t keys = 0;
+  server::for_each_serving_key([&](std::string_view k, auto) { params[std::string(k)] = std::to_string(keys++); });
+  const auto split = server::split_parameters(params, {"version", "version_policy"});
+  CHECK(split.serving.size() == keys);
+  server::for_each_serving_key([&](std::string_view k, auto) { CHECK(split.serving.contains(std::string(k))); });
+  CHECK(split.serving["queue_size"] == params["queue_size"]);  // values as given: serving_value types them
+  CHECK(split.model == nlohmann::json{{"work", 3}, {"sleep_us", "10"}});
+  // Without reserved keys the version fields are model parameters like any other non-serving key.
+  CHECK(server::split_parameters(params).model.size() == 4);
+  CHECK(server::split_parameters(nlohmann::json::array({1})).model.empty());
+  // The --model spec splits through it: a serving key sets the batcher, the rest are the model's.
+  auto m = server::parse_model_spec("e:queue_size=5,work=2,idle_dispatch=false");
+  REQUIRE(m);
+  CHECK(m->queue_size == 5);
+  CHECK_FALSE(m->idle_dispatch);
+  CHECK(m->params == nlohmann::json{{"work", 2}});
 }

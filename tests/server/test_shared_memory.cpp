@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "jitembed/server/detail/pipeline.hpp"
-#include "jitembed/server/detail/shared_memory.hpp"
+#include "jitembed/server/shm/detail/transfer.hpp"
 #include "server_test_util.hpp"
 
 using namespace server_test;

@@ -9,13 +9,13 @@
 
 #include "jitembed/core/error.hpp"
 #include "jitembed/server/config.hpp"
+#include "jitembed/server/split_parameters.hpp"
 
 namespace jitembed::server {
 
 // "NAME[:k=v,...]" over `defaults`: `version` and `version_policy` (latest[N], latest:N, all,
-// specific:V[+V...]) set the version fields; the batcher keys (for_each_serving_key) are checked like the JSON
-// configuration's;
-// every other key is a model parameter (work, sleep_us, ...; digits become integers, true/false booleans).
+// specific:V[+V...]) set the version fields; the batcher keys (split_parameters) are checked like the JSON
+// configuration's; every other key is a model parameter (work, sleep_us, ...; digits become integers, true/false booleans).
 // Batcher keys the spec does not name keep their value in `defaults`. Errors: invalid_argument naming the
 // spec and the key.
 inline result<model_config> parse_model_spec(std::string_view spec, const model_config& defaults = {}) {
@@ -27,6 +27,7 @@ inline result<model_config> parse_model_spec(std::string_view spec, const model_
   if (colon == std::string_view::npos) return m;
   nlohmann::json cfg = nlohmann::json::object();
   cfg["name"] = m.name;
+  nlohmann::json pairs = nlohmann::json::object();  // every key but the version fields, split below
   std::string_view rest = spec.substr(colon + 1);
   while (!rest.empty()) {
     const auto comma = rest.find(',');
@@ -46,12 +47,13 @@ inline result<model_config> parse_model_spec(std::string_view spec, const model_
       auto p = parse_version_policy(v);
       if (!p) return fail(errc::invalid_argument, where + ": " + p.error().message);
       m.policy = std::move(*p);
-    } else if (is_serving_key(k)) {
-      cfg[k] = value;
     } else {
-      m.params[k] = value;
+      pairs[k] = value;
     }
   }
+  auto split = split_parameters(pairs);
+  cfg.update(split.serving);
+  if (!split.model.empty()) m.params.update(split.model);
   JITEMBED_ASSIGN_OR_RETURN(auto parsed, model_config::parse(cfg, where));
   // Keep the defaults for the batcher keys the spec did not name.
   for_each_serving_key([&](std::string_view k, auto field) {

@@ -16,8 +16,8 @@
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/detail/service_core.hpp"
 #include "jitembed/server/model_instance.hpp"
-#include "jitembed/server/model_source.hpp"
 #include "jitembed/server/model_status.hpp"
+#include "jitembed/server/repository/model_source.hpp"
 
 namespace jitembed::server {
 

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "jitembed/server/model_repository.hpp"
+#include "jitembed/server/repository/model_repository.hpp"
 
 using namespace jitembed;
 namespace fs = std::filesystem;

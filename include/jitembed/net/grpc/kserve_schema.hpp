@@ -2,7 +2,7 @@
 // with KServe's and Triton's field names and numbers (facts of grpc_service.proto and, for
 // ModelConfigResponse, the part of model_config.proto jitembed fills), built at run time into a
 // DescriptorPool of dynamic messages (net/protobuf/schema.hpp): the library is header-only (no generated
-// .pb.cc), like the model repository's config.pbtxt schema (server/detail/repository_schema.hpp). Message names are not
+// .pb.cc), like the model repository's config.pbtxt schema (server/repository/detail/schema.hpp). Message names are not
 // on the wire; the method paths ("/inference.GRPCInferenceService/ModelInfer") are.
 #pragma once
 

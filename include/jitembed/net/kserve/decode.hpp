@@ -126,7 +126,7 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
   std::optional<std::uint64_t> binary_size;
   if (t.parameters.is_object()) {
     // Triton's shared-memory extension: a request's input whose bytes are in a region the server resolves
-    // (server/detail/shared_memory.hpp), or a response's output the server wrote into the region its request
+    // (server/shm/detail/transfer.hpp), or a response's output the server wrote into the region its request
     // named; the message carries no data for it (its receiver reads the region).
     JITEMBED_ASSIGN_OR_RETURN(const auto shm, shared_memory_parameters(t.parameters, w));
     if (shm) {

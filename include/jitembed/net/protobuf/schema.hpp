@@ -1,6 +1,6 @@
 // A .proto text built into a DescriptorPool at run time (libprotoc's parser): how jitembed gets message types
 // without generated .pb.cc files (the library is header-only). Shared by the model repository's config.pbtxt
-// schema (server/detail/repository_schema.hpp) and the KServe gRPC messages (net/grpc/kserve_schema.hpp).
+// schema (server/repository/detail/schema.hpp) and the KServe gRPC messages (net/grpc/kserve_schema.hpp).
 #pragma once
 
 #include <google/protobuf/compiler/parser.h>

@@ -36,8 +36,8 @@
 #include "jitembed/server/detail/deadline_timer.hpp"
 #include "jitembed/server/detail/registry.hpp"
 #include "jitembed/server/detail/render.hpp"
-#include "jitembed/server/detail/shared_memory.hpp"
 #include "jitembed/server/model_instance.hpp"
+#include "jitembed/server/shm/detail/transfer.hpp"
 
 namespace jitembed::server::detail {
 

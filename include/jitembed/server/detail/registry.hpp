@@ -18,10 +18,10 @@
 #include "jitembed/core/error.hpp"
 #include "jitembed/net/kserve/status.hpp"
 #include "jitembed/server/config.hpp"
-#include "jitembed/server/detail/version_policy.hpp"
 #include "jitembed/server/model_instance.hpp"
-#include "jitembed/server/model_source.hpp"
 #include "jitembed/server/model_status.hpp"
+#include "jitembed/server/repository/detail/version_policy.hpp"
+#include "jitembed/server/repository/model_source.hpp"
 
 namespace jitembed::server::detail {
 

@@ -29,9 +29,9 @@
 #include "jitembed/server/detail/registry.hpp"
 #include "jitembed/server/detail/render.hpp"
 #include "jitembed/server/detail/routes.hpp"
-#include "jitembed/server/detail/shared_memory.hpp"
 #include "jitembed/server/model_instance.hpp"
-#include "jitembed/server/model_source.hpp"
+#include "jitembed/server/repository/model_source.hpp"
+#include "jitembed/server/shm/detail/registry.hpp"
 
 namespace jitembed::server {
 

@@ -17,7 +17,7 @@
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/cuda_ipc.hpp"
 #include "jitembed/core/error.hpp"
-#include "jitembed/server/detail/shared_memory_region.hpp"
+#include "jitembed/server/shm/detail/region.hpp"
 
 namespace jitembed::server::detail {
 

@@ -1,5 +1,5 @@
 // The model repository's internals: the fingerprinted model wrapper, the version directory's hash, and the
-// parameters the repository handles itself (server/model_repository.hpp).
+// parameters the repository handles itself (server/repository/model_repository.hpp).
 #pragma once
 
 #include <algorithm>

@@ -191,7 +191,7 @@ endif()
 if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   # The embedding service: model registry, per-model batchers, KServe v2 routes (HTTP-agnostic handler).
   jitembed_component(server
-    GLOBS server.hpp server/*.hpp server/detail/*.hpp
+    GLOBS server.hpp server/*.hpp server/detail/*.hpp server/http/*.hpp
     EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$" "/server/(detail/)?grpc[^/]*\\.hpp$"
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format ZLIB::ZLIB)
   if(JITEMBED_WITH_REPOSITORY)
@@ -228,7 +228,7 @@ if(JITEMBED_WITH_GRPC AND TARGET jitembed_server AND TARGET jitembed_client)
   # client when a program links this component: JITEMBED_HAS_GRPC). The schema (net/grpc/) is a .proto text
   # built at run time, so nothing is generated. Not linked by the umbrella target.
   jitembed_component(grpc
-    GLOBS net/grpc/*.hpp server/grpc*.hpp server/detail/grpc*.hpp client/detail/client_grpc*.hpp
+    GLOBS net/grpc/*.hpp server/grpc*.hpp server/grpc/*.hpp server/detail/grpc*.hpp client/detail/client_grpc*.hpp
     LINK jitembed::server jitembed::client jitembed::protobuf protobuf::libprotobuf gRPC::grpc++
     NOT_IN_UMBRELLA)
 endif()

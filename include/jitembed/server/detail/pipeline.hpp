@@ -1,8 +1,9 @@
 // The service's inference pipeline: admission, preprocessing on the pool, the model's dynamic batcher, the
 // stacked KServe response. It knows no protocol: a front end (server/http/front.hpp, a gRPC service) hands it
 // a decoded net::kserve::infer_request with what keeps its bytes alive and gets the KServe response (which
-// the front end encodes) or an error_info whose errc decides the status. Inputs and outputs that name a shared-memory region (Triton's system and CUDA shared-memory
-// extensions, detail/shared_memory.hpp) are read from and written to it here, for every front end.
+// the front end encodes) or an error_info whose errc decides the status. Inputs and outputs that name a shared-memory
+// region (Triton's system and CUDA shared-memory extensions, detail/shared_memory.hpp) are read from and written to it
+// here, for every front end.
 #pragma once
 
 #include <algorithm>
@@ -115,8 +116,8 @@ class inference_pipeline {
   struct infer_call {
     std::shared_ptr<model_instance> inst;
     inference_pipeline* owner = nullptr;
-    jitembed::keep_alive storage;    // the request's bytes
-    net::kserve::infer_request req;  // views into `storage` (or copies from shared memory)
+    jitembed::keep_alive storage;                   // the request's bytes
+    net::kserve::infer_request req;                 // views into `storage` (or copies from shared memory)
     std::vector<shared_memory_output> shm_outputs;  // outputs that go to a region, the regions held
     infer_completion done;
     clock::time_point start;

@@ -40,7 +40,8 @@ inline error_info as_error(const net::kserve::protocol_error& e) { return fail(e
 struct structured_text {
   std::string text;
 };
-using repository_value = std::variant<std::nullptr_t, bool, std::int64_t, std::uint64_t, double, std::string, structured_text>;
+using repository_value =
+    std::variant<std::nullptr_t, bool, std::int64_t, std::uint64_t, double, std::string, structured_text>;
 using repository_parameters = std::vector<std::pair<std::string, repository_value>>;
 
 // A load request's parameters as a model_config: batcher settings and the model's own parameters come in
@@ -101,8 +102,10 @@ class service_core final {
 
   // cuda_shared_memory only with a CUDA backend (server_config::cuda_ipc).
   server_metadata metadata() const {
-    server_metadata a{"jitembed", std::string(kServerVersion),
-                      {"binary_tensor_data", "statistics", "model_configuration", "model_repository", "system_shared_memory"}};
+    server_metadata a{
+        "jitembed",
+        std::string(kServerVersion),
+        {"binary_tensor_data", "statistics", "model_configuration", "model_repository", "system_shared_memory"}};
     if (shared_memory_.has_cuda()) a.extensions.emplace_back("cuda_shared_memory");
     return a;
   }
@@ -182,8 +185,9 @@ class service_core final {
     return registry_.load(*cfg);
   }
   static std::string repository_parameters_refused(const std::string& name) {
-    return "model '" + name + "' comes from the model repository: its config.pbtxt is its configuration "
-                              "(load/unload take no parameters)";
+    return "model '" + name +
+           "' comes from the model repository: its config.pbtxt is its configuration "
+           "(load/unload take no parameters)";
   }
 
  private:

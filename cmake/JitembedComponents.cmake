@@ -208,7 +208,7 @@ if(JITEMBED_WITH_ZSTD AND JITEMBED_WITH_JPEG AND JITEMBED_WITH_VIDEO)
   list(TRANSFORM _server_side_globs APPEND ".hpp")
   string(REPLACE ";" "|" _server_side_regex "/server/(${_server_side})\\.hpp$")
   jitembed_component(server
-    GLOBS server.hpp server/*.hpp server/detail/*.hpp server/shm/detail/*.hpp ${_server_side_globs}
+    GLOBS server.hpp server/*.hpp server/detail/*.hpp server/http/*.hpp server/shm/detail/*.hpp ${_server_side_globs}
     EXCLUDE "/server/(detail/)?(model_)?repository[^/]*\\.hpp$" "/server/(detail/)?grpc[^/]*\\.hpp$"
     LINK jitembed::kserve jitembed::batching jitembed::models_video jitembed::format ZLIB::ZLIB)
   if(JITEMBED_WITH_REPOSITORY)
@@ -247,7 +247,7 @@ if(JITEMBED_WITH_GRPC AND TARGET jitembed_server AND TARGET jitembed_client)
   # client when a program links this component: JITEMBED_HAS_GRPC). The schema (net/grpc/) is a .proto text
   # built at run time, so nothing is generated. Not linked by the umbrella target.
   jitembed_component(grpc
-    GLOBS net/grpc/*.hpp server/grpc*.hpp server/detail/grpc*.hpp client/detail/client_grpc*.hpp
+    GLOBS net/grpc/*.hpp server/grpc*.hpp server/grpc/*.hpp server/detail/grpc*.hpp client/detail/client_grpc*.hpp
     LINK jitembed::server jitembed::client jitembed::protobuf protobuf::libprotobuf gRPC::grpc++
     NOT_IN_UMBRELLA)
 endif()

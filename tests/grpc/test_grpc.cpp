@@ -300,6 +300,68 @@ TEST_CASE("mixed http:// and grpc:// endpoints: both serve, a stopped gRPC front
   CHECK(ok == 32);
 }
 
+// What the HTTP front answers on `target` (a JSON body), as the gRPC message `type` reads it (protobuf's JSON
+// parser; keys the message lacks are dropped), printed as json_call prints a gRPC answer.
+nlohmann::json http_as_message(server::service& svc, const std::string& method, const std::string& target,
+                               const std::string& type, const char* wrap = nullptr) {
+  http::response got;
+  svc.handle(http::request{.method = method, .target = target}, [&](http::response r) { got = std::move(r); });
+  REQUIRE(got.status == 200);
+  auto j = nlohmann::json::parse(got.body);
+  if (wrap) j = nlohmann::json{{wrap, j}};
+  auto msg = net::grpc::kserve_schema::get().make(type);
+  google::protobuf::util::JsonParseOptions in;
+  in.ignore_unknown_fields = true;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(j.dump(), msg.get(), in).ok());
+  std::string text;
+  google::protobuf::util::JsonPrintOptions out;
+  out.preserve_proto_field_names = true;
+  REQUIRE(google::protobuf::util::MessageToJsonString(*msg, &text, out).ok());
+  return nlohmann::json::parse(text);
+}
+
+TEST_CASE("gRPC front end: metadata, config, statistics and index answers equal the HTTP ones field for field") {
+  server::server_config sc;
+  sc.preprocess_threads = 1;
+  server::model_config a{.name = "text-embed", .params = {{"text_dim", 16}, {"text_max_length", 8}}};
+  a.policy = {.which = server::version_policy::kind::specific, .versions = {"1", "3", "7"}};
+  server::model_config b = a;
+  b.version = "3";
+  sc.models = {a, b, server::model_config{.name = "image-latent"}};
+  auto svc = server::service::create(sc).value();
+  auto g = server::grpc_server::create(server::grpc_server_options{}, svc).value();
+  auto c = cl::jit_client::create(options_for({"grpc://127.0.0.1:" + std::to_string(g.port())})).value();
+  REQUIRE(c.embed(text_request({"one", "two"})).get());  // statistics with counts and a batch size
+
+  using target = std::pair<std::string, std::string>;  // model, version
+  for (const auto& t : {target{"text-embed", ""}, target{"text-embed", "1"}, target{"image-latent", ""}}) {
+    const std::string &m = t.first, &v = t.second;
+    const auto call = [&](const std::string& t) { return json_call(g.port(), t, {{"name", m}, {"version", v}}); };
+    const std::string path = "/v2/models/" + m + (v.empty() ? "" : "/versions/" + v);
+    const auto [st1, md] = call("ModelMetadata");
+    REQUIRE(st1.ok());
+    CHECK(md == http_as_message(svc, "GET", path, "ModelMetadataResponse"));
+    const auto [st2, cfg] = call("ModelConfig");
+    REQUIRE(st2.ok());
+    CHECK(cfg == http_as_message(svc, "GET", path + "/config", "ModelConfigResponse", "config"));
+    CHECK(cfg["config"]["parameters"].contains("fingerprint"));
+    const auto [st3, stats] = call("ModelStatistics");
+    REQUIRE(st3.ok());
+    CHECK(stats == http_as_message(svc, "GET", path + "/stats", "ModelStatisticsResponse"));
+  }
+  CHECK(json_call(g.port(), "ModelConfig", {{"name", "text-embed"}}).second["config"]["version_policy"] ==
+        nlohmann::json{{"specific", {{"versions", {"1", "3", "7"}}}}});  // int64 printed as JSON strings
+  CHECK(json_call(g.port(), "ModelMetadata", {{"name", "text-embed"}}).second["versions"] == nlohmann::json{"1", "3"});
+  const auto [st4, all] = json_call(g.port(), "ModelStatistics", nlohmann::json::object());
+  REQUIRE(st4.ok());
+  CHECK(all["model_stats"].size() == 3);
+  CHECK(all == http_as_message(svc, "GET", "/v2/models/stats", "ModelStatisticsResponse"));
+  CHECK(json_call(g.port(), "ServerMetadata", nlohmann::json::object()).second ==
+        http_as_message(svc, "GET", "/v2", "ServerMetadataResponse"));
+  CHECK(json_call(g.port(), "RepositoryIndex", nlohmann::json::object()).second ==
+        http_as_message(svc, "POST", "/v2/repository/index", "RepositoryIndexResponse", "models"));
+}
+
 TEST_CASE("gRPC front end: malformed messages and unknown methods get status codes, the server keeps serving") {
   both_fronts f;
   const auto port = f.grpc_srv.port();

@@ -8,8 +8,9 @@
 
 #include "jitembed/server/detail/auth.hpp"
 #include "jitembed/server/detail/pipeline.hpp"
+#include "jitembed/server/http/response.hpp"
 #include "jitembed/server/detail/registry.hpp"
-#include "jitembed/server/detail/routes.hpp"
+#include "jitembed/server/http/routes.hpp"
 #include "server_test_util.hpp"
 
 using namespace server_test;
@@ -74,9 +75,8 @@ TEST_CASE("registry + pipeline without HTTP: infer, unknown model, draining") {
     const auto e = bytes_request("text", {"a caption", "another"});
     std::promise<jitembed::result<sd::infer_output>> p;
     auto fut = p.get_future();
-    pipeline.infer({.name = std::move(model),
-                    .body = e.body,
-                    .header_length = std::string(http::find_header(e.headers, "inference-header-content-length"))},
+    http::request req{.headers = e.headers, .body = e.body};
+    pipeline.infer(model, "", sd::body_decoder(std::move(req), cfg.protocol),
                    [&p](jitembed::result<sd::infer_output> r) { p.set_value(std::move(r)); });
     REQUIRE(fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
     return fut.get();

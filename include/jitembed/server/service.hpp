@@ -1,6 +1,6 @@
 // The embedding service: a registry of model versions (hot load / unload with warm-up, atomic switch and
 // drain, Triton's version policy) and the KServe v2 routes, as an HTTP-agnostic http::handler
-// (service::handle). Serve it over HTTP with net::http::server::create(options, svc.as_handler()).
+// (service::handle, server/http/front.hpp). Serve it over HTTP with net::http::server::create(options, svc.as_handler()).
 #pragma once
 
 #include <chrono>
@@ -15,6 +15,7 @@
 #include "jitembed/net/http/message.hpp"
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/detail/service_core.hpp"
+#include "jitembed/server/http/front.hpp"
 #include "jitembed/server/model_instance.hpp"
 #include "jitembed/server/model_status.hpp"
 #include "jitembed/server/repository/model_source.hpp"
@@ -37,7 +38,7 @@ class service final : public model_loader {
   // (invalid_argument for bad parameters, not_found for an unknown model name, resource_exhausted, ...);
   // the models loaded before it are unloaded again.
   static result<service> create(server_config cfg, model_factory factory = reference_factory) {
-    service s(std::make_shared<detail::service_core>(std::move(cfg), std::move(factory)));
+    service s(std::make_shared<detail::http_front>(std::make_shared<detail::service_core>(std::move(cfg), std::move(factory))));
     JITEMBED_TRY(s.core_->registry().load_all(s.core_->config().models));
     return s;
   }
@@ -48,6 +49,7 @@ class service final : public model_loader {
     if (this != &other) {
       if (core_) core_->registry().shutdown();
       core_ = std::move(other.core_);
+      front_ = std::move(other.front_);
     }
     return *this;
   }
@@ -112,20 +114,21 @@ class service final : public model_loader {
   const server_config& config() const noexcept { return core_->config(); }
 
   // The http::handler: every route of docs/server.md. Never blocks on model work.
-  void handle(net::http::request&& req, net::http::responder respond) { core_->handle(std::move(req), std::move(respond)); }
+  void handle(net::http::request&& req, net::http::responder respond) { front_->handle(std::move(req), std::move(respond)); }
 
   // As a net::http::handler value. It shares ownership of the service's state: it stays valid across a
   // move and after the service is destroyed (then it answers like a draining service: 503 unavailable;
   // the state goes with the last handler).
   net::http::handler as_handler() {
-    return [core = core_](net::http::request&& r, net::http::responder respond) { core->handle(std::move(r), std::move(respond)); };
+    return [front = front_](net::http::request&& r, net::http::responder respond) { front->handle(std::move(r), std::move(respond)); };
   }
 
  private:
   friend class grpc_server;
-  explicit service(std::shared_ptr<detail::service_core> core) noexcept : core_(std::move(core)) {}
+  explicit service(std::shared_ptr<detail::http_front> front) noexcept : core_(front->core_ptr()), front_(std::move(front)) {}
 
-  std::shared_ptr<detail::service_core> core_;
+  std::shared_ptr<detail::service_core> core_;  // shared with every front end
+  std::shared_ptr<detail::http_front> front_;   // owns a share of the core
 };
 
 }  // namespace jitembed::server

@@ -1,11 +1,8 @@
-// The gRPC front end's calls (server/grpc_server.hpp is the API): method routing, the unary reactor that
-// answers health, metadata, config, statistics, repository and ModelInfer calls through the service core,
-// and the ModelStreamInfer reactor. JSON-shaped answers reuse the HTTP API's renderings through
-// protobuf's JSON parser (Triton's gRPC messages share the HTTP JSON's field names).
+// The gRPC front end's calls (server/grpc_server.hpp is the API): the unary reactor, which answers ModelInfer
+// here and every other call through server/grpc/messages.hpp, and the ModelStreamInfer reactor.
 #pragma once
 
 #include <google/protobuf/message.h>
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/server_callback.h>
@@ -28,123 +25,13 @@
 #include "jitembed/net/grpc/status.hpp"
 #include "jitembed/server/detail/grpc_infer.hpp"
 #include "jitembed/server/detail/service_core.hpp"
+#include "jitembed/server/grpc/messages.hpp"
+#include "jitembed/server/grpc/methods.hpp"
 #include "jitembed/server/grpc_options.hpp"
 
 namespace jitembed::server::detail {
 
 namespace pb = google::protobuf;
-
-enum class grpc_method : std::uint8_t {
-  server_live,
-  server_ready,
-  model_ready,
-  server_metadata,
-  model_metadata,
-  model_infer,
-  model_stream_infer,
-  model_config,
-  model_statistics,
-  repository_index,
-  repository_load,
-  repository_unload,
-  shm_status,
-  shm_register,
-  shm_unregister,
-  cuda_shm_status,
-  cuda_shm_register,
-  cuda_shm_unregister,
-  unknown
-};
-
-struct grpc_method_info {
-  std::string_view name;
-  grpc_method method;
-  std::string_view request;  // message type
-};
-
-inline constexpr grpc_method_info kGrpcMethods[] = {
-    {"ServerLive", grpc_method::server_live, "ServerLiveRequest"},
-    {"ServerReady", grpc_method::server_ready, "ServerReadyRequest"},
-    {"ModelReady", grpc_method::model_ready, "ModelReadyRequest"},
-    {"ServerMetadata", grpc_method::server_metadata, "ServerMetadataRequest"},
-    {"ModelMetadata", grpc_method::model_metadata, "ModelMetadataRequest"},
-    {"ModelInfer", grpc_method::model_infer, "ModelInferRequest"},
-    {"ModelStreamInfer", grpc_method::model_stream_infer, "ModelInferRequest"},
-    {"ModelConfig", grpc_method::model_config, "ModelConfigRequest"},
-    {"ModelStatistics", grpc_method::model_statistics, "ModelStatisticsRequest"},
-    {"RepositoryIndex", grpc_method::repository_index, "RepositoryIndexRequest"},
-    {"RepositoryModelLoad", grpc_method::repository_load, "RepositoryModelLoadRequest"},
-    {"RepositoryModelUnload", grpc_method::repository_unload, "RepositoryModelUnloadRequest"},
-    {"SystemSharedMemoryStatus", grpc_method::shm_status, "SystemSharedMemoryStatusRequest"},
-    {"SystemSharedMemoryRegister", grpc_method::shm_register, "SystemSharedMemoryRegisterRequest"},
-    {"SystemSharedMemoryUnregister", grpc_method::shm_unregister, "SystemSharedMemoryUnregisterRequest"},
-    {"CudaSharedMemoryStatus", grpc_method::cuda_shm_status, "CudaSharedMemoryStatusRequest"},
-    {"CudaSharedMemoryRegister", grpc_method::cuda_shm_register, "CudaSharedMemoryRegisterRequest"},
-    {"CudaSharedMemoryUnregister", grpc_method::cuda_shm_unregister, "CudaSharedMemoryUnregisterRequest"},
-};
-
-// "/inference.GRPCInferenceService/ModelInfer" -> its entry; nullptr for any other path.
-inline const grpc_method_info* find_grpc_method(std::string_view path) {
-  const std::string_view svc = net::grpc::kServiceName;
-  if (path.size() < svc.size() + 2 || path[0] != '/' || path.substr(1, svc.size()) != svc ||
-      path[svc.size() + 1] != '/')
-    return nullptr;
-  const auto name = path.substr(svc.size() + 2);
-  for (const auto& m : kGrpcMethods)
-    if (m.name == name) return &m;
-  return nullptr;
-}
-
-inline bool parse_message(const ::grpc::ByteBuffer& in, pb::Message& msg) {
-  ::grpc::ByteBuffer copy(in);  // the reader takes a non-const buffer; copying a ByteBuffer shares its slices
-  ::grpc::ProtoBufferReader reader(&copy);
-  return msg.ParseFromZeroCopyStream(&reader);
-}
-
-inline ::grpc::ByteBuffer serialize_message(const pb::Message& msg) {
-  const std::string bytes = msg.SerializeAsString();
-  ::grpc::Slice s(bytes.data(), bytes.size());
-  return ::grpc::ByteBuffer(&s, 1);
-}
-
-// A response message of `type` filled from JSON that Triton's HTTP API answers (same field names).
-inline result<::grpc::ByteBuffer> json_message(std::string_view type, const nlohmann::ordered_json& j) {
-  auto msg = net::grpc::kserve_schema::get().make(type);
-  pb::util::JsonParseOptions opts;
-  opts.ignore_unknown_fields = true;
-  const auto st = pb::util::JsonStringToMessage(j.dump(), msg.get(), opts);
-  if (!st.ok()) return fail(errc::internal, "rendering " + std::string(type) + ": " + std::string(st.message()));
-  return serialize_message(*msg);
-}
-
-inline std::string string_field(const pb::Message& m, const char* name) {
-  const auto* f = m.GetDescriptor()->FindFieldByName(name);
-  return f ? m.GetReflection()->GetString(m, f) : std::string();
-}
-
-// A map<string, ModelRepositoryParameter> as the HTTP load request's "parameters" object.
-inline nlohmann::json repository_parameters(const pb::Message& m) {
-  const auto* field = m.GetDescriptor()->FindFieldByName("parameters");
-  const auto* r = m.GetReflection();
-  nlohmann::json out = nlohmann::json::object();
-  for (int i = 0; i < r->FieldSize(m, field); ++i) {
-    const auto& entry = r->GetRepeatedMessage(m, field, i);
-    const auto* ed = entry.GetDescriptor();
-    const std::string key = entry.GetReflection()->GetString(entry, ed->map_key());
-    const auto& v = entry.GetReflection()->GetMessage(entry, ed->map_value());
-    const auto* vr = v.GetReflection();
-    const auto* vd = v.GetDescriptor();
-    if (const auto* f = vd->FindFieldByName("bool_param"); vr->HasField(v, f))
-      out[key] = vr->GetBool(v, f);
-    else if (const auto* f2 = vd->FindFieldByName("int64_param"); vr->HasField(v, f2))
-      out[key] = vr->GetInt64(v, f2);
-    else if (const auto* f3 = vd->FindFieldByName("string_param"); vr->HasField(v, f3))
-      out[key] = vr->GetString(v, f3);
-    else if (const auto* f4 = vd->FindFieldByName("bytes_param"); vr->HasField(v, f4))
-      out[key] = vr->GetString(v, f4);
-  }
-  return out;
-}
 
 // The request's bearer token, when the service requires one.
 inline bool grpc_authorized(const service_core& core, const ::grpc::GenericCallbackServerContext& ctx) {
@@ -215,106 +102,14 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
     out_ = std::move(*r);
     StartWriteAndFinish(&out_, ::grpc::WriteOptions(), ::grpc::Status::OK);
   }
-  void reply_json(std::string_view type, const result<ojson>& j) {
-    if (!j) return fail(j.error());
-    reply(json_message(type, *j));
-  }
-  void reply_bool(std::string_view type, const char* field, bool v) {
-    auto msg = net::grpc::kserve_schema::get().make(type);
-    msg->GetReflection()->SetBool(msg.get(), msg->GetDescriptor()->FindFieldByName(field), v);
-    reply(serialize_message(*msg));
-  }
   void fail(const error_info& e) {
     ctx_->AddTrailingMetadata(std::string(net::grpc::kErrcMetadataKey), std::string(to_string(e.code)));
     Finish(net::grpc::to_status(e));
   }
 
   void run() {
-    const auto& req = *request_;
-    switch (method_->method) {
-      case grpc_method::server_live:
-        return reply_bool("ServerLiveResponse", "live", true);
-      case grpc_method::server_ready:
-        return reply_bool("ServerReadyResponse", "ready", core_.registry().ready());
-      case grpc_method::model_ready: {
-        // Triton answers ready=false (not an error) for a model that is not ready
-        auto r = core_.model_ready(string_field(req, "name"), string_field(req, "version"));
-        return reply_bool("ModelReadyResponse", "ready", bool(r));
-      }
-      case grpc_method::server_metadata:
-        return reply_json("ServerMetadataResponse", core_.server_metadata());
-      case grpc_method::model_metadata:
-        return reply_json("ModelMetadataResponse",
-                          core_.metadata_json(string_field(req, "name"), string_field(req, "version")));
-      case grpc_method::model_config: {
-        auto c = core_.config_json(string_field(req, "name"), string_field(req, "version"));
-        if (!c) return fail(c.error());
-        return reply_json("ModelConfigResponse", ojson{{"config", std::move(*c)}});
-      }
-      case grpc_method::model_statistics:
-        return reply_json("ModelStatisticsResponse",
-                          core_.stats_json(string_field(req, "name"), string_field(req, "version")));
-      case grpc_method::repository_index:
-        return reply_json("RepositoryIndexResponse", ojson{{"models", core_.repository_index_json()}});
-      case grpc_method::repository_load:
-      case grpc_method::repository_unload: {
-        const bool load = method_->method == grpc_method::repository_load;
-        auto params = repository_parameters(req);
-        nlohmann::json body = nlohmann::json::object();
-        if (!params.empty()) body["parameters"] = std::move(params);
-        auto r = core_.repository_call(string_field(req, "model_name"), load, body);
-        if (!r) return fail(r.error());
-        return reply(serialize_message(net::grpc::kserve_schema::get().prototype(
-            load ? "RepositoryModelLoadResponse" : "RepositoryModelUnloadResponse")));
-      }
-      case grpc_method::shm_status:
-      case grpc_method::cuda_shm_status: {
-        const bool cuda = method_->method == grpc_method::cuda_shm_status;
-        auto st = core_.shared_memory().status(string_field(req, "name"),
-                                               cuda ? shared_memory_kind::cuda : shared_memory_kind::system);
-        if (!st) return fail(st.error());
-        ojson regions = ojson::object();
-        for (const auto& r : *st) regions[r["name"].get<std::string>()] = r;
-        return reply_json(cuda ? "CudaSharedMemoryStatusResponse" : "SystemSharedMemoryStatusResponse",
-                          ojson{{"regions", std::move(regions)}});
-      }
-      case grpc_method::shm_register: {
-        const auto* d = req.GetDescriptor();
-        const auto* r = req.GetReflection();
-        auto ok = core_.shared_memory().register_region(string_field(req, "name"), string_field(req, "key"),
-                                                        r->GetUInt64(req, d->FindFieldByName("offset")),
-                                                        r->GetUInt64(req, d->FindFieldByName("byte_size")));
-        if (!ok) return fail(ok.error());
-        return reply(
-            serialize_message(net::grpc::kserve_schema::get().prototype("SystemSharedMemoryRegisterResponse")));
-      }
-      case grpc_method::cuda_shm_register: {
-        const auto* d = req.GetDescriptor();
-        const auto* r = req.GetReflection();
-        const std::string raw = string_field(req, "raw_handle");  // bytes
-        auto ok = core_.shared_memory().register_cuda_region(
-            string_field(req, "name"), std::as_bytes(std::span(raw.data(), raw.size())),
-            r->GetInt64(req, d->FindFieldByName("device_id")), r->GetUInt64(req, d->FindFieldByName("byte_size")));
-        if (!ok) return fail(ok.error());
-        return reply(serialize_message(net::grpc::kserve_schema::get().prototype("CudaSharedMemoryRegisterResponse")));
-      }
-      case grpc_method::shm_unregister:
-      case grpc_method::cuda_shm_unregister: {
-        const bool cuda = method_->method == grpc_method::cuda_shm_unregister;
-        const auto kind = cuda ? shared_memory_kind::cuda : shared_memory_kind::system;
-        const auto name = string_field(req, "name");
-        if (name.empty())
-          core_.shared_memory().unregister_all(kind);
-        else
-          core_.shared_memory().unregister_region(name, kind);
-        return reply(serialize_message(net::grpc::kserve_schema::get().prototype(
-            cuda ? "CudaSharedMemoryUnregisterResponse" : "SystemSharedMemoryUnregisterResponse")));
-      }
-      case grpc_method::model_infer:
-        return infer();
-      default:
-        return fail(jitembed::fail(errc::internal, "method not routed"));
-    }
+    if (method_->method == grpc_method::model_infer) return infer();
+    reply(grpc_query(core_, method_->method, *request_));
   }
 
   void infer() {

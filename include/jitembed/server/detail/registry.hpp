@@ -1,6 +1,6 @@
 // The service's model registry: loaded model versions (hot load / unload with warm-up, atomic switch and
 // drain, Triton's version policy), the attached model repository and its index. It knows no HTTP: the
-// HTTP routes (server/detail/service_core.hpp) and any other front end (gRPC) call it.
+// service core (server/detail/service_core.hpp) and through it every front end call it.
 #pragma once
 
 #include <algorithm>

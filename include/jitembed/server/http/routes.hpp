@@ -1,6 +1,6 @@
 // A route table: (method, path pattern) -> handler, matched in the order added. Patterns are split on '/';
 // a segment is a literal, "{name}" (any one segment, captured) or a final "**" (any rest, also none).
-// It knows no HTTP message type: the front end chooses the handler signature.
+// It knows no HTTP message type: the front end (server/http/front.hpp) chooses the handler signature.
 #pragma once
 
 #include <cstddef>

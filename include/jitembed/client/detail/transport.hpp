@@ -46,6 +46,15 @@ class attempt_events {
   // Every connection of the endpoint is busy: the attempt ends unsent and its call waits for one.
   virtual void on_busy(const attempt_ptr& a, deferred& d) = 0;
 
+  // A transport's completion handler enters here: fn(d) runs with the lock held unless the attempt finished
+  // already (a hedge lost, a cancel); the user callbacks it collects in `d` run after the lock is released.
+  template <class F>
+  void complete(const attempt_ptr& a, F&& fn) {
+    deferred d;
+    std::lock_guard lk(mutex());
+    if (!a->finished) fn(d);
+  }
+
  protected:
   ~attempt_events() = default;
 };
@@ -74,6 +83,19 @@ class transport {
   virtual bool needs_address() const { return true; }
   // close(), after every call finished: returns once no completion of this transport can run any more.
   virtual void close() {}
+};
+
+// The client's transports, one per scheme (local mode: the local one only); each endpoint uses its scheme's.
+struct transport_set {
+  std::unique_ptr<transport> local, http, grpc;
+  transport& operator()(const endpoint_address& a) const {
+    if (local) return *local;
+    return is_grpc(a) ? *grpc : *http;
+  }
+  void close() {  // their completions post to the executor, which still runs
+    for (auto* t : {local.get(), grpc.get(), http.get()})
+      if (t) t->close();
+  }
 };
 
 // The addresses of an endpoint's host (a literal address as is, a name through the resolver; none when it

@@ -280,15 +280,17 @@ class call_flow : public attempt_events {
   void split_rows(const call_ptr& c, deferred& d) {
     ++stats_.row_splits;
     auto results = std::make_shared<std::vector<std::optional<result<embed_result>>>>(c->n_rows);
-    auto left = std::make_shared<std::size_t>(c->n_rows);
+    auto left = std::make_shared<std::atomic<std::size_t>>(c->n_rows);
     for (std::size_t i = 0; i < c->n_rows; ++i) {
       auto child = call_table::make_row(*c, i);
       child->callbacks.push_back([this, c, results, left, i](result<embed_result> r) {
-        // Runs after the lock is released (deferred): retake it to assemble the parent.
+        // Runs after the lock is released (deferred): a row fills its own slot without the lock; the last
+        // row's callback (it sees every slot) takes the lock to assemble the parent.
+        (*results)[i] = std::move(r);
+        if (left->fetch_sub(1, std::memory_order_acq_rel) != 1) return;
         deferred dd;
         std::lock_guard lk(mu_);
-        (*results)[i] = std::move(r);
-        if (--*left == 0 && !c->done) finish(c, call_table::assemble(*c, *results), dd);
+        if (!c->done) finish(c, call_table::assemble(*c, *results), dd);
       });
       c->children.push_back(child);
       launch(child, false, d);

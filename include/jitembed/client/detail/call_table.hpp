@@ -1,6 +1,6 @@
 // The client's calls and their attempts, and the call table: ids, the calls in flight (cancellation finds
 // them here), coalescing of equal requests, the calls waiting for an endpoint or a connection, deadlines.
-// No I/O: the client state calls every member with its lock held.
+// No I/O: the call engine calls every member with its lock held.
 #pragma once
 
 #include <atomic>
@@ -27,7 +27,7 @@
 
 namespace jitembed::client::detail {
 
-// Functions to run after the state lock is released (user callbacks): where it goes out of scope, which is
+// Functions to run after the engine's lock is released (user callbacks): where it goes out of scope, which is
 // on the client's executor for every completion; with `post_to` set (a caller's thread: embed(), cancel())
 // they are posted to the executor instead.
 struct deferred {

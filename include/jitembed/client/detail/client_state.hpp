@@ -112,19 +112,9 @@ class client_state final {
   ~client_state() { close(); }
 
   bool local() const noexcept { return !opts_.local_models.empty(); }
-  std::uint64_t embed(embed_request req, embed_callback done) { return engine_.embed(std::move(req), std::move(done)); }
-  bool cancel(std::uint64_t id) { return engine_.cancel(id); }
-  result<model_identity> identity(const std::string& model) { return control_.identity(model); }
-  result<model_metadata> metadata(const std::string& model) { return control_.metadata(model); }
-  result<void> wait_ready(const std::vector<std::string>& models, std::chrono::milliseconds timeout) {
-    return control_.wait_ready(models, timeout);
-  }
-  client_stats stats() const { return engine_.stats(); }
-  std::vector<std::string> endpoint_urls() const {
-    std::vector<std::string> out;
-    for (const auto& a : control_.live_endpoints()) out.push_back(a.url);
-    return out;
-  }
+  // The parts jit_client's calls go to: calls and stats to the engine, the rest to the control plane.
+  call_engine& engine() noexcept { return engine_; }
+  control_plane& control() noexcept { return control_; }
 
   // Every call still open fails with `cancelled` (its callbacks run here, on the closing thread); the
   // regions registered with endpoints are unregistered; the transports, the watcher and the I/O threads stop.

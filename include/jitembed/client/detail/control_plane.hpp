@@ -142,11 +142,9 @@ class control_plane {
     auto pause = std::chrono::milliseconds(20);
     error_info last = fail(errc::unavailable, "no endpoint");
     bool reached = false;  // some endpoint answered (its model not ready, or not served)
-    std::vector<std::string> urls;
+    std::vector<endpoint_address> eps;
     for (bool first_round = true;; first_round = false) {
-      const auto eps = live_endpoints();
-      urls.clear();
-      for (const auto& a : eps) urls.push_back(a.url);
+      eps = live_endpoints();
       for (auto it = waiting.begin(); it != waiting.end();) {
         bool ready = false;
         for (const auto& a : eps) {
@@ -176,7 +174,7 @@ class control_plane {
     }
     std::string names, where;
     for (const auto& m : waiting) names += (names.empty() ? "'" : ", '") + m + "'";
-    for (const auto& u : urls) where += (where.empty() ? "" : ", ") + u;
+    for (const auto& a : eps) where += (where.empty() ? "" : ", ") + a.url;
     if (opts_.local) return fail(last.code, "client: local models do not serve " + names + ": " + last.message);
     const auto ms = std::to_string(timeout.count());
     const std::string what = "client: no endpoint ready for model " + names + " within " + ms +

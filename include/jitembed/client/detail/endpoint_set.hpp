@@ -29,7 +29,7 @@ class transport;
 
 struct endpoint_state {
   endpoint_address addr;
-  transport* via = nullptr;                              // the transport of its scheme (set by the client state)
+  transport* via = nullptr;                              // the transport of its scheme (set by the control plane)
   std::vector<boost::asio::ip::tcp::endpoint> resolved;  // addresses (a name that did not resolve: none)
   bool reachable = false;                                // resolved, or a transport that needs no address (local)
   std::uint64_t outstanding = 0, requests = 0, successes = 0, failures = 0, conns_opened = 0;

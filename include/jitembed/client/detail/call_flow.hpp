@@ -51,6 +51,7 @@ class call_flow : public attempt_events {
         rng_(std::random_device{}()),
         endpoints_(o.breaker, o.ewma_alpha),
         shm_(o.shared_memory) {}
+
   // --- attempt_events: what the transports report (lock held) ----------------------------------------
 
   std::mutex& mutex() override { return mu_; }

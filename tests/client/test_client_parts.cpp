@@ -35,11 +35,40 @@ auto make_reachable = [](const cl::endpoint_address& a) {
 
 std::vector<std::string> urls_of(const cd::endpoint_set& s) {
   std::vector<std::string> out;
-  for (const auto& a : s.live()) out.push_back(a.url);
+  for (const auto& a : s.snapshot()->live) out.push_back(a.url);
   return out;
 }
 
 }  // namespace
+
+TEST_CASE("endpoint set: the picker is an immutable snapshot, a new one published on each change") {
+  cd::endpoint_set s(cl::breaker_options{}, 0.2);
+  const auto empty = s.snapshot();
+  REQUIRE(empty);
+  CHECK(empty->endpoints.empty());
+  s.apply(addresses({"http://127.0.0.1:1", "http://127.0.0.1:2"}), make_reachable);
+  const auto two = s.snapshot();
+  CHECK(two != empty);
+  CHECK(empty->endpoints.empty());  // a reader holding the old one keeps it as it was
+  CHECK(two->endpoints.size() == 2);
+  CHECK(two->live.size() == 2);
+  s.apply(addresses({"http://127.0.0.1:1", "http://127.0.0.1:2"}), make_reachable);
+  CHECK(s.snapshot() == two);  // no change, no new picker
+
+  cd::endpoint_state& second = *s.all()[1];
+  CHECK_FALSE(s.on_attempt(second, cd::clock::now()));
+  s.apply(addresses({"http://127.0.0.1:1"}), make_reachable);  // :2 drains: still a member, no longer live
+  const auto draining = s.snapshot();
+  CHECK(draining->endpoints.size() == 2);
+  REQUIRE(draining->live.size() == 1);
+  CHECK(draining->live[0].url == "http://127.0.0.1:1");
+  CHECK(two->live.size() == 2);
+  CHECK(s.unknown(addresses({"http://127.0.0.1:2", "http://127.0.0.1:3"})).size() == 1);
+  s.on_attempt_end(second, false);
+  REQUIRE(s.reap().size() == 1);
+  CHECK(s.snapshot()->endpoints.size() == 1);  // reaped: gone from the picker
+  CHECK(draining->endpoints.size() == 2);
+}
 
 TEST_CASE("endpoint set: endpoints join, removed ones drain until their attempts end, re-added ones come back") {
   cd::endpoint_set s(cl::breaker_options{}, 0.2);

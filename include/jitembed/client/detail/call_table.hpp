@@ -1,6 +1,6 @@
 // The client's calls and their attempts, and the call table: ids, the calls in flight (cancellation finds
 // them here), coalescing of equal requests, the calls waiting for an endpoint or a connection, deadlines.
-// No I/O: the client state calls every member with its lock held.
+// No I/O: the call engine calls every member with its lock held.
 #pragma once
 
 #include <atomic>
@@ -27,7 +27,7 @@
 
 namespace jitembed::client::detail {
 
-// Functions to run after the state lock is released (user callbacks): where it goes out of scope, which is
+// Functions to run after the engine's lock is released (user callbacks): where it goes out of scope, which is
 // on the client's executor for every completion; with `post_to` set (a caller's thread: embed(), cancel())
 // they are posted to the executor instead.
 struct deferred {
@@ -183,28 +183,54 @@ class call_table {
 
   // Row i of a split call alone, with the parent's deadline.
   static call_ptr make_row(const remote_call& parent, std::size_t i) {
-    auto child = std::make_shared<remote_call>();
+    embed_request req{parent.model, parent.version, parent.input, {parent.row(i)}, parent.outputs};
+    req.datatype = std::string(net::kserve::to_string(parent.type));
+    req.row_shape = parent.row_shape;
+    auto child = std::move(make(0, req, clock::duration{}, parent.row(i).size())).value();
     child->internal = true;
-    child->model = parent.model;
-    child->version = parent.version;
-    child->input = parent.input;
-    child->outputs = parent.outputs;
-    child->n_rows = 1;
-    child->type = parent.type;
-    child->row_shape = parent.row_shape;
-    const auto one = parent.row(i);
-    if (child->typed()) {
-      child->rows = std::make_shared<byte_buffer>(one.begin(), one.end());
-      child->row_spans.emplace_back(0, one.size());
-    } else {
-      auto rows = net::kserve::encode_bytes_elements(
-          std::vector<std::string_view>{std::string_view(reinterpret_cast<const char*>(one.data()), one.size())});
-      child->rows = std::make_shared<byte_buffer>(std::move(rows).value());
-      child->row_spans.emplace_back(4, one.size());
-    }
-    child->start = clock::now();
     child->deadline = parent.deadline;
     return child;
+  }
+
+  // A split call's answer from its rows' answers: each row's outputs at its place, a failed row's error in
+  // row_errors (its outputs zeros).
+  static result<embed_result> assemble(const remote_call& c, std::vector<std::optional<result<embed_result>>>& rows) {
+    embed_result out;
+    out.model_name = c.model;
+    out.row_errors.resize(c.n_rows);
+    const embed_result* first = nullptr;
+    for (auto& r : rows)
+      if (r && *r) {
+        first = &**r;
+        break;
+      }
+    if (first) {
+      out.model_name = first->model_name;
+      out.model_version = first->model_version;
+      out.endpoint = first->endpoint;
+      for (const auto& [name, t] : first->outputs) {
+        shape s = t.shape();
+        s[0] = static_cast<std::int64_t>(c.n_rows);
+        out.outputs.emplace_back(name, tensor::zeros(s, t.dtype()));
+      }
+    }
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      auto& r = *rows[i];
+      if (!r) {
+        out.row_errors[i] = r.error();
+        continue;
+      }
+      out.attempts += r->attempts;
+      for (auto& [name, dst] : out.outputs) {
+        const tensor* src = r->find(name);
+        if (!src || src->nbytes() * c.n_rows != dst.nbytes()) {
+          out.row_errors[i] = fail(errc::corrupt_data, "row " + std::to_string(i) + ": output '" + name + "' differs");
+          continue;
+        }
+        std::memcpy(static_cast<std::byte*>(dst.data()) + i * src->nbytes(), src->data(), src->nbytes());
+      }
+    }
+    return out;
   }
 
   static error_info deadline_error(const remote_call& c) {

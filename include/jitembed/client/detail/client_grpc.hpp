@@ -4,10 +4,7 @@
 // answer's fault from its errc (fault_of), the policy is the HTTP one's. The only code of the client that
 // touches gRPC. Included when the program links jitembed::grpc (JITEMBED_HAS_GRPC); without it a grpc://
 // endpoint answers every attempt with errc::not_found (client_state.hpp: "built without gRPC").
-// Included at the end of jitembed/client/detail/client_state.hpp (users include that header).
 #pragma once
-
-#include "jitembed/client/detail/client_state.hpp"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -26,6 +23,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "jitembed/client/detail/client_identity.hpp"
+#include "jitembed/client/detail/executor.hpp"
+#include "jitembed/client/detail/transport.hpp"
 #include "jitembed/net/grpc/infer_message.hpp"
 #include "jitembed/net/grpc/kserve_schema.hpp"
 #include "jitembed/net/grpc/status.hpp"
@@ -401,9 +401,10 @@ class grpc_transport final : public transport {
 
  private:
   void complete(const attempt_ptr& a, grpc_client::call& call, const ::grpc::Status& s) {
-    deferred d;  // user callbacks: after the lock is released
-    std::lock_guard lk(events_.mutex());
-    if (a->finished) return;
+    events_.complete(a, [&](deferred& d) { judge(a, call, s, d); });
+  }
+
+  void judge(const attempt_ptr& a, grpc_client::call& call, const ::grpc::Status& s, deferred& d) {
     const auto& url = a->ep->addr.url;
     if (s.ok()) {
       auto r = grpc_client::infer_result(call.response, *a->call, url, opts_.max_response_bytes,

@@ -155,39 +155,36 @@ class shm_object {
 
   // Writes `data` at `off`. io_error on a short write (ENOSPC: /dev/shm is full).
   result<void> write(std::size_t off, std::span<const std::byte> data) const {
-    if (off > size_ || data.size() > size_ - off)
-      return fail(errc::invalid_argument, "shared memory: write past the end");
-    std::size_t done = 0;
-    while (done < data.size()) {
-      const auto n = ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(off + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int e = n < 0 ? errno : ENOSPC;
-        return fail(errc::io_error, "shared memory '" + key_ + "': write failed: " + std::strerror(e));
-      }
-      done += static_cast<std::size_t>(n);
-    }
-    return {};
+    return transfer(off, data.size(), "write", ENOSPC, [&](std::size_t done) {
+      return ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(off + done));
+    });
   }
 
   // Reads `out.size()` bytes at `off`.
   result<void> read(std::size_t off, std::span<std::byte> out) const {
-    if (off > size_ || out.size() > size_ - off)
-      return fail(errc::invalid_argument, "shared memory: read past the end");
-    std::size_t done = 0;
-    while (done < out.size()) {
-      const auto n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(off + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int e = n < 0 ? errno : EIO;
-        return fail(errc::io_error, "shared memory '" + key_ + "': read failed: " + std::strerror(e));
+    return transfer(off, out.size(), "read", EIO, [&](std::size_t done) {
+      return ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(off + done));
+    });
+  }
+
+ private:
+  // op(done) until `n` bytes moved (EINTR: again); one that moves nothing fails with `stop_errno`.
+  template <class Op>
+  result<void> transfer(std::size_t off, std::size_t n, const char* what, int stop_errno, Op op) const {
+    if (off > size_ || n > size_ - off)
+      return fail(errc::invalid_argument, std::string("shared memory: ") + what + " past the end");
+    for (std::size_t done = 0; done < n;) {
+      const auto k = op(done);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        const int e = k < 0 ? errno : stop_errno;
+        return fail(errc::io_error, "shared memory '" + key_ + "': " + what + " failed: " + std::strerror(e));
       }
-      done += static_cast<std::size_t>(n);
+      done += static_cast<std::size_t>(k);
     }
     return {};
   }
 
- private:
   shm_object(int fd, std::string key, std::size_t size) : fd_(fd), key_(std::move(key)), size_(size) {}
   int fd_ = -1;
   std::string key_;

@@ -1,12 +1,13 @@
 // The client's endpoint set, without I/O: which endpoints exist (from the source, as the watcher last read
 // it), which drain, which are ejected for a model, each one's circuit breaker and latency, and which are
-// eligible for a call. The transports keep their connections elsewhere (one pool per transport); the client
-// state calls every member with its lock held.
+// eligible for a call. The call engine calls every member with its lock held, except snapshot(): the picker
+// (gRPC's picker/control-plane split) that the set publishes anew whenever its members change.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -28,7 +29,7 @@ class transport;
 
 struct endpoint_state {
   endpoint_address addr;
-  transport* via = nullptr;                              // the transport of its scheme (set by the client state)
+  transport* via = nullptr;                              // the transport of its scheme (set by the control plane)
   std::vector<boost::asio::ip::tcp::endpoint> resolved;  // addresses (a name that did not resolve: none)
   bool reachable = false;                                // resolved, or a transport that needs no address (local)
   std::uint64_t outstanding = 0, requests = 0, successes = 0, failures = 0, conns_opened = 0;
@@ -50,17 +51,27 @@ struct endpoint_state {
 
 using endpoint_ptr = std::shared_ptr<endpoint_state>;
 
+// An immutable snapshot of the set's members: calls pick from it, the control plane lists the live endpoints
+// from it without the engine's lock.
+struct picker {
+  std::vector<endpoint_ptr> endpoints;  // every member, draining ones too
+  std::vector<endpoint_address> live;   // those not draining
+};
+
 class endpoint_set {
  public:
   endpoint_set(breaker_options breaker, double ewma_alpha) : breaker_(breaker), alpha_(ewma_alpha) {}
 
   const std::vector<endpoint_ptr>& all() const noexcept { return eps_; }
+  std::shared_ptr<const picker> snapshot() const { return picker_.load(std::memory_order_acquire); }
 
-  // The addresses of `list` not in the set yet (to resolve before apply()).
+  // The addresses of `list` not in the picker (to resolve before apply(); no lock: the picker is immutable).
   std::vector<endpoint_address> unknown(const std::vector<endpoint_address>& list) const {
+    const auto p = snapshot();
     std::vector<endpoint_address> out;
     for (const auto& a : list)
-      if (!find(a.url)) out.push_back(a);
+      if (std::none_of(p->endpoints.begin(), p->endpoints.end(), [&](auto& e) { return e->addr.url == a.url; }))
+        out.push_back(a);
     return out;
   }
 
@@ -92,6 +103,7 @@ class endpoint_set {
       ch.added.push_back(std::move(e));
       ch.changed = true;
     }
+    if (ch.changed) publish();
     return ch;
   }
 
@@ -111,6 +123,7 @@ class endpoint_set {
         ++it;
       }
     }
+    if (!gone.empty()) publish();
     return gone;
   }
 
@@ -125,7 +138,7 @@ class endpoint_set {
   std::vector<endpoint_state*> candidates(const std::string& model, const std::set<const endpoint_state*>& tried,
                                           clock::time_point now) const {
     std::vector<endpoint_state*> fresh, all;
-    for (const auto& e : eps_) {
+    for (const auto& e : snapshot()->endpoints) {
       if (!eligible(*e, model, now)) continue;
       all.push_back(e.get());
       if (!tried.count(e.get())) fresh.push_back(e.get());
@@ -221,19 +234,20 @@ class endpoint_set {
 
   // --- reporting ---------------------------------------------------------------------------------------
 
-  std::vector<endpoint_address> live() const {
-    std::vector<endpoint_address> out;
-    for (const auto& e : eps_)
-      if (!e->draining) out.push_back(e->addr);
-    return out;
-  }
-
   void report(std::vector<endpoint_stats>& out, clock::time_point now) const {
     for (const auto& e : eps_) out.push_back(stats_of(*e, now));
     for (const auto& e : retired_) out.push_back(e);
   }
 
  private:
+  void publish() {
+    auto p = std::make_shared<picker>();
+    p->endpoints = eps_;
+    for (const auto& e : eps_)
+      if (!e->draining) p->live.push_back(e->addr);
+    picker_.store(std::move(p), std::memory_order_release);
+  }
+
   const endpoint_state* find(const std::string& url) const {
     for (const auto& e : eps_)
       if (e->addr.url == url) return e.get();
@@ -259,6 +273,7 @@ class endpoint_set {
   double alpha_;
   std::vector<endpoint_ptr> eps_;
   std::vector<endpoint_stats> retired_;
+  std::atomic<std::shared_ptr<const picker>> picker_{std::make_shared<const picker>()};
 };
 
 }  // namespace jitembed::client::detail

@@ -85,14 +85,13 @@ class http_transport final : public transport {
     // even when the attempt has dropped the connection (closing it only makes them complete early).
     st.conn->lowest().async_connect(a->ep->resolved,
                                     [self, a, conn = st.conn](boost::system::error_code ec, const tcp::endpoint&) {
-                                      deferred dd;
-                                      std::lock_guard lk(self->events_.mutex());
-                                      if (a->finished) return;
-                                      if (ec) return self->on_error(a, ec, "connect", dd);
-                                      boost::system::error_code ignored;
-                                      conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
-                                      if (conn->tls) return self->handshake(a, dd);
-                                      self->write(a);
+                                      self->events_.complete(a, [&](deferred& dd) {
+                                        if (ec) return self->on_error(a, ec, "connect", dd);
+                                        boost::system::error_code ignored;
+                                        conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+                                        if (conn->tls) return self->handshake(a, dd);
+                                        self->write(a);
+                                      });
                                     });
   }
 
@@ -228,12 +227,11 @@ class http_transport final : public transport {
     if (!net::http::detail::prepare_client_tls(conn->tls->native_handle(), a->ep->addr.host))
       return tls_failure(a, asio::error::invalid_argument, d);
     conn->tls->async_handshake(asio::ssl::stream_base::client, [self, a, conn](boost::system::error_code ec) {
-      deferred dd;
-      std::lock_guard lk(self->events_.mutex());
-      if (a->finished) return;
-      if (ec && net::http::detail::is_tls_protocol_error(ec)) return self->tls_failure(a, ec, dd);
-      if (ec) return self->on_error(a, ec, "TLS handshake", dd);
-      self->write(a);
+      self->events_.complete(a, [&](deferred& dd) {
+        if (ec && net::http::detail::is_tls_protocol_error(ec)) return self->tls_failure(a, ec, dd);
+        if (ec) return self->on_error(a, ec, "TLS handshake", dd);
+        self->write(a);
+      });
     });
   }
 
@@ -252,11 +250,10 @@ class http_transport final : public transport {
     ++conn->uses;
     conn->visit([&](auto& stream) {
       asio::async_write(stream, st.bufs, [self, a, conn](boost::system::error_code ec, std::size_t) {
-        deferred d;
-        std::lock_guard lk(self->events_.mutex());
-        if (a->finished) return;
-        if (ec) return self->on_error(a, ec, "send", d);
-        self->read(a);
+        self->events_.complete(a, [&](deferred& d) {
+          if (ec) return self->on_error(a, ec, "send", d);
+          self->read(a);
+        });
       });
     });
   }
@@ -273,11 +270,10 @@ class http_transport final : public transport {
     conn->visit([&](auto& stream) {
       bhttp::async_read(stream, conn->buffer, *conn->parser,
                         [self, a, conn](boost::system::error_code ec, std::size_t) {
-                          deferred d;
-                          std::lock_guard lk(self->events_.mutex());
-                          if (a->finished) return;
-                          if (ec) return self->on_error(a, ec, "response", d);
-                          self->on_response(a, d);
+                          self->events_.complete(a, [&](deferred& d) {
+                            if (ec) return self->on_error(a, ec, "response", d);
+                            self->on_response(a, d);
+                          });
                         });
     });
   }

@@ -23,7 +23,7 @@ JITEMBED_DECL result<jit_client> jit_client::create(client_options opts) {
   return jit_client(std::move(s));
 }
 JITEMBED_DECL jit_client::request_id jit_client::embed(embed_request req, embed_callback done) {
-  return state_->embed(std::move(req), std::move(done));
+  return state_->engine().embed(std::move(req), std::move(done));
 }
 JITEMBED_DECL std::future<result<embed_result>> jit_client::embed(embed_request req, std::stop_token stop) {
   // The stop callback lives until the request completes; it holds the state weakly (a cancelled future
@@ -39,7 +39,7 @@ JITEMBED_DECL std::future<result<embed_result>> jit_client::embed(embed_request 
   };
   auto p = std::make_shared<pending>();
   auto f = p->promise.get_future();
-  const request_id id = state_->embed(std::move(req), [p](result<embed_result> r) {
+  const request_id id = state_->engine().embed(std::move(req), [p](result<embed_result> r) {
     std::unique_ptr<stop_cb> gone;
     {
       std::lock_guard lk(p->mu);
@@ -51,7 +51,7 @@ JITEMBED_DECL std::future<result<embed_result>> jit_client::embed(embed_request 
   });
   if (stop.stop_possible()) {
     auto cb = std::make_unique<stop_cb>(stop, std::function<void()>([w = std::weak_ptr<detail::client_state>(state_), id] {
-      if (auto s = w.lock()) s->cancel(id);
+      if (auto s = w.lock()) s->engine().cancel(id);
     }));
     std::lock_guard lk(p->mu);
     if (!p->done) p->on_stop = std::move(cb);
@@ -59,14 +59,18 @@ JITEMBED_DECL std::future<result<embed_result>> jit_client::embed(embed_request 
   }
   return f;
 }
-JITEMBED_DECL bool jit_client::cancel(request_id id) { return state_->cancel(id); }
-JITEMBED_DECL result<model_identity> jit_client::identity(const std::string& model) { return state_->identity(model); }
-JITEMBED_DECL result<model_metadata> jit_client::metadata(const std::string& model) { return state_->metadata(model); }
+JITEMBED_DECL bool jit_client::cancel(request_id id) { return state_->engine().cancel(id); }
+JITEMBED_DECL result<model_identity> jit_client::identity(const std::string& model) { return state_->control().identity(model); }
+JITEMBED_DECL result<model_metadata> jit_client::metadata(const std::string& model) { return state_->control().metadata(model); }
 JITEMBED_DECL result<void> jit_client::wait_ready(const std::vector<std::string>& models, std::chrono::milliseconds timeout) {
-  return state_->wait_ready(models, timeout);
+  return state_->control().wait_ready(models, timeout);
 }
-JITEMBED_DECL client_stats jit_client::stats() const { return state_->stats(); }
-JITEMBED_DECL std::vector<std::string> jit_client::endpoints() const { return state_->endpoint_urls(); }
+JITEMBED_DECL client_stats jit_client::stats() const { return state_->engine().stats(); }
+JITEMBED_DECL std::vector<std::string> jit_client::endpoints() const {
+  std::vector<std::string> out;
+  for (const auto& a : state_->control().live_endpoints()) out.push_back(a.url);
+  return out;
+}
 JITEMBED_DECL bool jit_client::local() const noexcept { return state_->local(); }
 JITEMBED_DECL void jit_client::close() {
   if (state_) state_->close();

@@ -1,7 +1,7 @@
 // The client's transports: how an attempt reaches an endpoint and how its end is reported back. One per
 // scheme: HTTP/1.1 (http_transport.hpp: Beast, a connection pool per endpoint), gRPC (client_grpc.hpp: a
 // channel per endpoint) and in-process models (local_transport.hpp). Balancing, retries, hedging, the row
-// split and exactly-once live in the client state and are transport-blind.
+// split and exactly-once live in the call engine and are transport-blind.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -28,7 +28,7 @@
 
 namespace jitembed::client::detail {
 
-// What a transport reports to the client state. Each call is made with the state's lock held (mutex());
+// What a transport reports to the call engine. Each call is made with the engine's lock held (mutex());
 // `d` collects the user callbacks that run once it is released. A transport may report from within send().
 class attempt_events {
  public:
@@ -46,6 +46,15 @@ class attempt_events {
   // Every connection of the endpoint is busy: the attempt ends unsent and its call waits for one.
   virtual void on_busy(const attempt_ptr& a, deferred& d) = 0;
 
+  // A transport's completion handler enters here: fn(d) runs with the lock held unless the attempt finished
+  // already (a hedge lost, a cancel); the user callbacks it collects in `d` run after the lock is released.
+  template <class F>
+  void complete(const attempt_ptr& a, F&& fn) {
+    deferred d;
+    std::lock_guard lk(mutex());
+    if (!a->finished) fn(d);
+  }
+
  protected:
   ~attempt_events() = default;
 };
@@ -54,7 +63,7 @@ class transport {
  public:
   virtual ~transport() = default;
   // Starts the attempt (its call, endpoint and shared-memory span are set); its end comes through
-  // attempt_events. Called with the state's lock held.
+  // attempt_events. Called with the engine's lock held.
   virtual void send(const attempt_ptr& a, deferred& d) = 0;
   // The call finished without this attempt's answer (a hedge lost, a cancel, close()): stop it; a
   // connection in the middle of an answer is not reused. Lock held.
@@ -76,8 +85,21 @@ class transport {
   virtual void close() {}
 };
 
+// The client's transports, one per scheme (local mode: the local one only); each endpoint uses its scheme's.
+struct transport_set {
+  std::unique_ptr<transport> local, http, grpc;
+  transport& operator()(const endpoint_address& a) const {
+    if (local) return *local;
+    return is_grpc(a) ? *grpc : *http;
+  }
+  void close() {  // their completions post to the executor, which still runs
+    for (auto* t : {local.get(), grpc.get(), http.get()})
+      if (t) t->close();
+  }
+};
+
 // The addresses of an endpoint's host (a literal address as is, a name through the resolver; none when it
-// does not resolve). Blocking: the client state calls it without its lock.
+// does not resolve). Blocking: the control plane calls it without a lock.
 inline std::vector<boost::asio::ip::tcp::endpoint> resolve(const endpoint_address& a) {
   namespace asio = boost::asio;
   std::vector<asio::ip::tcp::endpoint> out;

@@ -264,7 +264,7 @@ class local_transport final : public transport {
     return fail(errc::not_found, "client: no local model '" + model + "'");
   }
 
-  // Typed rows as the model's items, as the server takes them (server/detail/pipeline.hpp, check_rows): its
+  // Typed rows as the model's items, as the server takes them (server/detail/request_rows.hpp): its
   // declared input (name, datatype, dims), or "input_ids" INT64 / INT32 [L] for a text model whose input is
   // token ids (i64 [2, L]: ids and an all-ones mask, or i64 [L]). Anything else fails the whole call.
   static result<std::vector<tensor>> typed_items(const models::any_model& m, const remote_call& c) {

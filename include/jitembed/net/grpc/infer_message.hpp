@@ -1,7 +1,6 @@
-// Reflection helpers for the KServe gRPC infer messages (net/grpc/kserve_schema.hpp), shared by the
-// service's front end (server/detail/grpc_infer.hpp) and the JIT client's transport
-// (client/detail/client_grpc.hpp): field descriptors looked up once, and map<string, InferParameter>
-// fields to and from the JSON parameters of net::kserve's tensors.
+// Reflection helpers for the KServe gRPC infer messages (net/grpc/kserve_schema.hpp), under the infer codec
+// (net/grpc/infer_codec.hpp): field descriptors looked up once, and map<string, InferParameter> fields to
+// and from the JSON parameters of net::kserve's messages.
 #pragma once
 
 #include <google/protobuf/descriptor.h>
@@ -138,6 +137,12 @@ inline void set_grpc_parameter(pb::Message& m, const pb::FieldDescriptor* field,
     vr->SetDouble(v, f.p_double, value.get<double>());
   else
     vr->SetString(v, f.p_string, value.dump());
+}
+
+// Adds each key = value of a JSON object (nothing for another value) to a map<string, InferParameter> field, in order.
+inline void set_grpc_parameters(pb::Message& m, const pb::FieldDescriptor* field, const kserve::json& params) {
+  if (params.is_object())
+    for (auto it = params.begin(); it != params.end(); ++it) set_grpc_parameter(m, field, it.key(), *it);
 }
 
 }  // namespace jitembed::net::grpc

@@ -1,13 +1,14 @@
-// KServe gRPC ModelInferRequest / ModelInferResponse <-> net::kserve::infer_request / infer_response, on the
-// dynamic messages of net/grpc/kserve_schema.hpp. Requests: tensors view into the parsed message's
-// raw_input_contents (kept alive by the caller), typed `contents` are copied into the binary layout.
-// Responses: the message is serialized without its raw_output_contents, which are then appended as
-// length-delimited field-6 entries whose bytes are grpc::Slices over the response's own tensors (no copy;
-// protobuf allows a repeated field's entries anywhere in the message).
+// The KServe gRPC infer codec, all four directions on the dynamic messages of net/grpc/kserve_schema.hpp: the
+// client encodes a ModelInferRequest and decodes a ModelInferResponse, the server decodes the one and encodes the
+// other (or a ModelStreamInferResponse), with one tensor / parameter / raw-contents mapping to net::kserve's
+// messages. Decoded tensors view into the parsed message; encoded tensor bytes travel as grpc::Slices over their
+// owner (no copy): the message is serialized without its raw contents, which are appended as length-delimited
+// entries (protobuf allows a repeated field's entries anywhere in the message).
 #pragma once
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -15,7 +16,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,15 +36,9 @@
 #include "jitembed/net/kserve/message.hpp"
 #include "jitembed/net/kserve/shared_memory.hpp"
 
-namespace jitembed::server::detail {
+namespace jitembed::net::grpc {
 
-namespace pb = google::protobuf;
-
-using net::grpc::grpc_infer_fields;
-using net::grpc::grpc_parameters;
-using net::grpc::set_grpc_parameter;
-
-namespace grpc_detail {
+namespace detail {
 
 // A typed `contents` list into the binary layout (little-endian elements of `type`).
 template <class Elem, class Get>
@@ -58,9 +52,8 @@ byte_buffer pack_contents(int n, Get get) {
 }
 
 // An input's elements from its InferTensorContents (when the request has no raw_input_contents).
-inline result<byte_buffer> contents_bytes(const pb::Message& contents, net::kserve::datatype type,
-                                          const std::string& w) {
-  using net::kserve::datatype;
+inline result<byte_buffer> contents_bytes(const pb::Message& contents, kserve::datatype type, const std::string& w) {
+  using kserve::datatype;
   const auto* d = contents.GetDescriptor();
   const auto* r = contents.GetReflection();
   const auto field = [&](const char* n) { return d->FindFieldByName(n); };
@@ -108,22 +101,103 @@ inline result<byte_buffer> contents_bytes(const pb::Message& contents, net::kser
         const std::string& s = r->GetRepeatedStringReference(contents, f, i, nullptr);
         elems.emplace_back(s);
       }
-      return net::kserve::encode_bytes_elements(elems);
+      return kserve::encode_bytes_elements(elems);
     }
     default:
       return fail(errc::invalid_argument,
-                  w + ": " + std::string(net::kserve::to_string(type)) + " travels only in raw_input_contents");
+                  w + ": " + std::string(kserve::to_string(type)) + " travels only in raw_input_contents");
   }
 }
 
-}  // namespace grpc_detail
+// The tag and length of a length-delimited field `number` of `length` bytes.
+inline std::string field_prefix(int number, std::size_t length) {
+  namespace wf = pb::internal;
+  std::string p;
+  {
+    pb::io::StringOutputStream sos(&p);
+    pb::io::CodedOutputStream cos(&sos);
+    cos.WriteTag(wf::WireFormatLite::MakeTag(number, wf::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    cos.WriteVarint64(length);
+  }
+  return p;
+}
 
-// A parsed ModelInferRequest as the pipeline's request: checked like the HTTP decoder checks a body
+// The bytes of such a field, its tag and length included.
+inline std::size_t field_size(int number, std::size_t length) {
+  namespace wf = pb::internal;
+  return wf::WireFormatLite::TagSize(number, wf::WireFormatLite::TYPE_BYTES) +
+         pb::io::CodedOutputStream::VarintSize64(length) + length;
+}
+
+// A message's bytes as slices: its serialized head (and the entries' keys, which join it) copied, each entry's
+// bytes a slice over them that holds `owner` (zero copy), a small one copied (cheaper than a refcounted slice).
+class slice_writer {
+ public:
+  explicit slice_writer(std::string head) : pending_(std::move(head)) {}
+  void add_prefix(std::string_view p) { pending_ += p; }
+  // Entry `number` holding `data` (kept alive by `owner`; none: copied).
+  void add_entry(int number, bytes_view data, const keep_alive& owner) {
+    pending_ += field_prefix(number, data.size());
+    if (data.empty()) return;
+    flush();
+    if (data.size() < 4096 || !owner) {
+      slices_.emplace_back(data.data(), data.size());
+    } else {
+      const auto release = [](void* p) { delete static_cast<keep_alive*>(p); };
+      slices_.emplace_back(const_cast<std::byte*>(data.data()), data.size(), +release, new keep_alive(owner));
+    }
+  }
+  ::grpc::ByteBuffer finish() {
+    if (!pending_.empty() || slices_.empty()) flush();
+    return ::grpc::ByteBuffer(slices_.data(), slices_.size());
+  }
+  std::vector<::grpc::Slice>& slices() { return slices_; }
+
+ private:
+  void flush() {
+    if (!pending_.empty()) slices_.emplace_back(pending_.data(), pending_.size());
+    pending_.clear();
+  }
+  std::string pending_;
+  std::vector<::grpc::Slice> slices_;
+};
+
+}  // namespace detail
+
+// The client's side: a ModelInferRequest's bytes, each input not in shared memory (in order) as a
+// raw_input_contents entry over its bytes, held by the input's storage.
+inline ::grpc::ByteBuffer encode_infer_request(const kserve::infer_request& req) {
+  const auto& f = grpc_infer_fields::get();
+  auto m = kserve_schema::get().make("ModelInferRequest");
+  const auto* r = m->GetReflection();
+  r->SetString(m.get(), f.model_name, req.model);
+  if (!req.version.empty()) r->SetString(m.get(), f.model_version, req.version);
+  if (!req.id.empty()) r->SetString(m.get(), f.id, req.id);
+  set_grpc_parameters(*m, f.parameters, req.parameters);
+  for (const auto& t : req.inputs) {
+    auto* in = r->AddMessage(m.get(), f.inputs);
+    const auto* ir = in->GetReflection();
+    ir->SetString(in, f.in_name, t.name);
+    ir->SetString(in, f.in_datatype, std::string(kserve::to_string(t.type)));
+    for (const auto d : t.shape) ir->AddInt64(in, f.in_shape, d);
+    set_grpc_parameters(*in, f.in_parameters, t.parameters);
+  }
+  for (const auto& o : req.outputs) {
+    auto* out = r->AddMessage(m.get(), f.outputs);
+    out->GetReflection()->SetString(out, f.out_name, o.name);
+    set_grpc_parameters(*out, f.out_parameters, o.parameters);
+  }
+  detail::slice_writer w(m->SerializeAsString());
+  for (const auto& t : req.inputs)
+    if (!kserve::has_shared_memory(t.parameters)) w.add_entry(f.raw_input_contents->number(), t.data, t.storage);
+  return w.finish();
+}
+
+// The server's side: a parsed ModelInferRequest as the pipeline's request: checked like the HTTP decoder checks a body
 // (limits, shapes against data sizes, BYTES element counts). Tensors view into `m` (or own copies of
 // typed contents): keep `m` alive while the request is used.
-inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& m,
-                                                             const net::kserve::protocol_limits& lim) {
-  namespace ks = net::kserve;
+inline result<kserve::infer_request> decode_infer_request(const pb::Message& m, const kserve::protocol_limits& lim) {
+  namespace ks = kserve;
   const auto& f = grpc_infer_fields::get();
   const auto* r = m.GetReflection();
   ks::infer_request req;
@@ -187,7 +261,7 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
       const std::string& raw = r->GetRepeatedStringReference(m, f.raw_input_contents, next_raw++, nullptr);
       t.data = bytes_view(reinterpret_cast<const std::byte*>(raw.data()), raw.size());
     } else {
-      JITEMBED_ASSIGN_OR_RETURN(auto bytes, grpc_detail::contents_bytes(ir->GetMessage(in, f.in_contents), t.type, w));
+      JITEMBED_ASSIGN_OR_RETURN(auto bytes, detail::contents_bytes(ir->GetMessage(in, f.in_contents), t.type, w));
       auto buf = std::make_shared<const byte_buffer>(std::move(bytes));
       t.data = bytes_view(buf->data(), buf->size());
       t.storage = std::move(buf);
@@ -217,12 +291,11 @@ inline result<net::kserve::infer_request> grpc_infer_request(const pb::Message& 
   return req;
 }
 
-// A ModelInferResponse's bytes, or (with `stream`) a ModelStreamInferResponse wrapping it: the metadata
-// through protobuf, each output's bytes as a slice over the response (which the slices keep alive).
-inline ::grpc::ByteBuffer grpc_infer_response(std::shared_ptr<const net::kserve::infer_response> resp, bool stream) {
+// The server's side: a ModelInferResponse's bytes, or (with `stream`) a ModelStreamInferResponse wrapping it,
+// each output's bytes a raw_output_contents entry over the response (which the slices keep alive).
+inline ::grpc::ByteBuffer encode_infer_response(std::shared_ptr<const kserve::infer_response> resp, bool stream) {
   const auto& f = grpc_infer_fields::get();
-  const auto& schema = net::grpc::kserve_schema::get();
-  auto msg = schema.make("ModelInferResponse");
+  auto msg = kserve_schema::get().make("ModelInferResponse");
   const auto* r = msg->GetReflection();
   r->SetString(msg.get(), f.r_model_name, resp->model_name);
   r->SetString(msg.get(), f.r_model_version, resp->model_version);
@@ -231,63 +304,64 @@ inline ::grpc::ByteBuffer grpc_infer_response(std::shared_ptr<const net::kserve:
     auto* o = r->AddMessage(msg.get(), f.r_outputs);
     const auto* orf = o->GetReflection();
     orf->SetString(o, f.ro_name, t.name);
-    orf->SetString(o, f.ro_datatype, std::string(net::kserve::to_string(t.type)));
+    orf->SetString(o, f.ro_datatype, std::string(kserve::to_string(t.type)));
     for (auto d : t.shape) orf->AddInt64(o, f.ro_shape, d);
-    if (t.parameters.is_object())  // an output written into shared memory: its region, no data
-      for (auto it = t.parameters.begin(); it != t.parameters.end(); ++it)
-        set_grpc_parameter(*o, f.ro_parameters, it.key(), *it);
+    set_grpc_parameters(*o, f.ro_parameters, t.parameters);  // an output written into shared memory: its region
   }
   std::string head = msg->SerializeAsString();
-  // field 6 (raw_output_contents), wire type length-delimited: tag, varint length, bytes
-  std::vector<std::string> prefixes;
   std::size_t inner = head.size();
-  for (const auto& t : resp->outputs) {
-    std::string p;
-    {
-      pb::io::StringOutputStream sos(&p);
-      pb::io::CodedOutputStream cos(&sos);
-      cos.WriteTag(pb::internal::WireFormatLite::MakeTag(f.raw_output_contents_number,
-                                                         pb::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-      cos.WriteVarint64(t.data.size());
-    }
-    inner += p.size() + t.data.size();
-    prefixes.push_back(std::move(p));
+  for (const auto& t : resp->outputs) inner += detail::field_size(f.raw_output_contents_number, t.data.size());
+  detail::slice_writer w(std::move(head));
+  if (stream)  // ModelStreamInferResponse { infer_response = 2 }: tag, length, then the inner message
+    w.slices().emplace_back(detail::field_prefix(f.s_infer_response->number(), inner));
+  for (const auto& t : resp->outputs) w.add_entry(f.raw_output_contents_number, t.data, resp);
+  return w.finish();
+}
+
+// The client's side: a parsed ModelInferResponse; outputs view into `m`'s raw_output_contents (keep `m` alive
+// while the response is used). An output in shared memory has an empty entry (jitembed) or none (Triton: only
+// the others have one). corrupt_data: an unknown datatype, an entry count that fits neither.
+inline result<kserve::infer_response> decode_infer_response(const pb::Message& m) {
+  const auto& f = grpc_infer_fields::get();
+  const auto* r = m.GetReflection();
+  kserve::infer_response out;
+  out.model_name = r->GetString(m, f.r_model_name);
+  out.model_version = r->GetString(m, f.r_model_version);
+  out.id = r->GetString(m, f.r_id);
+  const auto* raw = m.GetDescriptor()->FindFieldByNumber(f.raw_output_contents_number);
+  const int n = r->FieldSize(m, f.r_outputs), n_raw = r->FieldSize(m, raw);
+  out.outputs.resize(static_cast<std::size_t>(n));
+  int in_shm = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto& o = r->GetRepeatedMessage(m, f.r_outputs, i);
+    const auto* orf = o.GetReflection();
+    auto& t = out.outputs[static_cast<std::size_t>(i)];
+    t.name = orf->GetString(o, f.ro_name);
+    const auto dt = kserve::datatype_from_string(orf->GetString(o, f.ro_datatype));
+    if (!dt) return fail(errc::corrupt_data, "output '" + t.name + "' has an unknown datatype");
+    t.type = *dt;
+    for (int k = 0; k < orf->FieldSize(o, f.ro_shape); ++k) t.shape.push_back(orf->GetRepeatedInt64(o, f.ro_shape, k));
+    t.parameters = grpc_parameters(o, f.ro_parameters);
+    in_shm += kserve::has_shared_memory(t.parameters) ? 1 : 0;
   }
-  std::vector<::grpc::Slice> slices;
-  slices.reserve(2 + 2 * resp->outputs.size());
-  if (stream) {  // ModelStreamInferResponse { infer_response = 2 }: tag, length, then the inner message
-    std::string p;
-    {
-      pb::io::StringOutputStream sos(&p);
-      pb::io::CodedOutputStream cos(&sos);
-      cos.WriteTag(pb::internal::WireFormatLite::MakeTag(f.s_infer_response->number(),
-                                                         pb::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-      cos.WriteVarint64(inner);
-    }
-    slices.emplace_back(p.data(), p.size());
+  const bool every = n_raw == n;
+  if (!every && n_raw != n - in_shm)
+    return fail(errc::corrupt_data,
+                std::to_string(n_raw) + " raw_output_contents for " + std::to_string(n) + " outputs");
+  int next_raw = 0;
+  for (auto& t : out.outputs) {
+    if (!every && kserve::has_shared_memory(t.parameters)) continue;
+    const std::string& bytes = r->GetRepeatedStringReference(m, raw, next_raw++, nullptr);
+    t.data = bytes_view(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
   }
-  slices.emplace_back(head.data(), head.size());
-  // One heap-held reference to the response per zero-copy slice, released when gRPC drops the slice.
-  const auto release = [](void* p) { delete static_cast<std::shared_ptr<const net::kserve::infer_response>*>(p); };
-  for (std::size_t i = 0; i < resp->outputs.size(); ++i) {
-    slices.emplace_back(prefixes[i].data(), prefixes[i].size());
-    const auto data = resp->outputs[i].data;
-    if (data.empty()) continue;
-    if (data.size() < 4096) {  // small: a copy is cheaper than a refcounted slice
-      slices.emplace_back(data.data(), data.size());
-    } else {
-      auto* ref = new std::shared_ptr<const net::kserve::infer_response>(resp);
-      slices.emplace_back(const_cast<std::byte*>(data.data()), data.size(), +release, ref);
-    }
-  }
-  return ::grpc::ByteBuffer(slices.data(), slices.size());
+  return out;
 }
 
 // A ModelStreamInferResponse carrying only an error message (a failed request of a stream: the stream
 // goes on, as Triton's does).
-inline ::grpc::ByteBuffer grpc_stream_error(const error_info& e, std::string_view id) {
+inline ::grpc::ByteBuffer encode_stream_error(const error_info& e, std::string_view id) {
   const auto& f = grpc_infer_fields::get();
-  auto msg = net::grpc::kserve_schema::get().make("ModelStreamInferResponse");
+  auto msg = kserve_schema::get().make("ModelStreamInferResponse");
   msg->GetReflection()->SetString(msg.get(), f.s_error_message, e.message);
   if (!id.empty()) {
     auto* inner = msg->GetReflection()->MutableMessage(msg.get(), f.s_infer_response);
@@ -298,4 +372,4 @@ inline ::grpc::ByteBuffer grpc_stream_error(const error_info& e, std::string_vie
   return ::grpc::ByteBuffer(&s, 1);
 }
 
-}  // namespace jitembed::server::detail
+}  // namespace jitembed::net::grpc

@@ -300,11 +300,9 @@ class grpc_transport final : public transport {
   // The answer as the call's result (the message's tensors are read before it goes).
   result<embed_result> infer_result(const remote_attempt& a, ::grpc::ByteBuffer& b) {
     auto m = net::grpc::kserve_schema::get().make("ModelInferResponse");
-    const auto what = "response of " + a.ep->addr.url;
-    if (!grpc_client::parse(b, *m)) return fail(errc::decode_failed, what + ": not a ModelInferResponse");
-    auto resp = net::grpc::decode_infer_response(*m);
-    if (!resp) return fail(resp.code(), what + ": " + resp.error().message);
-    return attempt_result(*resp, a, opts_.max_response_bytes);
+    if (!grpc_client::parse(b, *m))
+      return fail(errc::decode_failed, "response of " + a.ep->addr.url + ": not a ModelInferResponse");
+    return attempt_result(net::grpc::decode_infer_response(*m), a, opts_.max_response_bytes);
   }
 
   const client_options& opts_;

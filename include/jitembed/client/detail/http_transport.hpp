@@ -22,14 +22,11 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "jitembed/client/detail/client_identity.hpp"
 #include "jitembed/client/detail/kserve_call.hpp"
 #include "jitembed/client/detail/transport.hpp"
 #include "jitembed/net/http/client.hpp"
 #include "jitembed/net/http/detail/client_connection.hpp"
-#include "jitembed/net/http/detail/tls_client.hpp"
 #include "jitembed/net/http/detail/wire.hpp"
 #include "jitembed/net/kserve/encode.hpp"
 
@@ -172,10 +169,7 @@ class http_transport final : public transport {
     net::http::detail::append_request_head(
         st.head, "POST", "/v2/models/" + c.model + (c.version.empty() ? "" : "/versions/" + c.version) + "/infer",
         a.ep->addr.host + ":" + std::to_string(a.ep->addr.port), std::span(fields, n), st.msg.body_size());
-    st.bufs.clear();
-    st.bufs.emplace_back(st.head.data(), st.head.size());
-    st.bufs.emplace_back(st.msg.header.data(), st.msg.header.size());
-    for (auto b : st.msg.binary) st.bufs.emplace_back(b.data(), b.size());
+    net::http::detail::gather(st.bufs, st.head, st.msg.header, st.msg.binary);
     return {};
   }
 
@@ -275,16 +269,12 @@ class http_transport final : public transport {
     if (status != 200)
       return events_.on_answer(a, http_outcome(status, body, "model '" + c->model + "' on " + a->ep->addr.url), d);
     attempt_outcome o{attempt_fault::none, fail(errc::cancelled, "answered after the call finished")};
-    if (!c->done) o.answer = decode(*a, body, hlen);  // a call already finished (a hedge won): the latency only
+    if (!c->done) {  // a call already finished (a hedge won): the latency only
+      net::kserve::protocol_limits lim;
+      lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
+      o.answer = attempt_result(net::kserve::decode_response(body, hlen, lim), *a, opts_.max_response_bytes);
+    }
     events_.on_answer(a, std::move(o), d);
-  }
-
-  result<embed_result> decode(const remote_attempt& a, std::string_view body, std::optional<std::size_t> hlen) {
-    net::kserve::protocol_limits lim;
-    lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
-    auto resp = net::kserve::decode_response(body, hlen, lim);
-    if (!resp) return fail(resp.code(), "response of " + a.ep->addr.url + ": " + resp.error().message);
-    return attempt_result(*resp, a, opts_.max_response_bytes);
   }
 
   static void close_idle(pool& p) {

@@ -2,17 +2,11 @@
 // the "timeout", the compression offer and marks and Triton's shared-memory parameters are spelled here once.
 #pragma once
 
-#include <algorithm>
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <string>
-#include <utility>
 
-#include "jitembed/client/detail/transport.hpp"
-#include "jitembed/net/kserve/compression.hpp"
-#include "jitembed/net/kserve/message.hpp"
+#include "jitembed/client/detail/transport.hpp"  // remote_attempt, output_tensor, net::kserve
 
 namespace jitembed::client::detail {
 
@@ -32,7 +26,7 @@ inline net::kserve::infer_request attempt_request(remote_attempt& a, const clien
   if (binary_data_output) r.parameters["binary_data_output"] = *binary_data_output;
   r.parameters["timeout"] = timeout_us;
   const auto shm_parameters = [&](std::size_t offset, std::size_t bytes) {
-    // integers, as tritonclient sends them (over gRPC int64_param: Triton refuses another type)
+    // integers: over gRPC int64_param, as tritonclient sends them (Triton refuses another type)
     return kserve::json{{"shared_memory_region", a.shm->arena->region},
                         {"shared_memory_byte_size", bytes},
                         {"shared_memory_offset", offset}};
@@ -56,18 +50,19 @@ inline net::kserve::infer_request attempt_request(remote_attempt& a, const clien
   return r;
 }
 
-// The call's result from the attempt's decoded answer: each output [n_rows, ...], decompressed or read from
-// the attempt's shared memory (output_tensor), at most max_bytes each.
-inline result<embed_result> attempt_result(net::kserve::infer_response& resp, const remote_attempt& a,
+// The call's result from the attempt's decoded answer (its error: "response of <url>: ..."): each output
+// [n_rows, ...], decompressed or read from the attempt's shared memory (output_tensor), at most max_bytes each.
+inline result<embed_result> attempt_result(result<net::kserve::infer_response> resp, const remote_attempt& a,
                                            std::size_t max_bytes) {
   const auto& c = *a.call;
   const auto& url = a.ep->addr.url;
+  if (!resp) return fail(resp.code(), "response of " + url + ": " + resp.error().message);
   embed_result r;
-  r.model_name = std::move(resp.model_name);
-  r.model_version = std::move(resp.model_version);
+  r.model_name = std::move(resp->model_name);
+  r.model_version = std::move(resp->model_version);
   r.endpoint = url;
   r.attempts = c.attempts;
-  for (auto& o : resp.outputs) {
+  for (auto& o : resp->outputs) {
     JITEMBED_ASSIGN_OR_RETURN(auto t, output_tensor(o, c.n_rows, max_bytes, url, a.shm ? &*a.shm : nullptr));
     r.outputs.emplace_back(o.name, std::move(t));
   }

@@ -8,7 +8,6 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -40,12 +39,14 @@ namespace jitembed::net::grpc {
 
 namespace detail {
 
-// A typed `contents` list into the binary layout (little-endian elements of `type`).
-template <class Elem, class Get>
-byte_buffer pack_contents(int n, Get get) {
-  byte_buffer out(static_cast<std::size_t>(n) * sizeof(Elem));
-  for (int i = 0; i < n; ++i) {
-    const Elem v = static_cast<Elem>(get(i));
+// A typed `contents` list (repeated `Field` named `name`) into the binary layout: little-endian `Elem`s.
+template <class Elem, class Field>
+byte_buffer pack_contents(const pb::Message& contents, const char* name) {
+  const auto list =
+      contents.GetReflection()->GetRepeatedFieldRef<Field>(contents, contents.GetDescriptor()->FindFieldByName(name));
+  byte_buffer out(static_cast<std::size_t>(list.size()) * sizeof(Elem));
+  for (int i = 0; i < list.size(); ++i) {
+    const Elem v = static_cast<Elem>(list.Get(i));
     std::memcpy(out.data() + static_cast<std::size_t>(i) * sizeof(Elem), &v, sizeof(Elem));
   }
   return out;
@@ -54,47 +55,32 @@ byte_buffer pack_contents(int n, Get get) {
 // An input's elements from its InferTensorContents (when the request has no raw_input_contents).
 inline result<byte_buffer> contents_bytes(const pb::Message& contents, kserve::datatype type, const std::string& w) {
   using kserve::datatype;
-  const auto* d = contents.GetDescriptor();
   const auto* r = contents.GetReflection();
-  const auto field = [&](const char* n) { return d->FindFieldByName(n); };
-  const auto size = [&](const char* n) { return r->FieldSize(contents, field(n)); };
   switch (type) {
     case datatype::boolean:
-      return pack_contents<std::uint8_t>(size("bool_contents"), [&](int i) {
-        return r->GetRepeatedBool(contents, field("bool_contents"), i) ? 1 : 0;
-      });
+      return pack_contents<std::uint8_t, bool>(contents, "bool_contents");
     case datatype::int8:
-      return pack_contents<std::int8_t>(size("int_contents"),
-                                        [&](int i) { return r->GetRepeatedInt32(contents, field("int_contents"), i); });
+      return pack_contents<std::int8_t, std::int32_t>(contents, "int_contents");
     case datatype::int16:
-      return pack_contents<std::int16_t>(
-          size("int_contents"), [&](int i) { return r->GetRepeatedInt32(contents, field("int_contents"), i); });
+      return pack_contents<std::int16_t, std::int32_t>(contents, "int_contents");
     case datatype::int32:
-      return pack_contents<std::int32_t>(
-          size("int_contents"), [&](int i) { return r->GetRepeatedInt32(contents, field("int_contents"), i); });
+      return pack_contents<std::int32_t, std::int32_t>(contents, "int_contents");
     case datatype::int64:
-      return pack_contents<std::int64_t>(
-          size("int64_contents"), [&](int i) { return r->GetRepeatedInt64(contents, field("int64_contents"), i); });
+      return pack_contents<std::int64_t, std::int64_t>(contents, "int64_contents");
     case datatype::uint8:
-      return pack_contents<std::uint8_t>(
-          size("uint_contents"), [&](int i) { return r->GetRepeatedUInt32(contents, field("uint_contents"), i); });
+      return pack_contents<std::uint8_t, std::uint32_t>(contents, "uint_contents");
     case datatype::uint16:
-      return pack_contents<std::uint16_t>(
-          size("uint_contents"), [&](int i) { return r->GetRepeatedUInt32(contents, field("uint_contents"), i); });
+      return pack_contents<std::uint16_t, std::uint32_t>(contents, "uint_contents");
     case datatype::uint32:
-      return pack_contents<std::uint32_t>(
-          size("uint_contents"), [&](int i) { return r->GetRepeatedUInt32(contents, field("uint_contents"), i); });
+      return pack_contents<std::uint32_t, std::uint32_t>(contents, "uint_contents");
     case datatype::uint64:
-      return pack_contents<std::uint64_t>(
-          size("uint64_contents"), [&](int i) { return r->GetRepeatedUInt64(contents, field("uint64_contents"), i); });
+      return pack_contents<std::uint64_t, std::uint64_t>(contents, "uint64_contents");
     case datatype::fp32:
-      return pack_contents<float>(size("fp32_contents"),
-                                  [&](int i) { return r->GetRepeatedFloat(contents, field("fp32_contents"), i); });
+      return pack_contents<float, float>(contents, "fp32_contents");
     case datatype::fp64:
-      return pack_contents<double>(size("fp64_contents"),
-                                   [&](int i) { return r->GetRepeatedDouble(contents, field("fp64_contents"), i); });
+      return pack_contents<double, double>(contents, "fp64_contents");
     case datatype::bytes: {
-      const auto* f = field("bytes_contents");
+      const auto* f = contents.GetDescriptor()->FindFieldByName("bytes_contents");
       std::vector<std::string_view> elems;
       elems.reserve(static_cast<std::size_t>(r->FieldSize(contents, f)));
       for (int i = 0; i < r->FieldSize(contents, f); ++i) {
@@ -112,14 +98,11 @@ inline result<byte_buffer> contents_bytes(const pb::Message& contents, kserve::d
 // The tag and length of a length-delimited field `number` of `length` bytes.
 inline std::string field_prefix(int number, std::size_t length) {
   namespace wf = pb::internal;
-  std::string p;
-  {
-    pb::io::StringOutputStream sos(&p);
-    pb::io::CodedOutputStream cos(&sos);
-    cos.WriteTag(wf::WireFormatLite::MakeTag(number, wf::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-    cos.WriteVarint64(length);
-  }
-  return p;
+  std::uint8_t p[16];  // a tag and a varint: at most 5 + 10 bytes
+  auto* end = pb::io::CodedOutputStream::WriteTagToArray(
+      wf::WireFormatLite::MakeTag(number, wf::WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+  end = pb::io::CodedOutputStream::WriteVarint64ToArray(length, end);
+  return std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(end - p));
 }
 
 // The bytes of such a field, its tag and length included.
@@ -134,7 +117,6 @@ inline std::size_t field_size(int number, std::size_t length) {
 class slice_writer {
  public:
   explicit slice_writer(std::string head) : pending_(std::move(head)) {}
-  void add_prefix(std::string_view p) { pending_ += p; }
   // Entry `number` holding `data` (kept alive by `owner`; none: copied).
   void add_entry(int number, bytes_view data, const keep_alive& owner) {
     pending_ += field_prefix(number, data.size());

@@ -28,7 +28,6 @@
 
 #include "jitembed/core/error.hpp"
 #include "jitembed/net/http/detail/client_connection.hpp"
-#include "jitembed/net/http/detail/tls_client.hpp"
 #include "jitembed/net/http/detail/wire.hpp"
 #include "jitembed/net/http/message.hpp"
 #include "jitembed/net/http/options.hpp"
@@ -39,10 +38,10 @@ namespace detail {
 
 // One pooled connection. Beast's timeouts only apply to asynchronous operations, so each connection owns
 // a private io_context and runs it until the one pending operation completes: synchronous with deadlines.
-struct own_io_context {
+struct own_io_context {  // a base before client_connection: constructed before the streams that use it
   boost::asio::io_context ioc{1};
 };
-struct blocking_connection : own_io_context, client_connection {  // the io_context first: the streams use it
+struct blocking_connection : own_io_context, client_connection {
   explicit blocking_connection(boost::asio::ssl::context* tls_ctx) : client_connection(ioc, tls_ctx) {}
 
   // Runs the io_context until the operation started by `start(handler)` completes.

@@ -1,19 +1,87 @@
-// One HTTP client connection, plain (http://) or TLS (https://), with its read buffer: the one connection type
-// of http::client (synchronous, on a private io_context) and the JIT client's HTTP transport (asynchronous).
+// The HTTP client's connection, plain (http://) or TLS (https://), and the client side of HTTPS: the one
+// connection type of http::client (synchronous, on a private io_context) and the JIT client's HTTP transport
+// (asynchronous); the verifying TLS context (a CA file or the system's CA paths), per-connection SNI + host
+// name / IP address checks, and the messages of a failed handshake.
 #pragma once
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
+#include <fstream>
 #include <optional>
+#include <string>
+#include <utility>
 
-#include "jitembed/net/http/detail/tls_client.hpp"
+#include "jitembed/core/error.hpp"
 
 namespace jitembed::net::http::detail {
 
+using tls_client_stream = boost::beast::ssl_stream<boost::beast::tcp_stream>;
+
+// TLS 1.2+ with peer verification: against the PEM CA bundle `ca_file`, or the system's default CA paths
+// when it is empty. io_error: the file cannot be read; invalid_argument: it holds no PEM certificate.
+inline result<boost::asio::ssl::context> make_client_tls_context(const std::string& ca_file, std::string_view who) {
+  namespace ssl = boost::asio::ssl;
+  ssl::context ctx(ssl::context::tls_client);
+  ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                  ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  ctx.set_verify_mode(ssl::verify_peer);
+  boost::system::error_code ec;
+  if (ca_file.empty()) {
+    ctx.set_default_verify_paths(ec);
+    if (ec)
+      return fail(errc::io_error, std::string(who) + ": cannot load the system's CA certificates: " + ec.message());
+    return ctx;
+  }
+  if (!std::ifstream(ca_file, std::ios::binary).good())
+    return fail(errc::io_error, std::string(who) + ": cannot read TLS CA file '" + ca_file + "'");
+  ctx.load_verify_file(ca_file, ec);
+  if (ec)
+    return fail(errc::invalid_argument,
+                std::string(who) + ": TLS CA file '" + ca_file + "' holds no PEM certificate: " + ec.message());
+  return ctx;
+}
+
+// Before the handshake: SNI (host names only, RFC 6066) and what the certificate must name: the DNS name,
+// or the IP address (a numeric host is matched against the certificate's IP SANs, never as a name).
+// false: OpenSSL refused the name (out of memory, or not a valid name / address).
+inline bool prepare_client_tls(SSL* h, const std::string& host) {
+  boost::system::error_code ec;
+  boost::asio::ip::make_address(host, ec);
+  SSL_set_hostflags(h, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+  if (!ec) return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(h), host.c_str()) == 1;
+  return SSL_set_tlsext_host_name(h, host.c_str()) == 1 && SSL_set1_host(h, host.c_str()) == 1;
+}
+
+// Whether a handshake error is TLS's own verdict (a certificate that does not verify, a peer that does not
+// speak TLS, no common protocol) rather than the network's: retrying the same endpoint cannot help.
+inline bool is_tls_protocol_error(const boost::system::error_code& ec) noexcept {
+  return ec.category() == boost::asio::error::get_ssl_category() ||
+         (ec.category() == boost::asio::ssl::error::get_stream_category() &&
+          ec != boost::asio::ssl::error::stream_truncated);
+}
+
+// "certificate verify failed (hostname mismatch)": OpenSSL's reason, with the certificate check's own
+// reason when that is what failed.
+inline std::string tls_failure_reason(const boost::system::error_code& ec, SSL* h) {
+  std::string m = ec.message();
+  if (h != nullptr) {
+    const long v = SSL_get_verify_result(h);
+    if (v != X509_V_OK) m += std::string(" (") + X509_verify_cert_error_string(v) + ")";
+  }
+  return m;
+}
+
+// One connection with its read buffer.
 struct client_connection {
   // `tls_ctx` null: plain; else TLS over the context (which outlives the connection).
   client_connection(boost::asio::io_context& ioc, boost::asio::ssl::context* tls_ctx) {

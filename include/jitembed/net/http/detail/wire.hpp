@@ -72,9 +72,8 @@ inline void append_field(std::string& out, std::string_view name, std::string_vi
   out.append(name).append(": ").append(value).append("\r\n");
 }
 
-// "<method> <target> HTTP/1.1\r\n[Host: <host>\r\n]<fields>[Content-Length: n\r\n]\r\n" for a request, appended
-// to `out`: the one request head of http::client and the JIT client's transport. `fields` (name, value pairs) are
-// written as given (the caller checked them); an empty `host` writes no Host field (one is among `fields`).
+// Appends "<method> <target> HTTP/1.1\r\n[Host: <host>\r\n]<fields>[Content-Length: n\r\n]\r\n", the request head
+// of both HTTP clients; `fields` (name, value pairs) as given (checked by the caller), no Host for an empty `host`.
 template <class Fields>
 void append_request_head(std::string& out, std::string_view method, std::string_view target, std::string_view host,
                          const Fields& fields, std::optional<std::size_t> content_length) {

@@ -42,7 +42,7 @@ const pb::FieldDescriptor* codec_field(const pb::Message& m, const char* name) {
 
 }  // namespace
 
-TEST_CASE("gRPC infer codec: a request round trip keeps tensors, parameters and shared memory; big inputs zero copy") {
+TEST_CASE("gRPC infer codec: a request round trip keeps tensors, parameters and shared memory, big inputs zero copy") {
   std::vector<float> big(2048);
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.5f;
   ks::infer_request req;
@@ -85,7 +85,7 @@ TEST_CASE("gRPC infer codec: a request round trip keeps tensors, parameters and 
   CHECK(got->outputs[1].parameters == req.outputs[1].parameters);
 }
 
-TEST_CASE("gRPC infer codec: typed contents are packed like raw bytes; both forms at once are refused") {
+TEST_CASE("gRPC infer codec: typed contents are packed like raw bytes, both forms at once are refused") {
   auto m = ng::kserve_schema::get().make("ModelInferRequest");
   const auto* r = m->GetReflection();
   r->SetString(m.get(), codec_field(*m, "model_name"), "m");
@@ -167,7 +167,7 @@ TEST_CASE("gRPC infer codec: a response round trip, plain and streamed, outputs 
   }
 }
 
-TEST_CASE("gRPC infer codec: a Triton response without entries for shared-memory outputs; a bad one; a stream error") {
+TEST_CASE("gRPC infer codec: a Triton response without entries for shared-memory outputs, a bad one, a stream error") {
   auto m = ng::kserve_schema::get().make("ModelInferResponse");
   const auto* r = m->GetReflection();
   const auto add_output = [&](const char* name, bool in_shm) {

@@ -141,7 +141,7 @@ TEST_CASE("gRPC infer codec: a response round trip, plain and streamed, outputs 
   const long owners = sent.use_count();
   for (const bool stream : {false, true}) {
     CAPTURE(stream);
-    auto wire = ng::encode_infer_response(sent, stream);
+    auto wire = ng::encode_infer_response(*sent, sent, stream);
     CHECK(sent.use_count() == owners + 1);  // the big output's slice holds the response
     std::unique_ptr<pb::Message> outer = codec_parse(stream ? "ModelStreamInferResponse" : "ModelInferResponse", wire);
     const pb::Message* inner = outer.get();

@@ -274,15 +274,16 @@ inline result<kserve::infer_request> decode_infer_request(const pb::Message& m, 
 }
 
 // The server's side: a ModelInferResponse's bytes, or (with `stream`) a ModelStreamInferResponse wrapping it,
-// each output's bytes a raw_output_contents entry over the response (which the slices keep alive).
-inline ::grpc::ByteBuffer encode_infer_response(std::shared_ptr<const kserve::infer_response> resp, bool stream) {
+// each output's bytes a raw_output_contents entry over the response, which `owner` keeps alive (the slices hold it).
+inline ::grpc::ByteBuffer encode_infer_response(const kserve::infer_response& resp, const keep_alive& owner,
+                                                bool stream) {
   const auto& f = grpc_infer_fields::get();
   auto msg = kserve_schema::get().make("ModelInferResponse");
   const auto* r = msg->GetReflection();
-  r->SetString(msg.get(), f.r_model_name, resp->model_name);
-  r->SetString(msg.get(), f.r_model_version, resp->model_version);
-  if (!resp->id.empty()) r->SetString(msg.get(), f.r_id, resp->id);
-  for (const auto& t : resp->outputs) {
+  r->SetString(msg.get(), f.r_model_name, resp.model_name);
+  r->SetString(msg.get(), f.r_model_version, resp.model_version);
+  if (!resp.id.empty()) r->SetString(msg.get(), f.r_id, resp.id);
+  for (const auto& t : resp.outputs) {
     auto* o = r->AddMessage(msg.get(), f.r_outputs);
     const auto* orf = o->GetReflection();
     orf->SetString(o, f.ro_name, t.name);
@@ -292,11 +293,11 @@ inline ::grpc::ByteBuffer encode_infer_response(std::shared_ptr<const kserve::in
   }
   std::string head = msg->SerializeAsString();
   std::size_t inner = head.size();
-  for (const auto& t : resp->outputs) inner += detail::field_size(f.raw_output_contents_number, t.data.size());
+  for (const auto& t : resp.outputs) inner += detail::field_size(f.raw_output_contents_number, t.data.size());
   detail::slice_writer w(std::move(head));
   if (stream)  // ModelStreamInferResponse { infer_response = 2 }: tag, length, then the inner message
     w.slices().emplace_back(detail::field_prefix(f.s_infer_response->number(), inner));
-  for (const auto& t : resp->outputs) w.add_entry(f.raw_output_contents_number, t.data, resp);
+  for (const auto& t : resp.outputs) w.add_entry(f.raw_output_contents_number, t.data, owner);
   return w.finish();
 }
 

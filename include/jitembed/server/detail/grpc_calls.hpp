@@ -327,7 +327,7 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
     core_.pipeline().infer(std::move(name), std::move(version), std::move(*decoded), storage,
                            [this](result<infer_output> r) {
                              if (!r) return fail(r.error());
-                             reply(net::grpc::encode_infer_response(std::move(*r), /*stream=*/false));
+                             reply(net::grpc::encode_infer_response(**r, *r, /*stream=*/false));
                            });
   }
 
@@ -385,7 +385,7 @@ class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
         core_.pipeline().infer(std::move(name), std::move(version), std::move(*decoded),
                                std::shared_ptr<const pb::Message>(msg),
                                [this, id = std::move(id)](result<infer_output> r) {
-                                 complete(r ? net::grpc::encode_infer_response(std::move(*r), /*stream=*/true)
+                                 complete(r ? net::grpc::encode_infer_response(**r, *r, /*stream=*/true)
                                             : net::grpc::encode_stream_error(r.error(), id));
                                });
       }

@@ -29,7 +29,6 @@
 namespace jitembed::net::http::detail {
 
 namespace asio = boost::asio;
-namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
 // What the server and a responder need of a connection, whatever its stream (plain or TLS).
@@ -43,7 +42,7 @@ class server_connection_base {
   virtual void on_response(response r) = 0;
 };
 
-using tls_stream = beast::ssl_stream<beast::tcp_stream>;
+using tls_stream = boost::beast::ssl_stream<boost::beast::tcp_stream>;
 
 // Whether responders may still post to the io_context; closed (under the mutex) before it is destroyed,
 // so a service that answers after the server stopped does nothing instead of touching a dead executor.

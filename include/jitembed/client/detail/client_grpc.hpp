@@ -1,15 +1,12 @@
 // The client's gRPC transport (grpc://host:port endpoints): one channel per endpoint (HTTP/2: calls
 // multiplex on it; gRPC reconnects it), each attempt a unary ModelInfer on gRPC's callback API with the
-// dynamic messages of net/grpc/kserve_schema.hpp. Its completions run on the client's executor; it judges an
+// infer codec of net/grpc/infer_codec.hpp. Its completions run on the client's executor; it judges an
 // answer's fault from its errc (fault_of), the policy is the HTTP one's. The only code of the client that
 // touches gRPC. Included when the program links jitembed::grpc (JITEMBED_HAS_GRPC); without it a grpc://
 // endpoint answers every attempt with errc::not_found (client_state.hpp: "built without gRPC").
 #pragma once
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/util/json_util.h>
-#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
@@ -25,8 +22,9 @@
 
 #include "jitembed/client/detail/client_identity.hpp"
 #include "jitembed/client/detail/executor.hpp"
+#include "jitembed/client/detail/kserve_call.hpp"
 #include "jitembed/client/detail/transport.hpp"
-#include "jitembed/net/grpc/infer_message.hpp"
+#include "jitembed/net/grpc/infer_codec.hpp"
 #include "jitembed/net/grpc/kserve_schema.hpp"
 #include "jitembed/net/grpc/status.hpp"
 
@@ -106,121 +104,6 @@ inline attempt_fault fault_of(errc c) {
   const bool server = c == errc::buffer_too_small || c == errc::encode_failed || c == errc::io_error ||
                       c == errc::internal || c == errc::comm_failed;
   return server ? attempt_fault::endpoint : attempt_fault::request;
-}
-
-// Triton's shared-memory parameters of a tensor in span (offset, bytes) of the region.
-inline void set_shm_parameters(pb::Message& m, const pb::FieldDescriptor* params, const std::string& region,
-                               std::size_t offset, std::size_t bytes) {
-  net::grpc::set_grpc_parameter(m, params, "shared_memory_region", region);
-  // int64_param, as tritonclient sends them (Triton refuses another type)
-  net::grpc::set_grpc_parameter(m, params, "shared_memory_byte_size", static_cast<std::int64_t>(bytes));
-  net::grpc::set_grpc_parameter(m, params, "shared_memory_offset", static_cast<std::int64_t>(offset));
-}
-
-// A ModelInferRequest for the call: one input, BYTES [n, 1] or typed [n, row_shape...] (raw_input_contents; `packed`:
-// the rows compressed; with `shm` in the attempt's shared memory instead), the requested outputs (with `shm`: each in
-// its span), the deadline as the KServe "timeout" parameter (microseconds), the compression offer. The rows
-// go into the message as a slice over the call's buffer, after the message's own bytes: no copy.
-inline ::grpc::ByteBuffer infer_request(const remote_call& c, std::int64_t timeout_us, bool offer_compression,
-                                        const byte_buffer* packed, const shm_use* shm) {
-  namespace ks = net::kserve;
-  const auto& f = net::grpc::grpc_infer_fields::get();
-  auto m = net::grpc::kserve_schema::get().make("ModelInferRequest");
-  const auto* r = m->GetReflection();
-  r->SetString(m.get(), f.model_name, c.model);
-  if (!c.version.empty()) r->SetString(m.get(), f.model_version, c.version);
-  net::grpc::set_grpc_parameter(*m, f.parameters, "timeout", timeout_us);
-  if (offer_compression && !shm)
-    net::grpc::set_grpc_parameter(*m, f.parameters, std::string(ks::kCompressionParameter), ks::kZstdShuffle);
-  auto* in = r->AddMessage(m.get(), f.inputs);
-  const auto* ir = in->GetReflection();
-  ir->SetString(in, f.in_name, c.input);
-  ir->SetString(in, f.in_datatype, std::string(ks::to_string(c.type)));
-  for (const auto d : c.input_shape()) ir->AddInt64(in, f.in_shape, d);
-  if (shm) {
-    set_shm_parameters(*in, f.in_parameters, shm->arena->region, shm->offset, shm->input_bytes);
-  } else if (packed) {
-    net::grpc::set_grpc_parameter(*in, f.in_parameters, std::string(ks::kCompressionParameter), ks::kZstdShuffle);
-    net::grpc::set_grpc_parameter(*in, f.in_parameters, std::string(ks::kRawByteSizeParameter), c.rows->size());
-  }
-  const auto add_output = [&](const std::string& name) {
-    auto* out = r->AddMessage(m.get(), f.outputs);
-    out->GetReflection()->SetString(out, f.out_name, name);
-    return out;
-  };
-  if (shm) {
-    for (const auto& [name, span] : shm->outputs)
-      set_shm_parameters(*add_output(name), f.out_parameters, shm->arena->region, span.first, span.second);
-  } else {
-    for (const auto& o : c.outputs) add_output(o);
-  }
-  if (shm) return serialize(*m);
-  std::string head = m->SerializeAsString();
-  // raw_input_contents (field 7): tag and length, then the rows as a slice that holds the buffer.
-  const std::shared_ptr<const byte_buffer> rows = packed ? *c.packed_rows : std::shared_ptr<const byte_buffer>(c.rows);
-  std::string prefix;
-  {
-    pb::io::StringOutputStream sos(&prefix);
-    pb::io::CodedOutputStream cos(&sos);
-    cos.WriteTag(pb::internal::WireFormatLite::MakeTag(f.raw_input_contents->number(),
-                                                       pb::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-    cos.WriteVarint64(rows->size());
-  }
-  head += prefix;
-  const auto release = [](void* p) { delete static_cast<std::shared_ptr<const byte_buffer>*>(p); };
-  ::grpc::Slice slices[2] = {::grpc::Slice(head.data(), head.size()),
-                             ::grpc::Slice(const_cast<std::byte*>(rows->data()), rows->size(), +release,
-                                           new std::shared_ptr<const byte_buffer>(rows))};
-  return ::grpc::ByteBuffer(slices, rows->empty() ? 1 : 2);
-}
-
-// A ModelInferResponse as the call's result: each output [n_rows, ...] from raw_output_contents
-// (decompressed when the server compressed it) or from the attempt's shared memory. An output in shared
-// memory has an empty raw_output_contents entry (jitembed) or none (only the other outputs have one).
-inline result<embed_result> infer_result(::grpc::ByteBuffer& b, const remote_call& c, const std::string& url,
-                                         std::size_t max_bytes, const shm_use* shm) {
-  namespace ks = net::kserve;
-  const auto& f = net::grpc::grpc_infer_fields::get();
-  auto m = net::grpc::kserve_schema::get().make("ModelInferResponse");
-  if (!parse(b, *m)) return fail(errc::decode_failed, "response of " + url + ": not a ModelInferResponse");
-  const auto* r = m->GetReflection();
-  embed_result out;
-  out.model_name = r->GetString(*m, f.r_model_name);
-  out.model_version = r->GetString(*m, f.r_model_version);
-  out.endpoint = url;
-  out.attempts = c.attempts;
-  const auto* raw = m->GetDescriptor()->FindFieldByNumber(f.raw_output_contents_number);
-  const int n = r->FieldSize(*m, f.r_outputs), n_raw = r->FieldSize(*m, raw);
-  std::vector<ks::infer_tensor> tensors(static_cast<std::size_t>(n));
-  int in_shm = 0;
-  for (int i = 0; i < n; ++i) {
-    const auto& o = r->GetRepeatedMessage(*m, f.r_outputs, i);
-    const auto* orf = o.GetReflection();
-    auto& t = tensors[static_cast<std::size_t>(i)];
-    t.name = orf->GetString(o, f.ro_name);
-    const auto dt = ks::datatype_from_string(orf->GetString(o, f.ro_datatype));
-    if (!dt)
-      return fail(errc::corrupt_data, "response of " + url + ": output '" + t.name + "' has an unknown datatype");
-    t.type = *dt;
-    for (int k = 0; k < orf->FieldSize(o, f.ro_shape); ++k) t.shape.push_back(orf->GetRepeatedInt64(o, f.ro_shape, k));
-    t.parameters = net::grpc::grpc_parameters(o, f.ro_parameters);
-    in_shm += ks::has_shared_memory(t.parameters) ? 1 : 0;
-  }
-  const bool every = n_raw == n;
-  if (!every && n_raw != n - in_shm)
-    return fail(errc::corrupt_data, "response of " + url + ": " + std::to_string(n_raw) + " raw_output_contents for " +
-                                        std::to_string(n) + " outputs");
-  int next_raw = 0;
-  for (auto& t : tensors) {
-    const bool shm_out = ks::has_shared_memory(t.parameters);
-    if (every || !shm_out) {
-      const std::string& bytes = r->GetRepeatedStringReference(*m, raw, next_raw++, nullptr);
-      t.data = bytes_view(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
-    }
-    JITEMBED_ASSIGN_OR_RETURN(auto v, output_tensor(t, c.n_rows, max_bytes, url, shm));
-    out.outputs.emplace_back(t.name, std::move(v));
-  }
-  return out;
 }
 
 // A unary call made synchronous (metadata and config lookups, off the state lock).
@@ -353,10 +236,8 @@ class grpc_transport final : public transport {
     auto call = std::make_shared<grpc_client::call>();
     const auto remaining =
         std::chrono::duration_cast<std::chrono::microseconds>(a->call->deadline - clock::now()).count();
-    const shm_use* shm = a->shm ? &*a->shm : nullptr;
     call->request =
-        grpc_client::infer_request(*a->call, std::max<std::int64_t>(1, remaining), offers_compression(opts_, ep.addr),
-                                   shm ? nullptr : packed_rows(opts_, *a->call), shm);
+        net::grpc::encode_infer_request(attempt_request(*a, opts_, std::max<std::int64_t>(1, remaining), std::nullopt));
     call->ctx.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::microseconds(std::max<std::int64_t>(1, remaining)));
     if (!opts_.auth_token.empty()) call->ctx.AddMetadata("authorization", "Bearer " + opts_.auth_token);
@@ -407,9 +288,7 @@ class grpc_transport final : public transport {
   void judge(const attempt_ptr& a, grpc_client::call& call, const ::grpc::Status& s, deferred& d) {
     const auto& url = a->ep->addr.url;
     if (s.ok()) {
-      auto r = grpc_client::infer_result(call.response, *a->call, url, opts_.max_response_bytes,
-                                         a->shm ? &*a->shm : nullptr);
-      events_.on_answer(a, {attempt_fault::none, std::move(r)}, d);
+      events_.on_answer(a, {attempt_fault::none, infer_result(*a, call.response)}, d);
     } else if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE && call.ctx.GetServerTrailingMetadata().empty()) {
       // no answer from a server (connect failure, reset): a transport error
       events_.on_no_answer(a, "gRPC call to " + url + " failed: " + s.error_message(), false, d);
@@ -417,6 +296,14 @@ class grpc_transport final : public transport {
       auto e = grpc_client::call_error(s, call.ctx, "model '" + a->call->model + "' on " + url);
       events_.on_answer(a, {grpc_client::fault_of(e.code), std::move(e)}, d);
     }
+  }
+
+  // The answer as the call's result (the message's tensors are read before it goes).
+  result<embed_result> infer_result(const remote_attempt& a, ::grpc::ByteBuffer& b) {
+    auto m = net::grpc::kserve_schema::get().make("ModelInferResponse");
+    if (!grpc_client::parse(b, *m))
+      return fail(errc::decode_failed, "response of " + a.ep->addr.url + ": not a ModelInferResponse");
+    return attempt_result(net::grpc::decode_infer_response(*m), a, opts_.max_response_bytes);
   }
 
   const client_options& opts_;

@@ -6,29 +6,27 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "jitembed/client/detail/client_identity.hpp"
+#include "jitembed/client/detail/kserve_call.hpp"
 #include "jitembed/client/detail/transport.hpp"
 #include "jitembed/net/http/client.hpp"
-#include "jitembed/net/http/detail/tls_client.hpp"
+#include "jitembed/net/http/detail/client_connection.hpp"
 #include "jitembed/net/http/detail/wire.hpp"
 #include "jitembed/net/kserve/encode.hpp"
 
@@ -130,26 +128,9 @@ class http_transport final : public transport {
   }
 
  private:
-  // One connection to an endpoint: plain (http://) or TLS (https://).
-  struct connection {
-    connection(asio::io_context& ioc, asio::ssl::context* tls_ctx) {
-      if (tls_ctx)
-        tls.emplace(ioc, *tls_ctx);
-      else
-        plain.emplace(ioc);
-    }
-    std::optional<beast::tcp_stream> plain;  // exactly one of the two
-    std::optional<net::http::detail::tls_client_stream> tls;
-    beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
-    // f(stream) on whichever stream the connection has.
-    template <class F>
-    void visit(F&& f) {
-      if (tls)
-        f(*tls);
-      else
-        f(*plain);
-    }
-    beast::flat_buffer buffer;
+  // One connection to an endpoint (net/http/detail/client_connection.hpp) and the parser of its answer.
+  struct connection : net::http::detail::client_connection {
+    using client_connection::client_connection;
     std::optional<bhttp::response_parser<bhttp::string_body>> parser;
     std::uint64_t uses = 0;
   };
@@ -171,53 +152,23 @@ class http_transport final : public transport {
   static attempt_io& io(const remote_attempt& a) { return *std::static_pointer_cast<attempt_io>(a.io); }
 
   result<void> build(remote_attempt& a, attempt_io& st) {
-    namespace kserve = net::kserve;
-    remote_call& c = *a.call;
-    kserve::infer_request r;
-    r.model = c.model;
-    r.version = c.version;
+    const remote_call& c = *a.call;
     const auto remaining = std::chrono::duration_cast<std::chrono::microseconds>(c.deadline - clock::now()).count();
-    r.parameters = kserve::json::object();
-    r.parameters["binary_data_output"] = opts_.binary_outputs;
-    r.parameters["timeout"] = std::max<std::int64_t>(1, remaining);
-    const auto shm_parameters = [&](std::size_t offset, std::size_t bytes) {
-      return kserve::json{{"shared_memory_region", a.shm->arena->region},
-                          {"shared_memory_byte_size", bytes},
-                          {"shared_memory_offset", offset}};
-    };
-    if (a.shm) {  // rows and outputs in the endpoint's shared memory: the message carries neither
-      r.inputs.push_back(kserve::infer_tensor::view(c.input, c.type, c.input_shape(), bytes_view{}, true));
-      r.inputs.back().parameters = shm_parameters(a.shm->offset, a.shm->input_bytes);
-      for (const auto& [name, span] : a.shm->outputs)
-        r.outputs.push_back({name, std::nullopt, shm_parameters(span.first, span.second)});
-    } else {
-      if (offers_compression(opts_, a.ep->addr))
-        r.parameters[std::string(kserve::kCompressionParameter)] = kserve::kZstdShuffle;
-      const auto* packed = packed_rows(opts_, c);
-      r.inputs.push_back(kserve::infer_tensor::view(
-          c.input, c.type, c.input_shape(),
-          packed ? bytes_view(packed->data(), packed->size()) : bytes_view(c.rows->data(), c.rows->size()), true));
-      if (packed) kserve::mark_compressed(r.inputs.back(), c.rows->size());
-      for (const auto& o : c.outputs) r.outputs.push_back({o, opts_.binary_outputs, {}});
-    }
-    auto msg = kserve::encode_request(r);
+    auto msg = net::kserve::encode_request(
+        attempt_request(a, opts_, std::max<std::int64_t>(1, remaining), opts_.binary_outputs));
     if (!msg) return msg.error();
     st.msg = std::move(*msg);
-    std::string& h = st.head;
-    h.reserve(256);
-    h += "POST /v2/models/";
-    h += c.model;
-    if (!c.version.empty()) h += "/versions/" + c.version;
-    h += "/infer HTTP/1.1\r\nHost: ";
-    h += a.ep->addr.host + ":" + std::to_string(a.ep->addr.port);
-    h += "\r\nContent-Type: application/octet-stream\r\n";
-    if (st.msg.header_length) h += "Inference-Header-Content-Length: " + std::to_string(*st.msg.header_length) + "\r\n";
-    if (!opts_.auth_token.empty()) h += "Authorization: Bearer " + opts_.auth_token + "\r\n";
-    h += "Content-Length: " + std::to_string(st.msg.body_size()) + "\r\n\r\n";
-    st.bufs.clear();
-    st.bufs.emplace_back(st.head.data(), st.head.size());
-    st.bufs.emplace_back(st.msg.header.data(), st.msg.header.size());
-    for (auto b : st.msg.binary) st.bufs.emplace_back(b.data(), b.size());
+    const std::string hlen = st.msg.header_length ? std::to_string(*st.msg.header_length) : std::string();
+    const std::string auth = opts_.auth_token.empty() ? std::string() : "Bearer " + opts_.auth_token;
+    std::pair<std::string_view, std::string_view> fields[3] = {{"Content-Type", "application/octet-stream"}};
+    std::size_t n = 1;
+    if (st.msg.header_length) fields[n++] = {"Inference-Header-Content-Length", hlen};
+    if (!auth.empty()) fields[n++] = {"Authorization", auth};
+    st.head.reserve(256);
+    net::http::detail::append_request_head(
+        st.head, "POST", "/v2/models/" + c.model + (c.version.empty() ? "" : "/versions/" + c.version) + "/infer",
+        a.ep->addr.host + ":" + std::to_string(a.ep->addr.port), std::span(fields, n), st.msg.body_size());
+    net::http::detail::gather(st.bufs, st.head, st.msg.header, st.msg.binary);
     return {};
   }
 
@@ -314,47 +265,25 @@ class http_transport final : public transport {
     if (status != 200)
       return events_.on_answer(a, http_outcome(status, body, "model '" + c->model + "' on " + a->ep->addr.url), d);
     attempt_outcome o{attempt_fault::none, fail(errc::cancelled, "answered after the call finished")};
-    if (!c->done) o.answer = decode(*a, body, hlen);  // a call already finished (a hedge won): the latency only
+    if (!c->done) {  // a call already finished (a hedge won): the latency only
+      net::kserve::protocol_limits lim;
+      lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
+      o.answer = attempt_result(net::kserve::decode_response(body, hlen, lim), *a, opts_.max_response_bytes);
+    }
     events_.on_answer(a, std::move(o), d);
   }
 
-  result<embed_result> decode(const remote_attempt& a, std::string_view body, std::optional<std::size_t> hlen) {
-    const auto& c = *a.call;
-    const auto& url = a.ep->addr.url;
-    net::kserve::protocol_limits lim;
-    lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
-    auto resp = net::kserve::decode_response(body, hlen, lim);
-    if (!resp) return fail(resp.code(), "response of " + url + ": " + resp.error().message);
-    embed_result r;
-    r.model_name = std::move(resp->model_name);
-    r.model_version = std::move(resp->model_version);
-    r.endpoint = url;
-    r.attempts = c.attempts;
-    for (auto& o : resp->outputs) {
-      JITEMBED_ASSIGN_OR_RETURN(auto t,
-                                output_tensor(o, c.n_rows, opts_.max_response_bytes, url, a.shm ? &*a.shm : nullptr));
-      r.outputs.emplace_back(o.name, std::move(t));
-    }
-    return r;
-  }
-
   static void close_idle(pool& p) {
-    for (auto& conn : p.idle) close_conn(*conn);
+    for (auto& conn : p.idle) conn->close();
     p.open -= std::min(p.open, p.idle.size());
     p.idle.clear();
-  }
-
-  static void close_conn(connection& c) {
-    boost::system::error_code ec;
-    c.lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
-    c.lowest().socket().close(ec);
   }
 
   void drop_conn(remote_attempt& a) {
     if (!a.io) return;
     auto& st = io(a);
     if (!st.conn) return;
-    close_conn(*st.conn);
+    st.conn->close();
     if (auto it = pools_.find(a.ep.get()); it != pools_.end() && it->second.open) --it->second.open;
     st.conn.reset();
   }

@@ -1,7 +1,6 @@
-// Reflection helpers for the KServe gRPC infer messages (net/grpc/kserve_schema.hpp), shared by the
-// service's front end (server/detail/grpc_infer.hpp) and the JIT client's transport
-// (client/detail/client_grpc.hpp): field descriptors looked up once, and map<string, InferParameter>
-// fields to and from the JSON parameters of net::kserve's tensors.
+// Reflection helpers for the KServe gRPC infer messages (net/grpc/kserve_schema.hpp), under the infer codec
+// (net/grpc/infer_codec.hpp): field descriptors looked up once, and map<string, InferParameter> fields to
+// and from the JSON parameters of net::kserve's messages.
 #pragma once
 
 #include <google/protobuf/descriptor.h>
@@ -117,27 +116,31 @@ inline kserve::json grpc_parameters(const pb::Message& m, const pb::FieldDescrip
   return out;
 }
 
-// Adds key = value (a JSON string, boolean or number) to a map<string, InferParameter> field.
-inline void set_grpc_parameter(pb::Message& m, const pb::FieldDescriptor* field, const std::string& key,
-                               const kserve::json& value) {
+// Adds each key = value of a JSON object (a string, boolean or number; another value as its JSON text) to a
+// map<string, InferParameter> field, in order.
+inline void set_grpc_parameters(pb::Message& m, const pb::FieldDescriptor* field, const kserve::json& params) {
+  if (!params.is_object()) return;
   const auto& f = grpc_infer_fields::get();
-  auto* entry = m.GetReflection()->AddMessage(&m, field);
-  const auto* ed = entry->GetDescriptor();
-  entry->GetReflection()->SetString(entry, ed->map_key(), key);
-  auto* v = entry->GetReflection()->MutableMessage(entry, ed->map_value());
-  const auto* vr = v->GetReflection();
-  if (value.is_string())
-    vr->SetString(v, f.p_string, value.get<std::string>());
-  else if (value.is_boolean())
-    vr->SetBool(v, f.p_bool, value.get<bool>());
-  else if (value.is_number_unsigned())
-    vr->SetInt64(v, f.p_int64, static_cast<std::int64_t>(value.get<std::uint64_t>()));
-  else if (value.is_number_integer())
-    vr->SetInt64(v, f.p_int64, value.get<std::int64_t>());
-  else if (value.is_number())
-    vr->SetDouble(v, f.p_double, value.get<double>());
-  else
-    vr->SetString(v, f.p_string, value.dump());
+  for (auto it = params.begin(); it != params.end(); ++it) {
+    const auto& value = *it;
+    auto* entry = m.GetReflection()->AddMessage(&m, field);
+    const auto* ed = entry->GetDescriptor();
+    entry->GetReflection()->SetString(entry, ed->map_key(), it.key());
+    auto* v = entry->GetReflection()->MutableMessage(entry, ed->map_value());
+    const auto* vr = v->GetReflection();
+    if (value.is_string())
+      vr->SetString(v, f.p_string, value.get<std::string>());
+    else if (value.is_boolean())
+      vr->SetBool(v, f.p_bool, value.get<bool>());
+    else if (value.is_number_unsigned())
+      vr->SetInt64(v, f.p_int64, static_cast<std::int64_t>(value.get<std::uint64_t>()));
+    else if (value.is_number_integer())
+      vr->SetInt64(v, f.p_int64, value.get<std::int64_t>());
+    else if (value.is_number())
+      vr->SetDouble(v, f.p_double, value.get<double>());
+    else
+      vr->SetString(v, f.p_string, value.dump());
+  }
 }
 
 }  // namespace jitembed::net::grpc

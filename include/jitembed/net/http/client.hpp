@@ -8,13 +8,11 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -29,7 +27,7 @@
 #include <vector>
 
 #include "jitembed/core/error.hpp"
-#include "jitembed/net/http/detail/tls_client.hpp"
+#include "jitembed/net/http/detail/client_connection.hpp"
 #include "jitembed/net/http/detail/wire.hpp"
 #include "jitembed/net/http/message.hpp"
 #include "jitembed/net/http/options.hpp"
@@ -40,24 +38,11 @@ namespace detail {
 
 // One pooled connection. Beast's timeouts only apply to asynchronous operations, so each connection owns
 // a private io_context and runs it until the one pending operation completes: synchronous with deadlines.
-struct client_connection {
+struct own_io_context {  // a base before client_connection: constructed before the streams that use it
   boost::asio::io_context ioc{1};
-  std::optional<boost::beast::tcp_stream> plain;  // exactly one of the two
-  std::optional<tls_client_stream> tls;
-  boost::beast::flat_buffer buffer;
-
-  explicit client_connection(boost::asio::ssl::context* tls_ctx) {
-    if (tls_ctx)
-      tls.emplace(ioc, *tls_ctx);
-    else
-      plain.emplace(ioc);
-  }
-  boost::beast::tcp_stream& lowest() { return tls ? boost::beast::get_lowest_layer(*tls) : *plain; }
-  // f(stream) on whichever stream the connection has.
-  template <class F>
-  decltype(auto) visit(F&& f) {
-    return tls ? f(*tls) : f(*plain);
-  }
+};
+struct blocking_connection : own_io_context, client_connection {
+  explicit blocking_connection(boost::asio::ssl::context* tls_ctx) : client_connection(ioc, tls_ctx) {}
 
   // Runs the io_context until the operation started by `start(handler)` completes.
   template <class Start>
@@ -106,12 +91,10 @@ class client {
 
     std::string head;
     head.reserve(128 + headers.size() * 48);
-    head.append(method).append(" ").append(target).append(" HTTP/1.1\r\n");
-    if (!has_host) detail::append_field(head, "Host", host_ + ":" + std::to_string(port_));
-    for (const auto& [k, v] : headers) detail::append_field(head, k, v);
-    if (length > 0 || !(method == "GET" || method == "HEAD" || method == "DELETE" || method == "OPTIONS"))
-      detail::append_field(head, "Content-Length", std::to_string(length));
-    head.append("\r\n");
+    const bool sized =
+        length > 0 || !(method == "GET" || method == "HEAD" || method == "DELETE" || method == "OPTIONS");
+    detail::append_request_head(head, method, target, has_host ? std::string() : where(), headers,
+                                sized ? std::optional(length) : std::nullopt);
     std::vector<boost::asio::const_buffer> bufs;
     detail::gather(bufs, head, body, pieces);
     const bool head_only = method == "HEAD";
@@ -148,7 +131,7 @@ class client {
   std::uint64_t connections_opened() const noexcept { return opened_.load(std::memory_order_relaxed); }
 
  private:
-  using conn_ptr = std::unique_ptr<detail::client_connection>;
+  using conn_ptr = std::unique_ptr<detail::blocking_connection>;
 
   conn_ptr take_pooled() {
     std::lock_guard lk(mu_);
@@ -186,7 +169,7 @@ class client {
     if (opts_.tls) {
       JITEMBED_ASSIGN_OR_RETURN(tls_ctx, tls_context());
     }
-    auto conn = std::make_unique<detail::client_connection>(tls_ctx);
+    auto conn = std::make_unique<detail::blocking_connection>(tls_ctx);
     boost::system::error_code ec;
     std::vector<tcp::endpoint> eps;
     {
@@ -232,7 +215,7 @@ class client {
     return conn;
   }
 
-  result<response> exchange(detail::client_connection& c, const std::vector<boost::asio::const_buffer>& bufs,
+  result<response> exchange(detail::blocking_connection& c, const std::vector<boost::asio::const_buffer>& bufs,
                             bool head_only, const std::string& method, const std::string& target, bool& stale,
                             bool& keep) {
     namespace bhttp = boost::beast::http;

@@ -21,9 +21,9 @@
 #include <utility>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/grpc/infer_codec.hpp"
 #include "jitembed/net/grpc/kserve_schema.hpp"
 #include "jitembed/net/grpc/status.hpp"
-#include "jitembed/server/detail/grpc_infer.hpp"
 #include "jitembed/server/detail/service_core.hpp"
 #include "jitembed/server/grpc/messages.hpp"
 #include "jitembed/server/grpc/methods.hpp"
@@ -113,7 +113,7 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
   }
 
   void infer() {
-    auto decoded = grpc_infer_request(*request_, core_.config().protocol);
+    auto decoded = net::grpc::decode_infer_request(*request_, core_.config().protocol);
     if (!decoded) return fail(decoded.error());
     apply_deadline(*decoded, ctx_->deadline());
     std::string name = decoded->model, version = decoded->version;
@@ -122,7 +122,7 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
     core_.pipeline().infer(std::move(name), std::move(version), std::move(*decoded), storage,
                            [this](result<infer_output> r) {
                              if (!r) return fail(r.error());
-                             reply(grpc_infer_response(std::move(*r), /*stream=*/false));
+                             reply(net::grpc::encode_infer_response(**r, *r, /*stream=*/false));
                            });
   }
 
@@ -168,20 +168,21 @@ class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
       ++in_flight_;
     }
     if (!parsed) {
-      complete(grpc_stream_error(
+      complete(net::grpc::encode_stream_error(
           jitembed::fail(errc::invalid_argument, "a stream message is not a valid ModelInferRequest"), {}));
     } else {
-      auto decoded = grpc_infer_request(*msg, core_.config().protocol);
+      auto decoded = net::grpc::decode_infer_request(*msg, core_.config().protocol);
       if (!decoded) {
-        complete(grpc_stream_error(decoded.error(), string_field(*msg, "id")));
+        complete(net::grpc::encode_stream_error(decoded.error(), string_field(*msg, "id")));
       } else {
         apply_deadline(*decoded, ctx_->deadline());
         std::string name = decoded->model, version = decoded->version, id = decoded->id;
-        core_.pipeline().infer(
-            std::move(name), std::move(version), std::move(*decoded), std::shared_ptr<const pb::Message>(msg),
-            [this, id = std::move(id)](result<infer_output> r) {
-              complete(r ? grpc_infer_response(std::move(*r), /*stream=*/true) : grpc_stream_error(r.error(), id));
-            });
+        core_.pipeline().infer(std::move(name), std::move(version), std::move(*decoded),
+                               std::shared_ptr<const pb::Message>(msg),
+                               [this, id = std::move(id)](result<infer_output> r) {
+                                 complete(r ? net::grpc::encode_infer_response(**r, *r, /*stream=*/true)
+                                            : net::grpc::encode_stream_error(r.error(), id));
+                               });
       }
     }
     std::unique_lock lock(mu_);

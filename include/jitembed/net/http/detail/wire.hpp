@@ -1,4 +1,4 @@
-// HTTP/1.1 wire helpers shared by the server and the client: field validation, head serialization,
+// HTTP/1.1 wire helpers shared by the server and the clients: field validation, head serialization,
 // the scatter/gather buffer list of a message, and the small JSON error body of the HTTP layer.
 #pragma once
 
@@ -6,6 +6,7 @@
 #include <boost/beast/http/status.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -69,6 +70,18 @@ inline bool is_framing_field(std::string_view name) noexcept {
 
 inline void append_field(std::string& out, std::string_view name, std::string_view value) {
   out.append(name).append(": ").append(value).append("\r\n");
+}
+
+// Appends "<method> <target> HTTP/1.1\r\n[Host: <host>\r\n]<fields>[Content-Length: n\r\n]\r\n", the request head
+// of both HTTP clients; `fields` (name, value pairs) as given (checked by the caller), no Host for an empty `host`.
+template <class Fields>
+void append_request_head(std::string& out, std::string_view method, std::string_view target, std::string_view host,
+                         const Fields& fields, std::optional<std::size_t> content_length) {
+  out.append(method).append(" ").append(target).append(" HTTP/1.1\r\n");
+  if (!host.empty()) append_field(out, "Host", host);
+  for (const auto& [k, v] : fields) append_field(out, k, v);
+  if (content_length) append_field(out, "Content-Length", std::to_string(*content_length));
+  out.append("\r\n");
 }
 
 // "HTTP/1.1 <code> <reason>\r\n<fields>Content-Length: n\r\n[Connection: ...]\r\n" for a response.

@@ -21,7 +21,7 @@
 #include "jitembed/client/detail/local_transport.hpp"
 #include "jitembed/client/detail/transport.hpp"
 #include "jitembed/core/detail/capture.hpp"
-#include "jitembed/net/http/detail/tls_client.hpp"
+#include "jitembed/net/http/detail/client_connection.hpp"
 
 #if defined(JITEMBED_HAS_GRPC)  // the program links jitembed::grpc: grpc:// endpoints
 #include "jitembed/client/detail/client_grpc.hpp"

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/dynamic_message.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/text_format.h>
@@ -27,8 +26,8 @@
 
 #include "jitembed/core/dtype.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/protobuf/model_config.hpp"
 #include "jitembed/server/config.hpp"
-#include "jitembed/server/repository/detail/schema.hpp"
 
 namespace jitembed::server {
 
@@ -182,8 +181,7 @@ inline result<std::vector<std::int64_t>> read_dims(const pb_reader& t, const std
 // parse, an unknown field, a refused field, a bad value), each naming the file and the field.
 inline result<repository_model_config> parse_repository_config(std::string_view text, const std::string& file) {
   namespace pb = google::protobuf;
-  const auto& schema = detail::model_config_schema::get();
-  std::unique_ptr<pb::Message> msg(schema.prototype->New());
+  auto msg = net::protobuf::model_config_schema().make("ModelConfig");
   detail::pbtxt_errors errors;
   errors.file = file;
   pb::TextFormat::Parser parser;

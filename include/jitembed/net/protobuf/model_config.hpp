@@ -1,9 +1,6 @@
-// Triton's ModelConfig (facts of its model_config.proto: the fields jitembed reads, and every other one so it
-// can refuse or ignore them), the schema config.pbtxt files are parsed against and the gRPC ModelConfigResponse
-// (net/grpc/kserve_schema.hpp) carries. Fields jitembed never reads are messages whose names are `reserved`:
-// the text parser skips reserved names (nested contents included) while any other unknown name is still an
-// error, so a typo in a supported field is reported. The parser cannot skip a list of messages
-// (`step [ {...}, {...} ]`), so repeated message fields are declared down to where only scalars are left.
+// Triton's ModelConfig (facts of model_config.proto): the schema config.pbtxt files are parsed against and
+// the gRPC ModelConfigResponse carries. Fields jitembed never reads have `reserved` names, which the text
+// parser skips while any other unknown name is an error (a typo is reported); docs/models.md says more.
 #pragma once
 
 #include <string_view>

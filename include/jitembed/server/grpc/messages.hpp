@@ -115,6 +115,7 @@ inline ::grpc::ByteBuffer empty_message(std::string_view type) {
 
 // RepositoryIndexResponse.ModelIndex: the state's name, empty when there is none.
 struct index_entry {
+  index_entry(const repository_entry& entry) : e(entry) {}  // not an aggregate: clang 14 has no paren-init of one
   const repository_entry& e;
   template <class V> void fields(V&& v) const {
     v("name", e.name), v("version", e.version),

@@ -12,7 +12,6 @@
 #include <string_view>
 #include <utility>
 
-
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/cuda_ipc.hpp"
 #include "jitembed/core/error.hpp"

@@ -27,7 +27,8 @@ struct shared_memory_status {
   std::optional<std::uint64_t> offset;
   std::optional<std::int64_t> device_id;
   std::uint64_t byte_size = 0;
-  template <class V> void fields(V&& v) const {
+  template <class V>
+  void fields(V&& v) const {
     v("name", name), v("key", key), v("offset", offset), v("device_id", device_id), v("byte_size", byte_size);
   }
 };

@@ -17,7 +17,6 @@
 #include <string_view>
 #include <utility>
 
-
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/server/shm/detail/region.hpp"

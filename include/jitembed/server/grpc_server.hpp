@@ -1,11 +1,6 @@
-// The service's KServe v2 gRPC front end (inference.GRPCInferenceService, as Triton serves it on
-// --grpc-port): beside HTTP, through the same registry, admission, deadlines and batchers (the service's
-// core). Unary calls and the ModelStreamInfer stream run on gRPC's callback API with generic byte
-// buffers and the dynamic messages of net/grpc/kserve_schema.hpp, so the library stays header-only.
-// ModelInfer outputs go out as slices over the response's tensors (no copy). Errors map errc onto gRPC
-// status codes (net/grpc/status.hpp) and carry the errc name in the trailing metadata `jitembed-errc`.
-// Component jitembed::grpc (gRPC C++ and protobuf from Debian: libgrpc++-dev, libprotobuf-dev,
-// libprotoc-dev).
+// The service's KServe v2 gRPC front end (inference.GRPCInferenceService, as Triton serves it): beside HTTP,
+// over the same core, on gRPC's callback API with the dynamic messages of net/grpc/kserve_schema.hpp. Errors:
+// net/grpc/status.hpp (the errc name in trailing metadata `jitembed-errc`). Component jitembed::grpc.
 #pragma once
 
 #include <grpcpp/security/server_credentials.h>

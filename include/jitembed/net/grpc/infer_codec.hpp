@@ -1,9 +1,6 @@
-// The KServe gRPC infer codec, all four directions on the dynamic messages of net/grpc/kserve_schema.hpp: the
-// client encodes a ModelInferRequest and decodes a ModelInferResponse, the server decodes the one and encodes the
-// other (or a ModelStreamInferResponse), with one tensor / parameter / raw-contents mapping to net::kserve's
-// messages. Decoded tensors view into the parsed message; encoded tensor bytes travel as grpc::Slices over their
-// owner (no copy): the message is serialized without its raw contents, which are appended as length-delimited
-// entries (protobuf allows a repeated field's entries anywhere in the message).
+// The KServe gRPC infer codec, all four directions (client and server, request and response) on the dynamic
+// messages of kserve_schema.hpp. Decoded tensors view into the message; encoded tensor bytes travel as
+// grpc::Slices over their owner, appended as raw-contents entries after the serialized rest (no copy).
 #pragma once
 
 #include <google/protobuf/descriptor.h>

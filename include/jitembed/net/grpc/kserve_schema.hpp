@@ -1,21 +1,12 @@
-// The KServe v2 / Triton gRPC messages (package `inference`, service GRPCInferenceService), written here
-// with KServe's and Triton's field names and numbers (facts of grpc_service.proto and, for
-// ModelConfigResponse, the part of model_config.proto jitembed fills), built at run time into a
-// DescriptorPool of dynamic messages (net/protobuf/schema.hpp): the library is header-only (no generated
-// .pb.cc), like the model repository's config.pbtxt schema (server/repository/detail/schema.hpp). Message names are not
-// on the wire; the method paths ("/inference.GRPCInferenceService/ModelInfer") are.
+// The KServe v2 / Triton gRPC messages (facts of grpc_service.proto: package `inference`, field names and
+// numbers; ModelConfig: net/protobuf/model_config.hpp) as dynamic messages (net/protobuf/schema.hpp). Message
+// names are not on the wire; the method paths ("/inference.GRPCInferenceService/ModelInfer") are.
 #pragma once
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/dynamic_message.h>
-#include <google/protobuf/message.h>
-
-#include <memory>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
-#include "jitembed/net/protobuf/schema.hpp"
+#include "jitembed/net/protobuf/model_config.hpp"
 
 namespace jitembed::net::grpc {
 
@@ -27,56 +18,7 @@ inline constexpr std::string_view kKServeSchema = R"pb(
   ;
 package inference;
 
-// ---- model_config.proto: what ModelConfigResponse carries from jitembed (the rest is never filled)
-enum DataType {
-  TYPE_INVALID = 0; TYPE_BOOL = 1; TYPE_UINT8 = 2; TYPE_UINT16 = 3; TYPE_UINT32 = 4; TYPE_UINT64 = 5;
-  TYPE_INT8 = 6; TYPE_INT16 = 7; TYPE_INT32 = 8; TYPE_INT64 = 9; TYPE_FP16 = 10; TYPE_FP32 = 11;
-  TYPE_FP64 = 12; TYPE_STRING = 13; TYPE_BF16 = 14;
-}
-message ModelInstanceGroup {
-  enum Kind { KIND_AUTO = 0; KIND_GPU = 1; KIND_CPU = 2; KIND_MODEL = 3; }
-  string name = 1;
-  Kind kind = 4;
-  int32 count = 2;
-  repeated int32 gpus = 3;
-}
-message ModelInput {
-  enum Format { FORMAT_NONE = 0; FORMAT_NHWC = 1; FORMAT_NCHW = 2; }
-  string name = 1;
-  DataType data_type = 2;
-  Format format = 3;
-  repeated int64 dims = 4;
-  bool optional = 8;
-}
-message ModelOutput {
-  string name = 1;
-  DataType data_type = 2;
-  repeated int64 dims = 3;
-}
-message ModelVersionPolicy {
-  message Latest { uint32 num_versions = 1; }
-  message All {}
-  message Specific { repeated int64 versions = 1; }
-  oneof policy_choice { Latest latest = 1; All all = 2; Specific specific = 3; }
-}
-message ModelDynamicBatching {
-  repeated int32 preferred_batch_size = 1;
-  uint64 max_queue_delay_microseconds = 2;
-  bool preserve_ordering = 3;
-}
-message ModelParameter { string string_value = 1; }
-message ModelConfig {
-  string name = 1;
-  string platform = 2;
-  string backend = 17;
-  ModelVersionPolicy version_policy = 3;
-  int32 max_batch_size = 4;
-  repeated ModelInput input = 5;
-  repeated ModelOutput output = 6;
-  repeated ModelInstanceGroup instance_group = 7;
-  map<string, ModelParameter> parameters = 14;
-  oneof scheduling_choice { ModelDynamicBatching dynamic_batching = 11; }
-}
+import "model_config.proto";  // ModelConfig (net/protobuf/model_config.hpp)
 
 // ---- grpc_service.proto
 message ServerLiveRequest {}
@@ -218,35 +160,21 @@ message CudaSharedMemoryUnregisterRequest { string name = 1; }
 message CudaSharedMemoryUnregisterResponse {}
 )pb";
 
-// The schema's messages as dynamic messages. One per process (kserve_schema::get()); thread-safe.
-class kserve_schema {
+// The schema's messages as dynamic messages: kserve_schema::get().make("ModelInferRequest"). One per process;
+// thread-safe.
+class kserve_schema : public protobuf::dynamic_schema {
  public:
   static const kserve_schema& get() {
     static const kserve_schema s;
     return s;
   }
 
-  // The prototype of "inference.<name>" (nested: "ModelInferRequest.InferInputTensor"); throws
-  // std::logic_error for a name the schema lacks (a bug here, not bad input).
-  const google::protobuf::Message& prototype(std::string_view name) const {
-    const auto* d = pool_.FindMessageTypeByName("inference." + std::string(name));
-    if (!d) throw std::logic_error("jitembed: KServe gRPC schema has no message '" + std::string(name) + "'");
-    return *factory_.GetPrototype(d);
-  }
-  // A new empty message of that type.
-  std::unique_ptr<google::protobuf::Message> make(std::string_view name) const {
-    return std::unique_ptr<google::protobuf::Message>(prototype(name).New());
-  }
-  const google::protobuf::DescriptorPool& pool() const noexcept { return pool_; }
-
  private:
-  kserve_schema() {
-    protobuf::build_schema(pool_, kKServeSchema, "jitembed/kserve_grpc.proto", "KServe gRPC");
-    factory_.SetDelegateToGeneratedFactory(false);
-  }
-
-  google::protobuf::DescriptorPool pool_;
-  mutable google::protobuf::DynamicMessageFactory factory_{&pool_};
+  kserve_schema()
+      : dynamic_schema("inference",
+                       {{std::string(protobuf::kModelConfigFile), protobuf::kModelConfigProto},
+                        {"jitembed/kserve_grpc.proto", kKServeSchema}},
+                       "KServe gRPC") {}
 };
 
 }  // namespace jitembed::net::grpc

@@ -1,9 +1,5 @@
-// Compressed tensors on the wire (a jitembed extension of KServe v2, the same on HTTP and gRPC): the
-// client offers with the request parameter `jitembed_compression: "zstd_shuffle"`; the server answers
-// each output raw, or compressed when that saves at least the service's stated fraction, and marks a
-// compressed tensor with the tensor parameters `jitembed_compression: "zstd_shuffle"` and
-// `jitembed_raw_byte_size: N` (its data, binary or raw_*_contents, is then the compressed bytes). A client
-// compresses its inputs the same way. Only the names live here (component kserve); the codec is
+// The names of jitembed's compressed-tensor extension of KServe v2 (request parameter and tensor parameters
+// `jitembed_compression: "zstd_shuffle"`, `jitembed_raw_byte_size`; docs/server.md); the codec is
 // codec/zstd_wire.hpp.
 #pragma once
 

@@ -1,17 +1,21 @@
-// A .proto text built into a DescriptorPool at run time (libprotoc's parser): how jitembed gets message types
-// without generated .pb.cc files (the library is header-only). Shared by the model repository's config.pbtxt
-// schema (server/repository/detail/schema.hpp) and the KServe gRPC messages (net/grpc/kserve_schema.hpp).
+// .proto texts built into a DescriptorPool at run time (libprotoc's parser): how jitembed gets message types
+// without generated .pb.cc files (the library is header-only): Triton's ModelConfig (model_config.hpp) and the
+// KServe gRPC messages (net/grpc/kserve_schema.hpp).
 #pragma once
 
 #include <google/protobuf/compiler/parser.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/dynamic_message.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <initializer_list>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace jitembed::net::protobuf {
 
@@ -55,5 +59,37 @@ inline const google::protobuf::FileDescriptor& build_schema(google::protobuf::De
   if (!fd) throw std::logic_error("jitembed: the " + std::string(what) + " schema does not build:\n" + build.text);
   return *fd;
 }
+
+// The messages of .proto files built in order (a file may import an earlier one by its name) as dynamic
+// messages of package `package`. Thread-safe once built.
+class dynamic_schema {
+ public:
+  using file = std::pair<std::string, std::string_view>;  // {name, text}
+  dynamic_schema(std::string package, std::initializer_list<file> files, std::string_view what)
+      : package_(std::move(package) + ".") {
+    for (const auto& [name, text] : files) build_schema(pool_, text, name, what);
+    factory_.SetDelegateToGeneratedFactory(false);
+  }
+  dynamic_schema(const dynamic_schema&) = delete;
+  dynamic_schema& operator=(const dynamic_schema&) = delete;
+
+  // The prototype of "<package>.<name>" (nested: "ModelInferRequest.InferInputTensor"); throws
+  // std::logic_error for a name the schema lacks (a bug in the caller, not bad input).
+  const google::protobuf::Message& prototype(std::string_view name) const {
+    const auto* d = pool_.FindMessageTypeByName(package_ + std::string(name));
+    if (!d) throw std::logic_error("jitembed: the schema has no message '" + package_ + std::string(name) + "'");
+    return *factory_.GetPrototype(d);
+  }
+  // A new empty message of that type.
+  std::unique_ptr<google::protobuf::Message> make(std::string_view name) const {
+    return std::unique_ptr<google::protobuf::Message>(prototype(name).New());
+  }
+  const google::protobuf::DescriptorPool& pool() const noexcept { return pool_; }
+
+ private:
+  std::string package_;
+  google::protobuf::DescriptorPool pool_;
+  mutable google::protobuf::DynamicMessageFactory factory_{&pool_};
+};
 
 }  // namespace jitembed::net::protobuf

@@ -1,8 +1,5 @@
-// HTTP Content-Encoding gzip / deflate of whole bodies (zlib; the service's HTTP routes), as Triton's HTTP
-// endpoint accepts them:
-// tritonclient's request_compression_algorithm sends a gzip or zlib ("deflate") body with
-// Content-Encoding, and response_compression_algorithm asks for the answer with Accept-Encoding. Inflating
-// is bounded: more than `max_bytes` of output is limit_exceeded before it is allocated.
+// HTTP Content-Encoding gzip / deflate of whole bodies (zlib), as Triton's HTTP endpoint accepts them
+// (tritonclient's request/response_compression_algorithm). Inflating past `max_bytes` is limit_exceeded.
 #pragma once
 
 #include <zlib.h>

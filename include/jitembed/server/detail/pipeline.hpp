@@ -1,9 +1,6 @@
-// The service's inference pipeline: admission, preprocessing on the pool, the model's dynamic batcher, the
-// stacked KServe response. It knows no protocol: a front end (server/http/front.hpp, a gRPC service) hands it
-// a decoded net::kserve::infer_request with what keeps its bytes alive and gets the KServe response (which
-// the front end encodes) or an error_info whose errc decides the status. Inputs and outputs that name a shared-memory
-// region (Triton's system and CUDA shared-memory extensions, shm/detail/transfer.hpp) are read from and written to it
-// here, for every front end.
+// The service's inference pipeline, protocol-neutral: admission, preprocessing on the pool, the dynamic batcher,
+// shared-memory inputs and outputs (shm/detail/transfer.hpp) and the stacked KServe response; a front end hands
+// it a decoded request with its bytes' owner and encodes the answer (or maps the error_info's errc).
 #pragma once
 
 #include <algorithm>

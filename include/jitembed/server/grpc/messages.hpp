@@ -115,8 +115,7 @@ inline ::grpc::ByteBuffer empty_message(std::string_view type) {
 
 // RepositoryIndexResponse.ModelIndex: the state's name, empty when there is none.
 struct index_entry {
-  index_entry(const repository_entry& entry) : e(entry) {}  // NOLINT: from the index's entries (clang-14 has no
-                                                            // parenthesized aggregate init)
+  index_entry(const repository_entry& entry) : e(entry) {}  // not an aggregate: clang 14 has no paren-init of one
   const repository_entry& e;
   template <class V> void fields(V&& v) const {
     v("name", e.name), v("version", e.version),
@@ -128,24 +127,14 @@ struct index_answer {
   template <class V> void fields(V&& v) const { v("models", models); }
 };
 
-// A shared-memory status: the registry's regions (JSON objects of scalars) as a map of RegionStatus by name.
+// A shared-memory status: the registry's regions as a map of RegionStatus by name.
 inline result<::grpc::ByteBuffer> shm_status_message(service_core& core, std::string_view name, bool cuda) {
   JITEMBED_ASSIGN_OR_RETURN(const auto st, core.shared_memory().status(name, cuda ? shared_memory_kind::cuda
                                                                                    : shared_memory_kind::system));
+  std::vector<std::pair<std::string, shared_memory_status>> by_name;
+  for (const auto& region : st) by_name.emplace_back(region.name, region);
   auto msg = net::grpc::kserve_schema::get().make(cuda ? "CudaSharedMemoryStatusResponse" : "SystemSharedMemoryStatusResponse");
-  const auto* regions = msg->GetDescriptor()->FindFieldByName("regions");
-  for (const auto& region : st) {
-    auto& entry = *msg->GetReflection()->AddMessage(msg.get(), regions);
-    put(entry, entry.GetDescriptor()->map_key(), region["name"].get<std::string>());
-    auto& status = *entry.GetReflection()->MutableMessage(&entry, entry.GetDescriptor()->map_value());
-    for (const auto& [k, v] : region.items()) {
-      const auto* f = status.GetDescriptor()->FindFieldByName(k);
-      if (!f) continue;
-      if (v.is_string()) put_scalar(status, f, v.get<std::string>());
-      else if (v.is_number_unsigned()) put_scalar(status, f, v.get<std::uint64_t>());
-      else if (v.is_number_integer()) put_scalar(status, f, v.get<std::int64_t>());
-    }
-  }
+  put(*msg, msg->GetDescriptor()->FindFieldByName("regions"), by_name);
   return serialize_message(*msg);
 }
 

@@ -1,9 +1,6 @@
-// The model repository's backends: platform / backend name -> models::backend_factory. Always there:
-// "jitembed" (the built-in reference models, so one repository holds both kinds) and "torch_aoti" (a
-// placeholder that refuses until the torch component's backend replaces it); the TorchScript
-// ("pytorch_libtorch" / "pytorch") and AOTInductor ("torch_aoti") backends come from
-// models/torch_repository.hpp (component jitembed::torch): add("pytorch_libtorch", models::torch_script_backend())
-// and add("torch_aoti", models::torch_aoti_backend()).
+// The model repository's backends: platform / backend name -> models::backend_factory. Always there: "jitembed"
+// (the reference models) and a placeholder "torch_aoti"; models/torch_repository.hpp (jitembed::torch) adds
+// "pytorch_libtorch" (torch_script_backend()) and the real "torch_aoti" (torch_aoti_backend()).
 #pragma once
 
 #include <algorithm>

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/dynamic_message.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/text_format.h>
@@ -27,8 +26,8 @@
 
 #include "jitembed/core/dtype.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/protobuf/model_config.hpp"
 #include "jitembed/server/config.hpp"
-#include "jitembed/server/repository/detail/schema.hpp"
 
 namespace jitembed::server {
 
@@ -65,34 +64,21 @@ struct repository_model_config {
   std::vector<std::string> ignored;       // fields present that cannot change results (not implemented)
 };
 
-// Triton's data type name -> dtype (nullopt: no dtype here, e.g. TYPE_STRING, TYPE_UINT16).
+// Triton's data type names of the dtypes (TYPE_STRING, TYPE_UINT16, ... have no dtype here).
+inline constexpr std::pair<dtype, std::string_view> kTritonTypes[] = {
+    {dtype::boolean, "TYPE_BOOL"}, {dtype::u8, "TYPE_UINT8"},   {dtype::i8, "TYPE_INT8"},   {dtype::i16, "TYPE_INT16"},
+    {dtype::i32, "TYPE_INT32"},    {dtype::i64, "TYPE_INT64"},  {dtype::f16, "TYPE_FP16"},  {dtype::bf16, "TYPE_BF16"},
+    {dtype::f32, "TYPE_FP32"},     {dtype::f64, "TYPE_FP64"}};
+
+// Triton's data type name -> dtype (nullopt: no dtype here).
 inline std::optional<dtype> dtype_from_triton(std::string_view t) noexcept {
-  if (t == "TYPE_BOOL") return dtype::boolean;
-  if (t == "TYPE_UINT8") return dtype::u8;
-  if (t == "TYPE_INT8") return dtype::i8;
-  if (t == "TYPE_INT16") return dtype::i16;
-  if (t == "TYPE_INT32") return dtype::i32;
-  if (t == "TYPE_INT64") return dtype::i64;
-  if (t == "TYPE_FP16") return dtype::f16;
-  if (t == "TYPE_BF16") return dtype::bf16;
-  if (t == "TYPE_FP32") return dtype::f32;
-  if (t == "TYPE_FP64") return dtype::f64;
+  for (const auto& [d, name] : kTritonTypes)
+    if (name == t) return d;
   return std::nullopt;
 }
-
 inline std::string_view triton_name(dtype t) noexcept {
-  switch (t) {
-    case dtype::boolean: return "TYPE_BOOL";
-    case dtype::u8: return "TYPE_UINT8";
-    case dtype::i8: return "TYPE_INT8";
-    case dtype::i16: return "TYPE_INT16";
-    case dtype::i32: return "TYPE_INT32";
-    case dtype::i64: return "TYPE_INT64";
-    case dtype::f16: return "TYPE_FP16";
-    case dtype::bf16: return "TYPE_BF16";
-    case dtype::f32: return "TYPE_FP32";
-    case dtype::f64: return "TYPE_FP64";
-  }
+  for (const auto& [d, name] : kTritonTypes)
+    if (d == t) return name;
   return "TYPE_INVALID";
 }
 
@@ -182,8 +168,7 @@ inline result<std::vector<std::int64_t>> read_dims(const pb_reader& t, const std
 // parse, an unknown field, a refused field, a bad value), each naming the file and the field.
 inline result<repository_model_config> parse_repository_config(std::string_view text, const std::string& file) {
   namespace pb = google::protobuf;
-  const auto& schema = detail::model_config_schema::get();
-  std::unique_ptr<pb::Message> msg(schema.prototype->New());
+  auto msg = net::protobuf::model_config_schema().make("ModelConfig");
   detail::pbtxt_errors errors;
   errors.file = file;
   pb::TextFormat::Parser parser;

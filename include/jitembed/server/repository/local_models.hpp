@@ -1,13 +1,6 @@
-// server::local_models: the models of a repository (or any model_source) loaded into this process, without
-// a service: a trainer's inline baseline, an evaluation, or a reference for what a server returns. Each
-// version is the model a jitembed-server would serve from the same directory: the same backend, the same
-// preprocessing and the same fingerprint (version()), so embeddings computed here share cache keys with
-// the served ones.
-//
-//   auto repo = server::model_repository::open(dir, {.backends = ...}).value();
-//   server::local_models local;
-//   JITEMBED_TRY(repo.load(local, "vae_encoder"));
-//   const models::any_model* vae = local.find("vae_encoder");   // the newest version
+// server::local_models: a repository's models (any model_source) loaded into this process without a service
+// (a trainer's baseline, an evaluation): each version is the model jitembed-server would serve from the same
+// directory, with the same fingerprint, so embeddings share cache keys: repo.load(local, "vae_encoder").
 #pragma once
 
 #include <cstddef>

@@ -12,8 +12,6 @@
 #include <string_view>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/cuda_ipc.hpp"
 #include "jitembed/core/error.hpp"
@@ -83,9 +81,7 @@ class cuda_shared_memory_region final : public shared_memory_region {
   }
 
   // Triton's {"name", "device_id", "byte_size"}.
-  nlohmann::ordered_json status() const override {
-    return nlohmann::ordered_json{{"name", name()}, {"device_id", device_}, {"byte_size", byte_size()}};
-  }
+  shared_memory_status status() const override { return {name(), {}, {}, device_, byte_size()}; }
 
  private:
   cuda_shared_memory_region(any_cuda_ipc_backend backend, std::string name, int device, void* base,

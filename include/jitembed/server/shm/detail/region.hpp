@@ -5,12 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
@@ -19,6 +18,20 @@ namespace jitembed::server::detail {
 
 // Which extension registered a region: one namespace of names holds both, as in Triton.
 enum class shared_memory_kind : std::uint8_t { system, cuda };
+
+// A region's entry in its extension's status (Triton's fields, in order): key and offset for a system
+// region, device_id for a CUDA one. A typed answer (server/detail/answers.hpp): both fronts render it.
+struct shared_memory_status {
+  std::string name;
+  std::optional<std::string> key;
+  std::optional<std::uint64_t> offset;
+  std::optional<std::int64_t> device_id;
+  std::uint64_t byte_size = 0;
+  template <class V>
+  void fields(V&& v) const {
+    v("name", name), v("key", key), v("offset", offset), v("device_id", device_id), v("byte_size", byte_size);
+  }
+};
 
 // A registered region of either kind: byte_size() bytes that requests read inputs from and write outputs
 // to. Thread-safe (const). The region stays open while anyone holds it (a request in flight), even after
@@ -53,8 +66,8 @@ class shared_memory_region {
   virtual result<void> read(std::uint64_t at, std::span<std::byte> dst, std::string_view what) const = 0;
   // Writes src at `at` (into the region); nothing is written outside it. Errors: as read.
   virtual result<void> write(std::uint64_t at, bytes_view src, std::string_view what) const = 0;
-  // The region's entry in its extension's status JSON (Triton's fields).
-  virtual nlohmann::ordered_json status() const = 0;
+  // The region's entry in its extension's status.
+  virtual shared_memory_status status() const = 0;
 
  protected:
   shared_memory_region(shared_memory_kind kind, std::string name, std::uint64_t byte_size)

@@ -16,8 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "jitembed/core/cuda_ipc.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/server/shm/detail/cuda_region.hpp"
@@ -100,12 +98,11 @@ class shared_memory_registry {
                 std::string(what) + ": shared memory region '" + std::string(name) + "' is not registered");
   }
 
-  // Triton's status JSON of the regions of `kind`: [{"name", "key", "offset", "byte_size"}] (system) or
-  // [{"name", "device_id", "byte_size"}] (CUDA) of `name`, or of every region of `kind` when `name` is empty.
-  // Errors: not_found (404) for a name no region of `kind` holds.
-  result<nlohmann::ordered_json> status(std::string_view name = {},
-                                        shared_memory_kind kind = shared_memory_kind::system) const {
-    auto arr = nlohmann::ordered_json::array();
+  // The status of the region `name` of `kind`, or of every region of `kind` when `name` is empty. Errors:
+  // not_found (404) for a name no region of `kind` holds.
+  result<std::vector<shared_memory_status>> status(std::string_view name = {},
+                                                   shared_memory_kind kind = shared_memory_kind::system) const {
+    std::vector<shared_memory_status> arr;
     std::lock_guard lock(mu_);
     if (name.empty()) {
       for (const auto& [n, r] : regions_)

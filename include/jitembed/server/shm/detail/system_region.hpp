@@ -17,8 +17,6 @@
 #include <string_view>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/server/shm/detail/region.hpp"
@@ -108,9 +106,7 @@ class system_shared_memory_region final : public shared_memory_region {
   }
 
   // Triton's {"name", "key", "offset", "byte_size"}.
-  nlohmann::ordered_json status() const override {
-    return nlohmann::ordered_json{{"name", name()}, {"key", key_}, {"offset", offset_}, {"byte_size", byte_size()}};
-  }
+  shared_memory_status status() const override { return {name(), key_, offset_, {}, byte_size()}; }
 
  private:
   system_shared_memory_region(int fd, std::string name, std::string key, std::uint64_t offset, std::uint64_t byte_size)

@@ -1,31 +1,20 @@
-// The schema config.pbtxt files are parsed against: Triton's ModelConfig field names and numbers (facts of
-// Triton's model_config.proto, written here as the subset jitembed reads plus every field it must
-// recognise to refuse or ignore), built at run time into a DescriptorPool (net/protobuf/schema.hpp; the
-// library is header-only: no generated .pb.cc). Fields whose contents jitembed never reads are messages whose field
-// names are `reserved`: protobuf's text parser skips reserved names (nested contents included) while any other unknown
-// name is still an error, so a typo in a supported field is reported, not dropped. The parser cannot skip a list of
-// messages (`step [ {...}, {...} ]`), so repeated message fields are declared (with reserved contents) down to where
-// only scalars, lists of scalars and single messages are left.
+// Triton's ModelConfig (facts of model_config.proto): the schema config.pbtxt files are parsed against and
+// the gRPC ModelConfigResponse carries. Fields jitembed never reads have `reserved` names, which the text
+// parser skips while any other unknown name is an error (a typo is reported); docs/models.md says more.
 #pragma once
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/dynamic_message.h>
-
-#include <cstdlib>
-#include <memory>
-#include <stdexcept>
-#include <string>
 #include <string_view>
 
 #include "jitembed/net/protobuf/schema.hpp"
 
-namespace jitembed::server::detail {
+namespace jitembed::net::protobuf {
 
-// Package jitembed.triton: full names differ from Triton's `inference.*`; text format does not use them.
-inline constexpr std::string_view kModelConfigSchema = R"pb(
+inline constexpr std::string_view kModelConfigFile = "model_config.proto";
+
+inline constexpr std::string_view kModelConfigProto = R"pb(
   syntax = "proto3"
   ;
-package jitembed.triton;
+package inference;
 
 enum DataType {
   TYPE_INVALID = 0; TYPE_BOOL = 1; TYPE_UINT8 = 2; TYPE_UINT16 = 3; TYPE_UINT32 = 4; TYPE_UINT64 = 5;
@@ -203,28 +192,10 @@ message ModelConfig {
 }
 )pb";
 
-// The pool and factory that ModelConfig messages come from; built once, on first use (thread-safe). The
-// prototype is made here, once, so parsing only calls its const New().
-struct model_config_schema {
-  google::protobuf::DescriptorPool pool;
-  google::protobuf::DynamicMessageFactory factory{&pool};
-  const google::protobuf::Descriptor* model_config = nullptr;
-  const google::protobuf::Message* prototype = nullptr;  // New() makes an empty ModelConfig (thread-safe)
+// ModelConfig's schema, built once on first use (thread-safe).
+inline const dynamic_schema& model_config_schema() {
+  static const dynamic_schema s("inference", {{std::string(kModelConfigFile), kModelConfigProto}}, "ModelConfig");
+  return s;
+}
 
-  static const model_config_schema& get() {
-    static const model_config_schema s;
-    return s;
-  }
-
- private:
-  // The schema is a constant of this file: a failure to build it is a bug here, not bad input.
-  model_config_schema() {
-    const auto& fd =
-        net::protobuf::build_schema(pool, kModelConfigSchema, "jitembed/triton/model_config.proto", "ModelConfig");
-    model_config = fd.FindMessageTypeByName("ModelConfig");
-    if (!model_config) throw std::logic_error("jitembed: the ModelConfig schema has no ModelConfig");
-    prototype = factory.GetPrototype(model_config);
-  }
-};
-
-}  // namespace jitembed::server::detail
+}  // namespace jitembed::net::protobuf

@@ -14,6 +14,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <cstdint>
@@ -90,15 +91,9 @@ class http_transport final : public transport {
   }
 
   void forget(const endpoint_state& e) override {
-    {
-      std::lock_guard lk(pool_mu_);
-      if (const auto it = pools_.find(&e); it != pools_.end()) {
-        close_idle(it->second);
-        pools_.erase(it);
-      }
-    }
-    std::lock_guard lk(control_mu_);
-    for (const auto kind : {meta_calls, probe_calls, shm_calls}) control_.erase({e.addr.url, kind});
+    std::scoped_lock lk(pool_mu_, control_mu_);
+    if (const auto it = pools_.find(&e); it != pools_.end()) close_idle(it->second), pools_.erase(it);
+    control_.erase(e.addr.url);
   }
 
   // The control plane's calls: over a keep-alive client per endpoint and kind of call (each kind has its own
@@ -150,11 +145,13 @@ class http_transport final : public transport {
   enum control_kind { meta_calls, probe_calls, shm_calls };
   std::shared_ptr<net::http::client> control(const endpoint_address& a, control_kind kind) {
     std::lock_guard lk(control_mu_);
-    auto& c = control_[{a.url, kind}];
+    auto& c = control_[a.url][kind];
     if (!c) {
       auto ho = metadata_http_options(a, opts_);
-      if (kind == shm_calls) ho.io_timeout = std::min<std::chrono::milliseconds>(ho.io_timeout, std::chrono::seconds(2));
-      if (kind == probe_calls) ho.connect_timeout = std::chrono::milliseconds(500), ho.io_timeout = std::chrono::seconds(1);
+      if (kind == shm_calls)
+        ho.io_timeout = std::min<std::chrono::milliseconds>(ho.io_timeout, std::chrono::seconds(2));
+      if (kind == probe_calls)
+        ho.connect_timeout = std::chrono::milliseconds(500), ho.io_timeout = std::chrono::seconds(1);
       c = std::make_shared<net::http::client>(a.host, a.port, ho);
     }
     return c;
@@ -219,18 +216,18 @@ class http_transport final : public transport {
     if (s.reused) return write(a, conn), true;
     // The connect timeout covers the TLS handshake too.
     conn->lowest().expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
-    conn->lowest().async_connect(a->ep->resolved, step(a, conn, "connect", [this, a, conn] {
-                                   boost::system::error_code ignored;
-                                   conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
-                                   if (!conn->tls) return write(a, conn);
-                                   if (!net::http::detail::prepare_client_tls(conn->tls->native_handle(), a->ep->addr.host))
-                                     return tls_failure(a, asio::error::invalid_argument);
-                                   conn->tls->async_handshake(asio::ssl::stream_base::client,
-                                                              step(a, conn, kHandshake, [this, a, conn] { write(a, conn); }));
-                                 }));
+    conn->lowest().async_connect(
+        a->ep->resolved, step(a, conn, "connect", [this, a, conn] {
+          boost::system::error_code ignored;
+          conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+          if (!conn->tls) return write(a, conn);
+          if (!net::http::detail::prepare_client_tls(conn->tls->native_handle(), a->ep->addr.host))
+            return tls_failure(a, asio::error::invalid_argument);
+          conn->tls->async_handshake(asio::ssl::stream_base::client,
+                                     step(a, conn, kHandshake, [this, a, conn] { write(a, conn); }));
+        }));
     return true;
   }
-
 
   void write(const attempt_ptr& a, const conn_ptr& conn) {
     conn->lowest().expires_at(a->call->deadline);
@@ -271,7 +268,8 @@ class http_transport final : public transport {
       return;
     }
     const bool timed_out = ec == beast::error::timeout;
-    std::string what = std::string(stage) + " on " + a->ep->addr.url + (timed_out ? " timed out" : " failed: " + ec.message());
+    std::string what =
+        std::string(stage) + " on " + a->ep->addr.url + (timed_out ? " timed out" : " failed: " + ec.message());
     events_.complete(a, [&](deferred& d) { events_.on_no_answer(a, std::move(what), timed_out, d); });
   }
 
@@ -342,7 +340,7 @@ class http_transport final : public transport {
   std::mutex pool_mu_;
   std::unordered_map<const endpoint_state*, pool> pools_;
   std::mutex control_mu_;
-  std::map<std::pair<std::string, control_kind>, std::shared_ptr<net::http::client>> control_;
+  std::map<std::string, std::array<std::shared_ptr<net::http::client>, 3>> control_;  // by url, then kind
 };
 
 }  // namespace jitembed::client::detail

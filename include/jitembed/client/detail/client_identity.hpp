@@ -47,17 +47,6 @@ inline error_info no_identity_error(const std::string& model, const std::string&
                                    " parameters to its config.pbtxt");
 }
 
-// The metadata GETs' client for `a`: the client's connect timeout, its request timeout capped at 10 s, TLS
-// for an https:// endpoint. The HTTP transport keeps one per endpoint (keep-alive): the calls below take it.
-inline net::http::client_options metadata_http_options(const endpoint_address& a, const client_options& opts) {
-  net::http::client_options ho;
-  ho.tls = a.tls;
-  ho.tls_ca_file = opts.tls_ca_file;
-  ho.connect_timeout = opts.connect_timeout;
-  ho.io_timeout = std::chrono::milliseconds(std::min<std::int64_t>(opts.request_timeout.count(), 10000));
-  return ho;
-}
-
 inline net::http::header_list auth_headers(const client_options& opts) {
   net::http::header_list h;
   if (!opts.auth_token.empty()) h.emplace_back("Authorization", "Bearer " + opts.auth_token);

@@ -69,7 +69,6 @@ class http_transport final : public transport {
   void send(const attempt_ptr& a, deferred& d) override {
     if (!a->io) {
       auto s = std::make_shared<session>();
-      s->ep = a->ep.get();
       if (auto built = build(*a, *s); !built) return events_.on_unsendable(a, built.error(), d);
       a->io = s;
     }
@@ -80,9 +79,8 @@ class http_transport final : public transport {
   // count now and closes on its strand (a connection in the middle of an answer is not reused).
   void abandon(remote_attempt& a) override {
     if (!a.io) return;
-    auto& s = io(a);
-    s.stopped = true;
-    if (auto c = take(s)) asio::post(c->lowest().get_executor(), [c] { c->close(); });
+    io(a).stopped = true;
+    if (auto c = take(a)) asio::post(c->lowest().get_executor(), [c] { c->close(); });
   }
 
   void close_idle(endpoint_state& e) override {
@@ -131,7 +129,6 @@ class http_transport final : public transport {
   // An attempt's session. After send() only its connection's handlers touch it, but for `conn` (under
   // pool_mu_: abandon() takes it from any thread) and `stopped`.
   struct session {
-    const endpoint_state* ep = nullptr;
     conn_ptr conn;
     std::atomic<bool> stopped{false};  // the engine abandoned the attempt
     bool reused = false;
@@ -142,19 +139,21 @@ class http_transport final : public transport {
   };
   static session& io(const remote_attempt& a) { return *std::static_pointer_cast<session>(a.io); }
 
+  // The metadata GETs: the client's connect timeout, its request timeout capped at 10 s; region calls: capped
+  // at 2 s; readiness probes: 0.5 s to connect, 1 s to answer.
   enum control_kind { meta_calls, probe_calls, shm_calls };
   std::shared_ptr<net::http::client> control(const endpoint_address& a, control_kind kind) {
+    using ms = std::chrono::milliseconds;
     std::lock_guard lk(control_mu_);
     auto& c = control_[a.url][kind];
-    if (!c) {
-      auto ho = metadata_http_options(a, opts_);
-      if (kind == shm_calls)
-        ho.io_timeout = std::min<std::chrono::milliseconds>(ho.io_timeout, std::chrono::seconds(2));
-      if (kind == probe_calls)
-        ho.connect_timeout = std::chrono::milliseconds(500), ho.io_timeout = std::chrono::seconds(1);
-      c = std::make_shared<net::http::client>(a.host, a.port, ho);
-    }
-    return c;
+    if (c) return c;
+    net::http::client_options ho;
+    ho.tls = a.tls;
+    ho.tls_ca_file = opts_.tls_ca_file;
+    ho.connect_timeout = kind == probe_calls ? ms(500) : opts_.connect_timeout;
+    ho.io_timeout = ms(std::min<std::int64_t>(opts_.request_timeout.count(), kind == meta_calls ? 10000 : 2000));
+    if (kind == probe_calls) ho.io_timeout = ms(1000);
+    return c = std::make_shared<net::http::client>(a.host, a.port, ho);
   }
 
   result<void> build(remote_attempt& a, session& st) {
@@ -184,8 +183,7 @@ class http_transport final : public transport {
   template <class Next>
   auto step(const attempt_ptr& a, const conn_ptr& conn, const char* stage, Next next) {
     return [this, a, conn, stage, next = std::move(next)](boost::system::error_code ec, auto&&...) {
-      auto& s = io(*a);
-      if (s.stopped) return drop(s);
+      if (io(*a).stopped) return drop(*a);
       if (ec) return on_error(a, ec, stage);
       next();
     };
@@ -200,7 +198,7 @@ class http_transport final : public transport {
     {
       std::lock_guard lk(pool_mu_);
       if (s.stopped) return true;
-      auto& p = pools_[s.ep];
+      auto& p = pools_[a->ep.get()];
       s.reused = !p.idle.empty() && !s.fresh_retry;
       if (s.reused) {
         conn = std::move(p.idle.back());
@@ -256,7 +254,7 @@ class http_transport final : public transport {
   void on_error(const attempt_ptr& a, boost::system::error_code ec, const char* stage) {
     if (stage == kHandshake && net::http::detail::is_tls_protocol_error(ec)) return tls_failure(a, ec);
     auto& s = io(*a);
-    const auto conn = take(s);
+    const auto conn = take(*a);
     const bool stale =
         s.reused && !s.fresh_retry && conn && conn->uses > 1 &&
         (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
@@ -274,7 +272,7 @@ class http_transport final : public transport {
   }
 
   void tls_failure(const attempt_ptr& a, boost::system::error_code ec) {
-    const auto conn = take(io(*a));
+    const auto conn = take(*a);
     std::string reason = net::http::detail::tls_failure_reason(ec, conn ? conn->tls->native_handle() : nullptr);
     if (conn) conn->close();
     events_.complete(a, [&](deferred& d) { events_.on_tls_failure(a, std::move(reason), d); });
@@ -313,24 +311,25 @@ class http_transport final : public transport {
   }
 
   // The session's connection, out of its pool's count: the caller closes it (on its strand).
-  conn_ptr take(session& s) {
+  conn_ptr take(const remote_attempt& a) {
+    auto& s = io(a);
     std::lock_guard lk(pool_mu_);
-    if (const auto it = pools_.find(s.ep); s.conn && it != pools_.end() && it->second.open) --it->second.open;
+    if (const auto it = pools_.find(a.ep.get()); s.conn && it != pools_.end() && it->second.open) --it->second.open;
     return std::move(s.conn);
   }
-  void drop(session& s) {
-    if (auto c = take(s)) c->close();
+  void drop(const remote_attempt& a) {
+    if (auto c = take(a)) c->close();
   }
 
   // Back to the pool when the answer lets it (engine's lock held: draining).
   void release_conn(remote_attempt& a, bool keep_alive) {
     auto& s = io(a);
-    if (!keep_alive || a.ep->draining || events_.closed()) return drop(s);
+    if (!keep_alive || a.ep->draining || events_.closed()) return drop(a);
     std::lock_guard lk(pool_mu_);
     if (!s.conn) return;
     s.conn->lowest().expires_never();
     s.conn->parser.reset();
-    pools_[s.ep].idle.push_back(std::move(s.conn));
+    pools_[a.ep.get()].idle.push_back(std::move(s.conn));
   }
 
   const client_options& opts_;

@@ -249,8 +249,10 @@ class grpc_transport final : public transport {
     }
     ch->stub->UnaryCall(&call->ctx, grpc_client::method("ModelInfer"), ::grpc::StubOptions(), &call->request,
                         &call->response, [self, a, call, ch](::grpc::Status s) {
-                          // on a gRPC thread: the answer is handled on the client's executor
-                          self->exec_.post([self, a, call, s = std::move(s)] { self->complete(a, *call, s); });
+                          // on a gRPC thread: the answer is judged on the client's executor, one event
+                          self->exec_.post([self, a, call, s = std::move(s)] {
+                            self->events_.complete(a, [&](deferred& d) { self->judge(a, *call, s, d); });
+                          });
                           std::lock_guard lk(self->mu_);
                           if (--self->in_flight_ == 0) self->idle_.notify_all();
                         });
@@ -281,10 +283,6 @@ class grpc_transport final : public transport {
   }
 
  private:
-  void complete(const attempt_ptr& a, grpc_client::call& call, const ::grpc::Status& s) {
-    events_.complete(a, [&](deferred& d) { judge(a, call, s, d); });
-  }
-
   void judge(const attempt_ptr& a, grpc_client::call& call, const ::grpc::Status& s, deferred& d) {
     const auto& url = a->ep->addr.url;
     if (s.ok()) {

@@ -47,17 +47,6 @@ inline error_info no_identity_error(const std::string& model, const std::string&
                                    " parameters to its config.pbtxt");
 }
 
-// The metadata GETs' connection to `a`: the client's connect timeout, its request timeout capped at 10 s,
-// TLS for an https:// endpoint.
-inline net::http::client_options metadata_http_options(const endpoint_address& a, const client_options& opts) {
-  net::http::client_options ho;
-  ho.tls = a.tls;
-  ho.tls_ca_file = opts.tls_ca_file;
-  ho.connect_timeout = opts.connect_timeout;
-  ho.io_timeout = std::chrono::milliseconds(std::min<std::int64_t>(opts.request_timeout.count(), 10000));
-  return ho;
-}
-
 inline net::http::header_list auth_headers(const client_options& opts) {
   net::http::header_list h;
   if (!opts.auth_token.empty()) h.emplace_back("Authorization", "Bearer " + opts.auth_token);
@@ -95,8 +84,8 @@ inline error_info http_error(int status, std::string_view body, std::string_view
 
 // The identity of `model` on the endpoint `a`: an error when it cannot be asked (transport, HTTP status: the
 // caller tries the next endpoint), nullopt when the endpoint answers but publishes no identity.
-inline result<std::optional<model_identity>> fetch_identity(const endpoint_address& a, const std::string& model, const client_options& opts) {
-  net::http::client hc(a.host, a.port, metadata_http_options(a, opts));
+inline result<std::optional<model_identity>> fetch_identity(net::http::client& hc, const endpoint_address& a,
+                                                             const std::string& model, const client_options& opts) {
   const auto h = auth_headers(opts);
   auto r = hc.get("/v2/models/" + model, h);
   if (!r) return r.error();
@@ -123,8 +112,8 @@ inline result<std::optional<model_identity>> fetch_identity(const endpoint_addre
 
 // GET /v2/models/<m> on the endpoint `a` as model_metadata: the transport's or the HTTP status's error
 // (404: not_found), or decode_failed naming the field when the body is not KServe model metadata.
-inline result<model_metadata> fetch_metadata(const endpoint_address& a, const std::string& model, const client_options& opts) {
-  net::http::client hc(a.host, a.port, metadata_http_options(a, opts));
+inline result<model_metadata> fetch_metadata(net::http::client& hc, const endpoint_address& a, const std::string& model,
+                                             const client_options& opts) {
   auto r = hc.get("/v2/models/" + model, auth_headers(opts));
   if (!r) return r.error();
   if (r->status != 200) return http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);
@@ -168,12 +157,10 @@ inline result<model_metadata> fetch_metadata(const endpoint_address& a, const st
   return md;
 }
 
-// POST /v2/systemsharedmemory/region/<region>/register (or .../unregister, `key` empty) on an http(s) endpoint.
-inline shm_call_result http_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
+// POST /v2/systemsharedmemory/region/<region>/register (or .../unregister, `key` empty) through an http(s)
+// endpoint's client.
+inline shm_call_result http_shm_call(net::http::client& hc, const std::string& region, const std::string& key,
                                      std::size_t bytes, const client_options& opts) {
-  auto ho = metadata_http_options(a, opts);
-  ho.io_timeout = std::min<std::chrono::milliseconds>(ho.io_timeout, std::chrono::milliseconds(2000));
-  net::http::client hc(a.host, a.port, ho);
   const bool reg = !key.empty();
   const std::string body = reg ? nlohmann::json{{"key", key}, {"offset", 0}, {"byte_size", bytes}}.dump() : "{}";
   auto h = auth_headers(opts);

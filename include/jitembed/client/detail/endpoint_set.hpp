@@ -32,7 +32,8 @@ struct endpoint_state {
   transport* via = nullptr;                              // the transport of its scheme (set by the control plane)
   std::vector<boost::asio::ip::tcp::endpoint> resolved;  // addresses (a name that did not resolve: none)
   bool reachable = false;                                // resolved, or a transport that needs no address (local)
-  std::uint64_t outstanding = 0, requests = 0, successes = 0, failures = 0, conns_opened = 0;
+  std::uint64_t outstanding = 0, requests = 0, successes = 0, failures = 0;
+  std::atomic<std::uint64_t> conns_opened{0};  // the HTTP transport counts without the engine's lock
   double ewma_ms = 0;
   bool has_ewma = false;
   clock::time_point ewma_at{};  // its last latency sample

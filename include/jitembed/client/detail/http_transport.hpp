@@ -5,6 +5,8 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -12,9 +14,13 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <charconv>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -51,6 +57,9 @@ inline attempt_outcome http_outcome(int status, std::string_view body, std::stri
 
 inline constexpr std::size_t kReadBufferBytes = std::size_t{64} << 10;  // per connection
 
+// Each attempt is a session (its request, built once under the engine's lock, and a connection): the
+// connection's handlers run on its strand and touch only the session; the engine's lock is taken once, for
+// the attempt's end (complete()). The pools have their own lock, `pool_mu_`.
 class http_transport final : public transport {
  public:
   // `tls` verifies https:// endpoints (the client's CA); it outlives the transport.
@@ -59,99 +68,95 @@ class http_transport final : public transport {
 
   void send(const attempt_ptr& a, deferred& d) override {
     if (!a->io) {
-      auto st = std::make_shared<attempt_io>();
-      if (auto built = build(*a, *st); !built) return events_.on_unsendable(a, built.error(), d);
-      a->io = st;
+      auto s = std::make_shared<session>();
+      if (auto built = build(*a, *s); !built) return events_.on_unsendable(a, built.error(), d);
+      a->io = s;
     }
-    auto& st = io(*a);
-    auto& pool = pools_[a->ep.get()];
-    if (!pool.idle.empty() && !st.fresh_retry) {
-      st.conn = std::move(pool.idle.back());
-      pool.idle.pop_back();
-      st.reused = true;
-      return write(a);
-    }
-    if (pool.open >= opts_.max_connections_per_endpoint) return events_.on_busy(a, d);
-    st.reused = false;
-    st.conn = std::make_shared<connection>(ioc_, a->ep->addr.tls ? &tls_ : nullptr);
-    ++pool.open;
-    ++a->ep->conns_opened;
-    http_transport* const self = this;  // the client state closes its transports before they go
-    // The connect timeout covers the TLS handshake too.
-    st.conn->lowest().expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
-    // Every handler holds the connection: Beast's operations use the stream and buffer until they complete,
-    // even when the attempt has dropped the connection (closing it only makes them complete early).
-    st.conn->lowest().async_connect(a->ep->resolved,
-                                    [self, a, conn = st.conn](boost::system::error_code ec, const tcp::endpoint&) {
-                                      self->events_.complete(a, [&](deferred& dd) {
-                                        if (ec) return self->on_error(a, ec, "connect", dd);
-                                        boost::system::error_code ignored;
-                                        conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
-                                        if (conn->tls) return self->handshake(a, dd);
-                                        self->write(a);
-                                      });
-                                    });
+    if (!start(a)) events_.on_busy(a, d);
   }
 
-  void abandon(remote_attempt& a) override { drop_conn(a); }
+  // From any thread (lock held): the session stops at its next handler; its connection leaves the pool's
+  // count now and closes on its strand (a connection in the middle of an answer is not reused).
+  void abandon(remote_attempt& a) override {
+    if (!a.io) return;
+    io(a).stopped = true;
+    if (auto c = take(a)) asio::post(c->lowest().get_executor(), [c] { c->close(); });
+  }
 
   void close_idle(endpoint_state& e) override {
+    std::lock_guard lk(pool_mu_);
     if (const auto it = pools_.find(&e); it != pools_.end()) close_idle(it->second);
   }
 
   void forget(const endpoint_state& e) override {
-    if (const auto it = pools_.find(&e); it != pools_.end()) {
-      close_idle(it->second);
-      pools_.erase(it);
-    }
+    std::scoped_lock lk(pool_mu_, control_mu_);
+    if (const auto it = pools_.find(&e); it != pools_.end()) close_idle(it->second), pools_.erase(it);
+    control_.erase(e.addr.url);
   }
 
+  // The control plane's calls: over a keep-alive client per endpoint and kind of call (each kind has its own
+  // timeouts), made on first use.
   result<std::optional<model_identity>> identity(const endpoint_address& a, const std::string& model) override {
-    return fetch_identity(a, model, opts_);
+    return fetch_identity(*control(a, meta_calls), a, model, opts_);
   }
   result<model_metadata> metadata(const endpoint_address& a, const std::string& model) override {
-    return fetch_metadata(a, model, opts_);
+    return fetch_metadata(*control(a, meta_calls), a, model, opts_);
   }
   bool ready(const endpoint_address& a, const std::string& model) override {
-    net::http::client_options ho;
-    ho.connect_timeout = std::chrono::milliseconds(500);
-    ho.io_timeout = std::chrono::milliseconds(1000);
-    ho.tls = a.tls;
-    ho.tls_ca_file = opts_.tls_ca_file;
-    net::http::client hc(a.host, a.port, ho);
-    auto r = hc.get("/v2/models/" + model + "/ready", auth_headers(opts_));
+    auto r = control(a, probe_calls)->get("/v2/models/" + model + "/ready", auth_headers(opts_));
     return r && r->status == 200;
   }
   shm_call_result shared_memory(const endpoint_address& a, const std::string& region, const std::string& key,
                                 std::size_t bytes) override {
-    return http_shm_call(a, region, key, bytes, opts_);
+    return http_shm_call(*control(a, shm_calls), region, key, bytes, opts_);
   }
 
  private:
-  // One connection to an endpoint (net/http/detail/client_connection.hpp) and the parser of its answer.
+  // One connection to an endpoint (net/http/detail/client_connection.hpp, on its own strand) and the parser
+  // of its answer.
   struct connection : net::http::detail::client_connection {
     using client_connection::client_connection;
     std::optional<bhttp::response_parser<bhttp::string_body>> parser;
     std::uint64_t uses = 0;
   };
+  using conn_ptr = std::shared_ptr<connection>;
 
   struct pool {
-    std::vector<std::shared_ptr<connection>> idle;
+    std::vector<conn_ptr> idle;
     std::size_t open = 0;
   };
 
-  // An attempt's request (built once) and connection.
-  struct attempt_io {
-    std::shared_ptr<connection> conn;
+  // An attempt's session. After send() only its connection's handlers touch it, but for `conn` (under
+  // pool_mu_: abandon() takes it from any thread) and `stopped`.
+  struct session {
+    conn_ptr conn;
+    std::atomic<bool> stopped{false};  // the engine abandoned the attempt
     bool reused = false;
     bool fresh_retry = false;  // already replaced a stale pooled connection once
     std::string head;
     net::kserve::encoded_message msg;
     std::vector<asio::const_buffer> bufs;
   };
-  static attempt_io& io(const remote_attempt& a) { return *std::static_pointer_cast<attempt_io>(a.io); }
+  static session& io(const remote_attempt& a) { return *std::static_pointer_cast<session>(a.io); }
 
-  result<void> build(remote_attempt& a, attempt_io& st) {
+  // The metadata GETs: the client's connect timeout, its request timeout capped at 10 s; region calls: capped
+  // at 2 s; readiness probes: 0.5 s to connect, 1 s to answer.
+  enum control_kind { meta_calls, probe_calls, shm_calls };
+  std::shared_ptr<net::http::client> control(const endpoint_address& a, control_kind kind) {
+    using ms = std::chrono::milliseconds;
+    std::lock_guard lk(control_mu_);
+    auto& c = control_[a.url][kind];
+    if (c) return c;
+    net::http::client_options ho;
+    ho.tls = a.tls;
+    ho.tls_ca_file = opts_.tls_ca_file;
+    ho.connect_timeout = kind == probe_calls ? ms(500) : opts_.connect_timeout;
+    ho.io_timeout = ms(std::min<std::int64_t>(opts_.request_timeout.count(), kind == meta_calls ? 10000 : 2000));
+    if (kind == probe_calls) ho.io_timeout = ms(1000);
+    return c = std::make_shared<net::http::client>(a.host, a.port, ho);
+  }
+
+  result<void> build(remote_attempt& a, session& st) {
     const remote_call& c = *a.call;
     const auto remaining = std::chrono::duration_cast<std::chrono::microseconds>(c.deadline - clock::now()).count();
     auto msg = net::kserve::encode_request(
@@ -172,46 +177,65 @@ class http_transport final : public transport {
     return {};
   }
 
-  void handshake(const attempt_ptr& a, deferred& d) {
-    http_transport* const self = this;
-    auto conn = io(*a).conn;
-    if (!net::http::detail::prepare_client_tls(conn->tls->native_handle(), a->ep->addr.host))
-      return tls_failure(a, asio::error::invalid_argument, d);
-    conn->tls->async_handshake(asio::ssl::stream_base::client, [self, a, conn](boost::system::error_code ec) {
-      self->events_.complete(a, [&](deferred& dd) {
-        if (ec && net::http::detail::is_tls_protocol_error(ec)) return self->tls_failure(a, ec, dd);
-        if (ec) return self->on_error(a, ec, "TLS handshake", dd);
-        self->write(a);
-      });
-    });
+  // A completion handler of the session's connection, on its strand: nothing once the engine abandoned the
+  // attempt, on_error() on an error, else `next`. Every handler holds the connection: Beast's operations use
+  // the stream and buffer until they complete, even when the session has dropped it.
+  template <class Next>
+  auto step(const attempt_ptr& a, const conn_ptr& conn, const char* stage, Next next) {
+    return [this, a, conn, stage, next = std::move(next)](boost::system::error_code ec, auto&&...) {
+      if (io(*a).stopped) return drop(*a);
+      if (ec) return on_error(a, ec, stage);
+      next();
+    };
+  }
+  static constexpr const char* kHandshake = "TLS handshake";
+
+  // The session's request on a pooled connection or a new one; false when every connection of the endpoint
+  // is busy. Under the engine's lock (send) or on the strand of a stale connection (without it).
+  bool start(const attempt_ptr& a) {
+    auto& s = io(*a);
+    conn_ptr conn;
+    {
+      std::lock_guard lk(pool_mu_);
+      if (s.stopped) return true;
+      auto& p = pools_[a->ep.get()];
+      s.reused = !p.idle.empty() && !s.fresh_retry;
+      if (s.reused) {
+        conn = std::move(p.idle.back());
+        p.idle.pop_back();
+      } else {
+        if (p.open >= opts_.max_connections_per_endpoint) return false;
+        conn = std::make_shared<connection>(asio::make_strand(ioc_), a->ep->addr.tls ? &tls_ : nullptr);
+        ++p.open;
+        ++a->ep->conns_opened;
+      }
+      s.conn = conn;
+    }
+    if (s.reused) return write(a, conn), true;
+    // The connect timeout covers the TLS handshake too.
+    conn->lowest().expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
+    conn->lowest().async_connect(
+        a->ep->resolved, step(a, conn, "connect", [this, a, conn] {
+          boost::system::error_code ignored;
+          conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+          if (!conn->tls) return write(a, conn);
+          if (!net::http::detail::prepare_client_tls(conn->tls->native_handle(), a->ep->addr.host))
+            return tls_failure(a, asio::error::invalid_argument);
+          conn->tls->async_handshake(asio::ssl::stream_base::client,
+                                     step(a, conn, kHandshake, [this, a, conn] { write(a, conn); }));
+        }));
+    return true;
   }
 
-  void tls_failure(const attempt_ptr& a, boost::system::error_code ec, deferred& d) {
-    auto& st = io(*a);
-    std::string reason = net::http::detail::tls_failure_reason(ec, st.conn ? st.conn->tls->native_handle() : nullptr);
-    drop_conn(*a);
-    events_.on_tls_failure(a, std::move(reason), d);
-  }
-
-  void write(const attempt_ptr& a) {
-    http_transport* const self = this;
-    auto& st = io(*a);
-    auto conn = st.conn;
+  void write(const attempt_ptr& a, const conn_ptr& conn) {
     conn->lowest().expires_at(a->call->deadline);
     ++conn->uses;
     conn->visit([&](auto& stream) {
-      asio::async_write(stream, st.bufs, [self, a, conn](boost::system::error_code ec, std::size_t) {
-        self->events_.complete(a, [&](deferred& d) {
-          if (ec) return self->on_error(a, ec, "send", d);
-          self->read(a);
-        });
-      });
+      asio::async_write(stream, io(*a).bufs, step(a, conn, "send", [this, a, conn] { read(a, conn); }));
     });
   }
 
-  void read(const attempt_ptr& a) {
-    http_transport* const self = this;
-    auto conn = io(*a).conn;
+  void read(const attempt_ptr& a, const conn_ptr& conn) {
     conn->parser.emplace();
     // Beast reads at most the buffer's free capacity (at least 512 bytes) per read: without this a 16 MiB
     // answer took ~32,000 reads and the HTTP transport ran at ~130 MB/s (bench_client_shm).
@@ -219,38 +243,45 @@ class http_transport final : public transport {
     conn->parser->header_limit(1 << 20);
     conn->parser->body_limit(opts_.max_response_bytes);
     conn->visit([&](auto& stream) {
-      bhttp::async_read(stream, conn->buffer, *conn->parser,
-                        [self, a, conn](boost::system::error_code ec, std::size_t) {
-                          self->events_.complete(a, [&](deferred& d) {
-                            if (ec) return self->on_error(a, ec, "response", d);
-                            self->on_response(a, d);
-                          });
-                        });
+      bhttp::async_read(stream, conn->buffer, *conn->parser, step(a, conn, "response", [this, a, conn] {
+                          events_.complete(a, [&](deferred& d) { on_response(a, *conn, d); });
+                        }));
     });
   }
 
-  void on_error(const attempt_ptr& a, boost::system::error_code ec, const char* stage, deferred& d) {
-    auto& st = io(*a);
+  // The attempt's end without an answer (on the strand): a TLS failure, or a failed stage, which a stale
+  // pooled connection (the server closed it while idle) turns into the same attempt on a fresh connection.
+  void on_error(const attempt_ptr& a, boost::system::error_code ec, const char* stage) {
+    if (stage == kHandshake && net::http::detail::is_tls_protocol_error(ec)) return tls_failure(a, ec);
+    auto& s = io(*a);
+    const auto conn = take(*a);
     const bool stale =
-        st.reused && !st.fresh_retry && st.conn && st.conn->uses > 1 &&
+        s.reused && !s.fresh_retry && conn && conn->uses > 1 &&
         (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
          ec == asio::error::broken_pipe || ec == asio::ssl::error::stream_truncated);
-    drop_conn(*a);
-    if (stale && !a->call->done) {  // the server closed an idle keep-alive connection: same attempt, fresh connection
-      st.fresh_retry = true;
-      st.reused = false;
-      return send(a, d);
+    if (conn) conn->close();
+    if (stale && !s.stopped) {
+      s.fresh_retry = true;
+      if (!start(a)) events_.complete(a, [&](deferred& d) { events_.on_busy(a, d); });
+      return;
     }
     const bool timed_out = ec == beast::error::timeout;
-    events_.on_no_answer(
-        a, std::string(stage) + " on " + a->ep->addr.url + (timed_out ? " timed out" : " failed: " + ec.message()),
-        timed_out, d);
+    std::string what =
+        std::string(stage) + " on " + a->ep->addr.url + (timed_out ? " timed out" : " failed: " + ec.message());
+    events_.complete(a, [&](deferred& d) { events_.on_no_answer(a, std::move(what), timed_out, d); });
   }
 
-  void on_response(const attempt_ptr& a, deferred& d) {
+  void tls_failure(const attempt_ptr& a, boost::system::error_code ec) {
+    const auto conn = take(*a);
+    std::string reason = net::http::detail::tls_failure_reason(ec, conn ? conn->tls->native_handle() : nullptr);
+    if (conn) conn->close();
+    events_.complete(a, [&](deferred& d) { events_.on_tls_failure(a, std::move(reason), d); });
+  }
+
+  // The answer, judged with the engine's lock held (within complete(), on the connection's strand).
+  void on_response(const attempt_ptr& a, connection& conn, deferred& d) {
     const auto c = a->call;
-    auto& st = io(*a);
-    auto msg = st.conn->parser->release();
+    auto msg = conn.parser->release();
     const bool keep = msg.keep_alive();
     const int status = static_cast<int>(msg.result_int());
     std::string body = std::move(msg.body());
@@ -273,38 +304,42 @@ class http_transport final : public transport {
     events_.on_answer(a, std::move(o), d);
   }
 
-  static void close_idle(pool& p) {
-    for (auto& conn : p.idle) conn->close();
+  static void close_idle(pool& p) {  // pool_mu_ held: each closes on its own strand
+    for (auto& c : p.idle) asio::post(c->lowest().get_executor(), [c] { c->close(); });
     p.open -= std::min(p.open, p.idle.size());
     p.idle.clear();
   }
 
-  void drop_conn(remote_attempt& a) {
-    if (!a.io) return;
-    auto& st = io(a);
-    if (!st.conn) return;
-    st.conn->close();
-    if (auto it = pools_.find(a.ep.get()); it != pools_.end() && it->second.open) --it->second.open;
-    st.conn.reset();
+  // The session's connection, out of its pool's count: the caller closes it (on its strand).
+  conn_ptr take(const remote_attempt& a) {
+    auto& s = io(a);
+    std::lock_guard lk(pool_mu_);
+    if (const auto it = pools_.find(a.ep.get()); s.conn && it != pools_.end() && it->second.open) --it->second.open;
+    return std::move(s.conn);
+  }
+  void drop(const remote_attempt& a) {
+    if (auto c = take(a)) c->close();
   }
 
+  // Back to the pool when the answer lets it (engine's lock held: draining).
   void release_conn(remote_attempt& a, bool keep_alive) {
-    auto& st = io(a);
-    if (!st.conn) return;
-    if (keep_alive && !a.ep->draining && !events_.closed()) {
-      st.conn->lowest().expires_never();
-      st.conn->parser.reset();
-      pools_[a.ep.get()].idle.push_back(std::move(st.conn));
-    } else {
-      drop_conn(a);
-    }
+    auto& s = io(a);
+    if (!keep_alive || a.ep->draining || events_.closed()) return drop(a);
+    std::lock_guard lk(pool_mu_);
+    if (!s.conn) return;
+    s.conn->lowest().expires_never();
+    s.conn->parser.reset();
+    pools_[a.ep.get()].idle.push_back(std::move(s.conn));
   }
 
   const client_options& opts_;
   asio::io_context& ioc_;
   asio::ssl::context& tls_;
   attempt_events& events_;
+  std::mutex pool_mu_;
   std::unordered_map<const endpoint_state*, pool> pools_;
+  std::mutex control_mu_;
+  std::map<std::string, std::array<std::shared_ptr<net::http::client>, 3>> control_;  // by url, then kind
 };
 
 }  // namespace jitembed::client::detail

@@ -83,12 +83,14 @@ inline std::string tls_failure_reason(const boost::system::error_code& ec, SSL* 
 
 // One connection with its read buffer.
 struct client_connection {
-  // `tls_ctx` null: plain; else TLS over the context (which outlives the connection).
-  client_connection(boost::asio::io_context& ioc, boost::asio::ssl::context* tls_ctx) {
+  // On `ex`, an io_context or an executor (the JIT client's: a strand, so that the connection's handlers
+  // never run at once); `tls_ctx` null: plain; else TLS over the context (which outlives the connection).
+  template <class ContextOrExecutor>
+  client_connection(ContextOrExecutor&& ex, boost::asio::ssl::context* tls_ctx) {
     if (tls_ctx)
-      tls.emplace(ioc, *tls_ctx);
+      tls.emplace(ex, *tls_ctx);
     else
-      plain.emplace(ioc);
+      plain.emplace(ex);
   }
   std::optional<boost::beast::tcp_stream> plain;  // exactly one of the two
   std::optional<tls_client_stream> tls;

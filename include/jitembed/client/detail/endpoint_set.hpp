@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -64,7 +65,10 @@ class endpoint_set {
   endpoint_set(breaker_options breaker, double ewma_alpha) : breaker_(breaker), alpha_(ewma_alpha) {}
 
   const std::vector<endpoint_ptr>& all() const noexcept { return eps_; }
-  std::shared_ptr<const picker> snapshot() const { return picker_.load(std::memory_order_acquire); }
+  std::shared_ptr<const picker> snapshot() const {
+    std::lock_guard lk(picker_mu_);
+    return picker_;
+  }
 
   // The addresses of `list` not in the picker (to resolve before apply(); no lock: the picker is immutable).
   std::vector<endpoint_address> unknown(const std::vector<endpoint_address>& list) const {
@@ -246,7 +250,8 @@ class endpoint_set {
     p->endpoints = eps_;
     for (const auto& e : eps_)
       if (!e->draining) p->live.push_back(e->addr);
-    picker_.store(std::move(p), std::memory_order_release);
+    std::lock_guard lk(picker_mu_);
+    picker_ = std::move(p);
   }
 
   const endpoint_state* find(const std::string& url) const {
@@ -274,7 +279,10 @@ class endpoint_set {
   double alpha_;
   std::vector<endpoint_ptr> eps_;
   std::vector<endpoint_stats> retired_;
-  std::atomic<std::shared_ptr<const picker>> picker_{std::make_shared<const picker>()};
+  // A mutex, not std::atomic<std::shared_ptr>: the same one uncontended lock per pick, and ThreadSanitizer sees it
+  // (libstdc++ 12's atomic shared_ptr locks a bit TSAN does not know, and TSAN reported a race on it).
+  mutable std::mutex picker_mu_;
+  std::shared_ptr<const picker> picker_ = std::make_shared<const picker>();
 };
 
 }  // namespace jitembed::client::detail

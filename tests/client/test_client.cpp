@@ -169,30 +169,36 @@ TEST_CASE("create: option errors are invalid_argument, an unreadable endpoints f
 }
 
 TEST_CASE("remote: rows in order, the deadline sent as the KServe timeout, hundreds in flight on few connections") {
-  fake_server s(always_ok());
-  auto c = cl::jit_client::create(options_for({s.url()})).value();
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::future<result<cl::embed_result>>> fs;
-  for (int i = 0; i < 400; ++i) {
-    rows.push_back(rows_of(1 + i % 5, i));
-    fs.push_back(c.embed(request("m", rows.back())));
+  // one I/O thread (connections on the io_context's executor) and four (each connection on its own strand)
+  for (const int io_threads : {1, 4}) {
+    CAPTURE(io_threads);
+    fake_server s(always_ok());
+    auto o = options_for({s.url()});
+    o.io_threads = io_threads;
+    auto c = cl::jit_client::create(std::move(o)).value();
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::future<result<cl::embed_result>>> fs;
+    for (int i = 0; i < 400; ++i) {
+      rows.push_back(rows_of(1 + i % 5, i));
+      fs.push_back(c.embed(request("m", rows.back())));
+    }
+    auto rs = wait_all(fs);
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      REQUIRE(rs[i]);
+      CHECK(matches_fake(*rs[i], rows[i]));
+      CHECK(rs[i]->model_version == "1");
+    }
+    for (const auto& seen : s.seen()) {
+      CHECK(seen.timeout_us > 0);
+      CHECK(seen.timeout_us <= 5'000'000);
+    }
+    const auto st = c.stats();
+    CHECK(st.completed == 400);
+    CHECK(st.retries == 0);
+    REQUIRE(st.endpoints.size() == 1);
+    CHECK(st.endpoints[0].connections_opened <= 400);
+    CHECK(c.identity("m").value().fingerprint == "fake-1");
   }
-  auto rs = wait_all(fs);
-  for (std::size_t i = 0; i < rs.size(); ++i) {
-    REQUIRE(rs[i]);
-    CHECK(matches_fake(*rs[i], rows[i]));
-    CHECK(rs[i]->model_version == "1");
-  }
-  for (const auto& seen : s.seen()) {
-    CHECK(seen.timeout_us > 0);
-    CHECK(seen.timeout_us <= 5'000'000);
-  }
-  const auto st = c.stats();
-  CHECK(st.completed == 400);
-  CHECK(st.retries == 0);
-  REQUIRE(st.endpoints.size() == 1);
-  CHECK(st.endpoints[0].connections_opened <= 400);
-  CHECK(c.identity("m").value().fingerprint == "fake-1");
 }
 
 TEST_CASE("balance: equal servers within 25% of their fair share over 3000 requests, a slow one gets less") {
@@ -404,18 +410,23 @@ TEST_CASE("a 404 ejects that endpoint for that model, re-admitted when ready aga
 }
 
 TEST_CASE("cancel completes at once with cancelled, close cancels what is in flight") {
-  fake_server hang([](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = true}; });
-  auto c = cl::jit_client::create(options_for({hang.url()})).value();
-  std::promise<result<cl::embed_result>> p;
-  auto id = c.embed(request("m", rows_of(1, 0)), [&](result<cl::embed_result> r) { p.set_value(std::move(r)); });
-  REQUIRE(eventually([&] { return hang.requests() == 1; }));
-  CHECK(c.cancel(id));
-  CHECK(p.get_future().get().code() == errc::cancelled);
-  CHECK_FALSE(c.cancel(id));
-  auto f = c.embed(request("m", rows_of(1, 1)));
-  c.close();
-  CHECK(f.get().code() == errc::cancelled);
-  CHECK(c.embed(request("m", rows_of(1, 2))).get().code() == errc::cancelled);
+  for (const int io_threads : {1, 3}) {  // the abandoned connection closes on its executor / its strand
+    CAPTURE(io_threads);
+    fake_server hang([](const seen_request&, const std::vector<std::string_view>&) { return action{.hang = true}; });
+    auto o = options_for({hang.url()});
+    o.io_threads = io_threads;
+    auto c = cl::jit_client::create(std::move(o)).value();
+    std::promise<result<cl::embed_result>> p;
+    auto id = c.embed(request("m", rows_of(1, 0)), [&](result<cl::embed_result> r) { p.set_value(std::move(r)); });
+    REQUIRE(eventually([&] { return hang.requests() == 1; }));
+    CHECK(c.cancel(id));
+    CHECK(p.get_future().get().code() == errc::cancelled);
+    CHECK_FALSE(c.cancel(id));
+    auto f = c.embed(request("m", rows_of(1, 1)));
+    c.close();
+    CHECK(f.get().code() == errc::cancelled);
+    CHECK(c.embed(request("m", rows_of(1, 2))).get().code() == errc::cancelled);
+  }
 }
 
 TEST_CASE("callbacks run on the client's I/O threads, never in embed() or cancel(), close() runs what it cancels") {

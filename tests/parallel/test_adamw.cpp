@@ -62,6 +62,20 @@ TEST_CASE("adamw: a missing, extra or misshapen gradient changes nothing and nam
   CHECK(opt.load_state(bad).error().message == "adamw state: 'exp_avg/a' missing or not f32 of the parameter's shape");
 }
 
+TEST_CASE("adamw: gradients in another order than the parameters give the same update") {
+  tensor a1 = values({1, 2}), b1 = values({3}), a2 = values({1, 2}), b2 = values({3});
+  auto in_order = nn::adamw::create({{"a", a1}, {"b", b1}}).value();
+  auto reversed = nn::adamw::create({{"a", a2}, {"b", b2}}).value();
+  REQUIRE(in_order.step({{"a", values({0.5f, -1})}, {"b", values({2})}}).has_value());
+  REQUIRE(reversed.step({{"b", values({2})}, {"a", values({0.5f, -1})}}).has_value());
+  CHECK(read(a1) == read(a2));
+  CHECK(read(b1) == read(b2));
+  CHECK(read(a1) != std::vector<float>{1, 2});
+  // a name that is neither in place nor anywhere: the parameter it misses is named
+  CHECK(reversed.step({{"b", values({2})}, {"c", values({1, 1})}}).error().message ==
+        "adamw: no gradient for parameter 'a'");
+}
+
 TEST_CASE("adamw: state() then load_state() into a fresh optimizer resumes bitwise") {
   const auto grad_of = [](const tensor& p, int step) {  // a deterministic gradient that depends on p
     tensor g = tensor::empty(p.shape(), dtype::f32);

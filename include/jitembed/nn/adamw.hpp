@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/error.hpp"
@@ -52,9 +55,26 @@ class adamw {
   // One update with a gradient for every parameter (same name and shape, f32 contiguous; extra names are
   // invalid_argument too: a gradient nobody applies is a bug). Nothing changes on an error.
   result<void> step(const named_tensors& grads) {
-    for (const auto& [name, p] : params_) {
-      const tensor* g = find_tensor(grads, name);
-      if (!g) return fail(errc::invalid_argument, "adamw: no gradient for parameter '" + name + "'");
+    // Each parameter's gradient, found once: by position when the names line up (the usual case: the same
+    // module lists both), else through a name index, so a step is linear in the parameter count either way.
+    std::unordered_map<std::string_view, const tensor*> by_name;
+    std::vector<const tensor*> matched(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const std::string& name = params_[i].first;
+      if (i < grads.size() && grads[i].first == name) {
+        matched[i] = &grads[i].second;
+        continue;
+      }
+      if (by_name.empty())
+        for (const auto& [n, t] : grads) by_name.emplace(n, &t);
+      const auto it = by_name.find(name);
+      if (it == by_name.end()) return fail(errc::invalid_argument, "adamw: no gradient for parameter '" + name + "'");
+      matched[i] = it->second;
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const std::string& name = params_[i].first;
+      const tensor* g = matched[i];
+      const tensor& p = params_[i].second;
       if (g->dtype() != dtype::f32 || !g->is_contiguous() || g->shape() != p.shape())
         return fail(errc::invalid_argument, "adamw: the gradient of '" + name + "' is not f32 contiguous of its shape");
     }
@@ -75,7 +95,7 @@ class adamw {
       float* p = params_[i].second.data<float>();
       float* m = m_[i].second.data<float>();
       float* v = v_[i].second.data<float>();
-      const float* g = find_tensor(grads, params_[i].first)->data<float>();
+      const float* g = matched[i]->data<float>();
       const std::uint64_t n = params_[i].second.numel();
       for (std::uint64_t k = 0; k < n; ++k) {
         p[k] *= decay;

@@ -37,6 +37,8 @@ namespace jitembed::parallel {
 //   attention_forward(q, k, v, causal, out)       → attention_saved (nn::attention_forward; out an owning
 //                                                 tensor that the saved state shares, not a copy)
 //   attention_backward(q, k, v, saved, dout, dq, dk, dv)
+//   attention_drop_output(saved)                  optional: backward recomputes forward's out instead (for a
+//                                                 layer whose out is the caller's in another layout)
 template <class B>
 concept math_backend = std::copy_constructible<B> && requires(const B& b, const shape& s, dtype t, const tensor_view& v,
                                                              const tensor_view* p) {
@@ -130,6 +132,7 @@ struct cpu_backend {
                           const tensor_view& dout, const tensor_view& dq, const tensor_view& dk, const tensor_view& dv) const {
     nn::attention_backward(q, k, v, saved, dout, dq, dk, dv);
   }
+  void attention_drop_output(attention_saved& saved) const { saved.out = tensor(); }
   template <class C>
   void before_comm(C&) const noexcept {}
   template <class C>

@@ -1,8 +1,11 @@
 // DeepSpeed-Ulysses attention (ulysses.hpp) against single-rank nn::attention_forward on the whole sequence:
 // outputs and dq/dk/dv (fp32 rel. error ≤ 1e-5), causal and not, even and uneven sequences, cross-attention;
-// the layout transforms; all_to_all counts and bytes; head counts not divisible by the degree. 2 and 4 ranks.
+// the layout transforms; all_to_all counts and bytes; head counts not divisible by the degree; recompute_output
+// (no head-sharded output kept, gradients bitwise equal). 2 and 4 ranks.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "jitembed/core/memory_account.hpp"
@@ -211,4 +214,45 @@ TEST_CASE("ulysses_attention given owning q, k, v releases each once converted: 
     CHECK_FALSE(x.defined());
     CHECK(rel_error(self_owning, self_view) == 0.0);
   });
+}
+
+TEST_CASE("ulysses_attention with recompute_output keeps no head-sharded output: same gradients, lower peak") {
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    run_ranks(4, [causal](gloo_communicator& c) {
+      const std::int64_t B = 2, S = 48, H = 4, D = 8;
+      const tensor q = randn(shape{B, S, H, D}, 41), k = randn(shape{B, S, H, D}, 42), v = randn(shape{B, S, H, D}, 43);
+      const tensor dout = randn(shape{B, S, H, D}, 44);
+      const tensor ql = seq_chunk(q, c), kl = seq_chunk(k, c), vl = seq_chunk(v, c), gl = seq_chunk(dout, c);
+      struct run {
+        tensor out;
+        ulysses_attention<gloo_communicator>::grads g;
+        std::uint64_t kept = 0, peak = 0;  // live bytes between forward and backward (less out), step's peak
+      };
+      const auto step = [&](bool recompute) {
+        run r;
+        memory_account acc;
+        memory_scope scope(acc, "attn");
+        auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H),
+                                                                 {.causal = causal, .recompute_output = recompute})
+                        .value();
+        r.out = attn.forward(ql, kl, vl).value();
+        r.kept = acc.usage().live - r.out.nbytes();
+        c.stats().reset();
+        r.g = attn.backward(gl).value();
+        CHECK(c.stats()[coll::all_to_all].calls == 4);  // nothing more travels: O is recomputed locally
+        CHECK(c.stats().total_calls() == 4);
+        r.peak = acc.usage().peak;
+        return r;
+      };
+      const run kept = step(false), lean = step(true);
+      CHECK(std::memcmp(lean.out.data(), kept.out.data(), kept.out.nbytes()) == 0);
+      CHECK(std::memcmp(lean.g.dq.data(), kept.g.dq.data(), kept.g.dq.nbytes()) == 0);
+      CHECK(std::memcmp(lean.g.dk.data(), kept.g.dk.data(), kept.g.dk.nbytes()) == 0);
+      CHECK(std::memcmp(lean.g.dv.data(), kept.g.dv.data(), kept.g.dv.nbytes()) == 0);
+      // the head-sharded out [B, S, H/n, D] is exactly what is no longer kept (as many bytes as the local out)
+      CHECK(kept.kept - lean.kept == ql.nbytes());
+      CHECK(lean.peak < kept.peak);
+    });
+  }
 }

@@ -96,15 +96,17 @@ tensor head_to_seq(C& comm, const tensor_view& x) {
 // Self- or cross-attention over a sequence-sharded batch: forward does 4 all_to_alls (q, k, v to head-sharded,
 // the output back), backward 4 (dout to head-sharded, dq, dk, dv back). Each all_to_all moves the local
 // tensor's bytes (nccl-tests size: the send buffer). Saves the head-sharded q, k, v and the local attention's
-// O(S) state (blockwise: lse; out only with keep_output or a backend that cannot recompute it), released as
-// soon as backward has used them.
+// O(S) state (blockwise: lse and out; recompute_output: lse only), released as soon as backward has used
+// them.
 // The local attention runs on B (backend.hpp): q, k, v on B's device in B's dtype.
 struct ulysses_attention_options {
   bool causal = false;  // query i attends to keys 0..i (global positions)
-  // Keep the head-sharded output for backward (one more [B, S, H/n, D] tensor alive from forward to
-  // backward) instead of recomputing it there (one more local attention forward in backward). Only backends
-  // that can recompute (cpu_backend: attention_drop_output) honour false; cuDNN's backward needs it kept.
-  bool keep_output = false;
+  // Backward recomputes the local attention's output instead of keeping it from forward: one [B, S, H/n, D]
+  // tensor less alive between forward and backward (the head-sharded twin of the output the caller holds;
+  // the largest thing a rank keeps beyond what the replicated layout keeps) for one more local attention
+  // forward in backward (ulysses step on CPU: ~1.3-1.8x the step time). Gradients bitwise the same. Honoured
+  // by backends that can recompute (cpu_backend: attention_drop_output); cuDNN's backward needs it kept.
+  bool recompute_output = false;
 };
 
 template <keepable_communicator C, math_backend B = cpu_backend>
@@ -177,11 +179,8 @@ class ulysses_attention {
       be_.after_comm(comm_);
       tensor out = be_.empty(qh_.shape(), qh_.dtype());
       saved_ = be_.attention_forward(qh_, kh_, vh_, causal_, out);
-      // The head-sharded out would be a second copy of the caller's output, alive until backward (the
-      // largest tensor a rank holds beyond the replicated layout's): a backend that can recompute it in
-      // backward drops it. Costs one more local forward in backward; gradients stay bitwise the same.
       if constexpr (detail::attention_can_drop_output<B>) {
-        if (!keep_output_) be_.attention_drop_output(saved_);
+        if (recompute_output_) be_.attention_drop_output(saved_);  // `out` itself goes once exchanged
       }
       be_.before_comm(comm_);
       JITEMBED_ASSIGN_OR_RETURN(tensor back, try_head_to_seq(comm_, out));
@@ -234,13 +233,13 @@ class ulysses_attention {
         be_(std::move(backend)),
         heads_(heads),
         causal_(opt.causal),
-        keep_output_(opt.keep_output) {}
+        recompute_output_(opt.recompute_output) {}
 
   kept_communicator_t<C> comm_;  // a copy of the handle (or its ref() view): valid when the caller's moves
   B be_;
   int heads_;
   bool causal_;
-  bool keep_output_;
+  bool recompute_output_;
   shape q_local_{};
   std::int64_t seq_len_ = 0, kv_seq_len_ = 0;
   tensor qh_, kh_, vh_;  // head-sharded [B, S, H/n, D]

@@ -239,18 +239,11 @@ result<tensor> all_to_all_dim(C& comm, const tensor_view& x, std::size_t split_d
     s[split_dim] = split_sizes[r];
     s[concat_dim] = global_concat_size;
     tensor out = detail::mem_empty(comm, s, x.dtype(), x.device());
-    // Staging only where a layout needs it: when every dim before split_dim is 1, x's chunks already lie
-    // rank-major and are sent in place; when every dim before concat_dim is 1, the received pieces land in
-    // out directly (B = 1 Ulysses: head_to_seq sends in place, seq_to_head receives in place — one
-    // tensor-sized buffer less alive per exchange, one copy less).
-    const bool send_direct = detail::leading_dim(x, split_dim);
-    const bool recv_direct = detail::leading_dim(out.view(), concat_dim);
-    tensor send = send_direct ? tensor() : detail::pack_chunks(comm, x, split_dim, split_sizes);
+    tensor send = detail::pack_chunks(comm, x, split_dim, split_sizes);
     std::int64_t recv_total = 0;
     for (auto c : recv_counts) recv_total += c;
-    tensor recv = recv_direct ? out : detail::mem_empty(comm, shape{recv_total}, x.dtype(), x.device());
-    const tensor_view send_flat(send_direct ? x.data() : send.data(), x.dtype(),
-                                shape{static_cast<std::int64_t>(x.numel())}, x.device());
+    tensor recv = detail::mem_empty(comm, shape{recv_total}, x.dtype(), x.device());
+    const tensor_view send_flat(send.data(), x.dtype(), shape{static_cast<std::int64_t>(send.numel())}, x.device());
     const tensor_view recv_flat(recv.data(), x.dtype(), shape{recv_total}, x.device());
     // Decided from the global chunk sizes, so every rank picks the same collective (a rank whose own counts
     // happen to be equal, e.g. all zero, must still join an uneven exchange).
@@ -259,7 +252,6 @@ result<tensor> all_to_all_dim(C& comm, const tensor_view& x, std::size_t split_d
     } else {
       JITEMBED_TRY(comm.all_to_all_v(send_flat, send_counts, recv_flat, recv_counts));
     }
-    if (recv_direct) return out;
     // Received piece j has split extent split_sizes[r] and concat extent concat_sizes[j]: place it.
     const slab go = slab_around(s, concat_dim, x.itemsize());
     auto* at = static_cast<std::byte*>(recv.data());

@@ -37,8 +37,8 @@ struct attention_options {
 //                            4·B·H·Sq·D when it is a copy. A caller that keeps no copy of O itself may
 //                            reset it (saved.out = tensor()): backward then recomputes O one query block at
 //                            a time (one more forward's work, no S-sized memory), bitwise equal to forward's
-//                            when both use the same block sizes (Ulysses does this: its O is in the other
-//                            layout, and a second copy would be the rank's largest extra tensor).
+//                            when both use the same block sizes (Ulysses' recompute_output: its O is in
+//                            the other layout, a second copy of the caller's output).
 //   causal                   forward's mask, which backward applies again
 struct attention_saved {
   tensor lse;
@@ -248,7 +248,8 @@ inline void attention_backward(const tensor_view& q, const tensor_view& k, const
       if (recompute) {
         for (std::int64_t i0 = 0; i0 < dm.sq; i0 += fw->bq) {
           detail::attention_query_block(dm, causal, *fw, qh, kh, vh, i0, oblock.data(), dm.d, nullptr);
-          for (std::int64_t i = i0; i < std::min(i0 + fw->bq, dm.sq); ++i) row_delta(i, oblock.data() + (i - i0) * dm.d);
+          const std::int64_t i1 = std::min(i0 + fw->bq, dm.sq);
+          for (std::int64_t i = i0; i < i1; ++i) row_delta(i, oblock.data() + (i - i0) * dm.d);
         }
       } else {
         const float* oh = saved.out.data<const float>() + qo;

@@ -49,7 +49,9 @@ inline result<void> check_heads_divisible(std::int64_t heads, int degree, const 
 }
 
 template <class B>
-concept attention_can_drop_output = requires(const B& b, typename B::attention_saved& s) { b.attention_drop_output(s); };
+concept attention_can_drop_output = requires(const B& b, typename B::attention_saved& s) {
+  b.attention_drop_output(s);
+};
 
 }  // namespace detail
 
@@ -104,8 +106,8 @@ struct ulysses_attention_options {
   // Backward recomputes the local attention's output instead of keeping it from forward: one [B, S, H/n, D]
   // tensor less alive between forward and backward (the head-sharded twin of the output the caller holds;
   // the largest thing a rank keeps beyond what the replicated layout keeps) for one more local attention
-  // forward in backward (ulysses step on CPU: ~1.3-1.8x the step time). Gradients bitwise the same. Honoured
-  // by backends that can recompute (cpu_backend: attention_drop_output); cuDNN's backward needs it kept.
+  // forward in backward (bench_parallel ulysses on CPU: ~1.3x the step's time). Gradients bitwise the same.
+  // Honoured by backends that can recompute (cpu_backend: attention_drop_output); cuDNN's needs O, keeps it.
   bool recompute_output = false;
 };
 

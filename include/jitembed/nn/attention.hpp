@@ -37,14 +37,46 @@ struct attention_options {
 //                            4·B·H·Sq·D when it is a copy. A caller that keeps no copy of O itself may
 //                            reset it (saved.out = tensor()): backward then recomputes O one query block at
 //                            a time (one more forward's work, no S-sized memory), bitwise equal to forward's
-//                            when both use the same block sizes (Ulysses' recompute_output: its O is in
+//                            when both use the same block sizes (Ulysses' saved_output recompute: its O is in
 //                            the other layout, a second copy of the caller's output).
+//   delta f32 [B, Sq, H, 1]  optional, instead of out: δ = rowsum(dO ⊙ O) per query row and head, computed by
+//                            the caller (attention_delta) where it holds O and dO in another layout (Ulysses'
+//                            exchange_delta); backward then needs neither out nor a recompute
 //   causal                   forward's mask, which backward applies again
 struct attention_saved {
   tensor lse;
   tensor out;
   bool causal = false;
+  tensor delta;
 };
+
+namespace detail {
+// δ_i = dO_i · O_i over the D values of one row, summed in double: the one formula backward and
+// attention_delta share, so a δ computed in another layout is bitwise backward's own.
+inline float attention_row_delta(const float* dout, const float* out, std::int64_t d) {
+  double dot = 0.0;
+  for (std::int64_t t = 0; t < d; ++t) dot += static_cast<double>(dout[t]) * out[t];
+  return static_cast<float>(dot);
+}
+}  // namespace detail
+
+// δ = rowsum(dO ⊙ O) of f32 [B, S, H, D] contiguous dout and out: f32 [B, S, H, 1] (attention_saved::delta's
+// layout: q's with D = 1, so the sequence/head transforms move it as they move q). Throws invalid_argument on other
+// shapes or dtypes, as the attention functions do.
+inline tensor attention_delta(const tensor_view& out, const tensor_view& dout) {
+  constexpr std::string_view fn = "attention_delta";
+  detail::require(fn, "out", out);
+  detail::require_rank(fn, "out", out, 4);
+  detail::require(fn, "dout", dout);
+  detail::require_shape(fn, "dout", dout, out.shape());
+  const std::int64_t rows = out.size(0) * out.size(1) * out.size(2), d = out.size(3);
+  tensor delta = tensor::empty(shape{out.size(0), out.size(1), out.size(2), 1}, dtype::f32);
+  const float* o = out.data<const float>();
+  const float* g = dout.data<const float>();
+  float* dl = delta.data<float>();
+  for (std::int64_t r = 0; r < rows; ++r) dl[r] = detail::attention_row_delta(g + r * d, o + r * d, d);
+  return delta;
+}
 
 namespace detail {
 
@@ -192,8 +224,9 @@ inline attention_saved attention_forward(const tensor_view& q, const tensor_view
 // FlashAttention-2's backward: per key block (dK, dV accumulated there), over the query blocks that see it,
 // P = exp(q·kᵀ/√D − lse) recomputed, dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P ⊙ (dP − δ) with δ = rowsum(dO ⊙ O),
 // dQ += dS·K/√D, dK += dSᵀ·Q/√D. The mask is forward's (saved.causal). dq, dk, dv are overwritten; keys no
-// query sees get 0. `opt` need not match forward's. saved.out empty: O recomputed per query block with
-// `opt`'s blocks (forward's blocks: forward's O bitwise, hence the same gradients as with it kept).
+// query sees get 0. `opt` need not match forward's. saved.delta given: δ as is (out not read); else saved.out
+// empty: O recomputed per query block with `opt`'s blocks (forward's blocks: forward's O bitwise, hence the
+// same gradients as with it kept).
 inline void attention_backward(const tensor_view& q, const tensor_view& k, const tensor_view& v,
                                const attention_saved& saved, const tensor_view& dout, const tensor_view& dq,
                                const tensor_view& dk, const tensor_view& dv, const attention_options& opt = {}) {
@@ -201,8 +234,12 @@ inline void attention_backward(const tensor_view& q, const tensor_view& k, const
   const auto dm = detail::check_attention(fn, q, k, v);
   detail::require(fn, "saved.lse", saved.lse);
   detail::require_shape(fn, "saved.lse", saved.lse, shape{dm.b, dm.h, dm.sq});
-  const bool recompute = !saved.out.defined();
-  if (!recompute) {
+  const bool given_delta = saved.delta.defined();
+  const bool recompute = !given_delta && !saved.out.defined();
+  if (given_delta) {
+    detail::require(fn, "saved.delta", saved.delta);
+    detail::require_shape(fn, "saved.delta", saved.delta, shape{dm.b, dm.sq, dm.h, 1});
+  } else if (!recompute) {
     detail::require(fn, "saved.out", saved.out);
     detail::require_shape(fn, "saved.out", saved.out, q.shape());
   }
@@ -240,12 +277,13 @@ inline void attention_backward(const tensor_view& q, const tensor_view& k, const
       const float* go = dout.data<const float>() + qo;
       const float* lse = saved.lse.data<const float>() + (bi * dm.h + hi) * dm.sq;
       float* dqh = dq.data<float>() + qo;
-      const auto row_delta = [&](std::int64_t i, const float* o) {  // δ_i = dO_i · O_i, summed in double
-        double dot = 0.0;
-        for (std::int64_t t = 0; t < dm.d; ++t) dot += static_cast<double>(go[i * ld + t]) * o[t];
-        delta[static_cast<std::size_t>(i)] = static_cast<float>(dot);
+      const auto row_delta = [&](std::int64_t i, const float* o) {
+        delta[static_cast<std::size_t>(i)] = detail::attention_row_delta(go + i * ld, o, dm.d);
       };
-      if (recompute) {
+      if (given_delta) {
+        const float* dh = saved.delta.data<const float>() + bi * dm.sq * dm.h + hi;
+        for (std::int64_t i = 0; i < dm.sq; ++i) delta[static_cast<std::size_t>(i)] = dh[i * dm.h];
+      } else if (recompute) {
         for (std::int64_t i0 = 0; i0 < dm.sq; i0 += fw->bq) {
           detail::attention_query_block(dm, causal, *fw, qh, kh, vh, i0, oblock.data(), dm.d, nullptr);
           const std::int64_t i1 = std::min(i0 + fw->bq, dm.sq);
@@ -263,8 +301,10 @@ inline void attention_backward(const tensor_view& q, const tensor_view& k, const
         // causal: queries before j0 see none of this block; start at the query block holding j0
         for (std::int64_t i0 = causal ? j0 / bq * bq : 0; i0 < dm.sq; i0 += bq) {
           const std::int64_t nq = std::min(bq, dm.sq - i0);
-          detail::gemm_strided(false, true, nq, nk, dm.d, scale, qh + i0 * ld, ld, kh + j0 * ld, ld, 0.0f, p.data(), bk);
-          detail::gemm_strided(false, true, nq, nk, dm.d, 1.0f, go + i0 * ld, ld, vh + j0 * ld, ld, 0.0f, dp.data(), bk);
+          detail::gemm_strided(false, true, nq, nk, dm.d, scale, qh + i0 * ld, ld, kh + j0 * ld, ld, 0.0f, p.data(),
+                               bk);
+          detail::gemm_strided(false, true, nq, nk, dm.d, 1.0f, go + i0 * ld, ld, vh + j0 * ld, ld, 0.0f, dp.data(),
+                               bk);
           for (std::int64_t r = 0; r < nq; ++r) {
             float* pr = p.data() + r * bk;
             float* dr = dp.data() + r * bk;
@@ -278,8 +318,10 @@ inline void attention_backward(const tensor_view& q, const tensor_view& k, const
             std::fill(dr + vis, dr + nk, 0.0f);
           }
           detail::gemm_strided(true, false, nk, dm.d, nq, 1.0f, p.data(), bk, go + i0 * ld, ld, 1.0f, dvb.data(), ldd);
-          detail::gemm_strided(false, false, nq, dm.d, nk, scale, dp.data(), bk, kh + j0 * ld, ld, 1.0f, dqh + i0 * ld, ld);
-          detail::gemm_strided(true, false, nk, dm.d, nq, scale, dp.data(), bk, qh + i0 * ld, ld, 1.0f, dkb.data(), ldd);
+          detail::gemm_strided(false, false, nq, dm.d, nk, scale, dp.data(), bk, kh + j0 * ld, ld, 1.0f, dqh + i0 * ld,
+                               ld);
+          detail::gemm_strided(true, false, nk, dm.d, nq, scale, dp.data(), bk, qh + i0 * ld, ld, 1.0f, dkb.data(),
+                               ldd);
         }
         float* dkh = dk.data<float>() + ko + j0 * ld;
         float* dvh = dv.data<float>() + ko + j0 * ld;

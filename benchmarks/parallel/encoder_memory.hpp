@@ -6,7 +6,9 @@
 // layouts:
 // - sp4: Ulysses sequence parallelism, 4 ranks (threads over Gloo), each holding S/4 tokens and a replica of
 //   the weights; q, k, v go after forward (the layer keeps its head-sharded copies, the projections'
-//   backward needs their input x);
+//   backward needs their input x), and so does the layer's head-sharded output (saved_output exchange_delta:
+//   backward computes δ = rowsum(dO ⊙ O) from the caller's sequence-layout output, the one copy, as in the
+//   replicated arm, and exchanges it);
 // - replicated: every rank holds the whole sequence (the ZeRO-3-like baseline: parameters sharded or not,
 //   activations whole); all ranks are alike, so one is run.
 // Reported: the peak per rank at the same S (target: sp4 <= 0.30x replicated), the attention layer alone
@@ -139,7 +141,11 @@ inline std::uint64_t sp4_peak(std::int64_t seq, bool block, memory_budget budget
     {
       memory_scope scope(acc, "encoder");
       try {
-        auto layer = parallel::ulysses_attention<parallel::gloo_communicator>::create(c, kMemHeads).value();
+        // exchange_delta: the layer keeps no head-sharded copy of the output (backward's δ comes from the
+        // sequence-layout output it shares with the caller), as the replicated arm keeps one output
+        auto layer = parallel::ulysses_attention<parallel::gloo_communicator>::create(
+                         c, kMemHeads, {.saved_output = parallel::ulysses_saved_output::exchange_delta})
+                         .value();
         attention_fns fns{[&](tensor& q, tensor& k, tensor& v) {
                             // each released once its head-sharded copy exists (the layer keeps those)
                             return layer.forward(std::move(q), std::move(k), std::move(v)).value();

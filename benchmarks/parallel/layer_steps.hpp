@@ -5,6 +5,7 @@
 // thread (the per-core comparison) and on every core (the same machine, used either way).
 #include <algorithm>
 #include <thread>
+#include <tuple>
 
 #include "bench_util.hpp"
 #include "parallel/gloo_collectives.hpp"
@@ -125,7 +126,11 @@ inline void run_ulysses_steps(reporter& rep) {
   const double ref_all = detail::blas_seconds(cores, reps, reference);
   rep.add("ulysses/reference/1thread", "step_ms", ref1 * 1e3, "ms");
   rep.add("ulysses/reference/" + std::to_string(cores) + "threads", "step_ms", ref_all * 1e3, "ms");
-  for (int n : {2, 4}) {
+  using so = parallel::ulysses_saved_output;
+  // what the layer keeps for backward's δ: the default, then (SP=4) the two that keep no head-sharded output
+  for (const auto& [n, mode, tag] : {std::tuple{2, so::head_sharded, ""}, std::tuple{4, so::head_sharded, ""},
+                                     std::tuple{4, so::exchange_delta, "/exchange_delta"},
+                                     std::tuple{4, so::recompute, "/recompute"}}) {
     std::uint64_t bytes = 0;
     const double t = detail::ranks_step_seconds(n, reps, [&](parallel::gloo_communicator& c) {
       const int r = c.rank();
@@ -134,7 +139,9 @@ inline void run_ulysses_steps(reporter& rep) {
       auto lv = std::make_shared<tensor>(parallel::local_chunk(v, 1, n, r));
       auto ld = std::make_shared<tensor>(parallel::local_chunk(dout, 1, n, r));
       auto attn = std::make_shared<parallel::ulysses_attention<parallel::gloo_communicator>>(
-          parallel::ulysses_attention<parallel::gloo_communicator>::create(c, static_cast<int>(heads), {.causal = true}).value());
+          parallel::ulysses_attention<parallel::gloo_communicator>::create(c, static_cast<int>(heads),
+                                                                           {.causal = true, .saved_output = mode})
+              .value());
       return [&, lq, lk, lv, ld, attn] {
         c.stats().reset();
         tensor o = attn->forward(*lq, *lk, *lv).value();
@@ -142,10 +149,11 @@ inline void run_ulysses_steps(reporter& rep) {
         if (c.rank() == 0) bytes = c.stats()[parallel::coll::all_to_all].bytes;
       };
     });
-    const std::string name = "ulysses/sp" + std::to_string(n);
+    const std::string name = "ulysses/sp" + std::to_string(n) + tag;
+    const std::int64_t delta_bytes = mode == so::exchange_delta ? batch * seq / n * heads * 4 : 0;
     rep.add(name, "step_ms", t * 1e3, "ms",
             {{"ranks", n}, {"cores", cores}, {"batch", batch}, {"seq", seq}, {"heads", heads}, {"head_dim", dim},
-             {"all_to_all_bytes_per_rank", bytes}, {"formula", 8 * batch * seq / n * heads * dim * 4}});
+             {"all_to_all_bytes_per_rank", bytes}, {"formula", 8 * batch * seq / n * heads * dim * 4 + delta_bytes}});
     rep.add(name + "/speedup_vs_1core_reference", "ratio", ref1 / t, "x");
     rep.add(name + "/speedup_vs_all_core_reference", "ratio", ref_all / t, "x");
   }

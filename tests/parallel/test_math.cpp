@@ -535,13 +535,16 @@ TEST_CASE("math: attention rejects mismatched shapes") {
   CHECK(code_of([&] { pm::attention_backward(q, k, k, wrong, out, q, k, k); }) == errc::invalid_argument);
   pm::attention_saved wrong_out{saved.lse, filled(shape{1, 4, 2, 4}, 0.0f)};
   CHECK(code_of([&] { pm::attention_backward(q, k, k, wrong_out, out, q, k, k); }) == errc::invalid_argument);
+  pm::attention_saved wrong_delta{saved.lse, tensor(), false, filled(shape{1, 4, 2}, 0.0f)};  // [B, S, H, 1] wanted
+  CHECK(code_of([&] { pm::attention_backward(q, k, k, wrong_delta, out, q, k, k); }) == errc::invalid_argument);
+  CHECK(code_of([&] { (void)pm::attention_delta(out, filled(shape{1, 4, 2, 4}, 0.0f)); }) == errc::invalid_argument);
   CHECK(code_of([&] { (void)pm::attention_forward(q, k, k, false, out, {.block_q = 0}); }) == errc::invalid_argument);
   CHECK(code_of([&] { pm::attention_backward(q, k, k, saved, out, q, k, k, {.block_k = -1}); }) == errc::invalid_argument);
   tensor dq = filled(q.shape(), 0.0f), dk = filled(k.shape(), 0.0f), dv = filled(k.shape(), 0.0f);
   pm::attention_backward(q, k, k, saved, out, dq, dk, dv);  // well-formed call does not throw
 }
 
-TEST_CASE("math: blockwise attention equals the exact reference (forward, dq, dk, dv, uneven blocks, Sq != Sk)") {
+TEST_CASE("math: blockwise attention equals the exact reference (forward, dq, dk, dv, uneven blocks, Sq != Sk, O recomputed or δ given)") {
   std::mt19937 rng(13);
   struct cfg {
     std::int64_t b, sq, sk, h, d;
@@ -579,11 +582,32 @@ TEST_CASE("math: blockwise attention equals the exact reference (forward, dq, dk
     CHECK(rel_err(dq, as_double(rq)) <= 1e-5);
     CHECK(rel_err(dk, as_double(rk)) <= 1e-5);
     CHECK(rel_err(dv, as_double(rv)) <= 1e-5);
+    // without the saved out, backward recomputes it with forward's blocks: the same gradients, bitwise
+    pm::attention_saved lean = saved;
+    lean.out = tensor();
+    tensor lq = filled(q.shape(), 7.0f), lk = filled(k.shape(), 7.0f), lv = filled(v.shape(), 7.0f);
+    pm::attention_backward(q, k, v, lean, go, lq, lk, lv, opt);
+    CHECK(std::memcmp(lq.data(), dq.data(), dq.nbytes()) == 0);
+    CHECK(std::memcmp(lk.data(), dk.data(), dk.nbytes()) == 0);
+    CHECK(std::memcmp(lv.data(), dv.data(), dv.nbytes()) == 0);
+    // δ = rowsum(dO ⊙ O) given instead of out (Ulysses' exchange_delta): the same gradients, bitwise
+    pm::attention_saved given = lean;
+    given.delta = pm::attention_delta(out, go);
+    CHECK(given.delta.shape() == shape{c.b, c.sq, c.h, 1});
+    tensor gq = filled(q.shape(), 7.0f), gk = filled(k.shape(), 7.0f), gv = filled(v.shape(), 7.0f);
+    pm::attention_backward(q, k, v, given, go, gq, gk, gv, opt);
+    CHECK(std::memcmp(gq.data(), dq.data(), dq.nbytes()) == 0);
+    CHECK(std::memcmp(gk.data(), dk.data(), dk.nbytes()) == 0);
+    CHECK(std::memcmp(gv.data(), dv.data(), dv.nbytes()) == 0);
     // backward's blocks need not be forward's
     pm::attention_backward(q, k, v, saved, go, dq, dk, dv, {.block_q = c.bk, .block_k = c.bq + 1});
     CHECK(rel_err(dq, as_double(rq)) <= 1e-5);
     CHECK(rel_err(dk, as_double(rk)) <= 1e-5);
     CHECK(rel_err(dv, as_double(rv)) <= 1e-5);
+    pm::attention_backward(q, k, v, lean, go, lq, lk, lv, {.block_q = c.bk, .block_k = c.bq + 1});  // O to rounding
+    CHECK(rel_err(lq, as_double(rq)) <= 1e-5);
+    CHECK(rel_err(lk, as_double(rk)) <= 1e-5);
+    CHECK(rel_err(lv, as_double(rv)) <= 1e-5);
     if (c.causal && c.sk > c.sq) {  // keys after the last query: no gradient, exactly
       const std::int64_t row = c.h * c.d;
       CHECK(std::all_of(dk.data<float>() + c.sq * row, dk.data<float>() + c.sk * row, [](float x) { return x == 0.0f; }));

@@ -1,8 +1,11 @@
 // DeepSpeed-Ulysses attention (ulysses.hpp) against single-rank nn::attention_forward on the whole sequence:
 // outputs and dq/dk/dv (fp32 rel. error ≤ 1e-5), causal and not, even and uneven sequences, cross-attention;
-// the layout transforms; all_to_all counts and bytes; head counts not divisible by the degree. 2 and 4 ranks.
+// the layout transforms; all_to_all counts and bytes; head counts not divisible by the degree; saved_output
+// (no head-sharded output kept, gradients bitwise equal). 2 and 4 ranks.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "jitembed/core/memory_account.hpp"
@@ -211,4 +214,57 @@ TEST_CASE("ulysses_attention given owning q, k, v releases each once converted: 
     CHECK_FALSE(x.defined());
     CHECK(rel_error(self_owning, self_view) == 0.0);
   });
+}
+
+TEST_CASE("ulysses_attention saved_output recompute / exchange_delta keep no head-sharded output: same gradients, lower peak") {
+  using so = ulysses_saved_output;
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    run_ranks(4, [causal](gloo_communicator& c) {
+      const std::int64_t B = 2, S = 48, H = 4, D = 8;
+      const tensor q = randn(shape{B, S, H, D}, 41), k = randn(shape{B, S, H, D}, 42), v = randn(shape{B, S, H, D}, 43);
+      const tensor dout = randn(shape{B, S, H, D}, 44);
+      const tensor ql = seq_chunk(q, c), kl = seq_chunk(k, c), vl = seq_chunk(v, c), gl = seq_chunk(dout, c);
+      struct run {
+        tensor out;
+        ulysses_attention<gloo_communicator>::grads g;
+        std::uint64_t kept = 0, peak = 0;  // live bytes between forward and backward (less out), step's peak
+      };
+      const auto step = [&](so mode) {
+        run r;
+        memory_account acc;
+        memory_scope scope(acc, "attn");
+        auto attn = ulysses_attention<gloo_communicator>::create(c, static_cast<int>(H),
+                                                                 {.causal = causal, .saved_output = mode})
+                        .value();
+        r.out = attn.forward(ql, kl, vl).value();
+        r.kept = acc.usage().live - r.out.nbytes();  // exchange_delta's handle shares r.out: counted once
+        c.stats().reset();
+        r.g = attn.backward(gl).value();
+        if (mode == so::exchange_delta) {
+          // the 5th all_to_all is δ [B, S/n, H, 1]: 1/D of dout's bytes
+          CHECK(c.stats()[coll::all_to_all].calls == 5);
+          CHECK(c.stats()[coll::all_to_all].bytes == 4 * gl.nbytes() + gl.nbytes() / D);
+        } else {
+          CHECK(c.stats()[coll::all_to_all].calls == 4);  // recompute: nothing more travels, O is local
+          CHECK(c.stats()[coll::all_to_all].bytes == 4 * gl.nbytes());
+        }
+        CHECK(c.stats().total_calls() == c.stats()[coll::all_to_all].calls);
+        r.peak = acc.usage().peak;
+        return r;
+      };
+      const run kept = step(so::head_sharded);
+      for (so mode : {so::recompute, so::exchange_delta}) {
+        CAPTURE(static_cast<int>(mode));
+        const run lean = step(mode);
+        CHECK(std::memcmp(lean.out.data(), kept.out.data(), kept.out.nbytes()) == 0);
+        CHECK(std::memcmp(lean.g.dq.data(), kept.g.dq.data(), kept.g.dq.nbytes()) == 0);
+        CHECK(std::memcmp(lean.g.dk.data(), kept.g.dk.data(), kept.g.dk.nbytes()) == 0);
+        CHECK(std::memcmp(lean.g.dv.data(), kept.g.dv.data(), kept.g.dv.nbytes()) == 0);
+        // the head-sharded out [B, S, H/n, D] is exactly what is no longer kept (as many bytes as the local out)
+        CHECK(kept.kept - lean.kept == ql.nbytes());
+        CHECK(lean.peak < kept.peak);
+      }
+    });
+  }
 }

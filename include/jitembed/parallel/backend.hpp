@@ -37,9 +37,13 @@ namespace jitembed::parallel {
 //   attention_forward(q, k, v, causal, out)       → attention_saved (nn::attention_forward; out an owning
 //                                                 tensor that the saved state shares, not a copy)
 //   attention_backward(q, k, v, saved, dout, dq, dk, dv)
+//   attention_drop_output(saved)                  optional: backward recomputes forward's out instead (for a
+//                                                 layer whose out is the caller's in another layout)
+//   attention_delta(out, dout) → δ [B, S, H, 1],  optional pair: backward takes δ = rowsum(dO ⊙ O) computed
+//   attention_use_delta(saved, δ)                 elsewhere instead of out (Ulysses' exchange_delta)
 template <class B>
-concept math_backend = std::copy_constructible<B> && requires(const B& b, const shape& s, dtype t, const tensor_view& v,
-                                                             const tensor_view* p) {
+concept math_backend = std::copy_constructible<B> &&
+    requires(const B& b, const shape& s, dtype t, const tensor_view& v, const tensor_view* p) {
   { b.device() } -> std::convertible_to<jitembed::device>;
   { b.dtype() } -> std::convertible_to<jitembed::dtype>;
   { b.empty(s, t) } -> std::same_as<tensor>;
@@ -66,7 +70,8 @@ struct cpu_backend {
   tensor upload(const tensor_view& x) const { return download(x); }
   tensor download(const tensor_view& x) const {
     if (!x.device().is_cpu() || x.dtype() != jitembed::dtype::f32 || (x.numel() > 0 && !x.is_contiguous())) {
-      throw error(errc::invalid_argument, "cpu_backend: expected a contiguous CPU f32 tensor, got " + x.shape().to_string());
+      throw error(errc::invalid_argument,
+                  "cpu_backend: expected a contiguous CPU f32 tensor, got " + x.shape().to_string());
     }
     return tensor::wrap(nullptr, x).clone();
   }
@@ -126,10 +131,16 @@ struct cpu_backend {
                                     const tensor& out) const {
     return nn::attention_forward(q, k, v, causal, out);
   }
-  void attention_backward(const tensor_view& q, const tensor_view& k, const tensor_view& v, const attention_saved& saved,
-                          const tensor_view& dout, const tensor_view& dq, const tensor_view& dk, const tensor_view& dv) const {
+  void attention_backward(const tensor_view& q, const tensor_view& k, const tensor_view& v,
+                          const attention_saved& saved, const tensor_view& dout, const tensor_view& dq,
+                          const tensor_view& dk, const tensor_view& dv) const {
     nn::attention_backward(q, k, v, saved, dout, dq, dk, dv);
   }
+  void attention_drop_output(attention_saved& saved) const { saved.out = tensor(); }
+  tensor attention_delta(const tensor_view& out, const tensor_view& dout) const {
+    return nn::attention_delta(out, dout);
+  }
+  void attention_use_delta(attention_saved& saved, tensor delta) const { saved.delta = std::move(delta); }
   template <class C>
   void before_comm(C&) const noexcept {}
   template <class C>

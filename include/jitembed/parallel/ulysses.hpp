@@ -9,9 +9,11 @@
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "jitembed/nn/attention.hpp"
 #include "jitembed/parallel/backend.hpp"
@@ -47,6 +49,17 @@ inline result<void> check_heads_divisible(std::int64_t heads, int degree, const 
   }
   return {};
 }
+
+template <class B>
+concept attention_can_drop_output = requires(const B& b, typename B::attention_saved& s) {
+  b.attention_drop_output(s);
+};
+template <class B>
+concept attention_takes_delta = attention_can_drop_output<B> &&
+    requires(const B& b, typename B::attention_saved& s, const tensor_view& v, tensor t) {
+  { b.attention_delta(v, v) } -> std::same_as<tensor>;
+  b.attention_use_delta(s, std::move(t));
+};
 
 }  // namespace detail
 
@@ -93,10 +106,25 @@ tensor head_to_seq(C& comm, const tensor_view& x) {
 // Self- or cross-attention over a sequence-sharded batch: forward does 4 all_to_alls (q, k, v to head-sharded,
 // the output back), backward 4 (dout to head-sharded, dq, dk, dv back). Each all_to_all moves the local
 // tensor's bytes (nccl-tests size: the send buffer). Saves the head-sharded q, k, v and the local attention's
-// O(S) state (blockwise: lse and out), released as soon as backward has used them.
+// O(S) state (blockwise: lse and, per saved_output, the output), released as soon as backward has used them.
 // The local attention runs on B (backend.hpp): q, k, v on B's device in B's dtype.
+//
+// What the layer keeps for backward's δ = rowsum(dO ⊙ O). The head-sharded output [B, S, H/n, D] is the
+// largest thing a rank keeps beyond what the replicated layout keeps (its twin in the sequence layout is the
+// output the caller holds); the other two keep none, gradients bitwise the same:
+enum class ulysses_saved_output {
+  head_sharded,    // keep it (every backend; the default)
+  exchange_delta,  // keep a handle to the sequence-sharded output forward returned (shared, not copied: a
+                   // caller that keeps it for the next layer's backward pays nothing; it must not overwrite it
+                   // before backward); backward computes δ there and exchanges it: one more all_to_all of
+                   // 1/D of dout's bytes. Backends with attention_delta (cpu_backend)
+  recompute,       // nothing: backward recomputes the local output (one more local attention forward: ~1.3x the
+                   // step on CPU). Backends with attention_drop_output (cpu_backend)
+};                 // the cuDNN engine's backward reads O itself: it keeps head_sharded whatever is asked
+
 struct ulysses_attention_options {
   bool causal = false;  // query i attends to keys 0..i (global positions)
+  ulysses_saved_output saved_output = ulysses_saved_output::head_sharded;
 };
 
 template <keepable_communicator C, math_backend B = cpu_backend>
@@ -169,9 +197,15 @@ class ulysses_attention {
       be_.after_comm(comm_);
       tensor out = be_.empty(qh_.shape(), qh_.dtype());
       saved_ = be_.attention_forward(qh_, kh_, vh_, causal_, out);
+      const bool delta_later =
+          detail::attention_takes_delta<B> && saved_output_ == ulysses_saved_output::exchange_delta;
+      if constexpr (detail::attention_can_drop_output<B>) {  // `out` itself goes once exchanged
+        if (delta_later || saved_output_ == ulysses_saved_output::recompute) be_.attention_drop_output(saved_);
+      }
       be_.before_comm(comm_);
       JITEMBED_ASSIGN_OR_RETURN(tensor back, try_head_to_seq(comm_, out));
       be_.after_comm(comm_);
+      out_seq_ = delta_later ? back : tensor();
       return back;
     });
   }
@@ -189,6 +223,14 @@ class ulysses_attention {
     return detail::capture("ulysses_attention backward", [&]() -> result<grads> {
       be_.before_comm(comm_);
       JITEMBED_ASSIGN_OR_RETURN(tensor gh, try_seq_to_head(comm_, dout, seq_len_));
+      if constexpr (detail::attention_takes_delta<B>) {
+        if (out_seq_.defined()) {  // exchange_delta: δ of this rank's rows, then to the head layout
+          const tensor delta = be_.attention_delta(out_seq_, dout);
+          out_seq_ = tensor();
+          JITEMBED_ASSIGN_OR_RETURN(tensor delta_h, try_seq_to_head(comm_, delta, seq_len_));
+          be_.attention_use_delta(saved_, std::move(delta_h));
+        }
+      }
       be_.after_comm(comm_);
       tensor dq = be_.empty(qh_.shape(), qh_.dtype());
       tensor dk = be_.empty(kh_.shape(), kh_.dtype());
@@ -216,15 +258,21 @@ class ulysses_attention {
  private:
   // Arguments checked by create().
   ulysses_attention(const C& comm, int heads, const ulysses_attention_options& opt, B backend)
-      : comm_(keep_communicator(comm)), be_(std::move(backend)), heads_(heads), causal_(opt.causal) {}
+      : comm_(keep_communicator(comm)),
+        be_(std::move(backend)),
+        heads_(heads),
+        causal_(opt.causal),
+        saved_output_(opt.saved_output) {}
 
   kept_communicator_t<C> comm_;  // a copy of the handle (or its ref() view): valid when the caller's moves
   B be_;
   int heads_;
   bool causal_;
+  ulysses_saved_output saved_output_;
   shape q_local_{};
   std::int64_t seq_len_ = 0, kv_seq_len_ = 0;
   tensor qh_, kh_, vh_;  // head-sharded [B, S, H/n, D]
+  tensor out_seq_;       // exchange_delta: the output forward returned, shared with the caller
   typename B::attention_saved saved_;
 };
 

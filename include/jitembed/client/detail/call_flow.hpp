@@ -1,7 +1,5 @@
-// The call engine's state machine: it owns the calls (call_table.hpp) and the endpoint set, launches
-// attempts on the endpoint the balancer picks from the set's picker, and decides from each transport's report
-// (one attempt_outcome; client_policy.hpp decides) whether to retry, eject, hedge, split the rows or finish,
-// exactly once. Its lock guards the calls, the endpoints' health, the shared-memory manager and the stats.
+// The call engine's state machine: launches attempts and decides from each transport's report whether to
+// retry, eject, hedge, split the rows or finish, exactly once. Its lock guards calls, endpoints, shm and stats.
 #pragma once
 
 #include <algorithm>

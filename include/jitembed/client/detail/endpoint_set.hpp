@@ -1,7 +1,5 @@
-// The client's endpoint set, without I/O: which endpoints exist (from the source, as the watcher last read
-// it), which drain, which are ejected for a model, each one's circuit breaker and latency, and which are
-// eligible for a call. The call engine calls every member with its lock held, except snapshot(): the picker
-// (gRPC's picker/control-plane split) that the set publishes anew whenever its members change.
+// The client's endpoint set, without I/O: members, draining, per-model ejection, circuit breakers, latency.
+// Called with the engine's lock held, except snapshot(): the immutable picker published on every change.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -279,8 +277,7 @@ class endpoint_set {
   double alpha_;
   std::vector<endpoint_ptr> eps_;
   std::vector<endpoint_stats> retired_;
-  // A mutex, not std::atomic<std::shared_ptr>: the same one uncontended lock per pick, and ThreadSanitizer sees it
-  // (libstdc++ 12's atomic shared_ptr locks a bit TSAN does not know, and TSAN reported a race on it).
+  // A mutex, not std::atomic<std::shared_ptr>: libstdc++ 12's locks a bit ThreadSanitizer does not see.
   mutable std::mutex picker_mu_;
   std::shared_ptr<const picker> picker_ = std::make_shared<const picker>();
 };

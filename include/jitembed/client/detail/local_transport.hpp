@@ -1,10 +1,5 @@
-// The client's local transport (client_options.local_models): in-process models ("embed on a local GPU") run
-// on local_backend's worker pool; rows are preprocessed one by one (a row that fails alone is a row error),
-// then run in batches of consecutive rows with the same preprocessed shape, up to the model's max_batch_size.
-// Its one endpoint, "local", reports each answer on the client's executor. Calls to it go through the same
-// call table, deadlines, cancellation and coalescing as remote ones. A local model's answer is final: its
-// error (a bad row, a model that throws, an unknown model) is the call's error, never retried and never held
-// against the endpoint.
+// The client's local transport (client_options.local_models): in-process models on a worker pool, its one
+// endpoint "local". A local model's answer is final: its error is the call's, never retried (docs/client.md).
 #pragma once
 
 #include <algorithm>
@@ -188,12 +183,7 @@ inline result<named_tensors> stack_rows(const std::vector<models::named_tensors>
 }
 
 inline const endpoint_address& local_endpoint() {
-  static const endpoint_address a = [] {
-    endpoint_address e;
-    e.url = "local";
-    e.host = "local";
-    return e;
-  }();
+  static const endpoint_address a{"local", "local"};
   return a;
 }
 
@@ -270,11 +260,7 @@ class local_transport final : public transport {
   static result<std::vector<tensor>> typed_items(const models::any_model& m, const remote_call& c) {
     namespace ks = net::kserve;
     const auto& d = m.inputs().front();
-    const auto dims = [](const std::vector<std::int64_t>& s) {
-      std::string o = "[";
-      for (std::size_t k = 0; k < s.size(); ++k) o += (k ? "," : "") + std::to_string(s[k]);
-      return o + "]";
-    };
+    const auto dims = [](const std::vector<std::int64_t>& s) { return ks::detail::shape_string(s); };
     const std::string type(ks::to_string(c.type));
     std::vector<tensor> items;
     items.reserve(c.n_rows);

@@ -13,9 +13,6 @@
 // - outstanding_ == live_.size() == requests sent whose callback has not run yet.
 // The client's callback only moves its result into finished_ (short, under the lock); workers do the
 // rest. The lock is never held while calling into the client or the cache.
-// The members defined out of line are in loader_state_epochs.hpp (setup, epochs, checkpoints),
-// loader_state_workers.hpp (admission, reading samples) and loader_state_requests.hpp (cache, requests,
-// completions); loader/detail/jit_loader_impl.hpp includes all three.
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,5 @@
-// loader_state's setup and epochs: option checks, model groups, the readiness wait, the fail_fast /
-// max_failed_fraction verdict on a step, starting an epoch's plan and restoring from a checkpoint.
-// Defines members declared in loader_state.hpp; included by loader/detail/jit_loader_impl.hpp.
+// loader_state's setup and epochs (members declared in loader_state.hpp): option checks, model groups, the
+// readiness wait, the verdict on a step, starting an epoch's plan and restoring from a checkpoint.
 #pragma once
 
 #include "jitembed/loader/detail/loader_state.hpp"

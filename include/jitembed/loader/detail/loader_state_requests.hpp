@@ -1,6 +1,5 @@
-// loader_state's requests: a chunk's cache lookups and embed requests, the client's completions (rows sliced out
-// of each output, the cache filled, retryable failures resent) and finishing samples and chunks.
-// Defines members declared in loader_state.hpp; included by loader/detail/jit_loader_impl.hpp.
+// loader_state's requests (members declared in loader_state.hpp): a chunk's cache lookups and embed requests,
+// the client's completions (rows sliced, the cache filled, retryable failures resent), finishing samples.
 #pragma once
 
 #include "jitembed/loader/detail/loader_state.hpp"

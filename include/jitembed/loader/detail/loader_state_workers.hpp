@@ -1,6 +1,5 @@
-// loader_state's workers: admitting chunks of samples in plan order (one epoch ahead at most), the work loop,
-// and reading a sample's fields into the rows and cache keys of its groups.
-// Defines members declared in loader_state.hpp; included by loader/detail/jit_loader_impl.hpp.
+// loader_state's workers (members declared in loader_state.hpp): admitting chunks in plan order, the work
+// loop, and reading a sample's fields into the rows and cache keys of its groups.
 #pragma once
 
 #include "jitembed/loader/detail/loader_state.hpp"

@@ -153,70 +153,6 @@ inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_
 
 }  // namespace grpc_client
 
-inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string& model,
-                                                                 const client_options& opts) {
-  JITEMBED_ASSIGN_OR_RETURN(
-      auto cfg, grpc_client::fetch_json(a, "ModelConfig", "ModelConfigRequest", "ModelConfigResponse", model, opts));
-  const auto& config = cfg.contains("config") ? cfg["config"] : cfg;
-  return identity_of(config, config, "input");
-}
-
-inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts) {
-  auto ch = grpc_client::make_channel(a, opts);
-  auto req = grpc_client::named("ModelReadyRequest", model);
-  auto resp = net::grpc::kserve_schema::get().make("ModelReadyResponse");
-  error_info err;
-  if (!grpc_client::unary(*ch, "ModelReady", *req, *resp, opts, "ModelReady", err).ok()) return false;
-  return resp->GetReflection()->GetBool(*resp, resp->GetDescriptor()->FindFieldByName("ready"));
-}
-
-// SystemSharedMemoryRegister (`key` set) / SystemSharedMemoryUnregister.
-inline shm_call_result grpc_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
-                                     std::size_t bytes, const client_options& opts) {
-  auto ch = grpc_client::make_channel(a, opts);
-  const bool reg = !key.empty();
-  auto req =
-      grpc_client::named(reg ? "SystemSharedMemoryRegisterRequest" : "SystemSharedMemoryUnregisterRequest", region);
-  const auto* d = req->GetDescriptor();
-  const auto* rr = req->GetReflection();
-  if (reg) {
-    rr->SetString(req.get(), d->FindFieldByName("key"), key);
-    rr->SetUInt64(req.get(), d->FindFieldByName("offset"), 0);
-    rr->SetUInt64(req.get(), d->FindFieldByName("byte_size"), bytes);
-  }
-  auto resp = net::grpc::kserve_schema::get().make(reg ? "SystemSharedMemoryRegisterResponse"
-                                                       : "SystemSharedMemoryUnregisterResponse");
-  error_info err;
-  const auto s = grpc_client::unary(*ch, reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister", *req,
-                                    *resp, opts, "shared memory region '" + region + "' on " + a.url, err);
-  if (s.ok()) return {true, true, {}};
-  const bool answered =
-      s.error_code() != ::grpc::StatusCode::UNAVAILABLE && s.error_code() != ::grpc::StatusCode::DEADLINE_EXCEEDED;
-  return {false, answered, err.message};
-}
-
-inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
-                                                  const client_options& opts) {
-  JITEMBED_ASSIGN_OR_RETURN(auto j, grpc_client::fetch_json(a, "ModelMetadata", "ModelMetadataRequest",
-                                                            "ModelMetadataResponse", model, opts));
-  model_metadata md;
-  md.name = j.value("name", model);
-  md.platform = j.value("platform", "");
-  if (auto v = j.find("versions"); v != j.end() && v->is_array())
-    for (const auto& e : *v) md.versions.push_back(e.get<std::string>());
-  for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}}) {
-    if (auto list = j.find(key); list != j.end() && list->is_array())
-      for (const auto& t : *list) {
-        served_tensor st{t.value("name", ""), t.value("datatype", ""), {}};
-        if (auto s = t.find("shape"); s != t.end())
-          for (const auto& dim : *s)
-            st.shape.push_back(dim.is_string() ? std::stoll(dim.get<std::string>()) : dim.get<std::int64_t>());
-        dst->push_back(std::move(st));
-      }
-  }
-  return md;
-}
-
 class grpc_transport final : public transport {
  public:
   grpc_transport(const client_options& opts, client_executor& exec, attempt_events& events)
@@ -254,15 +190,65 @@ class grpc_transport final : public transport {
   void forget(const endpoint_state& e) override { channels_.erase(&e); }
 
   result<std::optional<model_identity>> identity(const endpoint_address& a, const std::string& model) override {
-    return grpc_fetch_identity(a, model, opts_);
+    JITEMBED_ASSIGN_OR_RETURN(
+        auto cfg, grpc_client::fetch_json(a, "ModelConfig", "ModelConfigRequest", "ModelConfigResponse", model, opts_));
+    const auto& config = cfg.contains("config") ? cfg["config"] : cfg;
+    return identity_of(config, config, "input");
   }
+
   result<model_metadata> metadata(const endpoint_address& a, const std::string& model) override {
-    return grpc_fetch_metadata(a, model, opts_);
+    JITEMBED_ASSIGN_OR_RETURN(auto j, grpc_client::fetch_json(a, "ModelMetadata", "ModelMetadataRequest",
+                                                              "ModelMetadataResponse", model, opts_));
+    model_metadata md;
+    md.name = j.value("name", model);
+    md.platform = j.value("platform", "");
+    if (auto v = j.find("versions"); v != j.end() && v->is_array())
+      for (const auto& e : *v) md.versions.push_back(e.get<std::string>());
+    for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}}) {
+      if (auto list = j.find(key); list != j.end() && list->is_array())
+        for (const auto& t : *list) {
+          served_tensor st{t.value("name", ""), t.value("datatype", ""), {}};
+          if (auto s = t.find("shape"); s != t.end())
+            for (const auto& dim : *s)
+              st.shape.push_back(dim.is_string() ? std::stoll(dim.get<std::string>()) : dim.get<std::int64_t>());
+          dst->push_back(std::move(st));
+        }
+    }
+    return md;
   }
-  bool ready(const endpoint_address& a, const std::string& model) override { return grpc_model_ready(a, model, opts_); }
+
+  bool ready(const endpoint_address& a, const std::string& model) override {
+    auto ch = grpc_client::make_channel(a, opts_);
+    auto req = grpc_client::named("ModelReadyRequest", model);
+    auto resp = net::grpc::kserve_schema::get().make("ModelReadyResponse");
+    error_info err;
+    if (!grpc_client::unary(*ch, "ModelReady", *req, *resp, opts_, "ModelReady", err).ok()) return false;
+    return resp->GetReflection()->GetBool(*resp, resp->GetDescriptor()->FindFieldByName("ready"));
+  }
+
+  // SystemSharedMemoryRegister (`key` set) / SystemSharedMemoryUnregister.
   shm_call_result shared_memory(const endpoint_address& a, const std::string& region, const std::string& key,
                                 std::size_t bytes) override {
-    return grpc_shm_call(a, region, key, bytes, opts_);
+    auto ch = grpc_client::make_channel(a, opts_);
+    const bool reg = !key.empty();
+    auto req =
+        grpc_client::named(reg ? "SystemSharedMemoryRegisterRequest" : "SystemSharedMemoryUnregisterRequest", region);
+    const auto* d = req->GetDescriptor();
+    const auto* rr = req->GetReflection();
+    if (reg) {
+      rr->SetString(req.get(), d->FindFieldByName("key"), key);
+      rr->SetUInt64(req.get(), d->FindFieldByName("offset"), 0);
+      rr->SetUInt64(req.get(), d->FindFieldByName("byte_size"), bytes);
+    }
+    auto resp = net::grpc::kserve_schema::get().make(reg ? "SystemSharedMemoryRegisterResponse"
+                                                         : "SystemSharedMemoryUnregisterResponse");
+    error_info err;
+    const auto s = grpc_client::unary(*ch, reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister", *req,
+                                      *resp, opts_, "shared memory region '" + region + "' on " + a.url, err);
+    if (s.ok()) return {true, true, {}};
+    const bool answered =
+        s.error_code() != ::grpc::StatusCode::UNAVAILABLE && s.error_code() != ::grpc::StatusCode::DEADLINE_EXCEEDED;
+    return {false, answered, err.message};
   }
 
   // Waits for the callbacks of the calls in flight (abandon() cancelled them).

@@ -58,24 +58,6 @@ class local_backend {
     return true;
   }
 
-  // Runs `rows` through `m`: per-row outputs (present[i] false with errors[i] set for a failed row).
-  static void run_rows(const models::any_model& m, const std::vector<bytes_view>& rows, bool is_sample,
-                       const decode_limits& limits, std::vector<models::named_tensors>& outs,
-                       std::vector<bool>& present, std::vector<error_info>& errors) {
-    const std::size_t n = rows.size();
-    errors.assign(n, error_info{});
-    std::vector<tensor> inputs(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      auto t = models::preprocess_input(m, rows[i], is_sample, limits);
-      if (!t) {
-        errors[i] = t.error();
-        continue;
-      }
-      inputs[i] = std::move(*t);
-    }
-    run_items(m, inputs, outs, present, errors);
-  }
-
   // Runs model items (errors[i] already set: row i is skipped) in batches of consecutive rows of one shape.
   static void run_items(const models::any_model& m, const std::vector<tensor>& inputs,
                         std::vector<models::named_tensors>& outs, std::vector<bool>& present,
@@ -313,20 +295,23 @@ class local_transport final : public transport {
     const auto* m = backend_.find(c.model);
     if (!m) return no_model(c.model);
     if (clock::now() > c.deadline) return fail(errc::timeout, "embed: deadline passed before the local model ran");
-    std::vector<bytes_view> rows;
-    rows.reserve(c.n_rows);
-    for (std::size_t i = 0; i < c.n_rows; ++i) rows.push_back(c.row(i));
+    std::vector<tensor> items(c.n_rows);
+    std::vector<error_info> errors(c.n_rows);  // a row that fails preprocessing alone is a row error
+    if (c.typed()) {
+      JITEMBED_ASSIGN_OR_RETURN(items, typed_items(*m, c));
+    } else {
+      for (std::size_t i = 0; i < c.n_rows; ++i) {
+        auto t = models::preprocess_input(*m, c.row(i), c.input == "sample", decode_limits{});
+        if (t)
+          items[i] = std::move(*t);
+        else
+          errors[i] = t.error();
+      }
+    }
     std::vector<models::named_tensors> outs;
     std::vector<bool> present;
-    std::vector<error_info> errors;
-    if (c.typed()) {
-      auto items = typed_items(*m, c);
-      if (!items) return items.error();
-      local_backend::run_items(*m, *items, outs, present, errors);
-    } else {
-      local_backend::run_rows(*m, rows, c.input == "sample", decode_limits{}, outs, present, errors);
-    }
-    if (rows.size() == 1 && !present[0]) return errors[0];
+    local_backend::run_items(*m, items, outs, present, errors);
+    if (c.n_rows == 1 && !present[0]) return errors[0];
     if (!c.outputs.empty()) {
       for (auto& o : outs) {
         models::named_tensors kept;

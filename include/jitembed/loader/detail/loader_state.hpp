@@ -133,21 +133,15 @@ class loader_state {
       delivered_[p] = true;
       if (!b.samples.back().ok()) ++failed;
     }
-    failed_total_ += failed;
     buffered_ -= want.size();
-    delivered_total_ += want.size();
-    ++batches_;
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    wait_s_ += waited;
-    max_wait_s_ = std::max(max_wait_s_, waited);
-    {
-      auto& cur = epoch_stats_locked(epoch_).s;  // looked up again: workers add entries while next() waits
-      ++cur.steps;
-      cur.samples_delivered += b.samples.size();
-      cur.samples_failed += failed;
-      cur.wait_s += waited;
-      cur.max_wait_s = std::max(cur.max_wait_s, waited);
-    }
+    count_locked(epoch_, [&](loader_epoch_stats& c) {  // not `es`: workers add entries while next() waits
+      ++c.steps;
+      c.samples_delivered += want.size();
+      c.samples_failed += failed;
+      c.wait_s += waited;
+      c.max_wait_s = std::max(c.max_wait_s, waited);
+    });
     cv_.notify_all();  // room in the window
     lock.unlock();     // step_error asks the client for its endpoints
     if (failed != 0)
@@ -177,21 +171,21 @@ class loader_state {
       s.epoch = epoch_;
       s.step = steps_done_;
       s.steps_per_epoch = plan_.steps();
-      s.batches = batches_;
-      s.samples_delivered = delivered_total_;
-      s.samples_failed = failed_total_;
-      s.wait_s = wait_s_;
-      s.max_wait_s = max_wait_s_;
+      s.batches = totals_.steps;
+      s.samples_delivered = totals_.samples_delivered;
+      s.samples_failed = totals_.samples_failed;
+      s.wait_s = totals_.wait_s;
+      s.max_wait_s = totals_.max_wait_s;
       s.buffered = buffered_;
       s.max_buffered_seen = max_buffered_seen_;
       s.ready = ready_.size();
       s.chunks_in_flight = chunks_in_flight_;
       s.requests_in_flight = outstanding_;
-      // updated under mu_ with their epoch's share, so the totals and s.epochs agree
-      s.requests = requests_;
-      s.rows_requested = rows_requested_;
-      s.cache_hits = cache_hits_;
-      s.cache_misses = cache_misses_;
+      s.requests = totals_.requests;
+      s.rows_requested = totals_.rows_requested;
+      s.resubmits = totals_.resubmits;
+      s.cache_hits = totals_.cache_hits;
+      s.cache_misses = totals_.cache_misses;
       const auto now = std::chrono::steady_clock::now();
       s.epochs.reserve(epoch_stats_.size());
       for (const auto& [e, es] : epoch_stats_) {
@@ -199,7 +193,6 @@ class loader_state {
         if (es.begun && !es.s.ended) s.epochs.back().wall_s = std::chrono::duration<double>(now - es.begin).count();
       }
     }
-    s.resubmits = resubmits_.load();
     s.cache_puts = cache_puts_.load();
     s.cache_put_failures = cache_put_failures_.load();
     s.client = client_->stats();
@@ -267,6 +260,13 @@ class loader_state {
       }
     }
     return it->second;
+  }
+
+  // Adds to epoch e's counters and to the totals together (under mu_), so stats() sees them agree.
+  template <class Add>
+  void count_locked(std::uint64_t e, Add add) {
+    add(totals_);
+    add(epoch_stats_locked(e).s);
   }
 
   result<void> make_groups();
@@ -349,13 +349,11 @@ class loader_state {
   std::uint64_t next_token_ = 1;
   std::unordered_map<std::uint64_t, loader_request> live_;
   std::deque<finished_request> finished_;
-  std::uint64_t batches_ = 0, delivered_total_ = 0, failed_total_ = 0;
   std::map<std::uint64_t, epoch_entry> epoch_stats_;  // by epoch, at most loader_stats::kMaxEpochStats
-  double wait_s_ = 0, max_wait_s_ = 0;
+  loader_epoch_stats totals_;                         // all epochs (count_locked)
   worker_group workers_;
 
-  std::uint64_t requests_ = 0, rows_requested_ = 0, cache_hits_ = 0, cache_misses_ = 0;  // under mu_, with epoch_stats_
-  std::atomic<std::uint64_t> resubmits_{0}, cache_puts_{0}, cache_put_failures_{0};
+  std::atomic<std::uint64_t> cache_puts_{0}, cache_put_failures_{0};
 };
 
 }  // namespace jitembed::loader::detail

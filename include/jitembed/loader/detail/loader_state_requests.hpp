@@ -71,12 +71,11 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
       if (!s.out.error) s.out.error = ran.error();
   }
   if ((hits || misses) && !items.empty()) {
-    std::lock_guard lock(mu_);  // the totals and the epoch's share together: stats() sees them agree
-    cache_hits_ += hits;
-    cache_misses_ += misses;
-    auto& es = epoch_stats_locked(items.front().epoch).s;
-    es.cache_hits += hits;
-    es.cache_misses += misses;
+    std::lock_guard lock(mu_);
+    count_locked(items.front().epoch, [&](loader_epoch_stats& c) {
+      c.cache_hits += hits;
+      c.cache_misses += misses;
+    });
   }
   release(chunk);
 }
@@ -96,12 +95,11 @@ inline void loader_state::submit(loader_request r) {
   std::uint64_t token = 0;
   {
     std::lock_guard lock(mu_);
-    auto& es = epoch_stats_locked(r.chunk->samples[r.rows.front()].epoch).s;  // a chunk holds one epoch's samples
-    ++es.requests;
-    es.rows_requested += req.rows.size();
-    if (r.attempt > 0) ++es.resubmits;
-    ++requests_;
-    rows_requested_ += req.rows.size();
+    count_locked(r.chunk->samples[r.rows.front()].epoch, [&](loader_epoch_stats& c) {  // a chunk: one epoch's samples
+      ++c.requests;
+      c.rows_requested += req.rows.size();
+      c.resubmits += r.attempt > 0 ? 1 : 0;
+    });
     token = next_token_++;
     ++r.chunk->pending;
     ++outstanding_;
@@ -188,7 +186,6 @@ inline void loader_state::on_finished(finished_request f) {
       r2.group = req.group;
       r2.rows = std::move(again);
       r2.attempt = req.attempt + 1;
-      ++resubmits_;
       submit(std::move(r2));
     }
   });

@@ -259,18 +259,16 @@ class endpoint_set {
   }
 
   static endpoint_stats stats_of(const endpoint_state& e, clock::time_point now) {
-    endpoint_stats es;
-    es.url = e.addr.url;
-    es.requests = e.requests;
-    es.successes = e.successes;
-    es.failures = e.failures;
-    es.outstanding = e.outstanding;
-    es.ewma_latency_ms = e.ewma_ms;
-    es.draining = e.draining;
-    es.circuit_open = e.circuit_open(now);
-    es.connections_opened = e.conns_opened;
-    es.shared_memory = e.shm == shm_status::ready;
-    return es;
+    return {.url = e.addr.url,
+            .requests = e.requests,
+            .successes = e.successes,
+            .failures = e.failures,
+            .outstanding = e.outstanding,
+            .ewma_latency_ms = e.ewma_ms,
+            .draining = e.draining,
+            .circuit_open = e.circuit_open(now),
+            .connections_opened = e.conns_opened,
+            .shared_memory = e.shm == shm_status::ready};
   }
 
   breaker_options breaker_;

@@ -60,20 +60,19 @@ static_assert(std::is_same_v<client::jit_client::request_id, std::uint64_t>);
 
 class loader_state {
  public:
-  loader_state(format::dataset ds, client::jit_client* client, std::optional<client::jit_client> owned, loader_options opts)
-      : ds_(std::move(ds)), owned_(std::move(owned)), client_(owned_ ? &*owned_ : client), opts_(std::move(opts)) {}
+  loader_state(format::dataset ds, client::jit_client client, loader_options opts)
+      : ds_(std::move(ds)), client_(std::move(client)), opts_(std::move(opts)) {}
   loader_state(const loader_state&) = delete;
   loader_state& operator=(const loader_state&) = delete;
   ~loader_state() { close(); }
 
   // Every failure is in the result (core_detail::capture): a worker that cannot start is
   // resource_exhausted, after the workers already started are stopped and joined.
-  static result<std::unique_ptr<loader_state>> create(format::dataset ds, client::jit_client* client, std::optional<client::jit_client> owned,
+  static result<std::unique_ptr<loader_state>> create(format::dataset ds, client::jit_client client,
                                                       loader_options opts) {
     return core_detail::capture("jit_loader", [&]() -> result<std::unique_ptr<loader_state>> {
-      if (!client && !owned) return fail(errc::invalid_argument, "jit_loader: no client");
       JITEMBED_TRY(check(opts));
-      auto s = std::make_unique<loader_state>(std::move(ds), client, std::move(owned), std::move(opts));
+      auto s = std::make_unique<loader_state>(std::move(ds), std::move(client), std::move(opts));
       JITEMBED_TRY(s->wait_ready());  // before make_groups' identity requests: their errors would hide its
       JITEMBED_TRY(s->make_groups());
       JITEMBED_TRY(s->start_epoch(s->opts_.epoch));
@@ -151,51 +150,49 @@ class loader_state {
 
   byte_buffer state() const {
     std::lock_guard lock(mu_);
-    loader_checkpoint c;
-    c.n = plan_.n;
-    c.world = plan_.world;
-    c.rank = plan_.rank;
-    c.batch = plan_.batch;
-    c.seed = opts_.seed;
-    c.shuffle = opts_.shuffle;
-    c.epoch = epoch_;
-    c.steps_done = steps_done_;
-    c.delivered = delivered_;
+    const loader_checkpoint c{.n = plan_.n,
+                              .world = plan_.world,
+                              .rank = plan_.rank,
+                              .batch = plan_.batch,
+                              .seed = opts_.seed,
+                              .shuffle = opts_.shuffle,
+                              .epoch = epoch_,
+                              .steps_done = steps_done_,
+                              .delivered = delivered_};
     return c.serialize();
   }
 
   loader_stats stats() const {
-    loader_stats s;
-    {
-      std::lock_guard lock(mu_);
-      s.epoch = epoch_;
-      s.step = steps_done_;
-      s.steps_per_epoch = plan_.steps();
-      s.batches = totals_.steps;
-      s.samples_delivered = totals_.samples_delivered;
-      s.samples_failed = totals_.samples_failed;
-      s.wait_s = totals_.wait_s;
-      s.max_wait_s = totals_.max_wait_s;
-      s.buffered = buffered_;
-      s.max_buffered_seen = max_buffered_seen_;
-      s.ready = ready_.size();
-      s.chunks_in_flight = chunks_in_flight_;
-      s.requests_in_flight = outstanding_;
-      s.requests = totals_.requests;
-      s.rows_requested = totals_.rows_requested;
-      s.resubmits = totals_.resubmits;
-      s.cache_hits = totals_.cache_hits;
-      s.cache_misses = totals_.cache_misses;
-      const auto now = std::chrono::steady_clock::now();
-      s.epochs.reserve(epoch_stats_.size());
-      for (const auto& [e, es] : epoch_stats_) {
-        s.epochs.push_back(es.s);
-        if (es.begun && !es.s.ended) s.epochs.back().wall_s = std::chrono::duration<double>(now - es.begin).count();
-      }
+    auto cs = client_.stats();  // not under mu_: the lock is never held while calling into the client
+    std::lock_guard lock(mu_);
+    const auto& t = totals_;
+    loader_stats s{.epoch = epoch_,
+                   .step = steps_done_,
+                   .steps_per_epoch = plan_.steps(),
+                   .batches = t.steps,
+                   .samples_delivered = t.samples_delivered,
+                   .samples_failed = t.samples_failed,
+                   .wait_s = t.wait_s,
+                   .max_wait_s = t.max_wait_s,
+                   .buffered = buffered_,
+                   .max_buffered_seen = max_buffered_seen_,
+                   .ready = ready_.size(),
+                   .chunks_in_flight = chunks_in_flight_,
+                   .requests_in_flight = outstanding_,
+                   .requests = t.requests,
+                   .rows_requested = t.rows_requested,
+                   .resubmits = t.resubmits,
+                   .cache_hits = t.cache_hits,
+                   .cache_misses = t.cache_misses,
+                   .cache_puts = cache_puts_.load(),
+                   .cache_put_failures = cache_put_failures_.load(),
+                   .client = std::move(cs)};
+    const auto now = std::chrono::steady_clock::now();
+    s.epochs.reserve(epoch_stats_.size());
+    for (const auto& [e, es] : epoch_stats_) {
+      s.epochs.push_back(es.s);
+      if (es.begun && !es.s.ended) s.epochs.back().wall_s = std::chrono::duration<double>(now - es.begin).count();
     }
-    s.cache_puts = cache_puts_.load();
-    s.cache_put_failures = cache_put_failures_.load();
-    s.client = client_->stats();
     return s;
   }
 
@@ -226,7 +223,7 @@ class loader_state {
       for (const auto& [token, r] : live_)
         if (r.id) ids.push_back(*r.id);
     }
-    for (auto id : ids) client_->cancel(id);
+    for (auto id : ids) client_.cancel(id);
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return outstanding_ == 0; });
     finished_.clear();
@@ -304,7 +301,8 @@ class loader_state {
 
   void read_sample(chunk_sample& s, std::uint64_t index);
 
-  // Group g's named field of the sample (loader_group::field) into s.content / s.types / s.keys.
+  // Group g's field `f` of the sample (its named field, or the first of its kind) into s.content / s.types /
+  // s.keys.
   result<void> read_field(chunk_sample& s, std::size_t g, const format::sample_field& f);
 
   // The tensors a group's specs need, from a cached value; nullopt when it lacks one (a miss).
@@ -329,8 +327,7 @@ class loader_state {
   void finish_sample(chunk_sample& s);
 
   format::dataset ds_;
-  std::optional<client::jit_client> owned_;
-  client::jit_client* client_;
+  client::jit_client client_;  // the caller's client, shared
   loader_options opts_;
   std::vector<loader_group> groups_;
 

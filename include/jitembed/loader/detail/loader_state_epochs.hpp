@@ -41,7 +41,7 @@ inline auto loader_state::wait_ready() -> result<void> {
   std::vector<std::string> models;
   for (const auto& e : opts_.embeddings)
     if (std::find(models.begin(), models.end(), e.model) == models.end()) models.push_back(e.model);
-  auto r = client_->wait_ready(models, *timeout);
+  auto r = client_.wait_ready(models, *timeout);
   if (!r) return fail(r.error().code, "jit_loader: " + r.error().message);
   return {};
 }
@@ -75,8 +75,8 @@ inline auto loader_state::step_error(const step& b, std::uint64_t failed) const 
     return std::nullopt;
   }
   std::string where;
-  for (const auto& u : client_->endpoints()) where += (where.empty() ? "" : ", ") + u;
-  if (client_->local()) where = "local models";
+  for (const auto& u : client_.endpoints()) where += (where.empty() ? "" : ", ") + u;
+  if (client_.local()) where = "local models";
   return fail(first->error->code, "jit_loader: step " + std::to_string(b.index) + " of epoch " + std::to_string(b.epoch) + ": " +
                                       std::to_string(failed) + " of " + std::to_string(b.samples.size()) + " samples failed (" + why +
                                       "); endpoints: " + (where.empty() ? std::string("none") : where) +
@@ -115,7 +115,7 @@ inline auto loader_state::make_groups() -> result<void> {
     }
     if (all) g.outputs.clear();
     if (opts_.cache) {
-      auto id = client_->identity(g.model);
+      auto id = client_.identity(g.model);
       if (!id) return fail(id.code(), "jit_loader: identity of model '" + g.model + "': " + id.error().message);
       g.identity = std::move(*id);
     }

@@ -105,7 +105,8 @@ inline void loader_state::submit(loader_request r) {
     ++outstanding_;
     live_.emplace(token, std::move(r));
   }
-  const auto id = client_->embed(std::move(req), [this, token](result<client::embed_result> res) { on_done(token, std::move(res)); });
+  const auto id = client_.embed(std::move(req),
+                                [this, token](result<client::embed_result> res) { on_done(token, std::move(res)); });
   std::lock_guard lock(mu_);
   if (auto it = live_.find(token); it != live_.end()) it->second.id = id;
 }

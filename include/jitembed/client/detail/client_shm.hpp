@@ -86,14 +86,9 @@ class shm_spans {
   }
 
   void reclaim(std::chrono::steady_clock::time_point now) {
-    for (auto it = quarantine_.begin(); it != quarantine_.end();) {
-      if (it->until <= now) {
-        release(it->off, it->size);
-        it = quarantine_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    for (const auto& h : quarantine_)
+      if (h.until <= now) release(h.off, h.size);
+    std::erase_if(quarantine_, [&](const held& h) { return h.until <= now; });
   }
 
  private:

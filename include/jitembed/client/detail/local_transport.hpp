@@ -5,15 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <stop_token>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -25,21 +23,20 @@
 #include "jitembed/client/stats.hpp"
 #include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/limits.hpp"
-#include "jitembed/core/worker_group.hpp"
+#include "jitembed/core/thread_pool.hpp"
 #include "jitembed/models/model.hpp"
 #include "jitembed/models/preprocess_input.hpp"
 
 namespace jitembed::client::detail {
 
-// Starting its threads is all or none: the constructor throws worker_group's std::system_error after
-// stopping those that started (client_state::create reports it as resource_exhausted).
+// The local models and the pool that runs them. Starting its threads is all or none: the constructor throws
+// worker_group's std::system_error after stopping those that started (create() says resource_exhausted).
 class local_backend {
  public:
   explicit local_backend(const client_options& opts)
       : models_(opts.local_models),
-        threads_(opts.local_threads ? opts.local_threads : std::max(1u, std::thread::hardware_concurrency()),
-                 [this](std::stop_token stop, std::size_t) { work(stop); }) {}
-  ~local_backend() { close(); }
+        pool_(std::in_place,
+              opts.local_threads ? opts.local_threads : std::max(1u, std::thread::hardware_concurrency())) {}
 
   const models::any_model* find(const std::string& name) const {
     for (const auto& m : models_)
@@ -49,13 +46,9 @@ class local_backend {
 
   // Queues a task; false after close().
   bool post(std::function<void()> task) {
-    {
-      std::lock_guard lk(mu_);
-      if (closed_) return false;
-      queue_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-    return true;
+    std::lock_guard lk(mu_);
+    if (pool_) pool_->submit(std::move(task));
+    return pool_.has_value();
   }
 
   // Runs model items (errors[i] already set: row i is skipped) in batches of consecutive rows of one shape.
@@ -96,52 +89,27 @@ class local_backend {
     }
   }
 
+  // The workers drain the queue and stop (outside the lock: their tasks may post).
   void close() {
-    {
-      std::lock_guard lk(mu_);
-      if (closed_) return;
-      closed_ = true;
-    }
-    cv_.notify_all();
-    threads_.join();  // the workers drain the queue first
+    std::optional<thread_pool> gone;
+    std::lock_guard lk(mu_);
+    gone.swap(pool_);
   }
 
  private:
-  // Runs tasks until closed (or stopped: a failed start) and the queue is drained.
-  void work(std::stop_token stop) {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock lk(mu_);
-        cv_.wait(lk, stop, [&] { return closed_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // closed (or stopped) and drained
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-  }
-
   std::vector<models::any_model> models_;
-  std::mutex mu_;
-  std::condition_variable_any cv_;  // waits on the workers' stop_token too
-  std::deque<std::function<void()>> queue_;
-  bool closed_ = false;
-  worker_group threads_;  // last: the workers use the members above
+  std::mutex mu_;                    // pool_
+  std::optional<thread_pool> pool_;  // last: its workers run the models above
 };
 
 // Stacks one item's outputs per row into [N, ...] tensors; rows without outputs (failed) stay zeros.
 // Every present row must agree on names, dtypes and shapes (a model's outputs do).
 inline result<named_tensors> stack_rows(const std::vector<models::named_tensors>& rows,
                                         const std::vector<bool>& present) {
-  const models::named_tensors* first = nullptr;
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    if (present[i]) {
-      first = &rows[i];
-      break;
-    }
   named_tensors out;
-  if (!first) return out;
+  const auto it = std::find(present.begin(), present.end(), true);
+  if (it == present.end()) return out;
+  const models::named_tensors* first = &rows[static_cast<std::size_t>(it - present.begin())];
   for (std::size_t k = 0; k < first->size(); ++k) {
     const auto& [name, t0] = (*first)[k];
     shape s;

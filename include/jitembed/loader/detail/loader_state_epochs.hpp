@@ -61,12 +61,7 @@ inline auto loader_state::step_error(const step& b, std::uint64_t failed) const 
   std::string why;
   if (opts_.fail_fast) {
     why = "fail_fast";
-    if (!first)
-      for (const auto& s : b.samples)
-        if (!s.ok()) {
-          first = &s;
-          break;
-        }
+    if (!first) first = &*std::find_if(b.samples.begin(), b.samples.end(), [](const auto& s) { return !s.ok(); });
   } else if (service_failed != 0 && static_cast<double>(service_failed) >= opts_.max_failed_fraction * n) {
     std::ostringstream f;
     f << opts_.max_failed_fraction;

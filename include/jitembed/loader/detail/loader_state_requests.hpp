@@ -231,13 +231,8 @@ inline void loader_state::finish_sample(chunk_sample& s) {
       }
       for (auto i : groups_[g].specs) {
         const auto& spec = opts_.embeddings[i];
-        const tensor* t = nullptr;
-        if (spec.output.empty()) {
-          if (!s.rows[g].empty()) t = &s.rows[g].front().second;
-        } else {
-          for (const auto& [n, v] : s.rows[g])
-            if (n == spec.output) t = &v;
-        }
+        const auto& got = s.rows[g];
+        const tensor* t = !spec.output.empty() ? find_tensor(got, spec.output) : got.empty() ? nullptr : &got[0].second;
         if (!t) {
           s.out.error = fail(errc::not_found, "sample '" + s.out.id + "': model '" + groups_[g].model + "' gave no output '" +
                                                   (spec.output.empty() ? std::string("(first)") : spec.output) + "'");

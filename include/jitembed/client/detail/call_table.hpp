@@ -199,11 +199,11 @@ class call_table {
     out.row_errors.resize(c.n_rows);
     if (const auto hit = std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r && *r; });
         hit != rows.end()) {
-      const embed_result* first = &**hit;
-      out.model_name = first->model_name;
-      out.model_version = first->model_version;
-      out.endpoint = first->endpoint;
-      for (const auto& [name, t] : first->outputs) {
+      const embed_result& first = ***hit;  // optional, result, value
+      out.model_name = first.model_name;
+      out.model_version = first.model_version;
+      out.endpoint = first.endpoint;
+      for (const auto& [name, t] : first.outputs) {
         shape s = t.shape();
         s[0] = static_cast<std::int64_t>(c.n_rows);
         out.outputs.emplace_back(name, tensor::zeros(s, t.dtype()));

@@ -42,11 +42,11 @@ inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
                                   : s.starts_with("grpcs://") ? "grpcs://"
                                   : s.starts_with("grpc://")  ? "grpc://"
                                                               : "http://";
-  if (!s.starts_with(scheme)) {
-    return fail(errc::invalid_argument, "endpoint '" + std::string(s) +
-                                            "': only http://host:port, https://host:port, grpc://host:port and "
-                                            "grpcs://host:port URLs are supported");
-  }
+  const auto bad = [&](const char* why) {
+    return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': " + why);
+  };
+  if (!s.starts_with(scheme))
+    return bad("only http://host:port, https://host:port, grpc://host:port and grpcs://host:port URLs are supported");
   std::string_view rest = s.substr(scheme.size());
   std::string_view authority = rest, path;
   if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
@@ -56,34 +56,24 @@ inline result<endpoint_address> parse_endpoint_url(std::string_view s) {
   std::string_view host, port_text;
   if (authority.starts_with('[')) {
     const auto close = authority.find(']');
-    if (close == std::string_view::npos)
-      return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': unterminated [IPv6] host");
+    if (close == std::string_view::npos) return bad("unterminated [IPv6] host");
     host = authority.substr(1, close - 1);
     std::string_view after = authority.substr(close + 1);
-    if (!after.starts_with(':'))
-      return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
+    if (!after.starts_with(':')) return bad("a port is required");
     port_text = after.substr(1);
   } else {
     const auto colon = authority.rfind(':');
-    if (colon == std::string_view::npos)
-      return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a port is required");
+    if (colon == std::string_view::npos) return bad("a port is required");
     host = authority.substr(0, colon);
     port_text = authority.substr(colon + 1);
   }
   unsigned port = 0;
   const auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (host.empty() || ec != std::errc{} || p != port_text.data() + port_text.size() || port == 0 || port > 65535) {
-    return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': bad host or port");
-  }
-  endpoint_address a;
-  a.host = std::string(host);
-  a.port = static_cast<std::uint16_t>(port);
-  a.url = std::string(scheme) + std::string(authority);
-  if (scheme.starts_with("grpc") && !path.empty() && path != "/")
-    return fail(errc::invalid_argument, "endpoint '" + std::string(s) + "': a gRPC endpoint has no path");
-  a.path = std::string(path);
-  a.tls = tls;
-  return a;
+  if (host.empty() || ec != std::errc{} || p != port_text.data() + port_text.size() || port == 0 || port > 65535)
+    return bad("bad host or port");
+  if (scheme.starts_with("grpc") && !path.empty() && path != "/") return bad("a gRPC endpoint has no path");
+  return endpoint_address{std::string(scheme) + std::string(authority), std::string(host),
+                          static_cast<std::uint16_t>(port), std::string(path), tls};
 }
 
 // Parses the endpoint-list text: one URL per line; leading/trailing blanks, empty lines and `#` comments

@@ -1,7 +1,5 @@
-// jit_client: asynchronous embeddings from a fleet of KServe v2 servers (jitembed-server or Triton) with
-// the binary tensor extension, or from in-process models, behind one API. Balancing (power of two
-// choices on outstanding requests, EWMA latency tie break), per-model ejection, circuit breakers,
-// deadlines, retries with a budget, hedging, cancellation and coalescing: docs/client.md.
+// jit_client: asynchronous embeddings from a fleet of KServe v2 servers (jitembed-server or Triton), or from
+// in-process models, behind one API; balancing, retries, hedging and the rest: docs/client.md.
 #pragma once
 
 #include <chrono>

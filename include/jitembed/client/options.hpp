@@ -108,23 +108,15 @@ struct breaker_options {
       1000};  // a model ejected from an endpoint (404, not ready) is re-probed after this
 };
 
-// Shared memory for same-host endpoints (Triton's system shared-memory extension, client side): for an
-// endpoint on this host (loopback, or an address of one of its interfaces) the client creates one POSIX
-// shared-memory object of pool_bytes, registers it with the server (HTTP or gRPC), and then sends each
-// request's rows and receives its outputs through a span of it instead of the socket. A model's output
-// sizes are learned from its first answer (over the socket); a request that does not fit in the free part
-// of the pool, a model with outputs of variable size, and an endpoint that cannot register the object
-// (another container, a server without the extension) use the socket. The object is unlinked once
-// registered and unregistered at close(). A span whose attempt was abandoned (a hedge lost, a connection
-// lost) is reused only `quarantine` after the request's deadline: a jitembed server writes no output into
-// shared memory after its deadline.
+// Shared memory for same-host endpoints (Triton's system shared-memory extension): rows and outputs of a
+// request through a span of one registered object per endpoint instead of the socket (docs/client.md).
 struct shared_memory_options {
   bool enabled = true;
   std::size_t pool_bytes = std::size_t{64} << 20;  // per endpoint
   // Smaller requests (rows + outputs) use the socket: below ~64 KiB the two extra copies and the region's
   // bookkeeping cost more than the socket (bench_client_shm: 0.8-0.93x at 64 KiB, 1.2-1.6x at 1 MiB).
   std::size_t min_bytes = std::size_t{256} << 10;
-  std::chrono::milliseconds quarantine{1000};
+  std::chrono::milliseconds quarantine{1000};  // an abandoned attempt's span: reused this long after its deadline
 };
 
 struct client_options {
@@ -141,12 +133,9 @@ struct client_options {
   std::size_t max_in_flight = 4096;                // requests accepted and not completed; past it: unavailable
   std::size_t max_response_bytes = std::size_t{256} << 20;
   bool binary_outputs = true;  // ask for outputs in Triton's binary extension
-  // Compressed tensors (net/kserve/compression.hpp): offer_compression asks a jitembed server to send each
-  // output compressed when that saves the server's stated fraction (a Triton ignores the parameter); it is
-  // not offered to loopback endpoints (127.0.0.0/8, ::1, localhost) unless compress_on_loopback: there the
-  // codec's CPU is all cost (measured: bf16 outputs 0.76-1.07x with the offer on loopback, 1.63x at 1 Gb/s).
-  // compress_inputs sends the input rows compressed when that saves `compression.min_saving` (jitembed
-  // servers only: a Triton cannot read them). Decompression is bounded by max_response_bytes.
+  // Compressed tensors (docs/client.md): offer_compression asks a jitembed server for compressed outputs (not
+  // on loopback unless compress_on_loopback: there the codec's CPU is all cost); compress_inputs sends the rows
+  // compressed (jitembed servers only). Decompression is bounded by max_response_bytes.
   bool offer_compression = true;
   bool compress_on_loopback = false;
   bool compress_inputs = false;
@@ -154,11 +143,8 @@ struct client_options {
   shared_memory_options shared_memory;
   int io_threads = 1;      // threads running the Asio event loop
   std::string auth_token;  // sent as Authorization: Bearer <token> when set
-  // https:// endpoints: the CA bundle (PEM) their certificates must chain to; empty: the system's CA paths.
-  // Each certificate must also name the endpoint's host (DNS name or IP address, as written in its URL).
-  // A handshake that fails on TLS's own terms (certificate not verified, peer not speaking TLS) is io_error
-  // ("TLS handshake with https://host:port failed: certificate verify failed (...)"): not retried on that
-  // endpoint (its circuit opens), tried once on each other endpoint the request has not tried yet.
+  // https:// endpoints: the CA bundle (PEM) their certificates must chain to (and name the host); empty: the
+  // system's CA paths. A failed handshake is io_error, not retried on that endpoint (docs/client.md, TLS).
   std::string tls_ca_file;
   double ewma_alpha = 0.2;  // latency EWMA weight of a new sample (tie break)
 

@@ -1,7 +1,5 @@
-// The JIT client compiled once: with JITEMBED_SEPARATE_COMPILATION defined for the whole program
-// (core/config.hpp), include this header in exactly one translation unit. Every other TU then includes only
-// the API headers (jit_client.hpp: no Boost), which preprocess to a fraction of the header-only size. Without
-// the macro it is an ordinary header. The loader has its own, jitembed/loader/src.hpp.
+// The JIT client compiled once: with JITEMBED_SEPARATE_COMPILATION (core/config.hpp), include this header in
+// exactly one translation unit; the others include only the API headers (no Boost). The loader's: loader/src.hpp.
 #pragma once
 
 #include "jitembed/client/detail/jit_client_impl.hpp"

@@ -34,9 +34,9 @@ struct client_stats {
   std::uint64_t coalesced = 0;       // requests answered by another request with the same coalesce_key
   std::uint64_t row_splits = 0;      // multi-row requests resent row by row after a 4xx
   std::uint64_t endpoint_updates = 0;  // endpoint list changes applied
-  std::uint64_t tls_failures = 0;
+  std::uint64_t tls_failures = 0;      // TLS handshakes refused (certificate not verified, peer not speaking TLS)
   std::uint64_t shared_memory_attempts = 0;   // attempts whose rows and outputs went through shared memory
-  std::uint64_t shared_memory_fallbacks = 0;  // shared-memory attempts refused by the server, resent over the socket      // TLS handshakes refused (certificate not verified, peer not speaking TLS)
+  std::uint64_t shared_memory_fallbacks = 0;  // shared-memory attempts refused by the server, resent over the socket
   double latency_p50_ms = 0, latency_p95_ms = 0, latency_p99_ms = 0;  // per successful attempt
   std::vector<endpoint_stats> endpoints;
 };

@@ -39,13 +39,7 @@ struct epoch_plan {
 
   static epoch_plan make(std::uint64_t n, std::uint64_t world, std::uint64_t rank, std::uint64_t batch, std::uint64_t seed,
                          std::uint64_t epoch, bool shuffle) {
-    epoch_plan p;
-    p.n = n;
-    p.world = world;
-    p.rank = rank;
-    p.batch = batch;
-    p.perm = epoch_permutation(n, seed, epoch, shuffle);
-    return p;
+    return {n, world, rank, batch, epoch_permutation(n, seed, epoch, shuffle)};
   }
 
   std::uint64_t count() const noexcept { return n > rank ? (n - rank + world - 1) / world : 0; }

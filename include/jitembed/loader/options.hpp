@@ -17,17 +17,11 @@
 
 namespace jitembed::loader {
 
-// One embedding a sample gets: the model `model` run on the sample's first field of kind `kind` (the
-// model's models::modality: image, video or text), delivered as `name`. A sample without a field of that kind does not
-// get this embedding (it is not an error). Specs with the same model and kind share one request and one cache entry per
-// sample.
-//
-// With `field` set, the sample's field of that name instead (`kind` is not used): a tensor field (token ids a
-// trainer tokenized itself) travels as a typed row of its dtype and shape (INT64 [L], ...) to `input`, by
-// default "input_ids" for an integer dtype (any other dtype needs `input`: the model's declared input name);
-// a text or json field as its UTF-8, other kinds as stored, to `input` or the field kind's name. Rows of one
-// request share their input, datatype and shape: samples whose tensors differ go in requests of their own
-// (a shape the model does not take fails those samples alone, with the server's error).
+// One embedding a sample gets: the model `model` run on the sample's first field of kind `kind` (image, video
+// or text), delivered as `name`; a sample without such a field does not get it (not an error). Specs with the
+// same model and kind share one request and one cache entry per sample. With `field` set, the field of that
+// name instead: a tensor field travels as a typed row of its dtype and shape to `input` (default "input_ids"
+// for an integer dtype), a text or json field as its UTF-8, other kinds as stored (docs/loader.md).
 struct embedding_spec {
   std::string name;                                // key in embedded_sample::embeddings ("latent", "caption")
   std::string model;                               // model name on the service ("image-latent", "text-embed")
@@ -68,13 +62,9 @@ struct loader_options {
   // this many times before their samples are reported failed.
   int resubmits = 2;
 
-  // When next() fails a step instead of handing it out (docs/loader.md, Failed samples). A sample fails
-  // for bad input (its errc a caller_move::fix_input: a corrupt JPEG) or for the service (any other errc:
-  // no endpoint answered, a timeout, a model not served). A step fails (next() returns the first such
-  // sample's errc, naming the endpoints and its error; the step's samples count as delivered) when
-  // - fail_fast and any of its samples failed (bad input included), or
-  // - its samples that failed for the service are at least max_failed_fraction of the step: the default 1.0
-  //   fails only a step where every sample failed so; above 1: never.
+  // When next() fails a step instead of handing it out (docs/loader.md, Failed samples): with fail_fast when
+  // any sample failed; else when the samples that failed for the service (an errc other than a fix_input one)
+  // are at least max_failed_fraction of the step (1.0: only when all did; above 1: never).
   bool fail_fast = false;
   double max_failed_fraction = 1.0;
   // When set, create() first waits this long for an endpoint ready for each model (client::jit_client::wait_ready)

@@ -21,10 +21,8 @@ struct embedded_sample {
   std::uint64_t index = 0;   // position in the data set (format::dataset::get(index))
   std::string id;            // the data set's stable sample id ("" when reading the sample failed)
   // One tensor per embedding_spec the sample has a field for: that sample's row, without the leading N.
-  // Lifetime: the tensors share the buffer they came from, no copy: a response body (with the other rows
-  // of its request) or a cache value; a value read from an LMDB cache pins the pages of its read snapshot
-  // (LMDB cannot reuse them, so the file grows) until the last tensor sharing it is destroyed. Use a step
-  // and drop it; to keep rows longer, own() the sample (or clone() a tensor), or collate() the step.
+  // Lifetime: the tensors share the response body or cache value they came from (an LMDB value pins its read
+  // snapshot's pages until the last tensor goes). Use a step and drop it; to keep rows, own() or collate().
   named_tensors embeddings;
   // Set when the sample failed (unreadable, bad field, a model rejected it, the service gave up): its
   // errc says why; embeddings is then empty. A failed sample is delivered like any other, never dropped.

@@ -1,7 +1,5 @@
-// The call engine's state machine: it owns the calls (call_table.hpp) and the endpoint set, launches
-// attempts on the endpoint the balancer picks from the set's picker, and decides from each transport's report
-// (one attempt_outcome; client_policy.hpp decides) whether to retry, eject, hedge, split the rows or finish,
-// exactly once. Its lock guards the calls, the endpoints' health, the shared-memory manager and the stats.
+// The call engine's state machine: launches attempts and decides from each transport's report whether to
+// retry, eject, hedge, split the rows or finish, exactly once. Its lock guards calls, endpoints, shm and stats.
 #pragma once
 
 #include <algorithm>
@@ -84,8 +82,7 @@ class call_flow : public attempt_events {
   }
 
   // The TLS handshake failed on TLS's own terms: the endpoint's circuit opens at once, and the request goes to
-  // an endpoint it has not tried yet, or fails now with io_error (not after backoffs until the deadline, as an
-  // overloaded service would).
+  // an endpoint it has not tried yet, or fails now with io_error (a retry on the same one would not help).
   void on_tls_failure(const attempt_ptr& a, std::string reason, deferred& d) override {
     const auto c = a->call;
     end_attempt(a);
@@ -154,9 +151,8 @@ class call_flow : public attempt_events {
     if (now >= c->deadline) return finish(c, call_table::deadline_error(*c), d);
     endpoint_state* pick = power_of_two(endpoints_.candidates(c->model, c->tried, now), rng_, now);
     if (!pick) {
-      // Every endpoint answered that it does not serve the model: a wrong name (or a model unloaded
-      // everywhere) fails now with not_found, instead of waiting out the deadline as if overloaded. A probe
-      // that re-admits the model on one endpoint makes later calls go out again.
+      // Every endpoint answered that it does not serve the model: not_found now, not after the deadline as if
+      // overloaded (a probe that re-admits the model on one endpoint makes later calls go out again).
       if (!hedge && endpoints_.ejected_everywhere(c->model))
         return finish(
             c,

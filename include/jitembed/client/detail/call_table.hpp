@@ -1,8 +1,8 @@
-// The client's calls and their attempts, and the call table: ids, the calls in flight (cancellation finds
-// them here), coalescing of equal requests, the calls waiting for an endpoint or a connection, deadlines.
-// No I/O: the call engine calls every member with its lock held.
+// The client's calls and their attempts, and the call table: ids, the calls in flight, coalescing, the calls
+// waiting for an endpoint or a connection, deadlines. No I/O: called with the engine's lock held.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -27,9 +27,8 @@
 
 namespace jitembed::client::detail {
 
-// Functions to run after the engine's lock is released (user callbacks): where it goes out of scope, which is
-// on the client's executor for every completion; with `post_to` set (a caller's thread: embed(), cancel())
-// they are posted to the executor instead.
+// Functions to run after the engine's lock is released (user callbacks), where it goes out of scope (an I/O
+// thread); with `post_to` set (a caller's thread: embed(), cancel()) posted to the executor instead.
 struct deferred {
   std::vector<std::function<void()>> fns;
   client_executor* post_to = nullptr;
@@ -198,17 +197,13 @@ class call_table {
     embed_result out;
     out.model_name = c.model;
     out.row_errors.resize(c.n_rows);
-    const embed_result* first = nullptr;
-    for (auto& r : rows)
-      if (r && *r) {
-        first = &**r;
-        break;
-      }
-    if (first) {
-      out.model_name = first->model_name;
-      out.model_version = first->model_version;
-      out.endpoint = first->endpoint;
-      for (const auto& [name, t] : first->outputs) {
+    if (const auto hit = std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r && *r; });
+        hit != rows.end()) {
+      const embed_result& first = ***hit;  // optional, result, value
+      out.model_name = first.model_name;
+      out.model_version = first.model_version;
+      out.endpoint = first.endpoint;
+      for (const auto& [name, t] : first.outputs) {
         shape s = t.shape();
         s[0] = static_cast<std::int64_t>(c.n_rows);
         out.outputs.emplace_back(name, tensor::zeros(s, t.dtype()));

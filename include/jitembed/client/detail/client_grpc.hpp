@@ -1,9 +1,5 @@
-// The client's gRPC transport (grpc://host:port endpoints): one channel per endpoint (HTTP/2: calls
-// multiplex on it; gRPC reconnects it), each attempt a unary ModelInfer on gRPC's callback API with the
-// infer codec of net/grpc/infer_codec.hpp. Its completions run on the client's executor; it judges an
-// answer's fault from its errc (fault_of), the policy is the HTTP one's. The only code of the client that
-// touches gRPC. Included when the program links jitembed::grpc (JITEMBED_HAS_GRPC); without it a grpc://
-// endpoint answers every attempt with errc::not_found (client_state.hpp: "built without gRPC").
+// The client's gRPC transport (grpc[s]:// endpoints): one channel per endpoint, each attempt a unary ModelInfer
+// on gRPC's callback API. The only code of the client that touches gRPC (JITEMBED_HAS_GRPC: client_state.hpp).
 #pragma once
 
 #include <google/protobuf/util/json_util.h>
@@ -85,6 +81,13 @@ inline bool parse(::grpc::ByteBuffer& b, pb::Message& m) {
   return m.ParseFromZeroCopyStream(&reader);
 }
 
+// A new message of the KServe schema's `type` with its "name" field set.
+inline std::unique_ptr<pb::Message> named(std::string_view type, const std::string& name) {
+  auto m = net::grpc::kserve_schema::get().make(type);
+  m->GetReflection()->SetString(m.get(), m->GetDescriptor()->FindFieldByName("name"), name);
+  return m;
+}
+
 // The failed call's error: the server's errc (trailing metadata jitembed-errc) or the status code's.
 inline error_info call_error(const ::grpc::Status& s, const ::grpc::ClientContext& ctx, std::string_view what) {
   std::optional<std::string_view> name;
@@ -133,10 +136,8 @@ inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_
                                          std::string_view resp_type, const std::string& model,
                                          const client_options& opts) {
   auto ch = make_channel(a, opts);
-  const auto& schema = net::grpc::kserve_schema::get();
-  auto req = schema.make(req_type);
-  req->GetReflection()->SetString(req.get(), req->GetDescriptor()->FindFieldByName("name"), model);
-  auto resp = schema.make(resp_type);
+  auto req = named(req_type, model);
+  auto resp = net::grpc::kserve_schema::get().make(resp_type);
   error_info err;
   const auto s = unary(*ch, rpc, *req, *resp, opts, std::string(rpc) + " of '" + model + "' from " + a.url, err);
   if (!s.ok()) return err;
@@ -152,78 +153,6 @@ inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_
 
 }  // namespace grpc_client
 
-inline result<std::optional<model_identity>> grpc_fetch_identity(const endpoint_address& a, const std::string& model,
-                                                                 const client_options& opts) {
-  JITEMBED_ASSIGN_OR_RETURN(
-      auto cfg, grpc_client::fetch_json(a, "ModelConfig", "ModelConfigRequest", "ModelConfigResponse", model, opts));
-  const auto& config = cfg.contains("config") ? cfg["config"] : cfg;
-  auto fp = identity_parameter(config, "fingerprint");
-  auto key = identity_parameter(config, "preprocess_key");
-  if (!fp || !key) return std::optional<model_identity>{};
-  model_identity id{std::move(*fp), std::move(*key), {}};
-  if (auto in = config.find("input"); in != config.end() && in->is_array() && !in->empty() && (*in)[0].contains("name"))
-    id.input = (*in)[0]["name"].get<std::string>();
-  return std::optional<model_identity>(std::move(id));
-}
-
-inline bool grpc_model_ready(const endpoint_address& a, const std::string& model, const client_options& opts) {
-  auto ch = grpc_client::make_channel(a, opts);
-  const auto& schema = net::grpc::kserve_schema::get();
-  auto req = schema.make("ModelReadyRequest");
-  req->GetReflection()->SetString(req.get(), req->GetDescriptor()->FindFieldByName("name"), model);
-  auto resp = schema.make("ModelReadyResponse");
-  error_info err;
-  if (!grpc_client::unary(*ch, "ModelReady", *req, *resp, opts, "ModelReady", err).ok()) return false;
-  return resp->GetReflection()->GetBool(*resp, resp->GetDescriptor()->FindFieldByName("ready"));
-}
-
-// SystemSharedMemoryRegister (`key` set) / SystemSharedMemoryUnregister.
-inline shm_call_result grpc_shm_call(const endpoint_address& a, const std::string& region, const std::string& key,
-                                     std::size_t bytes, const client_options& opts) {
-  auto ch = grpc_client::make_channel(a, opts);
-  const auto& schema = net::grpc::kserve_schema::get();
-  const bool reg = !key.empty();
-  auto req = schema.make(reg ? "SystemSharedMemoryRegisterRequest" : "SystemSharedMemoryUnregisterRequest");
-  const auto* d = req->GetDescriptor();
-  const auto* rr = req->GetReflection();
-  rr->SetString(req.get(), d->FindFieldByName("name"), region);
-  if (reg) {
-    rr->SetString(req.get(), d->FindFieldByName("key"), key);
-    rr->SetUInt64(req.get(), d->FindFieldByName("offset"), 0);
-    rr->SetUInt64(req.get(), d->FindFieldByName("byte_size"), bytes);
-  }
-  auto resp = schema.make(reg ? "SystemSharedMemoryRegisterResponse" : "SystemSharedMemoryUnregisterResponse");
-  error_info err;
-  const auto s = grpc_client::unary(*ch, reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister", *req,
-                                    *resp, opts, "shared memory region '" + region + "' on " + a.url, err);
-  if (s.ok()) return {true, true, {}};
-  const bool answered =
-      s.error_code() != ::grpc::StatusCode::UNAVAILABLE && s.error_code() != ::grpc::StatusCode::DEADLINE_EXCEEDED;
-  return {false, answered, err.message};
-}
-
-inline result<model_metadata> grpc_fetch_metadata(const endpoint_address& a, const std::string& model,
-                                                  const client_options& opts) {
-  JITEMBED_ASSIGN_OR_RETURN(auto j, grpc_client::fetch_json(a, "ModelMetadata", "ModelMetadataRequest",
-                                                            "ModelMetadataResponse", model, opts));
-  model_metadata md;
-  md.name = j.value("name", model);
-  md.platform = j.value("platform", "");
-  if (auto v = j.find("versions"); v != j.end() && v->is_array())
-    for (const auto& e : *v) md.versions.push_back(e.get<std::string>());
-  for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}}) {
-    if (auto list = j.find(key); list != j.end() && list->is_array())
-      for (const auto& t : *list) {
-        served_tensor st{t.value("name", ""), t.value("datatype", ""), {}};
-        if (auto s = t.find("shape"); s != t.end())
-          for (const auto& dim : *s)
-            st.shape.push_back(dim.is_string() ? std::stoll(dim.get<std::string>()) : dim.get<std::int64_t>());
-        dst->push_back(std::move(st));
-      }
-  }
-  return md;
-}
-
 class grpc_transport final : public transport {
  public:
   grpc_transport(const client_options& opts, client_executor& exec, attempt_events& events)
@@ -234,12 +163,8 @@ class grpc_transport final : public transport {
     auto& ch = channels_[&ep];
     if (!ch) ch = grpc_client::make_channel(ep.addr, opts_);
     auto call = std::make_shared<grpc_client::call>();
-    const auto remaining =
-        std::chrono::duration_cast<std::chrono::microseconds>(a->call->deadline - clock::now()).count();
-    call->request =
-        net::grpc::encode_infer_request(attempt_request(*a, opts_, std::max<std::int64_t>(1, remaining), std::nullopt));
-    call->ctx.set_deadline(std::chrono::system_clock::now() +
-                           std::chrono::microseconds(std::max<std::int64_t>(1, remaining)));
+    call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::microseconds(remaining_us(*a->call)));
+    call->request = net::grpc::encode_infer_request(attempt_request(*a, opts_, std::nullopt));
     if (!opts_.auth_token.empty()) call->ctx.AddMetadata("authorization", "Bearer " + opts_.auth_token);
     a->io = call;
     grpc_transport* const self = this;  // close() waits for every callback
@@ -265,15 +190,65 @@ class grpc_transport final : public transport {
   void forget(const endpoint_state& e) override { channels_.erase(&e); }
 
   result<std::optional<model_identity>> identity(const endpoint_address& a, const std::string& model) override {
-    return grpc_fetch_identity(a, model, opts_);
+    JITEMBED_ASSIGN_OR_RETURN(
+        auto cfg, grpc_client::fetch_json(a, "ModelConfig", "ModelConfigRequest", "ModelConfigResponse", model, opts_));
+    const auto& config = cfg.contains("config") ? cfg["config"] : cfg;
+    return identity_of(config, config, "input");
   }
+
   result<model_metadata> metadata(const endpoint_address& a, const std::string& model) override {
-    return grpc_fetch_metadata(a, model, opts_);
+    JITEMBED_ASSIGN_OR_RETURN(auto j, grpc_client::fetch_json(a, "ModelMetadata", "ModelMetadataRequest",
+                                                              "ModelMetadataResponse", model, opts_));
+    model_metadata md;
+    md.name = j.value("name", model);
+    md.platform = j.value("platform", "");
+    if (auto v = j.find("versions"); v != j.end() && v->is_array())
+      for (const auto& e : *v) md.versions.push_back(e.get<std::string>());
+    for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}}) {
+      if (auto list = j.find(key); list != j.end() && list->is_array())
+        for (const auto& t : *list) {
+          served_tensor st{t.value("name", ""), t.value("datatype", ""), {}};
+          if (auto s = t.find("shape"); s != t.end())
+            for (const auto& dim : *s)
+              st.shape.push_back(dim.is_string() ? std::stoll(dim.get<std::string>()) : dim.get<std::int64_t>());
+          dst->push_back(std::move(st));
+        }
+    }
+    return md;
   }
-  bool ready(const endpoint_address& a, const std::string& model) override { return grpc_model_ready(a, model, opts_); }
+
+  bool ready(const endpoint_address& a, const std::string& model) override {
+    auto ch = grpc_client::make_channel(a, opts_);
+    auto req = grpc_client::named("ModelReadyRequest", model);
+    auto resp = net::grpc::kserve_schema::get().make("ModelReadyResponse");
+    error_info err;
+    if (!grpc_client::unary(*ch, "ModelReady", *req, *resp, opts_, "ModelReady", err).ok()) return false;
+    return resp->GetReflection()->GetBool(*resp, resp->GetDescriptor()->FindFieldByName("ready"));
+  }
+
+  // SystemSharedMemoryRegister (`key` set) / SystemSharedMemoryUnregister.
   shm_call_result shared_memory(const endpoint_address& a, const std::string& region, const std::string& key,
                                 std::size_t bytes) override {
-    return grpc_shm_call(a, region, key, bytes, opts_);
+    auto ch = grpc_client::make_channel(a, opts_);
+    const bool reg = !key.empty();
+    auto req =
+        grpc_client::named(reg ? "SystemSharedMemoryRegisterRequest" : "SystemSharedMemoryUnregisterRequest", region);
+    const auto* d = req->GetDescriptor();
+    const auto* rr = req->GetReflection();
+    if (reg) {
+      rr->SetString(req.get(), d->FindFieldByName("key"), key);
+      rr->SetUInt64(req.get(), d->FindFieldByName("offset"), 0);
+      rr->SetUInt64(req.get(), d->FindFieldByName("byte_size"), bytes);
+    }
+    auto resp = net::grpc::kserve_schema::get().make(reg ? "SystemSharedMemoryRegisterResponse"
+                                                         : "SystemSharedMemoryUnregisterResponse");
+    error_info err;
+    const auto s = grpc_client::unary(*ch, reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister", *req,
+                                      *resp, opts_, "shared memory region '" + region + "' on " + a.url, err);
+    if (s.ok()) return {true, true, {}};
+    const bool answered =
+        s.error_code() != ::grpc::StatusCode::UNAVAILABLE && s.error_code() != ::grpc::StatusCode::DEADLINE_EXCEEDED;
+    return {false, answered, err.message};
   }
 
   // Waits for the callbacks of the calls in flight (abandon() cancelled them).

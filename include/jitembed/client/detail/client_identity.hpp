@@ -1,10 +1,5 @@
-// A remote model's cache-key identity (client_options::identities documents it), read from one endpoint:
-// GET /v2/models/<m> (jitembed-server publishes parameters.fingerprint / preprocess_key as strings there);
-// when the metadata has none, GET /v2/models/<m>/config, whose `parameters` Triton publishes in its JSON
-// form, {"fingerprint": {"string_value": ".."}, "preprocess_key": {"string_value": ".."}}, so a Triton
-// model whose config.pbtxt carries both parameters needs no client_options.identities. Also a model's whole
-// KServe metadata (jit_client::metadata) from the same GET. Also the errc of a failed HTTP answer and the
-// shared-memory region calls over HTTP.
+// A remote model's cache-key identity and KServe metadata over HTTP (GET /v2/models/<m>, Triton's .../config
+// for the parameters), the errc of a failed HTTP answer, and the shared-memory region calls over HTTP.
 #pragma once
 
 #include <algorithm>
@@ -37,6 +32,22 @@ inline std::optional<std::string> identity_parameter(const nlohmann::json& doc, 
     if (s != v->end() && s->is_string()) return s->get<std::string>();
   }
   return std::nullopt;
+}
+
+// The identity in `params`' parameters (fingerprint, preprocess_key), its input the name of `inputs_doc`'s
+// first `inputs_key` entry; nullopt when a parameter is missing.
+inline std::optional<model_identity> identity_of(const nlohmann::json& params, const nlohmann::json& inputs_doc,
+                                                 const char* inputs_key) {
+  auto fp = identity_parameter(params, "fingerprint");
+  auto key = identity_parameter(params, "preprocess_key");
+  if (!fp || !key) return std::nullopt;
+  model_identity id{std::move(*fp), std::move(*key), {}};
+  // find() on anything but an object is end()
+  if (auto in = inputs_doc.find(inputs_key); in != inputs_doc.end() && in->is_array() && !in->empty() &&
+                                             (*in)[0].is_object() && (*in)[0].contains("name") &&
+                                             (*in)[0]["name"].is_string())
+    id.input = (*in)[0]["name"].get<std::string>();
+  return id;
 }
 
 // What the client says when an endpoint serves `model` but publishes no identity for it.
@@ -91,23 +102,10 @@ inline result<std::optional<model_identity>> fetch_identity(net::http::client& h
   if (!r) return r.error();
   if (r->status != 200) return http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);
   const auto meta = nlohmann::json::parse(r->body, nullptr, false);
-  auto fp = identity_parameter(meta, "fingerprint");
-  auto key = identity_parameter(meta, "preprocess_key");
-  if (!fp || !key) {  // Triton: the model config's parameters
-    auto rc = hc.get("/v2/models/" + model + "/config", h);
-    if (rc && rc->status == 200) {
-      const auto cfg = nlohmann::json::parse(rc->body, nullptr, false);
-      fp = identity_parameter(cfg, "fingerprint");
-      key = identity_parameter(cfg, "preprocess_key");
-    }
-  }
-  if (!fp || !key) return std::optional<model_identity>{};
-  model_identity id{std::move(*fp), std::move(*key), {}};
-  // find() on anything but an object is end()
-  if (auto in = meta.find("inputs"); in != meta.end() && in->is_array() && !in->empty() && (*in)[0].is_object() &&
-                                     (*in)[0].contains("name") && (*in)[0]["name"].is_string())
-    id.input = (*in)[0]["name"].get<std::string>();
-  return std::optional<model_identity>(std::move(id));
+  if (auto id = identity_of(meta, meta, "inputs")) return id;
+  auto rc = hc.get("/v2/models/" + model + "/config", h);  // Triton: the model config's parameters
+  if (!rc || rc->status != 200) return std::optional<model_identity>{};
+  return identity_of(nlohmann::json::parse(rc->body, nullptr, false), meta, "inputs");
 }
 
 // GET /v2/models/<m> on the endpoint `a` as model_metadata: the transport's or the HTTP status's error

@@ -34,7 +34,6 @@ class retry_budget {
     tokens_ -= 1.0;
     return true;
   }
-  double tokens() const noexcept { return tokens_; }
 
  private:
   double cap() const noexcept { return std::max(10.0, min_per_s_ * 10.0); }
@@ -115,12 +114,8 @@ inline answer_action after_failed_answer(attempt_fault f, errc code, std::size_t
   return answer_action::fail;
 }
 
-// The balancer: power of two choices on attempts in flight (`outstanding`), latency as the tie break: ties on
-// outstanding go to the clearly faster one (latency more than 20% lower); otherwise the random pair already
-// spreads a sequential client's load over equal servers. An endpoint's latency is its EWMA (`has_ewma`,
-// `ewma_ms`) aged by the time since its last sample (`ewma_at`), halved every kLatencyHalfLife: one that was
-// slow once and then never picked (a sequential client always has ties) would otherwise be starved forever,
-// however fast it became.
+// The balancer: power of two choices on attempts in flight, ties to the clearly faster one (latency 20% lower).
+// The latency EWMA halves every kLatencyHalfLife since its last sample, so one slow once is not starved forever.
 inline constexpr std::chrono::milliseconds kLatencyHalfLife{1000};
 
 template <class E>

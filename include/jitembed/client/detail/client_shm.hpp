@@ -1,8 +1,5 @@
-// The client's shared memory for same-host endpoints (Triton's system shared-memory extension, client
-// side): per endpoint one POSIX shared-memory object this client creates and registers, carved into one
-// span per attempt (its input rows, then room for each output), and the output layout of each model,
-// learned from its answers. No mapping: the client reads and writes the object with pread/pwrite, so a
-// full /dev/shm is an error (ENOSPC; the attempt goes over the socket) rather than a SIGBUS.
+// The client's shared-memory objects (one per same-host endpoint) and their spans, one per attempt. No mapping:
+// pread/pwrite, so a full /dev/shm is an error (ENOSPC: the socket instead) rather than a SIGBUS.
 #pragma once
 
 #include <fcntl.h>
@@ -89,14 +86,9 @@ class shm_spans {
   }
 
   void reclaim(std::chrono::steady_clock::time_point now) {
-    for (auto it = quarantine_.begin(); it != quarantine_.end();) {
-      if (it->until <= now) {
-        release(it->off, it->size);
-        it = quarantine_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    for (const auto& h : quarantine_)
+      if (h.until <= now) release(h.off, h.size);
+    std::erase_if(quarantine_, [&](const held& h) { return h.until <= now; });
   }
 
  private:

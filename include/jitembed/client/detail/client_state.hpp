@@ -1,12 +1,5 @@
-// The state behind a jit_client handle: it puts together the parts of client/detail/, each with its own
-// options (a slice of client_options) and file:
-// - call_engine.hpp: the calls (call_table.hpp), the endpoint set (endpoint_set.hpp) and its picker, the
-//   retry, eject and hedge decisions (client_policy.hpp, hedger.hpp), under the engine's lock;
-// - shm_manager.hpp: shared memory with same-host endpoints (the engine's);
-// - control_plane.hpp: the endpoint source and its watcher, identity, metadata, readiness;
-// - transport.hpp and its three: http_transport.hpp (Beast, a connection pool per endpoint), client_grpc.hpp
-//   (gRPC, a channel per endpoint), local_transport.hpp (in-process models: local mode is its one endpoint);
-// - executor.hpp: the I/O threads every completion, timer and user callback runs on.
+// The state behind a jit_client handle: it puts together the parts of client/detail/ (the call engine, the
+// control plane, the transports, the executor; client/README.md), each with its own slice of client_options.
 #pragma once
 
 #include <memory>

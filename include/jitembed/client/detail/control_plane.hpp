@@ -1,7 +1,5 @@
-// The client's control plane: the endpoint source and its watcher thread (re-reads the list, resolves new
-// endpoints, re-probes ejected models, registers shared memory), model identity (cached), metadata and
-// readiness. Its blocking calls go through the transports without the call engine's lock; the endpoints it
-// asks come from the engine's picker snapshot.
+// The client's control plane: the endpoint source and its watcher thread, model identity (cached), metadata
+// and readiness. Its blocking calls go through the transports without the call engine's lock.
 #pragma once
 
 #include <sys/stat.h>
@@ -131,9 +129,7 @@ class control_plane {
   }
 
   // Probes every live endpoint for each model until one answers ready for it (docs/client.md, Timeouts and
-  // readiness). The wait is bounded: it ends after `timeout` plus at most one probe (no probe starts past the
-  // deadline once every model was probed once; a probe's connect and read timeouts are short), and at once in
-  // local mode, where nothing becomes ready later.
+  // readiness): after `timeout` no probe starts once every model was probed once; local mode does not wait.
   result<void> wait_ready(const std::vector<std::string>& models, std::chrono::milliseconds timeout) {
     if (timeout.count() <= 0) return fail(errc::invalid_argument, "client: wait_ready timeout must be positive");
     if (models.empty()) return fail(errc::invalid_argument, "client: wait_ready names no model");

@@ -1,7 +1,5 @@
-// The client's endpoint set, without I/O: which endpoints exist (from the source, as the watcher last read
-// it), which drain, which are ejected for a model, each one's circuit breaker and latency, and which are
-// eligible for a call. The call engine calls every member with its lock held, except snapshot(): the picker
-// (gRPC's picker/control-plane split) that the set publishes anew whenever its members change.
+// The client's endpoint set, without I/O: members, draining, per-model ejection, circuit breakers, latency.
+// Called with the engine's lock held, except snapshot(): the immutable picker published on every change.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -261,26 +259,23 @@ class endpoint_set {
   }
 
   static endpoint_stats stats_of(const endpoint_state& e, clock::time_point now) {
-    endpoint_stats es;
-    es.url = e.addr.url;
-    es.requests = e.requests;
-    es.successes = e.successes;
-    es.failures = e.failures;
-    es.outstanding = e.outstanding;
-    es.ewma_latency_ms = e.ewma_ms;
-    es.draining = e.draining;
-    es.circuit_open = e.circuit_open(now);
-    es.connections_opened = e.conns_opened;
-    es.shared_memory = e.shm == shm_status::ready;
-    return es;
+    return {.url = e.addr.url,
+            .requests = e.requests,
+            .successes = e.successes,
+            .failures = e.failures,
+            .outstanding = e.outstanding,
+            .ewma_latency_ms = e.ewma_ms,
+            .draining = e.draining,
+            .circuit_open = e.circuit_open(now),
+            .connections_opened = e.conns_opened,
+            .shared_memory = e.shm == shm_status::ready};
   }
 
   breaker_options breaker_;
   double alpha_;
   std::vector<endpoint_ptr> eps_;
   std::vector<endpoint_stats> retired_;
-  // A mutex, not std::atomic<std::shared_ptr>: the same one uncontended lock per pick, and ThreadSanitizer sees it
-  // (libstdc++ 12's atomic shared_ptr locks a bit TSAN does not know, and TSAN reported a race on it).
+  // A mutex, not std::atomic<std::shared_ptr>: libstdc++ 12's locks a bit ThreadSanitizer does not see.
   mutable std::mutex picker_mu_;
   std::shared_ptr<const picker> picker_ = std::make_shared<const picker>();
 };

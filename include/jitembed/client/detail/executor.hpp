@@ -1,6 +1,5 @@
-// The client's executor: one Asio io_context run by the client's I/O threads. Every user callback, every
-// retry and hedge timer and every transport completion runs on it (transports that have their own threads,
-// gRPC's and the local models' workers, post their completions here).
+// The client's executor: one Asio io_context run by the client's I/O threads, on which every user callback,
+// timer and transport completion runs (gRPC's and the local workers' threads post theirs here).
 #pragma once
 
 #include <boost/asio/executor_work_guard.hpp>

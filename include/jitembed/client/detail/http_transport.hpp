@@ -158,9 +158,7 @@ class http_transport final : public transport {
 
   result<void> build(remote_attempt& a, session& st) {
     const remote_call& c = *a.call;
-    const auto remaining = std::chrono::duration_cast<std::chrono::microseconds>(c.deadline - clock::now()).count();
-    auto msg = net::kserve::encode_request(
-        attempt_request(a, opts_, std::max<std::int64_t>(1, remaining), opts_.binary_outputs));
+    auto msg = net::kserve::encode_request(attempt_request(a, opts_, opts_.binary_outputs));
     if (!msg) return msg.error();
     st.msg = std::move(*msg);
     const std::string hlen = st.msg.header_length ? std::to_string(*st.msg.header_length) : std::string();
@@ -190,9 +188,8 @@ class http_transport final : public transport {
   }
   static constexpr const char* kHandshake = "TLS handshake";
 
-  // A connection's executor: a strand when several I/O threads run the io_context; with one (the default)
-  // that thread is already an implicit strand, and an explicit one cost ~28 us a request at c=1
-  // (bench_client: 8,000 -> 6,900 req/s, Boost 1.74), so the io_context's own executor.
+  // A connection's executor: a strand only with several I/O threads (one thread is an implicit strand, and an
+  // explicit one cost ~28 us a request at c=1: bench_client 8,000 -> 6,900 req/s).
   asio::any_io_executor connection_executor() {
     if (opts_.io_threads <= 1) return ioc_.get_executor();
     return asio::make_strand(ioc_);

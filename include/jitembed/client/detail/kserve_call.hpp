@@ -2,6 +2,8 @@
 // the "timeout", the compression offer and marks and Triton's shared-memory parameters are spelled here once.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -10,13 +12,19 @@
 
 namespace jitembed::client::detail {
 
+// What is left of the call's deadline, in microseconds (at least 1).
+inline std::int64_t remaining_us(const remote_call& c) {
+  return std::max<std::int64_t>(
+      1, std::chrono::duration_cast<std::chrono::microseconds>(c.deadline - clock::now()).count());
+}
+
 // The attempt's request: one input, BYTES [n, 1] or typed [n, row_shape...], viewing the call's rows (raw, or
 // compressed once and marked so) which its storage keeps alive; with `a.shm` the rows and each output in the
 // attempt's span of shared memory instead (Triton's parameters, no data). The deadline travels as the
-// "timeout" parameter (`timeout_us`, microseconds), the compression offer as the compression parameter.
+// "timeout" parameter (remaining_us), the compression offer as the compression parameter.
 // `binary_data_output` (HTTP): that parameter, first, and each output's binary_data; gRPC has neither.
 inline net::kserve::infer_request attempt_request(remote_attempt& a, const client_options& opts,
-                                                  std::int64_t timeout_us, std::optional<bool> binary_data_output) {
+                                                  std::optional<bool> binary_data_output) {
   namespace kserve = net::kserve;
   remote_call& c = *a.call;
   kserve::infer_request r;
@@ -24,7 +32,7 @@ inline net::kserve::infer_request attempt_request(remote_attempt& a, const clien
   r.version = c.version;
   r.parameters = kserve::json::object();
   if (binary_data_output) r.parameters["binary_data_output"] = *binary_data_output;
-  r.parameters["timeout"] = timeout_us;
+  r.parameters["timeout"] = remaining_us(c);
   const auto shm_parameters = [&](std::size_t offset, std::size_t bytes) {
     // integers: over gRPC int64_param, as tritonclient sends them (Triton refuses another type)
     return kserve::json{{"shared_memory_region", a.shm->arena->region},

@@ -1,24 +1,17 @@
-// The client's local transport (client_options.local_models): in-process models ("embed on a local GPU") run
-// on local_backend's worker pool; rows are preprocessed one by one (a row that fails alone is a row error),
-// then run in batches of consecutive rows with the same preprocessed shape, up to the model's max_batch_size.
-// Its one endpoint, "local", reports each answer on the client's executor. Calls to it go through the same
-// call table, deadlines, cancellation and coalescing as remote ones. A local model's answer is final: its
-// error (a bad row, a model that throws, an unknown model) is the call's error, never retried and never held
-// against the endpoint.
+// The client's local transport (client_options.local_models): in-process models on a worker pool, its one
+// endpoint "local". A local model's answer is final: its error is the call's, never retried (docs/client.md).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <stop_token>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -30,21 +23,20 @@
 #include "jitembed/client/stats.hpp"
 #include "jitembed/core/detail/capture.hpp"
 #include "jitembed/core/limits.hpp"
-#include "jitembed/core/worker_group.hpp"
+#include "jitembed/core/thread_pool.hpp"
 #include "jitembed/models/model.hpp"
 #include "jitembed/models/preprocess_input.hpp"
 
 namespace jitembed::client::detail {
 
-// Starting its threads is all or none: the constructor throws worker_group's std::system_error after
-// stopping those that started (client_state::create reports it as resource_exhausted).
+// The local models and the pool that runs them. Starting its threads is all or none: the constructor throws
+// worker_group's std::system_error after stopping those that started (create() says resource_exhausted).
 class local_backend {
  public:
   explicit local_backend(const client_options& opts)
       : models_(opts.local_models),
-        threads_(opts.local_threads ? opts.local_threads : std::max(1u, std::thread::hardware_concurrency()),
-                 [this](std::stop_token stop, std::size_t) { work(stop); }) {}
-  ~local_backend() { close(); }
+        pool_(std::in_place,
+              opts.local_threads ? opts.local_threads : std::max(1u, std::thread::hardware_concurrency())) {}
 
   const models::any_model* find(const std::string& name) const {
     for (const auto& m : models_)
@@ -54,31 +46,9 @@ class local_backend {
 
   // Queues a task; false after close().
   bool post(std::function<void()> task) {
-    {
-      std::lock_guard lk(mu_);
-      if (closed_) return false;
-      queue_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-    return true;
-  }
-
-  // Runs `rows` through `m`: per-row outputs (present[i] false with errors[i] set for a failed row).
-  static void run_rows(const models::any_model& m, const std::vector<bytes_view>& rows, bool is_sample,
-                       const decode_limits& limits, std::vector<models::named_tensors>& outs,
-                       std::vector<bool>& present, std::vector<error_info>& errors) {
-    const std::size_t n = rows.size();
-    errors.assign(n, error_info{});
-    std::vector<tensor> inputs(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      auto t = models::preprocess_input(m, rows[i], is_sample, limits);
-      if (!t) {
-        errors[i] = t.error();
-        continue;
-      }
-      inputs[i] = std::move(*t);
-    }
-    run_items(m, inputs, outs, present, errors);
+    std::lock_guard lk(mu_);
+    if (pool_) pool_->submit(std::move(task));
+    return pool_.has_value();
   }
 
   // Runs model items (errors[i] already set: row i is skipped) in batches of consecutive rows of one shape.
@@ -119,52 +89,27 @@ class local_backend {
     }
   }
 
+  // The workers drain the queue and stop (outside the lock: their tasks may post).
   void close() {
-    {
-      std::lock_guard lk(mu_);
-      if (closed_) return;
-      closed_ = true;
-    }
-    cv_.notify_all();
-    threads_.join();  // the workers drain the queue first
+    std::optional<thread_pool> gone;
+    std::lock_guard lk(mu_);
+    gone.swap(pool_);
   }
 
  private:
-  // Runs tasks until closed (or stopped: a failed start) and the queue is drained.
-  void work(std::stop_token stop) {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock lk(mu_);
-        cv_.wait(lk, stop, [&] { return closed_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // closed (or stopped) and drained
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-  }
-
   std::vector<models::any_model> models_;
-  std::mutex mu_;
-  std::condition_variable_any cv_;  // waits on the workers' stop_token too
-  std::deque<std::function<void()>> queue_;
-  bool closed_ = false;
-  worker_group threads_;  // last: the workers use the members above
+  std::mutex mu_;                    // pool_
+  std::optional<thread_pool> pool_;  // last: its workers run the models above
 };
 
 // Stacks one item's outputs per row into [N, ...] tensors; rows without outputs (failed) stay zeros.
 // Every present row must agree on names, dtypes and shapes (a model's outputs do).
 inline result<named_tensors> stack_rows(const std::vector<models::named_tensors>& rows,
                                         const std::vector<bool>& present) {
-  const models::named_tensors* first = nullptr;
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    if (present[i]) {
-      first = &rows[i];
-      break;
-    }
   named_tensors out;
-  if (!first) return out;
+  const auto it = std::find(present.begin(), present.end(), true);
+  if (it == present.end()) return out;
+  const models::named_tensors* first = &rows[static_cast<std::size_t>(it - present.begin())];
   for (std::size_t k = 0; k < first->size(); ++k) {
     const auto& [name, t0] = (*first)[k];
     shape s;
@@ -188,12 +133,7 @@ inline result<named_tensors> stack_rows(const std::vector<models::named_tensors>
 }
 
 inline const endpoint_address& local_endpoint() {
-  static const endpoint_address a = [] {
-    endpoint_address e;
-    e.url = "local";
-    e.host = "local";
-    return e;
-  }();
+  static const endpoint_address a{"local", "local"};
   return a;
 }
 
@@ -270,11 +210,7 @@ class local_transport final : public transport {
   static result<std::vector<tensor>> typed_items(const models::any_model& m, const remote_call& c) {
     namespace ks = net::kserve;
     const auto& d = m.inputs().front();
-    const auto dims = [](const std::vector<std::int64_t>& s) {
-      std::string o = "[";
-      for (std::size_t k = 0; k < s.size(); ++k) o += (k ? "," : "") + std::to_string(s[k]);
-      return o + "]";
-    };
+    const auto dims = [](const std::vector<std::int64_t>& s) { return ks::detail::shape_string(s); };
     const std::string type(ks::to_string(c.type));
     std::vector<tensor> items;
     items.reserve(c.n_rows);
@@ -327,20 +263,23 @@ class local_transport final : public transport {
     const auto* m = backend_.find(c.model);
     if (!m) return no_model(c.model);
     if (clock::now() > c.deadline) return fail(errc::timeout, "embed: deadline passed before the local model ran");
-    std::vector<bytes_view> rows;
-    rows.reserve(c.n_rows);
-    for (std::size_t i = 0; i < c.n_rows; ++i) rows.push_back(c.row(i));
+    std::vector<tensor> items(c.n_rows);
+    std::vector<error_info> errors(c.n_rows);  // a row that fails preprocessing alone is a row error
+    if (c.typed()) {
+      JITEMBED_ASSIGN_OR_RETURN(items, typed_items(*m, c));
+    } else {
+      for (std::size_t i = 0; i < c.n_rows; ++i) {
+        auto t = models::preprocess_input(*m, c.row(i), c.input == "sample", decode_limits{});
+        if (t)
+          items[i] = std::move(*t);
+        else
+          errors[i] = t.error();
+      }
+    }
     std::vector<models::named_tensors> outs;
     std::vector<bool> present;
-    std::vector<error_info> errors;
-    if (c.typed()) {
-      auto items = typed_items(*m, c);
-      if (!items) return items.error();
-      local_backend::run_items(*m, *items, outs, present, errors);
-    } else {
-      local_backend::run_rows(*m, rows, c.input == "sample", decode_limits{}, outs, present, errors);
-    }
-    if (rows.size() == 1 && !present[0]) return errors[0];
+    local_backend::run_items(*m, items, outs, present, errors);
+    if (c.n_rows == 1 && !present[0]) return errors[0];
     if (!c.outputs.empty()) {
       for (auto& o : outs) {
         models::named_tensors kept;

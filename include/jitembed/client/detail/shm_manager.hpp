@@ -1,7 +1,5 @@
-// The client's shared-memory manager for same-host endpoints (its options: shared_memory_options; the object
-// and its spans: client_shm.hpp): registering a region per endpoint (the watcher, off the engine's lock),
-// planning an attempt's span, learning a model's output sizes from its answers, telling a server's refusal of
-// shared memory, and the regions to unregister. The call engine calls it with its lock held, but setup().
+// The client's shared-memory manager (the object and its spans: client_shm.hpp): a region per same-host
+// endpoint, each attempt's span, the models' output sizes. Called with the engine's lock held, but setup().
 #pragma once
 
 #include <ifaddrs.h>

@@ -1,7 +1,5 @@
-// The client's transports: how an attempt reaches an endpoint and how its end is reported back. One per
-// scheme: HTTP/1.1 (http_transport.hpp: Beast, a connection pool per endpoint), gRPC (client_grpc.hpp: a
-// channel per endpoint) and in-process models (local_transport.hpp). Balancing, retries, hedging, the row
-// split and exactly-once live in the call engine and are transport-blind.
+// The client's transports, one per scheme (HTTP, gRPC, local): how an attempt reaches an endpoint and how its
+// end is reported back. Balancing, retries, hedging and exactly-once are the call engine's, transport-blind.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -134,10 +132,8 @@ inline const byte_buffer* packed_rows(const client_options& o, remote_call& c) {
   return c.packed_rows->get();
 }
 
-// An output of a response as a tensor of `n_rows` rows: a compressed one (net/kserve/compression.hpp)
-// decompressed, bounded by max_bytes (the decompressed buffer becomes the tensor's storage); one the server
-// wrote into the attempt's shared memory (`shm`) read from there. corrupt_data for an answer that does not
-// match the request: another row count, a region or span the attempt did not name.
+// An output of a response as a tensor of `n_rows` rows: decompressed (bounded by max_bytes), or read from the
+// attempt's shared memory (`shm`). corrupt_data for another row count, or a region or span it did not name.
 inline result<tensor> output_tensor(const net::kserve::infer_tensor& o, std::size_t n_rows, std::size_t max_bytes,
                                     const std::string& url, const shm_use* shm) {
   namespace kserve = net::kserve;

@@ -62,11 +62,7 @@ struct loader_checkpoint {
     if (get(4) != kLoaderStateMagic) return bad(errc::bad_magic, "not a jit_loader state");
     if (const auto v = get(4); v != kLoaderStateVersion) return bad(errc::unsupported_version, "version " + std::to_string(v));
     loader_checkpoint c;
-    c.n = get(8);
-    c.world = get(8);
-    c.rank = get(8);
-    c.batch = get(8);
-    c.seed = get(8);
+    for (std::uint64_t* v : {&c.n, &c.world, &c.rank, &c.batch, &c.seed}) *v = get(8);
     c.shuffle = get(1) != 0;
     c.epoch = get(8);
     c.steps_done = get(8);

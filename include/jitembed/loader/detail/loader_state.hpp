@@ -13,9 +13,6 @@
 // - outstanding_ == live_.size() == requests sent whose callback has not run yet.
 // The client's callback only moves its result into finished_ (short, under the lock); workers do the
 // rest. The lock is never held while calling into the client or the cache.
-// The members defined out of line are in loader_state_epochs.hpp (setup, epochs, checkpoints),
-// loader_state_workers.hpp (admission, reading samples) and loader_state_requests.hpp (cache, requests,
-// completions); loader/detail/jit_loader_impl.hpp includes all three.
 #pragma once
 
 #include <algorithm>
@@ -63,20 +60,19 @@ static_assert(std::is_same_v<client::jit_client::request_id, std::uint64_t>);
 
 class loader_state {
  public:
-  loader_state(format::dataset ds, client::jit_client* client, std::optional<client::jit_client> owned, loader_options opts)
-      : ds_(std::move(ds)), owned_(std::move(owned)), client_(owned_ ? &*owned_ : client), opts_(std::move(opts)) {}
+  loader_state(format::dataset ds, client::jit_client client, loader_options opts)
+      : ds_(std::move(ds)), client_(std::move(client)), opts_(std::move(opts)) {}
   loader_state(const loader_state&) = delete;
   loader_state& operator=(const loader_state&) = delete;
   ~loader_state() { close(); }
 
   // Every failure is in the result (core_detail::capture): a worker that cannot start is
   // resource_exhausted, after the workers already started are stopped and joined.
-  static result<std::unique_ptr<loader_state>> create(format::dataset ds, client::jit_client* client, std::optional<client::jit_client> owned,
+  static result<std::unique_ptr<loader_state>> create(format::dataset ds, client::jit_client client,
                                                       loader_options opts) {
     return core_detail::capture("jit_loader", [&]() -> result<std::unique_ptr<loader_state>> {
-      if (!client && !owned) return fail(errc::invalid_argument, "jit_loader: no client");
       JITEMBED_TRY(check(opts));
-      auto s = std::make_unique<loader_state>(std::move(ds), client, std::move(owned), std::move(opts));
+      auto s = std::make_unique<loader_state>(std::move(ds), std::move(client), std::move(opts));
       JITEMBED_TRY(s->wait_ready());  // before make_groups' identity requests: their errors would hide its
       JITEMBED_TRY(s->make_groups());
       JITEMBED_TRY(s->start_epoch(s->opts_.epoch));
@@ -136,21 +132,15 @@ class loader_state {
       delivered_[p] = true;
       if (!b.samples.back().ok()) ++failed;
     }
-    failed_total_ += failed;
     buffered_ -= want.size();
-    delivered_total_ += want.size();
-    ++batches_;
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    wait_s_ += waited;
-    max_wait_s_ = std::max(max_wait_s_, waited);
-    {
-      auto& cur = epoch_stats_locked(epoch_).s;  // looked up again: workers add entries while next() waits
-      ++cur.steps;
-      cur.samples_delivered += b.samples.size();
-      cur.samples_failed += failed;
-      cur.wait_s += waited;
-      cur.max_wait_s = std::max(cur.max_wait_s, waited);
-    }
+    count_locked(epoch_, [&](loader_epoch_stats& c) {  // not `es`: workers add entries while next() waits
+      ++c.steps;
+      c.samples_delivered += want.size();
+      c.samples_failed += failed;
+      c.wait_s += waited;
+      c.max_wait_s = std::max(c.max_wait_s, waited);
+    });
     cv_.notify_all();  // room in the window
     lock.unlock();     // step_error asks the client for its endpoints
     if (failed != 0)
@@ -160,52 +150,49 @@ class loader_state {
 
   byte_buffer state() const {
     std::lock_guard lock(mu_);
-    loader_checkpoint c;
-    c.n = plan_.n;
-    c.world = plan_.world;
-    c.rank = plan_.rank;
-    c.batch = plan_.batch;
-    c.seed = opts_.seed;
-    c.shuffle = opts_.shuffle;
-    c.epoch = epoch_;
-    c.steps_done = steps_done_;
-    c.delivered = delivered_;
+    const loader_checkpoint c{.n = plan_.n,
+                              .world = plan_.world,
+                              .rank = plan_.rank,
+                              .batch = plan_.batch,
+                              .seed = opts_.seed,
+                              .shuffle = opts_.shuffle,
+                              .epoch = epoch_,
+                              .steps_done = steps_done_,
+                              .delivered = delivered_};
     return c.serialize();
   }
 
   loader_stats stats() const {
-    loader_stats s;
-    {
-      std::lock_guard lock(mu_);
-      s.epoch = epoch_;
-      s.step = steps_done_;
-      s.steps_per_epoch = plan_.steps();
-      s.batches = batches_;
-      s.samples_delivered = delivered_total_;
-      s.samples_failed = failed_total_;
-      s.wait_s = wait_s_;
-      s.max_wait_s = max_wait_s_;
-      s.buffered = buffered_;
-      s.max_buffered_seen = max_buffered_seen_;
-      s.ready = ready_.size();
-      s.chunks_in_flight = chunks_in_flight_;
-      s.requests_in_flight = outstanding_;
-      // updated under mu_ with their epoch's share, so the totals and s.epochs agree
-      s.requests = requests_;
-      s.rows_requested = rows_requested_;
-      s.cache_hits = cache_hits_;
-      s.cache_misses = cache_misses_;
-      const auto now = std::chrono::steady_clock::now();
-      s.epochs.reserve(epoch_stats_.size());
-      for (const auto& [e, es] : epoch_stats_) {
-        s.epochs.push_back(es.s);
-        if (es.begun && !es.s.ended) s.epochs.back().wall_s = std::chrono::duration<double>(now - es.begin).count();
-      }
+    auto cs = client_.stats();  // not under mu_: the lock is never held while calling into the client
+    std::lock_guard lock(mu_);
+    const auto& t = totals_;
+    loader_stats s{.epoch = epoch_,
+                   .step = steps_done_,
+                   .steps_per_epoch = plan_.steps(),
+                   .batches = t.steps,
+                   .samples_delivered = t.samples_delivered,
+                   .samples_failed = t.samples_failed,
+                   .wait_s = t.wait_s,
+                   .max_wait_s = t.max_wait_s,
+                   .buffered = buffered_,
+                   .max_buffered_seen = max_buffered_seen_,
+                   .ready = ready_.size(),
+                   .chunks_in_flight = chunks_in_flight_,
+                   .requests_in_flight = outstanding_,
+                   .requests = t.requests,
+                   .rows_requested = t.rows_requested,
+                   .resubmits = t.resubmits,
+                   .cache_hits = t.cache_hits,
+                   .cache_misses = t.cache_misses,
+                   .cache_puts = cache_puts_.load(),
+                   .cache_put_failures = cache_put_failures_.load(),
+                   .client = std::move(cs)};
+    const auto now = std::chrono::steady_clock::now();
+    s.epochs.reserve(epoch_stats_.size());
+    for (const auto& [e, es] : epoch_stats_) {
+      s.epochs.push_back(es.s);
+      if (es.begun && !es.s.ended) s.epochs.back().wall_s = std::chrono::duration<double>(now - es.begin).count();
     }
-    s.resubmits = resubmits_.load();
-    s.cache_puts = cache_puts_.load();
-    s.cache_put_failures = cache_put_failures_.load();
-    s.client = client_->stats();
     return s;
   }
 
@@ -236,7 +223,7 @@ class loader_state {
       for (const auto& [token, r] : live_)
         if (r.id) ids.push_back(*r.id);
     }
-    for (auto id : ids) client_->cancel(id);
+    for (auto id : ids) client_.cancel(id);
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return outstanding_ == 0; });
     finished_.clear();
@@ -270,6 +257,13 @@ class loader_state {
       }
     }
     return it->second;
+  }
+
+  // Adds to epoch e's counters and to the totals together (under mu_), so stats() sees them agree.
+  template <class Add>
+  void count_locked(std::uint64_t e, Add add) {
+    add(totals_);
+    add(epoch_stats_locked(e).s);
   }
 
   result<void> make_groups();
@@ -307,7 +301,8 @@ class loader_state {
 
   void read_sample(chunk_sample& s, std::uint64_t index);
 
-  // Group g's named field of the sample (loader_group::field) into s.content / s.types / s.keys.
+  // Group g's field `f` of the sample (its named field, or the first of its kind) into s.content / s.types /
+  // s.keys.
   result<void> read_field(chunk_sample& s, std::size_t g, const format::sample_field& f);
 
   // The tensors a group's specs need, from a cached value; nullopt when it lacks one (a miss).
@@ -332,8 +327,7 @@ class loader_state {
   void finish_sample(chunk_sample& s);
 
   format::dataset ds_;
-  std::optional<client::jit_client> owned_;
-  client::jit_client* client_;
+  client::jit_client client_;  // the caller's client, shared
   loader_options opts_;
   std::vector<loader_group> groups_;
 
@@ -352,13 +346,11 @@ class loader_state {
   std::uint64_t next_token_ = 1;
   std::unordered_map<std::uint64_t, loader_request> live_;
   std::deque<finished_request> finished_;
-  std::uint64_t batches_ = 0, delivered_total_ = 0, failed_total_ = 0;
   std::map<std::uint64_t, epoch_entry> epoch_stats_;  // by epoch, at most loader_stats::kMaxEpochStats
-  double wait_s_ = 0, max_wait_s_ = 0;
+  loader_epoch_stats totals_;                         // all epochs (count_locked)
   worker_group workers_;
 
-  std::uint64_t requests_ = 0, rows_requested_ = 0, cache_hits_ = 0, cache_misses_ = 0;  // under mu_, with epoch_stats_
-  std::atomic<std::uint64_t> resubmits_{0}, cache_puts_{0}, cache_put_failures_{0};
+  std::atomic<std::uint64_t> cache_puts_{0}, cache_put_failures_{0};
 };
 
 }  // namespace jitembed::loader::detail

@@ -1,6 +1,5 @@
-// loader_state's setup and epochs: option checks, model groups, the readiness wait, the fail_fast /
-// max_failed_fraction verdict on a step, starting an epoch's plan and restoring from a checkpoint.
-// Defines members declared in loader_state.hpp; included by loader/detail/jit_loader_impl.hpp.
+// loader_state's setup and epochs (members declared in loader_state.hpp): option checks, model groups, the
+// readiness wait, the verdict on a step, starting an epoch's plan and restoring from a checkpoint.
 #pragma once
 
 #include "jitembed/loader/detail/loader_state.hpp"
@@ -42,7 +41,7 @@ inline auto loader_state::wait_ready() -> result<void> {
   std::vector<std::string> models;
   for (const auto& e : opts_.embeddings)
     if (std::find(models.begin(), models.end(), e.model) == models.end()) models.push_back(e.model);
-  auto r = client_->wait_ready(models, *timeout);
+  auto r = client_.wait_ready(models, *timeout);
   if (!r) return fail(r.error().code, "jit_loader: " + r.error().message);
   return {};
 }
@@ -62,12 +61,7 @@ inline auto loader_state::step_error(const step& b, std::uint64_t failed) const 
   std::string why;
   if (opts_.fail_fast) {
     why = "fail_fast";
-    if (!first)
-      for (const auto& s : b.samples)
-        if (!s.ok()) {
-          first = &s;
-          break;
-        }
+    if (!first) first = &*std::find_if(b.samples.begin(), b.samples.end(), [](const auto& s) { return !s.ok(); });
   } else if (service_failed != 0 && static_cast<double>(service_failed) >= opts_.max_failed_fraction * n) {
     std::ostringstream f;
     f << opts_.max_failed_fraction;
@@ -76,8 +70,8 @@ inline auto loader_state::step_error(const step& b, std::uint64_t failed) const 
     return std::nullopt;
   }
   std::string where;
-  for (const auto& u : client_->endpoints()) where += (where.empty() ? "" : ", ") + u;
-  if (client_->local()) where = "local models";
+  for (const auto& u : client_.endpoints()) where += (where.empty() ? "" : ", ") + u;
+  if (client_.local()) where = "local models";
   return fail(first->error->code, "jit_loader: step " + std::to_string(b.index) + " of epoch " + std::to_string(b.epoch) + ": " +
                                       std::to_string(failed) + " of " + std::to_string(b.samples.size()) + " samples failed (" + why +
                                       "); endpoints: " + (where.empty() ? std::string("none") : where) +
@@ -116,7 +110,7 @@ inline auto loader_state::make_groups() -> result<void> {
     }
     if (all) g.outputs.clear();
     if (opts_.cache) {
-      auto id = client_->identity(g.model);
+      auto id = client_.identity(g.model);
       if (!id) return fail(id.code(), "jit_loader: identity of model '" + g.model + "': " + id.error().message);
       g.identity = std::move(*id);
     }

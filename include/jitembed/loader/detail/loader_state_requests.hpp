@@ -1,6 +1,5 @@
-// loader_state's requests: a chunk's cache lookups and embed requests, the client's completions (rows sliced out
-// of each output, the cache filled, retryable failures resent) and finishing samples and chunks.
-// Defines members declared in loader_state.hpp; included by loader/detail/jit_loader_impl.hpp.
+// loader_state's requests (members declared in loader_state.hpp): a chunk's cache lookups and embed requests,
+// the client's completions (rows sliced, the cache filled, retryable failures resent), finishing samples.
 #pragma once
 
 #include "jitembed/loader/detail/loader_state.hpp"
@@ -72,12 +71,11 @@ inline void loader_state::run_chunk(const std::vector<admitted>& items) {
       if (!s.out.error) s.out.error = ran.error();
   }
   if ((hits || misses) && !items.empty()) {
-    std::lock_guard lock(mu_);  // the totals and the epoch's share together: stats() sees them agree
-    cache_hits_ += hits;
-    cache_misses_ += misses;
-    auto& es = epoch_stats_locked(items.front().epoch).s;
-    es.cache_hits += hits;
-    es.cache_misses += misses;
+    std::lock_guard lock(mu_);
+    count_locked(items.front().epoch, [&](loader_epoch_stats& c) {
+      c.cache_hits += hits;
+      c.cache_misses += misses;
+    });
   }
   release(chunk);
 }
@@ -97,18 +95,18 @@ inline void loader_state::submit(loader_request r) {
   std::uint64_t token = 0;
   {
     std::lock_guard lock(mu_);
-    auto& es = epoch_stats_locked(r.chunk->samples[r.rows.front()].epoch).s;  // a chunk holds one epoch's samples
-    ++es.requests;
-    es.rows_requested += req.rows.size();
-    if (r.attempt > 0) ++es.resubmits;
-    ++requests_;
-    rows_requested_ += req.rows.size();
+    count_locked(r.chunk->samples[r.rows.front()].epoch, [&](loader_epoch_stats& c) {  // a chunk: one epoch's samples
+      ++c.requests;
+      c.rows_requested += req.rows.size();
+      c.resubmits += r.attempt > 0 ? 1 : 0;
+    });
     token = next_token_++;
     ++r.chunk->pending;
     ++outstanding_;
     live_.emplace(token, std::move(r));
   }
-  const auto id = client_->embed(std::move(req), [this, token](result<client::embed_result> res) { on_done(token, std::move(res)); });
+  const auto id = client_.embed(std::move(req),
+                                [this, token](result<client::embed_result> res) { on_done(token, std::move(res)); });
   std::lock_guard lock(mu_);
   if (auto it = live_.find(token); it != live_.end()) it->second.id = id;
 }
@@ -189,7 +187,6 @@ inline void loader_state::on_finished(finished_request f) {
       r2.group = req.group;
       r2.rows = std::move(again);
       r2.attempt = req.attempt + 1;
-      ++resubmits_;
       submit(std::move(r2));
     }
   });
@@ -234,13 +231,8 @@ inline void loader_state::finish_sample(chunk_sample& s) {
       }
       for (auto i : groups_[g].specs) {
         const auto& spec = opts_.embeddings[i];
-        const tensor* t = nullptr;
-        if (spec.output.empty()) {
-          if (!s.rows[g].empty()) t = &s.rows[g].front().second;
-        } else {
-          for (const auto& [n, v] : s.rows[g])
-            if (n == spec.output) t = &v;
-        }
+        const auto& got = s.rows[g];
+        const tensor* t = !spec.output.empty() ? find_tensor(got, spec.output) : got.empty() ? nullptr : &got[0].second;
         if (!t) {
           s.out.error = fail(errc::not_found, "sample '" + s.out.id + "': model '" + groups_[g].model + "' gave no output '" +
                                                   (spec.output.empty() ? std::string("(first)") : spec.output) + "'");

@@ -1,6 +1,5 @@
-// loader_state's workers: admitting chunks of samples in plan order (one epoch ahead at most), the work loop,
-// and reading a sample's fields into the rows and cache keys of its groups.
-// Defines members declared in loader_state.hpp; included by loader/detail/jit_loader_impl.hpp.
+// loader_state's workers (members declared in loader_state.hpp): admitting chunks in plan order, the work
+// loop, and reading a sample's fields into the rows and cache keys of its groups.
 #pragma once
 
 #include "jitembed/loader/detail/loader_state.hpp"
@@ -88,38 +87,21 @@ inline void loader_state::read_sample(chunk_sample& s, std::uint64_t index) {
   s.src = std::move(*got);
   s.out.id = s.src.id;
   for (std::size_t g = 0; g < ng; ++g) {
-    if (!groups_[g].field.empty()) {
-      const auto* f = s.src.find(groups_[g].field);
-      if (!f) continue;
-      if (auto r = read_field(s, g, *f); !r) {
-        s.out.error = fail(r.code(), "sample '" + s.src.id + "': " + r.error().message);
-        return;
-      }
-      s.has[g] = 1;
-      continue;
-    }
-    s.types[g].input = groups_[g].input;
     const auto kind = groups_[g].kind;
-    // An image model decodes JPEG: prefer the JPEG of a sample that also has, say, a PNG stored raw.
-    const auto* f = kind == format::field_kind::image ? s.src.first(kind, codec::codec_id::jpeg) : nullptr;
-    if (!f) f = s.src.first(kind);
-    if (!f) continue;
-    if (groups_[g].kind == format::field_kind::text) {
-      auto t = f->text(opts_.limits);  // the model and the key see UTF-8, whatever the stored encoding
-      if (!t) {
-        s.out.error = fail(t.code(), "sample '" + s.src.id + "': " + t.error().message);
-        return;
-      }
-      s.texts[g] = std::move(*t);
-      s.content[g] = as_bytes_view(s.texts[g]);
+    const format::sample_field* f = nullptr;
+    if (!groups_[g].field.empty()) {
+      f = s.src.find(groups_[g].field);
     } else {
-      s.content[g] = f->bytes;
+      // An image model decodes JPEG: prefer the JPEG of a sample that also has, say, a PNG stored raw.
+      if (kind == format::field_kind::image) f = s.src.first(kind, codec::codec_id::jpeg);
+      if (!f) f = s.src.first(kind);
+    }
+    if (!f) continue;
+    if (auto r = read_field(s, g, *f); !r) {
+      s.out.error = fail(r.code(), "sample '" + s.src.id + "': " + r.error().message);
+      return;
     }
     s.has[g] = 1;
-    if (opts_.cache) {
-      const auto& id = groups_[g].identity;
-      s.keys[g] = cache::make_key({groups_[g].model, id.fingerprint, id.preprocess_key, s.content[g]});
-    }
   }
 }
 
@@ -128,7 +110,7 @@ inline auto loader_state::read_field(chunk_sample& s, std::size_t g, const forma
   const auto& grp = groups_[g];
   const std::string what = "field '" + f.name + "'";
   row_type& t = s.types[g];
-  if (f.kind != format::field_kind::tensor) {
+  if (f.kind != format::field_kind::tensor) {  // the model and the key see text as UTF-8, whatever its encoding
     if (f.kind == format::field_kind::text || f.kind == format::field_kind::json) {
       JITEMBED_ASSIGN_OR_RETURN(s.texts[g], f.text(opts_.limits));
       s.content[g] = as_bytes_view(s.texts[g]);

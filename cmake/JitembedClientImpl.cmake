@@ -2,7 +2,7 @@
 # the repository's own tools, benchmarks, examples and API-level test programs, instead of once in each of them
 # (issue #33: 30-70 CPU-s a program). Not installed or exported: users keep header-only or compile src.hpp
 # themselves (examples/minimal_trainer_separate). Tests that look at the client's internals (test_client,
-# test_loader) stay header-only.
+# test_loader, test_grpc) stay header-only.
 # jitembed_client_impl_library(<name> [<public definitions>]): one such library, compiled with the flags of the
 # folder that calls it (tests/ adds its own, with JITEMBED_ASSERTIONS=1 as its doctest programs have: no TU of a
 # program may see other inline definitions than the rest).

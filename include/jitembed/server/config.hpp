@@ -300,8 +300,7 @@ inline result<model_config> model_config::parse(const nlohmann::json& j, std::st
     m.params = *it;
   }
   if (auto it = j.find("version_policy"); it != j.end()) {
-    JITEMBED_ASSIGN_OR_RETURN(auto p, version_policy::parse(*it, where));
-    m.policy = std::move(p);
+    JITEMBED_ASSIGN_OR_RETURN(m.policy, version_policy::parse(*it, where));
   }
   if (m.instances < 1 || m.instances > 1024)
     return fail(errc::invalid_argument, "config: " + std::string(where) + ".instances " + std::to_string(m.instances) + " not in [1, 1024]");

@@ -51,8 +51,7 @@ class grpc_server final {
       JITEMBED_ASSIGN_OR_RETURN(auto key, detail::read_pem(opts.tls_key_file, "private key"));
       ssl.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
       if (!opts.tls_root_cert_file.empty()) {
-        JITEMBED_ASSIGN_OR_RETURN(auto root, detail::read_pem(opts.tls_root_cert_file, "root certificate"));
-        ssl.pem_root_certs = std::move(root);
+        JITEMBED_ASSIGN_OR_RETURN(ssl.pem_root_certs, detail::read_pem(opts.tls_root_cert_file, "root certificate"));
       }
       creds = ::grpc::SslServerCredentials(ssl);
     }

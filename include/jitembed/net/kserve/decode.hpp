@@ -121,8 +121,7 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
                                           std::to_string(lim.max_bytes_elements));
   }
 
-  JITEMBED_ASSIGN_OR_RETURN(auto params, optional_parameters(tj, w));
-  t.parameters = std::move(params);
+  JITEMBED_ASSIGN_OR_RETURN(t.parameters, optional_parameters(tj, w));
   std::optional<std::uint64_t> binary_size;
   if (t.parameters.is_object()) {
     // Triton's shared-memory extension: a request's input whose bytes are in a region the server resolves
@@ -234,10 +233,8 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
   JITEMBED_ASSIGN_OR_RETURN(auto parts, detail::split(body, header_length, lim));
   const json& h = parts.header;
   infer_request r;
-  JITEMBED_ASSIGN_OR_RETURN(auto id, detail::optional_string(h, "id", "request"));
-  r.id = std::move(id);
-  JITEMBED_ASSIGN_OR_RETURN(auto params, detail::optional_parameters(h, "request"));
-  r.parameters = std::move(params);
+  JITEMBED_ASSIGN_OR_RETURN(r.id, detail::optional_string(h, "id", "request"));
+  JITEMBED_ASSIGN_OR_RETURN(r.parameters, detail::optional_parameters(h, "request"));
   if (r.parameters.is_object()) {
     for (const char* k : {"priority", "timeout", "sequence_start", "sequence_end", "binary_data_output"}) {
       const auto it = r.parameters.find(k);
@@ -249,8 +246,7 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
       }
     }
   }
-  JITEMBED_ASSIGN_OR_RETURN(auto inputs, detail::decode_tensors(h, "inputs", "input", parts.binary, lim));
-  r.inputs = std::move(inputs);
+  JITEMBED_ASSIGN_OR_RETURN(r.inputs, detail::decode_tensors(h, "inputs", "input", parts.binary, lim));
 
   if (const json* outs = detail::find(h, "outputs")) {
     if (!outs->is_array()) return fail(errc::invalid_argument, "\"outputs\" is not an array");
@@ -267,8 +263,7 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
       requested_output ro;
       ro.name = name->get<std::string>();
       if (!names.insert(ro.name).second) return fail(errc::invalid_argument, "duplicate requested output name '" + ro.name + "'");
-      JITEMBED_ASSIGN_OR_RETURN(auto p, detail::optional_parameters(o, "requested output '" + ro.name + "'"));
-      ro.parameters = std::move(p);
+      JITEMBED_ASSIGN_OR_RETURN(ro.parameters, detail::optional_parameters(o, "requested output '" + ro.name + "'"));
       if (ro.parameters.is_object()) {
         JITEMBED_TRY(shared_memory_parameters(ro.parameters, "requested output '" + ro.name + "'"));
         if (const auto it = ro.parameters.find("binary_data"); it != ro.parameters.end()) {
@@ -290,16 +285,11 @@ inline result<infer_response> decode_response(std::string_view body, std::option
   JITEMBED_ASSIGN_OR_RETURN(auto parts, detail::split(body, header_length, lim));
   const json& h = parts.header;
   infer_response r;
-  JITEMBED_ASSIGN_OR_RETURN(auto id, detail::optional_string(h, "id", "response"));
-  r.id = std::move(id);
-  JITEMBED_ASSIGN_OR_RETURN(auto model, detail::optional_string(h, "model_name", "response"));
-  r.model_name = std::move(model);
-  JITEMBED_ASSIGN_OR_RETURN(auto version, detail::optional_string(h, "model_version", "response"));
-  r.model_version = std::move(version);
-  JITEMBED_ASSIGN_OR_RETURN(auto params, detail::optional_parameters(h, "response"));
-  r.parameters = std::move(params);
-  JITEMBED_ASSIGN_OR_RETURN(auto outputs, detail::decode_tensors(h, "outputs", "output", parts.binary, lim));
-  r.outputs = std::move(outputs);
+  JITEMBED_ASSIGN_OR_RETURN(r.id, detail::optional_string(h, "id", "response"));
+  JITEMBED_ASSIGN_OR_RETURN(r.model_name, detail::optional_string(h, "model_name", "response"));
+  JITEMBED_ASSIGN_OR_RETURN(r.model_version, detail::optional_string(h, "model_version", "response"));
+  JITEMBED_ASSIGN_OR_RETURN(r.parameters, detail::optional_parameters(h, "response"));
+  JITEMBED_ASSIGN_OR_RETURN(r.outputs, detail::decode_tensors(h, "outputs", "output", parts.binary, lim));
   return r;
 }
 

@@ -134,12 +134,6 @@ struct infer_request {
   json parameters;
   std::vector<infer_tensor> inputs;
   std::vector<requested_output> outputs;
-
-  const infer_tensor* find_input(std::string_view n) const {
-    for (const auto& t : inputs)
-      if (t.name == n) return &t;
-    return nullptr;
-  }
 };
 
 struct infer_response {

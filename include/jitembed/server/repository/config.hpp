@@ -76,11 +76,6 @@ inline std::optional<dtype> dtype_from_triton(std::string_view t) noexcept {
     if (name == t) return d;
   return std::nullopt;
 }
-inline std::string_view triton_name(dtype t) noexcept {
-  for (const auto& [d, name] : kTritonTypes)
-    if (d == t) return name;
-  return "TYPE_INVALID";
-}
 
 namespace detail {
 

@@ -1,7 +1,5 @@
-// The service core's typed answers (server metadata, model metadata, model config, statistics) and how
-// they are built from a model instance. Each lists its fields in order through fields(v): the HTTP front
-// writes JSON from that list (server/http/render.hpp), the gRPC front protobuf messages of the same
-// field names (server/grpc/messages.hpp), so neither answer is written twice.
+// The service core's typed answers and how they are built from a model instance. Each lists its fields through
+// fields(v): the HTTP front writes JSON from that list, the gRPC front protobuf messages of the same names.
 #pragma once
 
 #include <cstdint>

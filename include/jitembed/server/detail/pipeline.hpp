@@ -38,6 +38,8 @@
 
 namespace jitembed::server::detail {
 
+inline error_info as_error(const net::kserve::protocol_error& e) { return fail(e.code, e.message); }
+
 inline std::uint64_t now_ms() {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -101,8 +103,6 @@ class inference_pipeline {
   }
 
  private:
-  static error_info as_error(const net::kserve::protocol_error& e) { return fail(e.code, e.message); }
-
   // State shared by the rows of one inference request.
   struct infer_call {
     std::shared_ptr<model_instance> inst;

@@ -52,19 +52,13 @@ class model_registry final : public model_loader {
     return {};
   }
 
-  // Loads (or reloads in place) one model version made by the factory from cfg.params.
-  // params sleep_us / sleep_us_per_row wrap the model in models::emulated_latency, whatever the factory.
+  // service::load's contracts (server/service.hpp).
   result<void> load(const model_config& cfg) {
     JITEMBED_ASSIGN_OR_RETURN(auto m, factory_(cfg.name, cfg.params));
     JITEMBED_ASSIGN_OR_RETURN(auto slow, with_latency_params(std::move(m), cfg.params));
     return load(cfg, std::move(slow));
   }
 
-  // Loads `m` as cfg.name / cfg.version: warms it (one dummy batch), then switches atomically: new requests
-  // go to it; a version it replaces, and the versions cfg.policy no longer keeps (latest 1: every older one),
-  // stop getting requests and are drained (their in-flight requests finish) and destroyed before load
-  // returns. No request fails during the swap. cfg.policy becomes the model's policy; a version it would not
-  // keep is refused (invalid_argument) before the warm-up.
   result<void> load(model_config cfg, models::any_model m) override {
     if (!m) return fail(errc::invalid_argument, "load: no model for '" + cfg.name + "'");
     if (cfg.name.empty() || cfg.version.empty())
@@ -99,17 +93,16 @@ class model_registry final : public model_loader {
       if (it == models_.end()) return fail(errc::not_found, net::kserve::model_not_found(name).message);
       if (version.empty()) {
         for (auto& [v, inst] : it->second) gone.push_back(std::move(inst));
-        models_.erase(it);
-        policies_.erase(std::string(name));
+        it->second.clear();
       } else {
         const auto vit = it->second.find(std::string(version));
         if (vit == it->second.end()) return fail(errc::not_found, net::kserve::model_not_found(name, version).message);
         gone.push_back(std::move(vit->second));
         it->second.erase(vit);
-        if (it->second.empty()) {
-          models_.erase(it);
-          policies_.erase(std::string(name));
-        }
+      }
+      if (it->second.empty()) {
+        policies_.erase(it->first);
+        models_.erase(it);
       }
     }
     for (auto& g : gone) retire(std::move(g));
@@ -141,19 +134,15 @@ class model_registry final : public model_loader {
 
   // (name, version) of every loaded model version.
   std::vector<std::pair<std::string, std::string>> loaded() const override {
-    std::lock_guard lock(reg_mu_);
     std::vector<std::pair<std::string, std::string>> out;
-    for (const auto& [n, vs] : models_)
-      for (const auto& [v, inst] : vs) out.emplace_back(n, v);
+    for (const auto& inst : select()) out.emplace_back(inst->name(), inst->version());
     return out;
   }
 
   // The loaded versions of `name`, in version order.
   std::vector<std::string> versions_of(std::string_view name) const {
-    std::lock_guard lock(reg_mu_);
     std::vector<std::string> out;
-    if (const auto it = models_.find(std::string(name)); it != models_.end())
-      for (const auto& [v, inst] : it->second) out.push_back(v);
+    for (const auto& inst : select(name)) out.push_back(inst->version());
     return out;
   }
 

@@ -36,11 +36,8 @@ inline std::string dims_string(const std::vector<std::int64_t>& d) {
 
 }  // namespace detail
 
-// backend "jitembed": a reference model (parameters `model`: image-latent | video-latent | text-embed, the
-// model's name by default; work, image_bucket, ...: parse_reference_params). Inputs and outputs may be
-// omitted; when declared they must be the model's (input: its modality's name, TYPE_STRING, dims [1];
-// outputs: name, data type and dims), else invalid_argument naming both. `create` is the entry of the
-// backend table (a models::backend_factory), like models::reference_model::create.
+// backend "jitembed": a reference model (parameter `model`: image-latent | video-latent | text-embed, the
+// model's name by default). Declared inputs and outputs must be the model's, else invalid_argument.
 struct jitembed_backend_model {
   static result<models::any_model> create(const models::backend_config& c);
 };

@@ -23,12 +23,9 @@
 
 namespace jitembed::server::detail {
 
-// A system region: `byte_size` bytes at `offset` into the POSIX shared-memory object `key`, held
-// open by descriptor. Reads and writes go through pread/pwrite on that descriptor, not through a
-// mapping: an object its owner truncates after registration then reads short (a clear error) where a
-// mapping would raise SIGBUS in the server. Before each access the object's size is checked again
-// (fstat) so that the error says what happened. The region stays open while anyone holds it (a request
-// in flight), even after it is unregistered.
+// A system region: `byte_size` bytes at `offset` into the POSIX shared-memory object `key`, held open by
+// descriptor and accessed with pread/pwrite, not a mapping: an object truncated after registration then
+// reads short (a clear error) where a mapping would raise SIGBUS in the server.
 class system_shared_memory_region final : public shared_memory_region {
  public:
   ~system_shared_memory_region() override {

@@ -10,11 +10,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "jitembed/core/error.hpp"
@@ -40,10 +37,10 @@ class grpc_server final {
     std::shared_ptr<::grpc::ServerCredentials> creds = ::grpc::InsecureServerCredentials();
     if (!opts.tls_cert_file.empty() || !opts.tls_key_file.empty()) {
       // checked here so that a bad file is named (gRPC itself only fails to start: "cannot listen")
-      auto checked = net::http::detail::tls_server_context(opts.tls_cert_file, opts.tls_key_file, "gRPC");
-      if (!checked) return checked.error();
+      JITEMBED_ASSIGN_OR_RETURN(auto checked,
+                                net::http::detail::tls_server_context(opts.tls_cert_file, opts.tls_key_file, "gRPC"));
       if (!opts.tls_root_cert_file.empty())
-        JITEMBED_TRY(net::http::detail::check_tls_ca_file(*checked, opts.tls_root_cert_file, "gRPC"));
+        JITEMBED_TRY(net::http::detail::check_tls_ca_file(checked, opts.tls_root_cert_file, "gRPC"));
       ::grpc::SslServerCredentialsOptions ssl(opts.tls_root_cert_file.empty()
                                                   ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                                   : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);

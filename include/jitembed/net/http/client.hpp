@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -150,9 +149,8 @@ class client {
   result<boost::asio::ssl::context*> tls_context() {
     std::lock_guard lk(mu_);
     if (!tls_ctx_) {
-      auto ctx = detail::make_client_tls_context(opts_.tls_ca_file, "http client");
-      if (!ctx) return ctx.error();
-      tls_ctx_.emplace(std::move(*ctx));
+      JITEMBED_ASSIGN_OR_RETURN(auto ctx, detail::make_client_tls_context(opts_.tls_ca_file, "http client"));
+      tls_ctx_.emplace(std::move(ctx));
     }
     return &*tls_ctx_;
   }

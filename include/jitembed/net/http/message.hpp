@@ -2,9 +2,7 @@
 // Beast so that services (server/) and tests need not include Boost.
 #pragma once
 
-#include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>

@@ -14,7 +14,6 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>

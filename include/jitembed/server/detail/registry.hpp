@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>

@@ -15,9 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <memory>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -217,9 +215,7 @@ inline result<repository_model_config> parse_repository_config(std::string_view 
       if (rt.name.empty()) return fail(errc::invalid_argument, file + ": " + where + ".name is missing");
       rt.data_type = t.enum_name("data_type");
       if (rt.data_type == "TYPE_INVALID") return fail(errc::invalid_argument, file + ": " + where + " ('" + rt.name + "').data_type is missing");
-      auto dims = detail::read_dims(t, file, where);
-      if (!dims) return dims.error();
-      rt.dims = std::move(*dims);
+      JITEMBED_ASSIGN_OR_RETURN(rt.dims, detail::read_dims(t, file, where));
       for (const char* f : {"reshape", "is_shape_tensor", "is_non_linear_format_io"})
         if (t.has(f)) return detail::refused(file, where + "." + f, "the backend would see another shape or layout");
       if (std::string_view(kind) == "input") {

@@ -3,7 +3,6 @@
 // directory, with the same fingerprint, so embeddings share cache keys: repo.load(local, "vae_encoder").
 #pragma once
 
-#include <cstddef>
 #include <map>
 #include <mutex>
 #include <string>

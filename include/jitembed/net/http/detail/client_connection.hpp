@@ -19,7 +19,6 @@
 #include <fstream>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include "jitembed/core/error.hpp"
 

@@ -220,7 +220,8 @@ class model_repository final : public model_source {
     for (const auto& [k, v] : rc.parameters) {
       params[k] = v;
       if (detail::listed(detail::kServingParams, k)) serving[k] = v;
-      else if (detail::listed(detail::kIgnoredParams, k)) rc.ignored.push_back("parameters." + k);
+      else if (detail::listed(detail::kIgnoredParams, k))
+        rc.ignored.push_back("parameters." + k);
       else backend_params[k] = v;
     }
     auto latency = parse_latency_params(serving);
@@ -244,7 +245,8 @@ class model_repository final : public model_source {
     if (ec) return fail(errc::io_error, mdir.string() + ": cannot list: " + ec.message());
     auto kept = detail::kept_versions(versions, rc.policy);
     if (kept.empty())
-      return fail(errc::not_found, mdir.string() + ": no version directory that version_policy " + detail::describe(rc.policy) + " keeps (found " +
+      return fail(errc::not_found, mdir.string() + ": no version directory that version_policy " +
+                                       detail::describe(rc.policy) + " keeps (found " +
                                        std::to_string(versions.size()) + ")");
 
     // The config's result-changing fields, canonical: part of the fingerprint.
@@ -291,7 +293,9 @@ class model_repository final : public model_source {
       mc.version = v;
       mc.instances = rc.instance_count;
       mc.max_batch_size = static_cast<std::size_t>(rc.max_batch_size);
-      mc.max_queue_delay_us = rc.dynamic_batching ? static_cast<std::int64_t>(std::min<std::uint64_t>(rc.max_queue_delay_us, 1ull << 40)) : 0;
+      mc.max_queue_delay_us =
+          rc.dynamic_batching ? static_cast<std::int64_t>(std::min<std::uint64_t>(rc.max_queue_delay_us, 1ull << 40))
+                              : 0;
       mc.idle_dispatch = idle_dispatch;
       mc.queue_size = rc.max_queue_size;
       mc.max_inflight_rows = max_inflight;

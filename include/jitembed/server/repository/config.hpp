@@ -24,6 +24,7 @@
 
 #include "jitembed/core/dtype.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/net/protobuf/model_config.hpp"
 #include "jitembed/server/config.hpp"
 
@@ -62,17 +63,10 @@ struct repository_model_config {
   std::vector<std::string> ignored;       // fields present that cannot change results (not implemented)
 };
 
-// Triton's data type names of the dtypes (TYPE_STRING, TYPE_UINT16, ... have no dtype here).
-inline constexpr std::pair<dtype, std::string_view> kTritonTypes[] = {
-    {dtype::boolean, "TYPE_BOOL"}, {dtype::u8, "TYPE_UINT8"},   {dtype::i8, "TYPE_INT8"},   {dtype::i16, "TYPE_INT16"},
-    {dtype::i32, "TYPE_INT32"},    {dtype::i64, "TYPE_INT64"},  {dtype::f16, "TYPE_FP16"},  {dtype::bf16, "TYPE_BF16"},
-    {dtype::f32, "TYPE_FP32"},     {dtype::f64, "TYPE_FP64"}};
-
-// Triton's data type name -> dtype (nullopt: no dtype here).
+// Triton's data type name ("TYPE_" + the KServe name) -> dtype (nullopt: TYPE_STRING, TYPE_UINT16, ...).
 inline std::optional<dtype> dtype_from_triton(std::string_view t) noexcept {
-  for (const auto& [d, name] : kTritonTypes)
-    if (name == t) return d;
-  return std::nullopt;
+  const auto d = t.starts_with("TYPE_") ? net::kserve::datatype_from_string(t.substr(5)) : std::nullopt;
+  return d ? net::kserve::to_dtype(*d) : std::nullopt;
 }
 
 namespace detail {

@@ -1,6 +1,5 @@
-// Options of the gRPC front end (server/grpc_server.hpp), free of gRPC's headers so that a program can
-// fill them in a translation unit that never includes gRPC (jitembed-server: LibTorch's bundled headers
-// and gRPC's abseil do not mix in one translation unit).
+// Options of the gRPC front end, free of gRPC's headers: jitembed-server fills them where LibTorch's headers
+// are included, which do not mix with gRPC's abseil.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,5 @@
-// The service's KServe v2 gRPC front end (inference.GRPCInferenceService, as Triton serves it): beside HTTP,
-// over the same core, on gRPC's callback API with the dynamic messages of net/grpc/kserve_schema.hpp. Errors:
-// net/grpc/status.hpp (the errc name in trailing metadata `jitembed-errc`). Component jitembed::grpc.
+// The service's KServe v2 gRPC front end (inference.GRPCInferenceService, as Triton serves it) over the same
+// core as HTTP, on gRPC's callback API. Component jitembed::grpc.
 #pragma once
 
 #include <grpcpp/security/server_credentials.h>

@@ -1,6 +1,5 @@
-// The KServe gRPC infer codec, all four directions (client and server, request and response) on the dynamic
-// messages of kserve_schema.hpp. Decoded tensors view into the message; encoded tensor bytes travel as
-// grpc::Slices over their owner, appended as raw-contents entries after the serialized rest (no copy).
+// The KServe gRPC infer codec, all four directions. Decoded tensors view into the message; encoded tensor
+// bytes travel as grpc::Slices over their owner, appended as raw-contents entries (no copy).
 #pragma once
 
 #include <google/protobuf/descriptor.h>

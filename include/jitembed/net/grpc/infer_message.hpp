@@ -1,6 +1,5 @@
-// Reflection helpers for the KServe gRPC infer messages (net/grpc/kserve_schema.hpp), under the infer codec
-// (net/grpc/infer_codec.hpp): field descriptors looked up once, and map<string, InferParameter> fields to
-// and from the JSON parameters of net::kserve's messages.
+// Reflection helpers for the gRPC infer messages: field descriptors looked up once, and
+// map<string, InferParameter> fields to and from net::kserve's JSON parameters.
 #pragma once
 
 #include <google/protobuf/descriptor.h>

@@ -1,6 +1,5 @@
-// .proto texts built into a DescriptorPool at run time (libprotoc's parser): how jitembed gets message types
-// without generated .pb.cc files (the library is header-only): Triton's ModelConfig (model_config.hpp) and the
-// KServe gRPC messages (net/grpc/kserve_schema.hpp).
+// .proto texts built into a DescriptorPool at run time (libprotoc's parser): message types without generated
+// .pb.cc files, so the library stays header-only.
 #pragma once
 
 #include <google/protobuf/compiler/parser.h>

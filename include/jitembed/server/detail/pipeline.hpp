@@ -1,6 +1,5 @@
-// The service's inference pipeline, protocol-neutral: admission, preprocessing on the pool, the dynamic batcher,
-// shared-memory inputs and outputs (shm/detail/transfer.hpp) and the stacked KServe response; a front end hands
-// it a decoded request with its bytes' owner and encodes the answer (or maps the error_info's errc).
+// The service's protocol-neutral inference pipeline: admission, preprocessing, the dynamic batcher, shared-memory
+// inputs and outputs, the stacked KServe response. A front end decodes the request and encodes the answer.
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,5 @@
-// The service's model registry: loaded model versions (hot load / unload with warm-up, atomic switch and
-// drain, Triton's version policy), the attached model repository and its index. It knows no HTTP: the
-// service core (server/detail/service_core.hpp) and through it every front end call it.
+// The service's model registry: loaded model versions (hot load / unload, atomic switch and drain, Triton's
+// version policy), the attached model repository and its index. It knows no HTTP.
 #pragma once
 
 #include <algorithm>

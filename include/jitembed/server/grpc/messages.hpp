@@ -1,7 +1,5 @@
-// The gRPC front's answers to every call but the infer ones: each built from the core's typed answer
-// (detail/answers.hpp) field by field through protobuf reflection on the dynamic messages of
-// net/grpc/kserve_schema.hpp (Triton's gRPC messages share the HTTP JSON's field names; a field the message
-// lacks, such as the metadata's "parameters", is left out).
+// The gRPC front's answers to every call but infer: the core's typed answers written field by field through
+// protobuf reflection (Triton's gRPC messages share the HTTP JSON's field names; missing fields are left out).
 #pragma once
 
 #include <google/protobuf/message.h>

@@ -1,7 +1,5 @@
-// The service's HTTP front: the KServe v2 routes of docs/server.md (a route table, http/routes.hpp) over the
-// front-neutral core (detail/service_core.hpp): bearer token, JSON answers (http/render.hpp), infer bodies
-// with Triton's binary extension and Content-Encoding (http/response.hpp). It lives behind one shared pointer
-// that every handler from service::as_handler() owns; it owns the core.
+// The service's HTTP front: the KServe v2 routes of docs/server.md over the front-neutral core; every handler
+// from service::as_handler() shares it, and it owns the core.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,5 @@
-// The HTTP front's JSON: the core's typed answers (detail/answers.hpp) written field by field as Triton's
-// HTTP API has them, the repository index, and a repository request's "parameters" object read into
-// the core's typed parameters.
+// The HTTP front's JSON: the core's typed answers written field by field as Triton's HTTP API has them, and a
+// repository request's "parameters" read into the core's typed parameters.
 #pragma once
 
 #include <cstdint>

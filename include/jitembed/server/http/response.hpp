@@ -1,6 +1,5 @@
-// The HTTP front's responses: JSON and text bodies, error answers ({"error", "errc"}, Retry-After), and an
-// inference request's body decoded / its KServe answer encoded with Triton's binary extension (the
-// Inference-Header-Content-Length header lives here only), deflated on request.
+// The HTTP front's responses: JSON and text bodies, error answers, and infer bodies decoded / encoded with
+// Triton's binary extension (Inference-Header-Content-Length lives here only), deflated on request.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,5 @@
-// A route table: (method, path pattern) -> handler, matched in the order added. Patterns are split on '/';
-// a segment is a literal, "{name}" (any one segment, captured) or a final "**" (any rest, also none).
-// It knows no HTTP message type: the front end (server/http/front.hpp) chooses the handler signature.
+// A route table: (method, path pattern) -> handler, matched in the order added. A pattern segment is a literal,
+// "{name}" (one segment, captured) or a final "**" (any rest, also none).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,5 @@
-// The model repository's backends: platform / backend name -> models::backend_factory. Always there: "jitembed"
-// (the reference models) and a placeholder "torch_aoti"; models/torch_repository.hpp (jitembed::torch) adds
-// "pytorch_libtorch" (torch_script_backend()) and the real "torch_aoti" (torch_aoti_backend()).
+// The model repository's backends: platform / backend name -> models::backend_factory ("jitembed" always;
+// models/torch_repository.hpp adds "pytorch_libtorch" and "torch_aoti").
 #pragma once
 
 #include <algorithm>

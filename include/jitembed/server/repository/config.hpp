@@ -1,7 +1,5 @@
-// A model repository's config.pbtxt (Triton's ModelConfig in protobuf text format) parsed into a plain
-// struct: what jitembed implements, with every field that would change results and is not implemented
-// refused (invalid_argument naming the field and the file) and every field that cannot change results
-// listed in `ignored`. The table of fields is docs/models.md. Component jitembed::repository (protobuf).
+// A model repository's config.pbtxt parsed into a plain struct: fields that would change results and are not
+// implemented are refused, fields that cannot are listed in `ignored` (table: docs/models.md).
 #pragma once
 
 #include <google/protobuf/descriptor.h>

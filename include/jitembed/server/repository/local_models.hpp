@@ -1,6 +1,5 @@
-// server::local_models: a repository's models (any model_source) loaded into this process without a service
-// (a trainer's baseline, an evaluation): each version is the model jitembed-server would serve from the same
-// directory, with the same fingerprint, so embeddings share cache keys: repo.load(local, "vae_encoder").
+// server::local_models: a repository's models loaded into this process without a service, each version the model
+// jitembed-server would serve, with the same fingerprint (embeddings share cache keys).
 #pragma once
 
 #include <map>

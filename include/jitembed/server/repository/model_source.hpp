@@ -1,6 +1,5 @@
-// The seam between the service and a model repository: model_loader is what a repository loads models into
-// (the service's registry: load, unload, loaded), model_source is what the service's /v2/repository routes
-// ask when a repository is attached (server::model_repository in component jitembed::repository).
+// The seam between the service and a model repository: model_loader is what a repository loads models into,
+// model_source what the service's /v2/repository routes ask when a repository is attached.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,5 @@
-// The HTTP client's connection, plain (http://) or TLS (https://), and the client side of HTTPS: the one
-// connection type of http::client (synchronous, on a private io_context) and the JIT client's HTTP transport
-// (asynchronous); the verifying TLS context (a CA file or the system's CA paths), per-connection SNI + host
-// name / IP address checks, and the messages of a failed handshake.
+// The one HTTP client connection, plain or TLS, of http::client and the JIT client's transport; the verifying TLS
+// context, SNI + host name checks, and the messages of a failed handshake.
 #pragma once
 
 #include <openssl/ssl.h>

@@ -1,6 +1,5 @@
-// A region of Triton's CUDA shared-memory extension, server side: device memory of another process that a
-// client shares by cudaIpcMemHandle_t, opened and copied through the service's any_cuda_ipc_backend
-// (core/cuda_ipc.hpp), so that the server component itself never links CUDA.
+// A CUDA shared-memory region, server side: another process's device memory shared by cudaIpcMemHandle_t, opened
+// through the service's any_cuda_ipc_backend (core/cuda_ipc.hpp) so that the server never links CUDA.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,5 @@
-// Triton's system and CUDA shared-memory extensions, server side: the one registry of the regions clients
-// register, both kinds in one namespace of names (POSIX objects: system_region.hpp; CUDA IPC handles:
-// cuda_region.hpp). Protocol-neutral: the HTTP routes and the gRPC front end call the same registry.
+// The one registry of the shared-memory regions clients register (Triton's system and CUDA extensions, one
+// namespace of names), for the HTTP routes and the gRPC front alike.
 #pragma once
 
 #include <cstddef>

@@ -36,6 +36,21 @@ inline std::string shape_string(const std::vector<std::int64_t>& s) {
   return out + "]";
 }
 
+// BYTES data must hold exactly the shape's `numel` elements; `where` says where the data is ("input 'x'" + where).
+inline result<void> check_bytes_count(bytes_view data, std::uint64_t numel, const std::vector<std::int64_t>& shape,
+                                      const std::string& w, std::string_view where) {
+  auto n = for_each_bytes_element(data, [](std::string_view) {}, numel);
+  if (!n && n.code() == errc::limit_exceeded)
+    return fail(errc::invalid_argument, w + std::string(where) + " holds more than the " + std::to_string(numel) +
+                                            " BYTES elements of shape " + shape_string(shape));
+  if (!n) return fail(n.code(), w + ": " + n.error().message);
+  if (*n != numel)
+    return fail(errc::invalid_argument, w + std::string(where) + " holds " + std::to_string(*n) +
+                                            " BYTES elements, shape " + shape_string(shape) + " needs " +
+                                            std::to_string(numel));
+  return {};
+}
+
 // The JSON header and the binary section of a body.
 struct split_body {
   json header;
@@ -124,9 +139,7 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
   JITEMBED_ASSIGN_OR_RETURN(t.parameters, optional_parameters(tj, w));
   std::optional<std::uint64_t> binary_size;
   if (t.parameters.is_object()) {
-    // Triton's shared-memory extension: a request's input whose bytes are in a region the server resolves
-    // (server/shm/detail/transfer.hpp), or a response's output the server wrote into the region its request
-    // named; the message carries no data for it (its receiver reads the region).
+    // Triton's shared-memory extension: the message carries no data for a tensor in a region.
     JITEMBED_ASSIGN_OR_RETURN(const auto shm, shared_memory_parameters(t.parameters, w));
     if (shm) {
       if (t.parameters.contains("binary_data_size") || find(tj, "data"))
@@ -166,26 +179,12 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
     }
     t.data = binary.subspan(cursor, static_cast<std::size_t>(*binary_size));
     cursor += static_cast<std::size_t>(*binary_size);
-    if (t.type == datatype::bytes && !compressed) {
-      std::uint64_t count = 0;
-      auto n = for_each_bytes_element(t.data, [&](std::string_view) { ++count; }, *numel);
-      if (!n) {
-        if (n.code() == errc::limit_exceeded) {
-          return fail(errc::invalid_argument, w + ": binary data holds more than the " + std::to_string(*numel) +
-                                                  " BYTES elements of shape " + shape_string(t.shape));
-        }
-        return fail(n.code(), w + ": " + n.error().message);
-      }
-      if (*n != *numel) {
-        return fail(errc::invalid_argument, w + ": binary data holds " + std::to_string(*n) + " BYTES elements, shape " +
-                                                shape_string(t.shape) + " needs " + std::to_string(*numel));
-      }
-    }
+    if (t.type == datatype::bytes && !compressed)
+      JITEMBED_TRY(check_bytes_count(t.data, *numel, t.shape, w, ": binary data"));
     return t;
   }
   if (!data && kind == "output" && !compressed) {
-    // A response's output with no data: Triton's HTTP answer for an output it wrote into the shared-memory
-    // region its request named (name, datatype and shape only). Its receiver reads the region; data stays empty.
+    // Triton's HTTP answer for an output it wrote into the shared-memory region its request named.
     t.binary = true;
     return t;
   }

@@ -72,20 +72,10 @@ inline result<void> read_shared_memory_inputs(const shared_memory_registry& shm,
     t.parameters.erase("shared_memory_byte_size");
     t.parameters.erase("shared_memory_offset");
     if (t.parameters.empty()) t.parameters = net::kserve::json();
-    if (t.type == net::kserve::datatype::bytes) {
-      // The elements must be exactly the shape's, as the decoder checks a body's binary section.
+    if (t.type == net::kserve::datatype::bytes) {  // exactly the shape's elements, as in a body's binary section
       JITEMBED_ASSIGN_OR_RETURN(const auto numel, checked_numel(t.shape));
-      const std::string ws = w + " (shared memory region '" + ref->region + "')";
-      const auto shape = net::kserve::detail::shape_string(t.shape);
-      auto n = net::kserve::for_each_bytes_element(
-          t.data, [](std::string_view) {}, numel);
-      if (!n && n.code() == errc::limit_exceeded)
-        return fail(errc::invalid_argument,
-                    ws + ": holds more than the " + std::to_string(numel) + " BYTES elements of shape " + shape);
-      if (!n) return fail(n.code(), ws + ": " + n.error().message);
-      if (*n != numel)
-        return fail(errc::invalid_argument, ws + ": holds " + std::to_string(*n) + " BYTES elements, shape " + shape +
-                                                " needs " + std::to_string(numel));
+      JITEMBED_TRY(net::kserve::detail::check_bytes_count(t.data, numel, t.shape, w,
+                                                          " (shared memory region '" + ref->region + "'):"));
     }
   }
   return {};

@@ -39,7 +39,8 @@ inline std::string shape_string(const std::vector<std::int64_t>& s) {
 // BYTES data must hold exactly the shape's `numel` elements; `where` says where the data is ("input 'x'" + where).
 inline result<void> check_bytes_count(bytes_view data, std::uint64_t numel, const std::vector<std::int64_t>& shape,
                                       const std::string& w, std::string_view where) {
-  auto n = for_each_bytes_element(data, [](std::string_view) {}, numel);
+  auto n = for_each_bytes_element(
+      data, [](std::string_view) {}, numel);
   if (!n && n.code() == errc::limit_exceeded)
     return fail(errc::invalid_argument, w + std::string(where) + " holds more than the " + std::to_string(numel) +
                                             " BYTES elements of shape " + shape_string(shape));

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/http/message.hpp"
 
 namespace jitembed::server::detail {
 
@@ -23,11 +24,10 @@ enum class content_coding : std::uint8_t { identity, gzip, deflate };
 inline std::optional<content_coding> parse_content_encoding(std::string_view v) {
   while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
   while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  std::string lower(v);
-  for (auto& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  if (lower.empty() || lower == "identity") return content_coding::identity;
-  if (lower == "gzip" || lower == "x-gzip") return content_coding::gzip;
-  if (lower == "deflate") return content_coding::deflate;
+  using net::http::detail::iequals;
+  if (v.empty() || iequals(v, "identity")) return content_coding::identity;
+  if (iequals(v, "gzip") || iequals(v, "x-gzip")) return content_coding::gzip;
+  if (iequals(v, "deflate")) return content_coding::deflate;
   return std::nullopt;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <sstream>
 #include <string>
@@ -172,6 +173,15 @@ result<void> read_key(const nlohmann::json& j, std::string_view key, T& out, std
     out = it->template get<T>();
   }
   return {};
+}
+
+// The whole file; nullopt when it cannot be opened.
+inline std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 // `also`: keys known besides `keys` (a table's lookup).
@@ -342,11 +352,9 @@ inline result<server_config> server_config::parse(const nlohmann::json& j) {
 }
 
 inline result<server_config> server_config::open(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fail(errc::io_error, "config: cannot open '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const auto text = detail::read_file(path);
+  if (!text) return fail(errc::io_error, "config: cannot open '" + path + "'");
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return fail(errc::corrupt_data, "config: '" + path + "' is not valid JSON");
   return parse(j);
 }
@@ -354,11 +362,9 @@ inline result<server_config> server_config::open(const std::string& path) {
 // Reads the bearer token from auth_token_file into auth_token (surrounding whitespace trimmed).
 inline result<void> load_auth_token(server_config& c) {
   if (c.auth_token_file.empty()) return {};
-  std::ifstream in(c.auth_token_file, std::ios::binary);
-  if (!in) return fail(errc::io_error, "config: cannot open auth token file '" + c.auth_token_file + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
+  const auto text = detail::read_file(c.auth_token_file);
+  if (!text) return fail(errc::io_error, "config: cannot open auth token file '" + c.auth_token_file + "'");
+  const std::string& t = *text;
   const auto b = t.find_first_not_of(" \t\r\n"), e = t.find_last_not_of(" \t\r\n");
   if (b == std::string::npos) return fail(errc::invalid_argument, "config: auth token file '" + c.auth_token_file + "' is empty");
   c.auth_token = t.substr(b, e - b + 1);

@@ -11,10 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -268,11 +266,9 @@ inline ::grpc::ServerGenericBidiReactor* kserve_grpc_service::CreateReactor(::gr
 }
 
 inline result<std::string> read_pem(const std::string& path, std::string_view what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return fail(errc::io_error, "cannot read the gRPC TLS " + std::string(what) + " '" + path + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  auto text = read_file(path);
+  if (!text) return fail(errc::io_error, "cannot read the gRPC TLS " + std::string(what) + " '" + path + "'");
+  return std::move(*text);
 }
 
 }  // namespace jitembed::server::detail

@@ -11,10 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -140,13 +138,6 @@ inline error_info refused(const std::string& file, const std::string& field, std
                   "); remove it (docs/models.md lists the supported fields)");
 }
 
-inline result<std::vector<std::int64_t>> read_dims(const pb_reader& t, const std::string& file, const std::string& where) {
-  auto dims = t.integers("dims");
-  for (auto d : dims)
-    if (d < -1 || d == 0) return fail(errc::invalid_argument, file + ": " + where + ".dims holds " + std::to_string(d) + " (an extent is >= 1, or -1)");
-  return dims;
-}
-
 }  // namespace detail
 
 // Parses config.pbtxt text; `file` names it in every message. Errors: invalid_argument (text that does not
@@ -207,7 +198,11 @@ inline result<repository_model_config> parse_repository_config(std::string_view 
       if (rt.name.empty()) return fail(errc::invalid_argument, file + ": " + where + ".name is missing");
       rt.data_type = t.enum_name("data_type");
       if (rt.data_type == "TYPE_INVALID") return fail(errc::invalid_argument, file + ": " + where + " ('" + rt.name + "').data_type is missing");
-      JITEMBED_ASSIGN_OR_RETURN(rt.dims, detail::read_dims(t, file, where));
+      rt.dims = t.integers("dims");
+      for (auto d : rt.dims)
+        if (d < -1 || d == 0)
+          return fail(errc::invalid_argument,
+                      file + ": " + where + ".dims holds " + std::to_string(d) + " (an extent is >= 1, or -1)");
       for (const char* f : {"reshape", "is_shape_tensor", "is_non_linear_format_io"})
         if (t.has(f)) return detail::refused(file, where + "." + f, "the backend would see another shape or layout");
       if (std::string_view(kind) == "input") {
@@ -305,11 +300,9 @@ inline result<repository_model_config> parse_repository_config(std::string_view 
 
 // Reads and parses `path` (io_error when it cannot be read).
 inline result<repository_model_config> read_repository_config(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fail(errc::io_error, path.string() + ": cannot open the model configuration");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_repository_config(ss.str(), path.string());
+  const auto text = detail::read_file(path.string());
+  if (!text) return fail(errc::io_error, path.string() + ": cannot open the model configuration");
+  return parse_repository_config(*text, path.string());
 }
 
 }  // namespace jitembed::server

@@ -8,11 +8,11 @@
 #include <fstream>
 #include <limits>
 #include <optional>
-#include <type_traits>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>

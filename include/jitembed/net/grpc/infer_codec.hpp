@@ -346,9 +346,7 @@ inline ::grpc::ByteBuffer encode_stream_error(const error_info& e, std::string_v
     auto* inner = msg->GetReflection()->MutableMessage(msg.get(), f.s_infer_response);
     inner->GetReflection()->SetString(inner, f.r_id, std::string(id));
   }
-  const std::string bytes = msg->SerializeAsString();
-  ::grpc::Slice s(bytes.data(), bytes.size());
-  return ::grpc::ByteBuffer(&s, 1);
+  return detail::slice_writer(msg->SerializeAsString()).finish();
 }
 
 }  // namespace jitembed::net::grpc

@@ -77,14 +77,11 @@ class shared_memory_registry {
   void unregister_all(shared_memory_kind kind = shared_memory_kind::system) {
     std::vector<region_ptr> dropped;  // closed outside the lock
     std::lock_guard lock(mu_);
-    for (auto it = regions_.begin(); it != regions_.end();) {
-      if (it->second->kind() != kind) {
-        ++it;
-        continue;
-      }
-      dropped.push_back(std::move(it->second));
-      it = regions_.erase(it);
-    }
+    std::erase_if(regions_, [&](const auto& e) {
+      if (e.second->kind() != kind) return false;
+      dropped.push_back(e.second);
+      return true;
+    });
   }
 
   // The region `name`, of either kind. Errors: invalid_argument "<what>: shared memory region 'x' is not

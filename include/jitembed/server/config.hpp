@@ -28,9 +28,7 @@ namespace jitembed::server {
 namespace kserve = net::kserve;
 
 // Which loaded versions of a model the service keeps (Triton's version_policy): the `latest` num_versions
-// in version order (numbers numerically, else strings), `all`, or the `specific` versions listed. Loading
-// a version drains and unloads the versions the policy no longer keeps; a version it would not keep
-// itself is refused (invalid_argument).
+// in version order (numbers numerically, else strings), `all`, or the `specific` versions listed.
 struct version_policy {
   enum class kind { latest, all, specific };
   kind which = kind::latest;
@@ -65,8 +63,7 @@ struct model_config {
   static result<model_config> parse(const nlohmann::json& j, std::string_view where = "models[]");
 };
 
-// The batcher (serving) keys of model_config, the one table every way of configuring a model reads: the JSON
-// configuration, a load request's "parameters", the --model spec and a repository's config.pbtxt parameters.
+// The batcher (serving) keys of model_config, the one table every way of configuring a model reads:
 // f(name, member pointer) for each, in the order the configuration documents them.
 template <class F>
 constexpr void for_each_serving_key(F&& f) {
@@ -134,15 +131,12 @@ struct server_config {
   // Compressed outputs for clients that offer them (net/kserve/compression.hpp): zstd level, the least
   // saving that makes an output travel compressed, the smallest output considered.
   codec::wire_compression_options compression;
-  // Triton's CUDA shared-memory extension: a program built with the CUDA component sets
-  // any_cuda_ipc_backend(cuda::ipc_backend{}) (cuda/ipc_backend.hpp); empty: CUDA regions are refused and
-  // the server does not advertise cuda_shared_memory. Not a JSON key.
+  // Triton's CUDA shared-memory extension (a CUDA program sets cuda::ipc_backend{}); empty: CUDA regions
+  // are refused. Not a JSON key.
   any_cuda_ipc_backend cuda_ipc;
 
-  // Keys: host, port, io_threads, preprocess_threads, auth_token, auth_token_file, max_rows_per_request,
-  // max_body_bytes, max_header_bytes, models [model_config...], model_repository, compression_level,
-  // compression_min_saving (1: never), compression_min_bytes. Strict: an unknown key
-  // or a wrong type is invalid_argument naming the key.
+  // The members above by name (max_body_bytes, max_header_bytes, compression_level, compression_min_saving,
+  // compression_min_bytes for the nested ones). Strict: an unknown key or a wrong type is invalid_argument.
   static result<server_config> parse(const nlohmann::json& j);
   // parse() of a JSON file: io_error when it cannot be read, corrupt_data when it is not JSON.
   static result<server_config> open(const std::string& path);

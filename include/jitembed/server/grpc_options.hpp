@@ -8,10 +8,9 @@
 
 namespace jitembed::server {
 
-// Back-pressure of one ModelStreamInfer stream: no further request is read while the stream holds
-// `window` answers (running or waiting to be written) or `queued_bytes` of answers written out but not yet
-// taken by the client, so a client that never reads stalls in gRPC's flow control instead of growing the
-// server. Both at least 1.
+// Back-pressure of one ModelStreamInfer stream: no request is read while it holds `window` answers (running
+// or unwritten) or `queued_bytes` of answers the client has not taken, so a client that never reads stalls in
+// gRPC's flow control instead of growing the server. Both at least 1.
 struct grpc_stream_limits {
   std::size_t window = 128;
   std::size_t queued_bytes = std::size_t{64} << 20;

@@ -25,9 +25,8 @@ namespace jitembed::server {
 // (a service destroyed first drains: calls then answer UNAVAILABLE).
 class grpc_server final {
  public:
-  // Binds and starts. Errors: io_error (cannot bind the address, unreadable TLS files), invalid_argument
-  // (a TLS cert without its key or the other way round, a file that is not PEM or a key that does not match
-  // its certificate, each named; stream limits of 0).
+  // Binds and starts. Errors: io_error (cannot bind, unreadable TLS files), invalid_argument (a TLS cert
+  // without its key or the reverse, a file not PEM, a key not matching its certificate; stream limits of 0).
   static result<grpc_server> create(grpc_server_options opts, service& svc) {
     if (opts.stream.window == 0 || opts.stream.queued_bytes == 0)
       return fail(errc::invalid_argument, "gRPC stream limits: window and queued_bytes must be at least 1");

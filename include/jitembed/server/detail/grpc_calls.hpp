@@ -130,12 +130,9 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
   std::unique_ptr<pb::Message> request_;
 };
 
-// ModelStreamInfer: every request read is run at once (several in flight); each answer is written as it
-// completes (a failed request answers a ModelStreamInferResponse with error_message; the stream goes
-// on). The call finishes once the client has half-closed and every answer is written.
-// Back-pressure: while the stream holds `window` answers (run or waiting to be written) or `queued_bytes` of
-// written-out answers the client has not taken, no further request is read, so a client that never reads
-// its answers stalls in gRPC's flow control instead of growing the server (HTTP: one request at a time).
+// ModelStreamInfer: every request read is run at once; each answer is written as it completes (a failed
+// request answers an error_message, the stream goes on). Reads pause at grpc_stream_limits (grpc_options.hpp).
+// The call finishes once the client has half-closed and every answer is written.
 class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
  public:
   grpc_stream_call(::grpc::GenericCallbackServerContext* ctx, service_core& core, grpc_stream_limits limits)

@@ -285,9 +285,8 @@ class inference_pipeline {
     if (!encoded) return finish_error(c, encoded.error());
     if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while stacking: counted there
     if (!c.shm_outputs.empty()) {
-      // Nothing is written into shared memory once the request's deadline passed (the answer is then timeout):
-      // a client reuses the span of a request it gave up on after that deadline (jit_client's shared memory).
-      // The answer was claimed above, so the deadline timer cannot answer while the outputs are written.
+      // Nothing is written into shared memory past the deadline: a client reuses the span of a request it gave
+      // up on. The answer is claimed above, so the deadline timer cannot answer while the outputs are written.
       if (c.deadline && clock::now() >= *c.deadline)
         return answer(c, fail(errc::timeout,
                               "timeout: deadline passed before the outputs were written into "

@@ -37,8 +37,7 @@ class model_registry final : public model_loader {
   ~model_registry() { shutdown(); }
 
   // Loads every model of `models`; stops at the first failure. Versions of one model load oldest first, so
-  // that a version policy (latest 1) keeps the newest instead of refusing an older version listed after a
-  // newer one.
+  // that a version policy keeps the newest instead of refusing an older one listed after it.
   result<void> load_all(const std::vector<model_config>& models) {
     std::vector<const model_config*> order;
     for (const auto& m : models) order.push_back(&m);

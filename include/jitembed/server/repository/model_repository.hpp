@@ -85,10 +85,9 @@ class model_repository final : public model_source {
     return std::filesystem::is_regular_file(s_->dir / std::string(name) / "config.pbtxt", ec);
   }
 
-  // Reads <dir>/<name>/config.pbtxt again and loads the versions its version_policy keeps (each through its
-  // backend, fingerprinted, warmed by the service); versions loaded before that it no longer keeps are
-  // unloaded. Every model is made before any is switched in, so a broken config or model file leaves the
-  // versions loaded before serving. The error (or success) is recorded for index().
+  // Reads <dir>/<name>/config.pbtxt again and loads the versions its version_policy keeps, unloading the
+  // others; every model is made before any is switched in, so a broken file leaves the loaded versions
+  // serving. The outcome is recorded for index().
   result<void> load(model_loader& into, std::string_view name) override {
     if (!valid_name(name)) return fail(errc::invalid_argument, "model repository: '" + std::string(name) + "' is not a model name");
     std::lock_guard op(s_->op_mu);

@@ -32,10 +32,8 @@ class system_shared_memory_region final : public shared_memory_region {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // Opens `key` (shm_open O_RDWR, not following a symbolic link) and checks that the object covers
-  // offset + byte_size. Errors (invalid_argument, naming the region and the key): a key that is not a
-  // shared-memory object name ('/name': no other '/', no NUL), an object that does not exist, is a symbolic
-  // link or cannot be opened read-write, byte_size 0, an object too small.
+  // Opens `key` read-write and checks that the object covers offset + byte_size. Errors (invalid_argument,
+  // naming the region and the key): not a '/name', no such object (or a symbolic link), byte_size 0, too small.
   static result<std::shared_ptr<const system_shared_memory_region>> open(std::string name, std::string key,
                                                                          std::uint64_t offset,
                                                                          std::uint64_t byte_size) {

@@ -144,6 +144,11 @@ struct server_config {
 
 namespace detail {
 
+// At most 18 decimal digits (fits int64): a numeric version or parameter.
+inline bool is_decimal(std::string_view s) noexcept {
+  return !s.empty() && s.size() < 19 && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
 template <class T>
 result<void> read_key(const nlohmann::json& j, std::string_view key, T& out, std::string_view where) {
   const auto it = j.find(key);
@@ -266,10 +271,7 @@ inline nlohmann::json to_json(const version_policy& p) {
     case version_policy::kind::all: return {{"all", nlohmann::json::object()}};
     case version_policy::kind::specific: {
       nlohmann::json vs = nlohmann::json::array();
-      for (const auto& v : p.versions) {
-        if (!v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos) vs.push_back(std::stoll(v));
-        else vs.push_back(v);
-      }
+      for (const auto& v : p.versions) vs.push_back(detail::is_decimal(v) ? nlohmann::json(std::stoll(v)) : v);
       return {{"specific", {{"versions", vs}}}};
     }
     case version_policy::kind::latest: break;

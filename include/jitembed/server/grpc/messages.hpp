@@ -70,8 +70,7 @@ inline void put_policy(pb::Message& m, const version_policy& p) {
   if (p.which == version_policy::kind::latest) put_scalar(choice, d->FindFieldByName("num_versions"), p.num_versions);
   if (p.which == version_policy::kind::specific)
     for (const auto& v : p.versions)
-      if (!v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos)
-        put_scalar(choice, d->FindFieldByName("versions"), std::stoll(v));
+      if (is_decimal(v)) put_scalar(choice, d->FindFieldByName("versions"), std::stoll(v));
 }
 
 template <class T>

@@ -89,8 +89,6 @@ bool listed(const std::string_view (&list)[N], std::string_view k) {
   return std::find(std::begin(list), std::end(list), k) != std::end(list);
 }
 
-inline bool is_version_name(const std::string& s) {
-  return is_decimal(s) && s.front() != '0';
-}
+inline bool is_version_name(const std::string& s) { return is_decimal(s) && s.front() != '0'; }
 
 }  // namespace jitembed::server::detail

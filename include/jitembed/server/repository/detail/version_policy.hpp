@@ -54,8 +54,8 @@ inline std::string describe(const version_policy& p) {
 
 // The versions `p` keeps once `version` joins the `loaded` versions of model `name`; an error saying why
 // when that does not include `version`.
-inline result<std::vector<std::string>> check_admitted(const std::string& name, const std::string& version, std::vector<std::string> loaded,
-                                   const version_policy& p) {
+inline result<std::vector<std::string>> check_admitted(const std::string& name, const std::string& version,
+                                                       std::vector<std::string> loaded, const version_policy& p) {
   if (std::find(loaded.begin(), loaded.end(), version) == loaded.end()) loaded.push_back(version);
   auto kept = kept_versions(std::move(loaded), p);
   if (std::find(kept.begin(), kept.end(), version) != kept.end()) return kept;

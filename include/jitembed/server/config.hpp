@@ -271,7 +271,8 @@ inline nlohmann::json to_json(const version_policy& p) {
     case version_policy::kind::all: return {{"all", nlohmann::json::object()}};
     case version_policy::kind::specific: {
       nlohmann::json vs = nlohmann::json::array();
-      for (const auto& v : p.versions) vs.push_back(detail::is_decimal(v) ? nlohmann::json(std::stoll(v)) : nlohmann::json(v));
+      for (const auto& v : p.versions)
+        vs.push_back(detail::is_decimal(v) ? nlohmann::json(std::stoll(v)) : nlohmann::json(v));
       return {{"specific", {{"versions", vs}}}};
     }
     case version_policy::kind::latest: break;

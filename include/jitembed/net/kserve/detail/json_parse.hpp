@@ -15,7 +15,6 @@ namespace jitembed::net::kserve::detail {
 
 class json_guard : public nlohmann::json_sax<nlohmann::ordered_json> {
  public:
-  using base = nlohmann::json_sax<nlohmann::ordered_json>;
   json_guard(std::size_t max_depth, std::size_t max_keys) : max_depth_(max_depth), max_keys_(max_keys) {}
 
   bool null() override { return true; }

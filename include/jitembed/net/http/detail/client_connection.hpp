@@ -14,11 +14,11 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
-#include <fstream>
 #include <optional>
 #include <string>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/http/detail/tls_server.hpp"
 
 namespace jitembed::net::http::detail {
 
@@ -39,12 +39,7 @@ inline result<boost::asio::ssl::context> make_client_tls_context(const std::stri
       return fail(errc::io_error, std::string(who) + ": cannot load the system's CA certificates: " + ec.message());
     return ctx;
   }
-  if (!std::ifstream(ca_file, std::ios::binary).good())
-    return fail(errc::io_error, std::string(who) + ": cannot read TLS CA file '" + ca_file + "'");
-  ctx.load_verify_file(ca_file, ec);
-  if (ec)
-    return fail(errc::invalid_argument,
-                std::string(who) + ": TLS CA file '" + ca_file + "' holds no PEM certificate: " + ec.message());
+  JITEMBED_TRY(check_tls_ca_file(ctx, ca_file, who, "CA"));
   return ctx;
 }
 

@@ -110,20 +110,6 @@ inline ::grpc::ByteBuffer empty_message(std::string_view type) {
   return serialize_message(net::grpc::kserve_schema::get().prototype(type));
 }
 
-// RepositoryIndexResponse.ModelIndex: the state's name, empty when there is none.
-struct index_entry {
-  index_entry(const repository_entry& entry) : e(entry) {}  // not an aggregate: clang 14 has no paren-init of one
-  const repository_entry& e;
-  template <class V> void fields(V&& v) const {
-    v("name", e.name), v("version", e.version),
-        v("state", e.state == model_state::none ? std::string() : std::string(to_string(e.state))), v("reason", e.reason);
-  }
-};
-struct index_answer {
-  std::vector<index_entry> models;
-  template <class V> void fields(V&& v) const { v("models", models); }
-};
-
 // A shared-memory status: the registry's regions as a map of RegionStatus by name.
 inline result<::grpc::ByteBuffer> shm_status_message(service_core& core, std::string_view name, bool cuda) {
   JITEMBED_ASSIGN_OR_RETURN(const auto st, core.shared_memory().status(name, cuda ? shared_memory_kind::cuda

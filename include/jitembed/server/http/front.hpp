@@ -73,8 +73,10 @@ class http_front final {
     add_sync(methods::get, "/v2/health/ready", [this](const route_match&) { return empty_text(c_.server_ready()); });
 
     // The repository extension takes POST only.
-    add_sync(methods::post, "/v2/repository/index",
-             [this](const route_match&) { return json_response(200, repository_index_json(c_.repository_index())); });
+    add_sync(methods::post, "/v2/repository/index", [this](const route_match&) {
+      const auto index = c_.repository_index();
+      return json_response(200, to_ojson(std::vector<index_entry>(index.begin(), index.end())));
+    });
     for (const bool load : {true, false})
       routes_.add(methods::post, load ? "/v2/repository/models/{model}/load" : "/v2/repository/models/{model}/unload",
                   [this, load](http::request&& req, http::responder respond, const route_match& p) {

@@ -62,20 +62,6 @@ ojson to_ojson(const T& x) {
   }
 }
 
-// GET/POST /v2/repository/index: optional keys are left out when they say nothing.
-inline ojson repository_index_json(const std::vector<repository_entry>& index) {
-  ojson arr = ojson::array();
-  for (const auto& e : index) {
-    ojson j{{"name", e.name}};
-    if (!e.version.empty()) j["version"] = e.version;
-    if (e.state != model_state::none) j["state"] = to_string(e.state);
-    if (!e.reason.empty()) j["reason"] = e.reason;
-    if (!e.ignored.empty()) j["ignored"] = e.ignored;
-    arr.push_back(std::move(j));
-  }
-  return arr;
-}
-
 // A load / unload request's JSON body ({"parameters": {...}}, or empty) as the core's parameters.
 inline result<repository_parameters> repository_request(const service_core& core, const std::string& name,
                                                         const nlohmann::json& body) {

@@ -111,7 +111,8 @@ struct model_config_answer {
 struct index_entry {
   index_entry(const repository_entry& entry) : e(entry) {}  // not an aggregate: clang 14 has no paren-init of one
   const repository_entry& e;
-  template <class V> void fields(V&& v) const {
+  template <class V>
+  void fields(V&& v) const {
     const auto given = [](const auto& x) { return x.empty() ? std::nullopt : std::optional(x); };
     v("name", e.name), v("version", given(e.version)), v("state", given(std::string(to_string(e.state)))),
         v("reason", given(e.reason)), v("ignored", given(e.ignored));
@@ -119,7 +120,10 @@ struct index_entry {
 };
 struct index_answer {
   std::vector<index_entry> models;
-  template <class V> void fields(V&& v) const { v("models", models); }
+  template <class V>
+  void fields(V&& v) const {
+    v("models", models);
+  }
 };
 
 // Triton's statistics.

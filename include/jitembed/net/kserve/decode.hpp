@@ -36,17 +36,17 @@ inline std::string shape_string(const std::vector<std::int64_t>& s) {
   return out + "]";
 }
 
-// BYTES data must hold exactly the shape's `numel` elements; `where` says where the data is ("input 'x'" + where).
+// BYTES data must hold exactly the shape's `numel` elements; messages start "<w>: <what>holds".
 inline result<void> check_bytes_count(bytes_view data, std::uint64_t numel, const std::vector<std::int64_t>& shape,
-                                      const std::string& w, std::string_view where) {
+                                      const std::string& w, std::string_view what) {
   auto n = for_each_bytes_element(
       data, [](std::string_view) {}, numel);
   if (!n && n.code() == errc::limit_exceeded)
-    return fail(errc::invalid_argument, w + std::string(where) + " holds more than the " + std::to_string(numel) +
+    return fail(errc::invalid_argument, w + ": " + std::string(what) + "holds more than the " + std::to_string(numel) +
                                             " BYTES elements of shape " + shape_string(shape));
   if (!n) return fail(n.code(), w + ": " + n.error().message);
   if (*n != numel)
-    return fail(errc::invalid_argument, w + std::string(where) + " holds " + std::to_string(*n) +
+    return fail(errc::invalid_argument, w + ": " + std::string(what) + "holds " + std::to_string(*n) +
                                             " BYTES elements, shape " + shape_string(shape) + " needs " +
                                             std::to_string(numel));
   return {};
@@ -181,7 +181,7 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
     t.data = binary.subspan(cursor, static_cast<std::size_t>(*binary_size));
     cursor += static_cast<std::size_t>(*binary_size);
     if (t.type == datatype::bytes && !compressed)
-      JITEMBED_TRY(check_bytes_count(t.data, *numel, t.shape, w, ": binary data"));
+      JITEMBED_TRY(check_bytes_count(t.data, *numel, t.shape, w, "binary data "));
     return t;
   }
   if (!data && kind == "output" && !compressed) {

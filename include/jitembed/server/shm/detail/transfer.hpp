@@ -74,8 +74,8 @@ inline result<void> read_shared_memory_inputs(const shared_memory_registry& shm,
     if (t.parameters.empty()) t.parameters = net::kserve::json();
     if (t.type == net::kserve::datatype::bytes) {  // exactly the shape's elements, as in a body's binary section
       JITEMBED_ASSIGN_OR_RETURN(const auto numel, checked_numel(t.shape));
-      JITEMBED_TRY(net::kserve::detail::check_bytes_count(
-          t.data, numel, t.shape, w + " (shared memory region '" + ref->region + "')", ""));
+      JITEMBED_TRY(net::kserve::detail::check_bytes_count(t.data, numel, t.shape,
+                                                          w + " (shared memory region '" + ref->region + "')", ""));
     }
   }
   return {};

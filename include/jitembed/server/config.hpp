@@ -7,11 +7,12 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
-#include <type_traits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,9 +28,7 @@ namespace jitembed::server {
 namespace kserve = net::kserve;
 
 // Which loaded versions of a model the service keeps (Triton's version_policy): the `latest` num_versions
-// in version order (numbers numerically, else strings), `all`, or the `specific` versions listed. Loading
-// a version drains and unloads the versions the policy no longer keeps; a version it would not keep
-// itself is refused (invalid_argument).
+// in version order (numbers numerically, else strings), `all`, or the `specific` versions listed.
 struct version_policy {
   enum class kind { latest, all, specific };
   kind which = kind::latest;
@@ -64,8 +63,7 @@ struct model_config {
   static result<model_config> parse(const nlohmann::json& j, std::string_view where = "models[]");
 };
 
-// The batcher (serving) keys of model_config, the one table every way of configuring a model reads: the JSON
-// configuration, a load request's "parameters", the --model spec and a repository's config.pbtxt parameters.
+// The batcher (serving) keys of model_config, the one table every way of configuring a model reads:
 // f(name, member pointer) for each, in the order the configuration documents them.
 template <class F>
 constexpr void for_each_serving_key(F&& f) {
@@ -133,21 +131,23 @@ struct server_config {
   // Compressed outputs for clients that offer them (net/kserve/compression.hpp): zstd level, the least
   // saving that makes an output travel compressed, the smallest output considered.
   codec::wire_compression_options compression;
-  // Triton's CUDA shared-memory extension: a program built with the CUDA component sets
-  // any_cuda_ipc_backend(cuda::ipc_backend{}) (cuda/ipc_backend.hpp); empty: CUDA regions are refused and
-  // the server does not advertise cuda_shared_memory. Not a JSON key.
+  // Triton's CUDA shared-memory extension (a CUDA program sets cuda::ipc_backend{}); empty: CUDA regions
+  // are refused. Not a JSON key.
   any_cuda_ipc_backend cuda_ipc;
 
-  // Keys: host, port, io_threads, preprocess_threads, auth_token, auth_token_file, max_rows_per_request,
-  // max_body_bytes, max_header_bytes, models [model_config...], model_repository, compression_level,
-  // compression_min_saving (1: never), compression_min_bytes. Strict: an unknown key
-  // or a wrong type is invalid_argument naming the key.
+  // The members above by name (max_body_bytes, max_header_bytes, compression_level, compression_min_saving,
+  // compression_min_bytes for the nested ones). Strict: an unknown key or a wrong type is invalid_argument.
   static result<server_config> parse(const nlohmann::json& j);
   // parse() of a JSON file: io_error when it cannot be read, corrupt_data when it is not JSON.
   static result<server_config> open(const std::string& path);
 };
 
 namespace detail {
+
+// At most 18 decimal digits (fits int64): a numeric version or parameter.
+inline bool is_decimal(std::string_view s) noexcept {
+  return !s.empty() && s.size() < 19 && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
 
 template <class T>
 result<void> read_key(const nlohmann::json& j, std::string_view key, T& out, std::string_view where) {
@@ -172,6 +172,15 @@ result<void> read_key(const nlohmann::json& j, std::string_view key, T& out, std
     out = it->template get<T>();
   }
   return {};
+}
+
+// The whole file; nullopt when it cannot be opened.
+inline std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 // `also`: keys known besides `keys` (a table's lookup).
@@ -262,10 +271,8 @@ inline nlohmann::json to_json(const version_policy& p) {
     case version_policy::kind::all: return {{"all", nlohmann::json::object()}};
     case version_policy::kind::specific: {
       nlohmann::json vs = nlohmann::json::array();
-      for (const auto& v : p.versions) {
-        if (!v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos) vs.push_back(std::stoll(v));
-        else vs.push_back(v);
-      }
+      for (const auto& v : p.versions)
+        vs.push_back(detail::is_decimal(v) ? nlohmann::json(std::stoll(v)) : nlohmann::json(v));
       return {{"specific", {{"versions", vs}}}};
     }
     case version_policy::kind::latest: break;
@@ -300,8 +307,7 @@ inline result<model_config> model_config::parse(const nlohmann::json& j, std::st
     m.params = *it;
   }
   if (auto it = j.find("version_policy"); it != j.end()) {
-    JITEMBED_ASSIGN_OR_RETURN(auto p, version_policy::parse(*it, where));
-    m.policy = std::move(p);
+    JITEMBED_ASSIGN_OR_RETURN(m.policy, version_policy::parse(*it, where));
   }
   if (m.instances < 1 || m.instances > 1024)
     return fail(errc::invalid_argument, "config: " + std::string(where) + ".instances " + std::to_string(m.instances) + " not in [1, 1024]");
@@ -343,11 +349,9 @@ inline result<server_config> server_config::parse(const nlohmann::json& j) {
 }
 
 inline result<server_config> server_config::open(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fail(errc::io_error, "config: cannot open '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const auto text = detail::read_file(path);
+  if (!text) return fail(errc::io_error, "config: cannot open '" + path + "'");
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return fail(errc::corrupt_data, "config: '" + path + "' is not valid JSON");
   return parse(j);
 }
@@ -355,11 +359,9 @@ inline result<server_config> server_config::open(const std::string& path) {
 // Reads the bearer token from auth_token_file into auth_token (surrounding whitespace trimmed).
 inline result<void> load_auth_token(server_config& c) {
   if (c.auth_token_file.empty()) return {};
-  std::ifstream in(c.auth_token_file, std::ios::binary);
-  if (!in) return fail(errc::io_error, "config: cannot open auth token file '" + c.auth_token_file + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
+  const auto text = detail::read_file(c.auth_token_file);
+  if (!text) return fail(errc::io_error, "config: cannot open auth token file '" + c.auth_token_file + "'");
+  const std::string& t = *text;
   const auto b = t.find_first_not_of(" \t\r\n"), e = t.find_last_not_of(" \t\r\n");
   if (b == std::string::npos) return fail(errc::invalid_argument, "config: auth token file '" + c.auth_token_file + "' is empty");
   c.auth_token = t.substr(b, e - b + 1);

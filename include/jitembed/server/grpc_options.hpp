@@ -1,6 +1,5 @@
-// Options of the gRPC front end (server/grpc_server.hpp), free of gRPC's headers so that a program can
-// fill them in a translation unit that never includes gRPC (jitembed-server: LibTorch's bundled headers
-// and gRPC's abseil do not mix in one translation unit).
+// Options of the gRPC front end, free of gRPC's headers: jitembed-server fills them where LibTorch's headers
+// are included, which do not mix with gRPC's abseil.
 #pragma once
 
 #include <cstddef>
@@ -9,10 +8,9 @@
 
 namespace jitembed::server {
 
-// Back-pressure of one ModelStreamInfer stream: no further request is read while the stream holds
-// `window` answers (running or waiting to be written) or `queued_bytes` of answers written out but not yet
-// taken by the client, so a client that never reads stalls in gRPC's flow control instead of growing the
-// server. Both at least 1.
+// Back-pressure of one ModelStreamInfer stream: no request is read while it holds `window` answers (running
+// or unwritten) or `queued_bytes` of answers the client has not taken, so a client that never reads stalls in
+// gRPC's flow control instead of growing the server. Both at least 1.
 struct grpc_stream_limits {
   std::size_t window = 128;
   std::size_t queued_bytes = std::size_t{64} << 20;

@@ -1,6 +1,5 @@
-// The service's KServe v2 gRPC front end (inference.GRPCInferenceService, as Triton serves it): beside HTTP,
-// over the same core, on gRPC's callback API with the dynamic messages of net/grpc/kserve_schema.hpp. Errors:
-// net/grpc/status.hpp (the errc name in trailing metadata `jitembed-errc`). Component jitembed::grpc.
+// The service's KServe v2 gRPC front end (inference.GRPCInferenceService, as Triton serves it) over the same
+// core as HTTP, on gRPC's callback API. Component jitembed::grpc.
 #pragma once
 
 #include <grpcpp/security/server_credentials.h>
@@ -10,11 +9,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "jitembed/core/error.hpp"
@@ -29,9 +25,8 @@ namespace jitembed::server {
 // (a service destroyed first drains: calls then answer UNAVAILABLE).
 class grpc_server final {
  public:
-  // Binds and starts. Errors: io_error (cannot bind the address, unreadable TLS files), invalid_argument
-  // (a TLS cert without its key or the other way round, a file that is not PEM or a key that does not match
-  // its certificate, each named; stream limits of 0).
+  // Binds and starts. Errors: io_error (cannot bind, unreadable TLS files), invalid_argument (a TLS cert
+  // without its key or the reverse, a file not PEM, a key not matching its certificate; stream limits of 0).
   static result<grpc_server> create(grpc_server_options opts, service& svc) {
     if (opts.stream.window == 0 || opts.stream.queued_bytes == 0)
       return fail(errc::invalid_argument, "gRPC stream limits: window and queued_bytes must be at least 1");
@@ -40,10 +35,10 @@ class grpc_server final {
     std::shared_ptr<::grpc::ServerCredentials> creds = ::grpc::InsecureServerCredentials();
     if (!opts.tls_cert_file.empty() || !opts.tls_key_file.empty()) {
       // checked here so that a bad file is named (gRPC itself only fails to start: "cannot listen")
-      auto checked = net::http::detail::tls_server_context(opts.tls_cert_file, opts.tls_key_file, "gRPC");
-      if (!checked) return checked.error();
+      JITEMBED_ASSIGN_OR_RETURN(auto checked,
+                                net::http::detail::tls_server_context(opts.tls_cert_file, opts.tls_key_file, "gRPC"));
       if (!opts.tls_root_cert_file.empty())
-        JITEMBED_TRY(net::http::detail::check_tls_ca_file(*checked, opts.tls_root_cert_file, "gRPC"));
+        JITEMBED_TRY(net::http::detail::check_tls_ca_file(checked, opts.tls_root_cert_file, "gRPC"));
       ::grpc::SslServerCredentialsOptions ssl(opts.tls_root_cert_file.empty()
                                                   ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                                   : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
@@ -51,8 +46,7 @@ class grpc_server final {
       JITEMBED_ASSIGN_OR_RETURN(auto key, detail::read_pem(opts.tls_key_file, "private key"));
       ssl.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
       if (!opts.tls_root_cert_file.empty()) {
-        JITEMBED_ASSIGN_OR_RETURN(auto root, detail::read_pem(opts.tls_root_cert_file, "root certificate"));
-        ssl.pem_root_certs = std::move(root);
+        JITEMBED_ASSIGN_OR_RETURN(ssl.pem_root_certs, detail::read_pem(opts.tls_root_cert_file, "root certificate"));
       }
       creds = ::grpc::SslServerCredentials(ssl);
     }

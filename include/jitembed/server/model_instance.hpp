@@ -7,14 +7,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,8 +53,7 @@ inline shape_bucket bucket_of(const tensor& t) {
 
 using row_batcher = batching::dynamic_batcher<row_item, models::named_tensors, shape_bucket>;
 
-// Counters of one model version (Triton's statistics and the Prometheus metrics come from these and from
-// the batcher's stats).
+// Counters of one model version (with the batcher's stats: Triton's statistics and the metrics).
 struct model_counters {
   std::atomic<std::uint64_t> success{0}, failure{0}, inferences{0};
   std::atomic<std::uint64_t> rejected_admission{0};  // answered 503 at once: max_inflight_rows reached
@@ -139,10 +136,8 @@ class model_instance {
   model_counters& counters() noexcept { return s_->counters; }
   const model_counters& counters() const noexcept { return s_->counters; }
 
-  // Admission: rows of requests routed here, from before their decoding until their response is sent.
-  // try_admit() takes one row when fewer than max_inflight_rows() are admitted (so admitted rows never
-  // exceed the bound by more than one request's rows); admit_more() adds the rest of the request's rows
-  // once they are known; release() gives them all back.
+  // Admission, from before decoding until the response: try_admit() takes one row while fewer than
+  // max_inflight_rows() are admitted; admit_more() adds the request's other rows; release_rows() ends it.
   bool try_admit() noexcept {
     std::size_t cur = s_->admitted.load(std::memory_order_relaxed);
     do {
@@ -158,9 +153,8 @@ class model_instance {
   // Requests routed to this version and not yet answered (guarded by the registry's drain mutex).
   std::size_t& active() noexcept { return s_->active; }
 
-  // False while a batch runs past the deadline of one of its rows: those requests were answered timeout
-  // (the pipeline answers at the deadline), but a model cannot be interrupted (a Python callable, a long
-  // LibTorch call), so its instance stays busy until run() returns. GET .../ready answers 503 meanwhile.
+  // False while a batch runs past the deadline of one of its rows: those requests were answered timeout,
+  // but a model cannot be interrupted, so its instance stays busy until run() returns.
   bool ready() const { return !s_->overrun.overrunning(std::chrono::steady_clock::now()); }
 
  private:

@@ -38,7 +38,7 @@ inline result<model_config> parse_model_spec(std::string_view spec, const model_
     if (eq == std::string_view::npos || eq == 0) return fail(errc::invalid_argument, where + ": '" + std::string(kv) + "' is not key=value");
     const std::string k(kv.substr(0, eq)), v(kv.substr(eq + 1));
     nlohmann::json value = v;
-    if (!v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos) value = std::stoll(v);
+    if (detail::is_decimal(v)) value = std::stoll(v);
     if (v == "true" || v == "false") value = v == "true";
     if (k == "version") {
       if (v.empty()) return fail(errc::invalid_argument, where + ": empty version");

@@ -1,6 +1,5 @@
-// The embedding service: a registry of model versions (hot load / unload with warm-up, atomic switch and
-// drain, Triton's version policy) and the KServe v2 routes, as an HTTP-agnostic http::handler
-// (service::handle, server/http/front.hpp). Serve it over HTTP with net::http::server::create(options, svc.as_handler()).
+// The embedding service: versioned models with hot load / unload and the KServe v2 routes as an http::handler;
+// serve it with net::http::server::create(options, svc.as_handler()).
 #pragma once
 
 #include <chrono>
@@ -24,19 +23,14 @@ namespace jitembed::server {
 
 class grpc_server;  // server/grpc_server.hpp: a second front end over the same core
 
-// A movable value (docs/api.md): the registry, batchers and preprocessing threads live behind one shared
-// pointer that moves with it and that every handler from as_handler() shares, so a handler stays valid
-// across a move and past the service's destruction.
-// A moved-from service may only be destroyed or assigned to. Thread-safe.
+// A movable value (docs/api.md) whose state every handler from as_handler() shares; a moved-from service may
+// only be destroyed or assigned to. Thread-safe.
 class service final : public model_loader {
  public:
   using clock = std::chrono::steady_clock;
 
-  // A service with the models of `cfg.models` loaded (each made by `factory`, warmed; versions of one model
-  // oldest first, so that a version policy keeps the newest). An empty `cfg.models` makes an empty service
-  // (models come later from load() or an attached repository). Errors: the first model that fails to load
-  // (invalid_argument for bad parameters, not_found for an unknown model name, resource_exhausted, ...);
-  // the models loaded before it are unloaded again.
+  // A service with the models of `cfg.models` loaded (made by `factory`, warmed; versions of one model oldest
+  // first). Errors: the first model that fails to load; the models loaded before it are unloaded again.
   static result<service> create(server_config cfg, model_factory factory = reference_factory) {
     service s(std::make_shared<detail::http_front>(std::make_shared<detail::service_core>(std::move(cfg), std::move(factory))));
     JITEMBED_TRY(s.core_->registry().load_all(s.core_->config().models));
@@ -65,11 +59,9 @@ class service final : public model_loader {
   // sleep_us_per_row wrap the model in models::emulated_latency, whatever the factory.
   result<void> load(const model_config& cfg) { return core_->registry().load(cfg); }
 
-  // Loads `m` as cfg.name / cfg.version: warms it (one dummy batch), then switches atomically: new requests
-  // go to it; a version it replaces, and the versions cfg.policy no longer keeps (latest 1: every older
-  // one), stop getting requests and are drained (their in-flight requests finish) and destroyed before load
-  // returns. No request fails during the swap. A version the policy would not keep is refused
-  // (invalid_argument) before the warm-up.
+  // Loads `m` as cfg.name / cfg.version: warms it, then switches atomically; the versions it replaces or
+  // cfg.policy no longer keeps are drained and destroyed before load returns, no request failing. A version
+  // the policy would not keep is refused (invalid_argument) before the warm-up.
   result<void> load(model_config cfg, models::any_model m) override { return core_->registry().load(std::move(cfg), std::move(m)); }
 
   // Unloads one version, or every version when `version` is empty; each is drained first. not_found when
@@ -89,10 +81,8 @@ class service final : public model_loader {
   // (name, version) of every loaded model version.
   std::vector<std::pair<std::string, std::string>> loaded() const override { return core_->registry().loaded(); }
 
-  // Attaches a model repository (server::model_repository, component jitembed::repository, or another
-  // model_source that is a copyable handle): the /v2/repository routes then index, load and unload its
-  // models from its directory (re-read on every call); other models keep the parameter-driven load route.
-  // The service keeps a copy (a handle: it shares the repository's state with the caller's copy).
+  // Attaches a model repository (a model_source that is a copyable handle, e.g. server::model_repository):
+  // the /v2/repository routes then index, load and unload its models; other models keep the parameter route.
   template <class Source>
     requires std::derived_from<Source, model_source> && std::copy_constructible<Source>
   void attach(Source source) {
@@ -116,9 +106,8 @@ class service final : public model_loader {
   // The http::handler: every route of docs/server.md. Never blocks on model work.
   void handle(net::http::request&& req, net::http::responder respond) { front_->handle(std::move(req), std::move(respond)); }
 
-  // As a net::http::handler value. It shares ownership of the service's state: it stays valid across a
-  // move and after the service is destroyed (then it answers like a draining service: 503 unavailable;
-  // the state goes with the last handler).
+  // As a net::http::handler value sharing the service's state: valid across a move and after the service is
+  // destroyed (then it answers like a draining service: 503 unavailable).
   net::http::handler as_handler() {
     return [front = front_](net::http::request&& r, net::http::responder respond) { front->handle(std::move(r), std::move(respond)); };
   }

@@ -1,6 +1,5 @@
-// server::split_parameters: a configuration's flat parameters (a load request's "parameters", a --model spec's
-// k=v pairs) split by the one table of serving keys (for_each_serving_key) into the batcher's and the model's.
-// It lives beside the table, not in models/: models/ is below server/ and cannot name model_config's keys.
+// server::split_parameters: flat configuration parameters split by the table of serving keys into the
+// batcher's and the model's (here, not in models/, which cannot name model_config's keys).
 #pragma once
 
 #include <algorithm>

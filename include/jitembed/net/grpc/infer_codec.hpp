@@ -1,6 +1,5 @@
-// The KServe gRPC infer codec, all four directions (client and server, request and response) on the dynamic
-// messages of kserve_schema.hpp. Decoded tensors view into the message; encoded tensor bytes travel as
-// grpc::Slices over their owner, appended as raw-contents entries after the serialized rest (no copy).
+// The KServe gRPC infer codec, all four directions. Decoded tensors view into the message; encoded tensor
+// bytes travel as grpc::Slices over their owner, appended as raw-contents entries (no copy).
 #pragma once
 
 #include <google/protobuf/descriptor.h>
@@ -347,9 +346,7 @@ inline ::grpc::ByteBuffer encode_stream_error(const error_info& e, std::string_v
     auto* inner = msg->GetReflection()->MutableMessage(msg.get(), f.s_infer_response);
     inner->GetReflection()->SetString(inner, f.r_id, std::string(id));
   }
-  const std::string bytes = msg->SerializeAsString();
-  ::grpc::Slice s(bytes.data(), bytes.size());
-  return ::grpc::ByteBuffer(&s, 1);
+  return detail::slice_writer(msg->SerializeAsString()).finish();
 }
 
 }  // namespace jitembed::net::grpc

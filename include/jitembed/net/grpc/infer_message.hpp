@@ -1,6 +1,5 @@
-// Reflection helpers for the KServe gRPC infer messages (net/grpc/kserve_schema.hpp), under the infer codec
-// (net/grpc/infer_codec.hpp): field descriptors looked up once, and map<string, InferParameter> fields to
-// and from the JSON parameters of net::kserve's messages.
+// Reflection helpers for the gRPC infer messages: field descriptors looked up once, and
+// map<string, InferParameter> fields to and from net::kserve's JSON parameters.
 #pragma once
 
 #include <google/protobuf/descriptor.h>
@@ -19,17 +18,14 @@ namespace pb = google::protobuf;
 
 // Field descriptors of the infer messages, looked up once.
 struct grpc_infer_fields {
-  const pb::Descriptor* request;
   const pb::FieldDescriptor *model_name, *model_version, *id, *parameters, *inputs, *outputs, *raw_input_contents;
   const pb::FieldDescriptor *in_name, *in_datatype, *in_shape, *in_parameters, *in_contents;
   const pb::FieldDescriptor *out_name, *out_parameters;
   // InferParameter's oneof; map entries' key / value
   const pb::FieldDescriptor *p_bool, *p_int64, *p_string, *p_double, *p_uint64;
-  const pb::Descriptor* response;
   const pb::FieldDescriptor *r_model_name, *r_model_version, *r_id, *r_outputs;
   const pb::FieldDescriptor *ro_name, *ro_datatype, *ro_shape, *ro_parameters;
   int raw_output_contents_number;
-  const pb::Descriptor* stream_response;
   const pb::FieldDescriptor *s_error_message, *s_infer_response;
 
   static const grpc_infer_fields& get() {
@@ -42,14 +38,14 @@ struct grpc_infer_fields {
     const auto& pool = net::grpc::kserve_schema::get().pool();
     const auto msg = [&](std::string_view n) { return pool.FindMessageTypeByName("inference." + std::string(n)); };
     grpc_infer_fields f{};
-    f.request = msg("ModelInferRequest");
-    f.model_name = f.request->FindFieldByName("model_name");
-    f.model_version = f.request->FindFieldByName("model_version");
-    f.id = f.request->FindFieldByName("id");
-    f.parameters = f.request->FindFieldByName("parameters");
-    f.inputs = f.request->FindFieldByName("inputs");
-    f.outputs = f.request->FindFieldByName("outputs");
-    f.raw_input_contents = f.request->FindFieldByName("raw_input_contents");
+    const auto* rq = msg("ModelInferRequest");
+    f.model_name = rq->FindFieldByName("model_name");
+    f.model_version = rq->FindFieldByName("model_version");
+    f.id = rq->FindFieldByName("id");
+    f.parameters = rq->FindFieldByName("parameters");
+    f.inputs = rq->FindFieldByName("inputs");
+    f.outputs = rq->FindFieldByName("outputs");
+    f.raw_input_contents = rq->FindFieldByName("raw_input_contents");
     const auto* in = msg("ModelInferRequest.InferInputTensor");
     f.in_name = in->FindFieldByName("name");
     f.in_datatype = in->FindFieldByName("datatype");
@@ -65,20 +61,20 @@ struct grpc_infer_fields {
     f.p_string = p->FindFieldByName("string_param");
     f.p_double = p->FindFieldByName("double_param");
     f.p_uint64 = p->FindFieldByName("uint64_param");
-    f.response = msg("ModelInferResponse");
-    f.r_model_name = f.response->FindFieldByName("model_name");
-    f.r_model_version = f.response->FindFieldByName("model_version");
-    f.r_id = f.response->FindFieldByName("id");
-    f.r_outputs = f.response->FindFieldByName("outputs");
-    f.raw_output_contents_number = f.response->FindFieldByName("raw_output_contents")->number();
+    const auto* rs = msg("ModelInferResponse");
+    f.r_model_name = rs->FindFieldByName("model_name");
+    f.r_model_version = rs->FindFieldByName("model_version");
+    f.r_id = rs->FindFieldByName("id");
+    f.r_outputs = rs->FindFieldByName("outputs");
+    f.raw_output_contents_number = rs->FindFieldByName("raw_output_contents")->number();
     const auto* ro = msg("ModelInferResponse.InferOutputTensor");
     f.ro_name = ro->FindFieldByName("name");
     f.ro_datatype = ro->FindFieldByName("datatype");
     f.ro_shape = ro->FindFieldByName("shape");
     f.ro_parameters = ro->FindFieldByName("parameters");
-    f.stream_response = msg("ModelStreamInferResponse");
-    f.s_error_message = f.stream_response->FindFieldByName("error_message");
-    f.s_infer_response = f.stream_response->FindFieldByName("infer_response");
+    const auto* st = msg("ModelStreamInferResponse");
+    f.s_error_message = st->FindFieldByName("error_message");
+    f.s_infer_response = st->FindFieldByName("infer_response");
     return f;
   }
 };
@@ -98,13 +94,9 @@ inline kserve::json grpc_parameters(const pb::Message& m, const pb::FieldDescrip
     const auto* vr = v.GetReflection();
     if (vr->HasField(v, f.p_bool))
       out[key] = vr->GetBool(v, f.p_bool);
-    else if (vr->HasField(v, f.p_int64)) {
-      const auto i = vr->GetInt64(v, f.p_int64);
-      if (i >= 0)
-        out[key] = static_cast<std::uint64_t>(i);  // as the HTTP JSON decoder types a non-negative number
-      else
-        out[key] = i;
-    } else if (vr->HasField(v, f.p_string))
+    else if (const auto i = vr->GetInt64(v, f.p_int64); vr->HasField(v, f.p_int64))  // typed as the JSON decoder does
+      out[key] = i >= 0 ? kserve::json(static_cast<std::uint64_t>(i)) : kserve::json(i);
+    else if (vr->HasField(v, f.p_string))
       out[key] = vr->GetString(v, f.p_string);
     else if (vr->HasField(v, f.p_double))
       out[key] = vr->GetDouble(v, f.p_double);

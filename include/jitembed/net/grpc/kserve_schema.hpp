@@ -1,6 +1,5 @@
-// The KServe v2 / Triton gRPC messages (facts of grpc_service.proto: package `inference`, field names and
-// numbers; ModelConfig: net/protobuf/model_config.hpp) as dynamic messages (net/protobuf/schema.hpp). Message
-// names are not on the wire; the method paths ("/inference.GRPCInferenceService/ModelInfer") are.
+// The KServe v2 / Triton gRPC messages (facts of grpc_service.proto: field names and numbers) as dynamic
+// messages. Message names are not on the wire; the method paths are.
 #pragma once
 
 #include <string>

@@ -1,7 +1,5 @@
-// errc <-> gRPC status codes, as kserve::http_status maps errc onto HTTP: bad input is INVALID_ARGUMENT,
-// an unknown model NOT_FOUND, the service's own trouble UNAVAILABLE / RESOURCE_EXHAUSTED /
-// DEADLINE_EXCEEDED. The exact errc also travels in the trailing metadata key `jitembed-errc`, so a
-// jitembed client recovers it exactly; a peer that sends none (Triton) is mapped back from the code.
+// errc <-> gRPC status codes, in the classes of kserve::http_status. The exact errc also travels in the trailing
+// metadata key `jitembed-errc`; a peer that sends none (Triton) is mapped back from the code.
 #pragma once
 
 #include <grpcpp/support/status.h>
@@ -9,37 +7,35 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/kserve/status.hpp"
 
 namespace jitembed::net::grpc {
 
 // Trailing metadata key carrying errc's name on every failed call.
 inline constexpr std::string_view kErrcMetadataKey = "jitembed-errc";
 
+// kserve::http_status's classes as gRPC codes.
 constexpr ::grpc::StatusCode status_code(errc code) noexcept {
   using ::grpc::StatusCode;
-  switch (code) {
-    case errc::ok:
+  if (code == errc::resource_exhausted) return StatusCode::RESOURCE_EXHAUSTED;  // 503 like unavailable
+  switch (kserve::http_status(code)) {
+    case 200:
       return StatusCode::OK;
-    case errc::not_found:
+    case 404:
       return StatusCode::NOT_FOUND;
-    case errc::timeout:
-      return StatusCode::DEADLINE_EXCEEDED;
-    case errc::unavailable:
-      return StatusCode::UNAVAILABLE;
-    case errc::resource_exhausted:
-      return StatusCode::RESOURCE_EXHAUSTED;
-    case errc::cancelled:
+    case 499:
       return StatusCode::CANCELLED;
-    case errc::buffer_too_small:
-    case errc::encode_failed:
-    case errc::io_error:
-    case errc::internal:
-    case errc::comm_failed:
+    case 500:
       return StatusCode::INTERNAL;
+    case 503:
+      return StatusCode::UNAVAILABLE;
+    case 504:
+      return StatusCode::DEADLINE_EXCEEDED;
     default:
-      return StatusCode::INVALID_ARGUMENT;  // every "fix your input" code (kserve::http_status 400)
+      return StatusCode::INVALID_ARGUMENT;  // every "fix your input" code (400)
   }
 }
 
@@ -48,31 +44,22 @@ inline errc errc_of(const ::grpc::Status& s, std::optional<std::string_view> err
   if (errc_metadata)
     if (const auto e = errc_from_string(*errc_metadata)) return *e;
   using ::grpc::StatusCode;
-  switch (s.error_code()) {
-    case StatusCode::OK:
-      return errc::ok;
-    case StatusCode::INVALID_ARGUMENT:
-    case StatusCode::OUT_OF_RANGE:
-    case StatusCode::FAILED_PRECONDITION:
-    case StatusCode::UNAUTHENTICATED:
-    case StatusCode::PERMISSION_DENIED:
-      return errc::invalid_argument;
-    case StatusCode::NOT_FOUND:
-      return errc::not_found;
-    case StatusCode::DEADLINE_EXCEEDED:
-      return errc::timeout;
-    case StatusCode::UNAVAILABLE:
-    case StatusCode::ABORTED:
-      return errc::unavailable;
-    case StatusCode::RESOURCE_EXHAUSTED:
-      return errc::resource_exhausted;
-    case StatusCode::CANCELLED:
-      return errc::cancelled;
-    case StatusCode::UNIMPLEMENTED:
-      return errc::not_found;
-    default:
-      return errc::internal;
-  }
+  constexpr std::pair<StatusCode, errc> known[] = {{StatusCode::OK, errc::ok},
+                                                   {StatusCode::INVALID_ARGUMENT, errc::invalid_argument},
+                                                   {StatusCode::OUT_OF_RANGE, errc::invalid_argument},
+                                                   {StatusCode::FAILED_PRECONDITION, errc::invalid_argument},
+                                                   {StatusCode::UNAUTHENTICATED, errc::invalid_argument},
+                                                   {StatusCode::PERMISSION_DENIED, errc::invalid_argument},
+                                                   {StatusCode::NOT_FOUND, errc::not_found},
+                                                   {StatusCode::UNIMPLEMENTED, errc::not_found},
+                                                   {StatusCode::DEADLINE_EXCEEDED, errc::timeout},
+                                                   {StatusCode::UNAVAILABLE, errc::unavailable},
+                                                   {StatusCode::ABORTED, errc::unavailable},
+                                                   {StatusCode::RESOURCE_EXHAUSTED, errc::resource_exhausted},
+                                                   {StatusCode::CANCELLED, errc::cancelled}};
+  for (const auto& [status, e] : known)
+    if (status == s.error_code()) return e;
+  return errc::internal;
 }
 
 inline ::grpc::Status to_status(const error_info& e) { return {status_code(e.code), e.message}; }

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -65,14 +64,9 @@ class client {
   client& operator=(const client&) = delete;
 
   // Sends `method target` with `body` followed by `pieces` (gathered, not copied) and reads the whole
-  // response. Content-Length and Host are set here (Content-Length/Connection/Transfer-Encoding in
-  // `headers` are rejected). A pooled connection the server closed meanwhile is replaced once.
-  // Errors: invalid_argument (bad method/target/field), timeout (connect or exchange deadline passed),
-  // io_error (cannot resolve or connect, reset, closed; with opts.tls: a CA file that cannot be read, and a TLS
-  // handshake that fails: "http client: TLS handshake with https://host:port failed: certificate verify failed
-  // (...)"; invalid_argument: a CA file with no certificate),
-  // limit_exceeded (response over max_header_bytes / max_response_bytes), corrupt_data (bad response);
-  // a failure after the arguments were accepted carries the server as context (ctx::endpoint, "host:port").
+  // response; a pooled connection the server closed meanwhile is replaced once. Errors: invalid_argument (bad
+  // method/target/field, a CA file with no certificate), timeout, io_error (resolve, connect, reset, TLS
+  // handshake, CA file), limit_exceeded, corrupt_data; past the arguments' checks with ctx::endpoint.
   result<response> request(std::string method, std::string target, header_list headers = {}, std::string body = {},
                            std::span<const bytes_view> pieces = {}) {
     if (!detail::is_token(method)) return fail(errc::invalid_argument, "http client: invalid method '" + method + "'");
@@ -155,9 +149,8 @@ class client {
   result<boost::asio::ssl::context*> tls_context() {
     std::lock_guard lk(mu_);
     if (!tls_ctx_) {
-      auto ctx = detail::make_client_tls_context(opts_.tls_ca_file, "http client");
-      if (!ctx) return ctx.error();
-      tls_ctx_.emplace(std::move(*ctx));
+      JITEMBED_ASSIGN_OR_RETURN(auto ctx, detail::make_client_tls_context(opts_.tls_ca_file, "http client"));
+      tls_ctx_.emplace(std::move(ctx));
     }
     return &*tls_ctx_;
   }

@@ -2,9 +2,8 @@
 // Beast so that services (server/) and tests need not include Boost.
 #pragma once
 
-#include <cstdint>
+#include <cstddef>
 #include <functional>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,17 +15,24 @@ namespace jitembed::net::http {
 
 using header_list = std::vector<std::pair<std::string, std::string>>;
 
+namespace detail {
+// ASCII case-insensitive equality (field names, codings).
+inline bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto x = static_cast<unsigned char>(a[i]), y = static_cast<unsigned char>(b[i]);
+    if (x >= 'A' && x <= 'Z') x = static_cast<unsigned char>(x + 32);
+    if (y >= 'A' && y <= 'Z') y = static_cast<unsigned char>(y + 32);
+    if (x != y) return false;
+  }
+  return true;
+}
+}  // namespace detail
+
 // Case-insensitive header lookup (HTTP field names are case-insensitive); empty when absent.
 inline std::string_view find_header(const header_list& headers, std::string_view name) noexcept {
-  for (const auto& [k, v] : headers) {
-    if (k.size() != name.size()) continue;
-    bool eq = true;
-    for (std::size_t i = 0; i < k.size() && eq; ++i) {
-      const auto a = static_cast<unsigned char>(k[i]), b = static_cast<unsigned char>(name[i]);
-      eq = (a | 0x20) == (b | 0x20);
-    }
-    if (eq) return v;
-  }
+  for (const auto& [k, v] : headers)
+    if (detail::iequals(k, name)) return v;
   return {};
 }
 

@@ -2,9 +2,6 @@
 // header/body limits, responses written scatter/gather, and a graceful stop that drains in-flight requests.
 #pragma once
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/socket_base.hpp>
@@ -12,12 +9,10 @@
 
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <stop_token>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -42,18 +37,13 @@ struct server_stats {
   std::uint64_t tls_handshake_failures = 0;  // HTTPS: handshakes that failed or timed out (connection closed)
 };
 
-// One listening socket served by `io_threads` threads; one strand per connection, one request at a time
-// per connection (pipelined requests wait in the buffer). The handler runs on an I/O thread and must not
-// block; its responder may be called from any thread.
-//
-// A movable value (docs/api.md): the sockets, threads and counters live behind one pointer that moves with
-// it; a moved-from server may only be destroyed or assigned to.
+// One listening socket served by `io_threads` threads, one request at a time per connection. The handler runs
+// on an I/O thread and must not block; its responder may be called from any thread. A movable value
+// (docs/api.md); a moved-from server may only be destroyed or assigned to.
 class server {
  public:
-  // Validates the options, loads the TLS certificate and key (when set), binds, listens and starts the I/O
-  // threads. Errors: invalid_argument (io_threads outside [1, 1024], max_connections 0, no handler, only one
-  // of tls_cert_file / tls_key_file, a TLS file that is not a PEM certificate chain / private key, a key
-  // that does not match the certificate), io_error (cannot read a TLS file; cannot resolve, bind or listen).
+  // Validates the options, loads TLS (when set), binds, listens and starts the I/O threads. Errors:
+  // invalid_argument (bad options, TLS files as tls_server_context says), io_error (resolve, bind, listen).
   static result<server> create(server_options opts, handler h) {
     server s(std::move(opts), std::move(h));
     JITEMBED_TRY(s.start());

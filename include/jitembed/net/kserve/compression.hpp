@@ -1,6 +1,5 @@
-// The names of jitembed's compressed-tensor extension of KServe v2 (request parameter and tensor parameters
-// `jitembed_compression: "zstd_shuffle"`, `jitembed_raw_byte_size`; docs/server.md); the codec is
-// codec/zstd_wire.hpp.
+// The names of jitembed's compressed-tensor extension of KServe v2 (`jitembed_compression: "zstd_shuffle"`,
+// `jitembed_raw_byte_size`; docs/server.md); the codec is codec/zstd_wire.hpp.
 #pragma once
 
 #include <cstdint>

@@ -29,89 +29,56 @@ enum class datatype : std::uint8_t {
 
 inline constexpr int kDatatypeCount = 14;
 
+// One row per datatype, in the enum's order: its name, bytes per element (0 for BYTES: variable-length
+// elements) and its jitembed::dtype (none for UINT16/32/64 and BYTES).
+struct datatype_info {
+  datatype type;
+  std::string_view name;
+  std::size_t size;
+  std::optional<dtype> dt;
+};
+inline constexpr datatype_info kDatatypes[kDatatypeCount] = {
+    {datatype::boolean, "BOOL", 1, dtype::boolean}, {datatype::uint8, "UINT8", 1, dtype::u8},
+    {datatype::uint16, "UINT16", 2, std::nullopt},  {datatype::uint32, "UINT32", 4, std::nullopt},
+    {datatype::uint64, "UINT64", 8, std::nullopt},  {datatype::int8, "INT8", 1, dtype::i8},
+    {datatype::int16, "INT16", 2, dtype::i16},      {datatype::int32, "INT32", 4, dtype::i32},
+    {datatype::int64, "INT64", 8, dtype::i64},      {datatype::fp16, "FP16", 2, dtype::f16},
+    {datatype::bf16, "BF16", 2, dtype::bf16},       {datatype::fp32, "FP32", 4, dtype::f32},
+    {datatype::fp64, "FP64", 8, dtype::f64},        {datatype::bytes, "BYTES", 0, std::nullopt}};
+static_assert([] {
+  for (int i = 0; i < kDatatypeCount; ++i)
+    if (static_cast<int>(kDatatypes[i].type) != i) return false;
+  return true;
+}());
+
 constexpr std::string_view to_string(datatype t) noexcept {
-  switch (t) {
-    case datatype::boolean: return "BOOL";
-    case datatype::uint8: return "UINT8";
-    case datatype::uint16: return "UINT16";
-    case datatype::uint32: return "UINT32";
-    case datatype::uint64: return "UINT64";
-    case datatype::int8: return "INT8";
-    case datatype::int16: return "INT16";
-    case datatype::int32: return "INT32";
-    case datatype::int64: return "INT64";
-    case datatype::fp16: return "FP16";
-    case datatype::bf16: return "BF16";
-    case datatype::fp32: return "FP32";
-    case datatype::fp64: return "FP64";
-    case datatype::bytes: return "BYTES";
-  }
-  return "INVALID";
+  const auto i = static_cast<std::size_t>(t);
+  return i < kDatatypeCount ? kDatatypes[i].name : "INVALID";
 }
 
 // Exact, case-sensitive, as Triton parses it.
 constexpr std::optional<datatype> datatype_from_string(std::string_view s) noexcept {
-  for (int i = 0; i < kDatatypeCount; ++i) {
-    const auto t = static_cast<datatype>(i);
-    if (to_string(t) == s) return t;
-  }
+  for (const auto& d : kDatatypes)
+    if (d.name == s) return d.type;
   return std::nullopt;
 }
 
-// Bytes per element; 0 for BYTES (variable-length elements).
 constexpr std::size_t element_size(datatype t) noexcept {
-  switch (t) {
-    case datatype::boolean:
-    case datatype::uint8:
-    case datatype::int8: return 1;
-    case datatype::uint16:
-    case datatype::int16:
-    case datatype::fp16:
-    case datatype::bf16: return 2;
-    case datatype::uint32:
-    case datatype::int32:
-    case datatype::fp32: return 4;
-    case datatype::uint64:
-    case datatype::int64:
-    case datatype::fp64: return 8;
-    case datatype::bytes: return 0;
-  }
-  return 0;
+  const auto i = static_cast<std::size_t>(t);
+  return i < kDatatypeCount ? kDatatypes[i].size : 0;
 }
 
 // Triton accepts these only in the binary extension, never as JSON "data".
 constexpr bool binary_only(datatype t) noexcept { return t == datatype::fp16 || t == datatype::bf16; }
 
-// jitembed::dtype has no UINT16/32/64 and no BYTES: those map to nullopt.
 constexpr std::optional<dtype> to_dtype(datatype t) noexcept {
-  switch (t) {
-    case datatype::boolean: return dtype::boolean;
-    case datatype::uint8: return dtype::u8;
-    case datatype::int8: return dtype::i8;
-    case datatype::int16: return dtype::i16;
-    case datatype::int32: return dtype::i32;
-    case datatype::int64: return dtype::i64;
-    case datatype::fp16: return dtype::f16;
-    case datatype::bf16: return dtype::bf16;
-    case datatype::fp32: return dtype::f32;
-    case datatype::fp64: return dtype::f64;
-    default: return std::nullopt;
-  }
+  const auto i = static_cast<std::size_t>(t);
+  return i < kDatatypeCount ? kDatatypes[i].dt : std::nullopt;
 }
 
 constexpr datatype from_dtype(dtype t) noexcept {
-  switch (t) {
-    case dtype::boolean: return datatype::boolean;
-    case dtype::u8: return datatype::uint8;
-    case dtype::i8: return datatype::int8;
-    case dtype::i16: return datatype::int16;
-    case dtype::i32: return datatype::int32;
-    case dtype::i64: return datatype::int64;
-    case dtype::f16: return datatype::fp16;
-    case dtype::bf16: return datatype::bf16;
-    case dtype::f32: return datatype::fp32;
-    case dtype::f64: return datatype::fp64;
-  }
+  for (const auto& d : kDatatypes)
+    if (d.dt == t) return d.type;
   return datatype::uint8;
 }
 

@@ -36,6 +36,22 @@ inline std::string shape_string(const std::vector<std::int64_t>& s) {
   return out + "]";
 }
 
+// BYTES data must hold exactly the shape's `numel` elements; messages start "<w>: <what>holds".
+inline result<void> check_bytes_count(bytes_view data, std::uint64_t numel, const std::vector<std::int64_t>& shape,
+                                      const std::string& w, std::string_view what) {
+  auto n = for_each_bytes_element(
+      data, [](std::string_view) {}, numel);
+  if (!n && n.code() == errc::limit_exceeded)
+    return fail(errc::invalid_argument, w + ": " + std::string(what) + "holds more than the " + std::to_string(numel) +
+                                            " BYTES elements of shape " + shape_string(shape));
+  if (!n) return fail(n.code(), w + ": " + n.error().message);
+  if (*n != numel)
+    return fail(errc::invalid_argument, w + ": " + std::string(what) + "holds " + std::to_string(*n) +
+                                            " BYTES elements, shape " + shape_string(shape) + " needs " +
+                                            std::to_string(numel));
+  return {};
+}
+
 // The JSON header and the binary section of a body.
 struct split_body {
   json header;
@@ -121,13 +137,10 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
                                           std::to_string(lim.max_bytes_elements));
   }
 
-  JITEMBED_ASSIGN_OR_RETURN(auto params, optional_parameters(tj, w));
-  t.parameters = std::move(params);
+  JITEMBED_ASSIGN_OR_RETURN(t.parameters, optional_parameters(tj, w));
   std::optional<std::uint64_t> binary_size;
   if (t.parameters.is_object()) {
-    // Triton's shared-memory extension: a request's input whose bytes are in a region the server resolves
-    // (server/shm/detail/transfer.hpp), or a response's output the server wrote into the region its request
-    // named; the message carries no data for it (its receiver reads the region).
+    // Triton's shared-memory extension: the message carries no data for a tensor in a region.
     JITEMBED_ASSIGN_OR_RETURN(const auto shm, shared_memory_parameters(t.parameters, w));
     if (shm) {
       if (t.parameters.contains("binary_data_size") || find(tj, "data"))
@@ -167,26 +180,12 @@ inline result<infer_tensor> decode_tensor(const json& tj, std::string_view kind,
     }
     t.data = binary.subspan(cursor, static_cast<std::size_t>(*binary_size));
     cursor += static_cast<std::size_t>(*binary_size);
-    if (t.type == datatype::bytes && !compressed) {
-      std::uint64_t count = 0;
-      auto n = for_each_bytes_element(t.data, [&](std::string_view) { ++count; }, *numel);
-      if (!n) {
-        if (n.code() == errc::limit_exceeded) {
-          return fail(errc::invalid_argument, w + ": binary data holds more than the " + std::to_string(*numel) +
-                                                  " BYTES elements of shape " + shape_string(t.shape));
-        }
-        return fail(n.code(), w + ": " + n.error().message);
-      }
-      if (*n != *numel) {
-        return fail(errc::invalid_argument, w + ": binary data holds " + std::to_string(*n) + " BYTES elements, shape " +
-                                                shape_string(t.shape) + " needs " + std::to_string(*numel));
-      }
-    }
+    if (t.type == datatype::bytes && !compressed)
+      JITEMBED_TRY(check_bytes_count(t.data, *numel, t.shape, w, "binary data "));
     return t;
   }
   if (!data && kind == "output" && !compressed) {
-    // A response's output with no data: Triton's HTTP answer for an output it wrote into the shared-memory
-    // region its request named (name, datatype and shape only). Its receiver reads the region; data stays empty.
+    // Triton's HTTP answer for an output it wrote into the shared-memory region its request named.
     t.binary = true;
     return t;
   }
@@ -234,10 +233,8 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
   JITEMBED_ASSIGN_OR_RETURN(auto parts, detail::split(body, header_length, lim));
   const json& h = parts.header;
   infer_request r;
-  JITEMBED_ASSIGN_OR_RETURN(auto id, detail::optional_string(h, "id", "request"));
-  r.id = std::move(id);
-  JITEMBED_ASSIGN_OR_RETURN(auto params, detail::optional_parameters(h, "request"));
-  r.parameters = std::move(params);
+  JITEMBED_ASSIGN_OR_RETURN(r.id, detail::optional_string(h, "id", "request"));
+  JITEMBED_ASSIGN_OR_RETURN(r.parameters, detail::optional_parameters(h, "request"));
   if (r.parameters.is_object()) {
     for (const char* k : {"priority", "timeout", "sequence_start", "sequence_end", "binary_data_output"}) {
       const auto it = r.parameters.find(k);
@@ -249,8 +246,7 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
       }
     }
   }
-  JITEMBED_ASSIGN_OR_RETURN(auto inputs, detail::decode_tensors(h, "inputs", "input", parts.binary, lim));
-  r.inputs = std::move(inputs);
+  JITEMBED_ASSIGN_OR_RETURN(r.inputs, detail::decode_tensors(h, "inputs", "input", parts.binary, lim));
 
   if (const json* outs = detail::find(h, "outputs")) {
     if (!outs->is_array()) return fail(errc::invalid_argument, "\"outputs\" is not an array");
@@ -267,8 +263,7 @@ inline result<infer_request> decode_request(std::string_view body, std::optional
       requested_output ro;
       ro.name = name->get<std::string>();
       if (!names.insert(ro.name).second) return fail(errc::invalid_argument, "duplicate requested output name '" + ro.name + "'");
-      JITEMBED_ASSIGN_OR_RETURN(auto p, detail::optional_parameters(o, "requested output '" + ro.name + "'"));
-      ro.parameters = std::move(p);
+      JITEMBED_ASSIGN_OR_RETURN(ro.parameters, detail::optional_parameters(o, "requested output '" + ro.name + "'"));
       if (ro.parameters.is_object()) {
         JITEMBED_TRY(shared_memory_parameters(ro.parameters, "requested output '" + ro.name + "'"));
         if (const auto it = ro.parameters.find("binary_data"); it != ro.parameters.end()) {
@@ -290,16 +285,11 @@ inline result<infer_response> decode_response(std::string_view body, std::option
   JITEMBED_ASSIGN_OR_RETURN(auto parts, detail::split(body, header_length, lim));
   const json& h = parts.header;
   infer_response r;
-  JITEMBED_ASSIGN_OR_RETURN(auto id, detail::optional_string(h, "id", "response"));
-  r.id = std::move(id);
-  JITEMBED_ASSIGN_OR_RETURN(auto model, detail::optional_string(h, "model_name", "response"));
-  r.model_name = std::move(model);
-  JITEMBED_ASSIGN_OR_RETURN(auto version, detail::optional_string(h, "model_version", "response"));
-  r.model_version = std::move(version);
-  JITEMBED_ASSIGN_OR_RETURN(auto params, detail::optional_parameters(h, "response"));
-  r.parameters = std::move(params);
-  JITEMBED_ASSIGN_OR_RETURN(auto outputs, detail::decode_tensors(h, "outputs", "output", parts.binary, lim));
-  r.outputs = std::move(outputs);
+  JITEMBED_ASSIGN_OR_RETURN(r.id, detail::optional_string(h, "id", "response"));
+  JITEMBED_ASSIGN_OR_RETURN(r.model_name, detail::optional_string(h, "model_name", "response"));
+  JITEMBED_ASSIGN_OR_RETURN(r.model_version, detail::optional_string(h, "model_version", "response"));
+  JITEMBED_ASSIGN_OR_RETURN(r.parameters, detail::optional_parameters(h, "response"));
+  JITEMBED_ASSIGN_OR_RETURN(r.outputs, detail::decode_tensors(h, "outputs", "output", parts.binary, lim));
   return r;
 }
 

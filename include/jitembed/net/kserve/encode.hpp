@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 
@@ -140,6 +139,14 @@ inline result<void> write_tensor(std::string& out, encoded_message& msg, const i
   return {};
 }
 
+// ,"parameters":{...} of a request or response; nothing when null or empty.
+inline result<void> write_message_parameters(std::string& out, const json& p, std::string_view what) {
+  if (p.is_null() || (p.is_object() && p.empty())) return {};
+  if (!p.is_object()) return fail(errc::invalid_argument, std::string(what) + " parameters is not a JSON object");
+  out += ",\"parameters\":";
+  return write_json_value(out, p);
+}
+
 inline void finish(encoded_message& msg) {
   if (msg.header_length) msg.header_length = msg.header.size();
 }
@@ -172,13 +179,7 @@ inline result<encoded_message> encode_request(const infer_request& r, tensor_for
     }
     out += ']';
   }
-  if (!r.parameters.is_null()) {
-    if (!r.parameters.is_object()) return fail(errc::invalid_argument, "request parameters is not a JSON object");
-    if (!r.parameters.empty()) {
-      out += ",\"parameters\":";
-      JITEMBED_TRY(write_json_value(out, r.parameters));
-    }
-  }
+  JITEMBED_TRY(write_message_parameters(out, r.parameters, "request"));
   out += '}';
   finish(msg);
   return msg;
@@ -197,13 +198,7 @@ inline result<encoded_message> encode_response(const infer_response& r, tensor_f
   if (!write_json_string(out, r.model_name)) return fail(errc::invalid_utf8, "model name is not valid UTF-8");
   out += ",\"model_version\":";
   if (!write_json_string(out, r.model_version)) return fail(errc::invalid_utf8, "model version is not valid UTF-8");
-  if (!r.parameters.is_null()) {
-    if (!r.parameters.is_object()) return fail(errc::invalid_argument, "response parameters is not a JSON object");
-    if (!r.parameters.empty()) {
-      out += ",\"parameters\":";
-      JITEMBED_TRY(write_json_value(out, r.parameters));
-    }
-  }
+  JITEMBED_TRY(write_message_parameters(out, r.parameters, "response"));
   out += ",\"outputs\":[";
   for (std::size_t i = 0; i < r.outputs.size(); ++i) {
     if (i) out += ',';

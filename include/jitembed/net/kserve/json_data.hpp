@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
@@ -90,22 +91,20 @@ inline result<byte_buffer> json_data_to_bytes(const json& data, datatype type, s
   if (count != numel) {
     return fail(errc::invalid_argument, w + ": \"data\" has " + std::to_string(count) + " elements, shape needs " + std::to_string(numel));
   }
-  byte_buffer out;
-  if (type == datatype::bytes) {
-    out.reserve(static_cast<std::size_t>(bytes_total));
+  if (type == datatype::bytes) {  // the strings counted above, in the binary layout
+    std::vector<std::string_view> elements;
+    elements.reserve(static_cast<std::size_t>(count));
     auto add = [&](const json& leaf) {
-      const auto& s = leaf.get_ref<const std::string&>();
-      if (s.size() > std::numeric_limits<std::uint32_t>::max()) return false;
-      const std::size_t at = out.size();
-      out.resize(at + 4 + s.size());
-      detail::store_u32le(out.data() + at, static_cast<std::uint32_t>(s.size()));
-      if (!s.empty()) std::memcpy(out.data() + at + 4, s.data(), s.size());
+      elements.emplace_back(leaf.get_ref<const std::string&>());
       return true;
     };
-    if (!detail::for_each_leaf(data, add, max_depth)) return fail(errc::limit_exceeded, w + ": BYTES element > 4 GiB - 1");
+    detail::for_each_leaf(data, add, max_depth);
+    byte_buffer out;
+    out.reserve(static_cast<std::size_t>(bytes_total));
+    if (auto r = encode_bytes_elements(out, elements); !r) return fail(r.code(), w + ": " + r.error().message);
     return out;
   }
-  out.resize(static_cast<std::size_t>(numel) * element_size(type));
+  byte_buffer out(static_cast<std::size_t>(numel) * element_size(type));
   std::size_t i = 0;
   auto convert = [&](const json& leaf) -> bool {
     auto int_elem = [&](auto tag) {

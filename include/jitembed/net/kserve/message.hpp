@@ -124,9 +124,8 @@ struct requested_output {
   json parameters;  // parameters other than binary_data (e.g. "classification")
 };
 
-// An inference request. model and version come from the URL (/v2/models/<model>[/versions/<v>]/infer),
-// not the body. parameters keeps every request parameter in order ("priority", "timeout",
-// "binary_data_output", "sequence_id", custom ones); see the accessors below.
+// An inference request. model and version come from the URL, not the body; parameters keeps every request
+// parameter in order (see the accessors below).
 struct infer_request {
   std::string model;
   std::string version;
@@ -134,12 +133,6 @@ struct infer_request {
   json parameters;
   std::vector<infer_tensor> inputs;
   std::vector<requested_output> outputs;
-
-  const infer_tensor* find_input(std::string_view n) const {
-    for (const auto& t : inputs)
-      if (t.name == n) return &t;
-    return nullptr;
-  }
 };
 
 struct infer_response {

@@ -55,15 +55,11 @@ inline result<std::optional<shared_memory_ref>> shared_memory_parameters(const j
 // An output tensor (of a response) whose bytes went to a region: no data in the message, only its
 // shared_memory_region / shared_memory_byte_size (/ shared_memory_offset when not 0) parameters.
 inline infer_tensor shared_memory_output(const infer_tensor& t, const shared_memory_ref& ref, std::uint64_t written) {
-  infer_tensor out;
-  out.name = t.name;
-  out.type = t.type;
-  out.shape = t.shape;
+  auto out = infer_tensor::view(t.name, t.type, t.shape, {});
   out.parameters = t.parameters.is_object() ? t.parameters : json::object();
   out.parameters["shared_memory_region"] = ref.region;
   out.parameters["shared_memory_byte_size"] = written;
   if (ref.offset) out.parameters["shared_memory_offset"] = ref.offset;
-  out.binary = true;
   return out;
 }
 

@@ -88,12 +88,9 @@ inline std::string error_body(std::string_view message) {
 // {"error":"<message>","errc":"<name>"}: "error" first, so clients that read only it (tritonclient) still
 // parse the body.
 inline std::string error_body(std::string_view message, errc code) {
-  std::string out = "{\"error\":";
-  detail::write_json_string(out, message, /*replace_invalid=*/true);
-  out += ",\"errc\":\"";
-  out += to_string(code);
-  out += "\"}";
-  return out;
+  std::string out = error_body(message);
+  out.pop_back();  // '}'
+  return out + ",\"errc\":\"" + std::string(to_string(code)) + "\"}";
 }
 inline std::string error_body(const protocol_error& e) { return error_body(e.message); }
 

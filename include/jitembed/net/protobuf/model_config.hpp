@@ -1,6 +1,5 @@
-// Triton's ModelConfig (facts of model_config.proto): the schema config.pbtxt files are parsed against and
-// the gRPC ModelConfigResponse carries. Fields jitembed never reads have `reserved` names, which the text
-// parser skips while any other unknown name is an error (a typo is reported); docs/models.md says more.
+// Triton's ModelConfig schema (facts of model_config.proto). Fields jitembed never reads are `reserved`, which
+// the text parser skips, while any other unknown name (a typo) is an error.
 #pragma once
 
 #include <string_view>

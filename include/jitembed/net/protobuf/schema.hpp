@@ -1,6 +1,5 @@
-// .proto texts built into a DescriptorPool at run time (libprotoc's parser): how jitembed gets message types
-// without generated .pb.cc files (the library is header-only): Triton's ModelConfig (model_config.hpp) and the
-// KServe gRPC messages (net/grpc/kserve_schema.hpp).
+// .proto texts built into a DescriptorPool at run time (libprotoc's parser): message types without generated
+// .pb.cc files, so the library stays header-only.
 #pragma once
 
 #include <google/protobuf/compiler/parser.h>
@@ -37,11 +36,8 @@ struct build_errors final : google::protobuf::DescriptorPool::ErrorCollector {
 };
 }  // namespace detail
 
-// Parses `proto` (the text of a .proto file) and builds it into `pool` as the file `file_name`; returns the
-// file's descriptor, which lives as long as the pool. The schemas are constants of the headers that call this,
-// so a schema that does not parse or build is a bug there, not bad input: std::logic_error, "jitembed: the
-// <what> schema does not parse:" and the parser's messages ("LINE:COLUMN: ..."), or "... does not build:" and
-// the pool's ("ELEMENT: ...": an unknown type, a name already defined).
+// Parses `proto` (a .proto text) and builds it into `pool` as `file_name`; returns the file's descriptor. The
+// schemas are constants of the headers, so one that does not parse or build is a bug: std::logic_error.
 inline const google::protobuf::FileDescriptor& build_schema(google::protobuf::DescriptorPool& pool,
                                                             std::string_view proto, const std::string& file_name,
                                                             std::string_view what) {

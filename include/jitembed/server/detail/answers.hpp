@@ -1,7 +1,5 @@
-// The service core's typed answers (server metadata, model metadata, model config, statistics) and how
-// they are built from a model instance. Each lists its fields in order through fields(v): the HTTP front
-// writes JSON from that list (server/http/render.hpp), the gRPC front protobuf messages of the same
-// field names (server/grpc/messages.hpp), so neither answer is written twice.
+// The service core's typed answers and how they are built from a model instance. Each lists its fields through
+// fields(v): the HTTP front writes JSON from that list, the gRPC front protobuf messages of the same names.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +13,7 @@
 #include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/model_instance.hpp"
+#include "jitembed/server/repository/model_source.hpp"
 
 namespace jitembed::server::detail {
 
@@ -105,6 +104,25 @@ struct model_config_answer {
     v("name", name), v("platform", platform), v("backend", backend), v("version_policy", policy),
         v("max_batch_size", max_batch_size), v("input", input), v("output", output),
         v("dynamic_batching", dynamic_batching), v("instance_group", instance_group), v("parameters", parameters);
+  }
+};
+
+// One row of the repository index; a field that says nothing is left out.
+struct index_entry {
+  index_entry(const repository_entry& entry) : e(entry) {}  // not an aggregate: clang 14 has no paren-init of one
+  const repository_entry& e;
+  template <class V>
+  void fields(V&& v) const {
+    const auto given = [](const auto& x) { return x.empty() ? std::nullopt : std::optional(x); };
+    v("name", e.name), v("version", given(e.version)), v("state", given(std::string(to_string(e.state)))),
+        v("reason", given(e.reason)), v("ignored", given(e.ignored));
+  }
+};
+struct index_answer {
+  std::vector<index_entry> models;
+  template <class V>
+  void fields(V&& v) const {
+    v("models", models);
   }
 };
 

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/http/message.hpp"
 
 namespace jitembed::server::detail {
 
@@ -22,11 +24,10 @@ enum class content_coding : std::uint8_t { identity, gzip, deflate };
 inline std::optional<content_coding> parse_content_encoding(std::string_view v) {
   while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
   while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  std::string lower(v);
-  for (auto& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  if (lower.empty() || lower == "identity") return content_coding::identity;
-  if (lower == "gzip" || lower == "x-gzip") return content_coding::gzip;
-  if (lower == "deflate") return content_coding::deflate;
+  using net::http::detail::iequals;
+  if (v.empty() || iequals(v, "identity")) return content_coding::identity;
+  if (iequals(v, "gzip") || iequals(v, "x-gzip")) return content_coding::gzip;
+  if (iequals(v, "deflate")) return content_coding::deflate;
   return std::nullopt;
 }
 
@@ -48,14 +49,7 @@ inline content_coding pick_accept_encoding(std::string_view v) {
 }
 
 inline std::string_view to_string(content_coding c) {
-  switch (c) {
-    case content_coding::gzip:
-      return "gzip";
-    case content_coding::deflate:
-      return "deflate";
-    default:
-      return "identity";
-  }
+  return c == content_coding::gzip ? "gzip" : c == content_coding::deflate ? "deflate" : "identity";
 }
 
 // The body decoded. Errors: limit_exceeded (more than max_bytes would come out), decode_failed (not a
@@ -66,41 +60,32 @@ inline result<std::string> inflate_body(std::string_view in, content_coding codi
   // 15 + 32: zlib or gzip header, detected; gzip alone for gzip (a zlib stream there is an error)
   if (inflateInit2(&zs, coding == content_coding::gzip ? 15 + 16 : 15) != Z_OK)
     return fail(errc::internal, "zlib: inflateInit2 failed");
+  const std::unique_ptr<z_stream, int (*)(z_stream*)> end(&zs, inflateEnd);
+  const auto failed = [&](errc code, const std::string& what) {
+    return fail(code, "Content-Encoding " + std::string(to_string(coding)) + ": " + what);
+  };
   std::string out;
   out.resize(std::min<std::size_t>(std::max<std::size_t>(in.size() * 4, 4096), max_bytes));
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
   zs.avail_in = static_cast<uInt>(in.size());
   std::size_t produced = 0;
-  int rc = Z_OK;
   while (true) {
     if (produced == out.size()) {
-      if (out.size() >= max_bytes) {
-        inflateEnd(&zs);
-        return fail(errc::limit_exceeded, "Content-Encoding " + std::string(to_string(coding)) +
-                                              ": the body inflates past " + std::to_string(max_bytes) + " bytes");
-      }
+      if (out.size() >= max_bytes)
+        return failed(errc::limit_exceeded, "the body inflates past " + std::to_string(max_bytes) + " bytes");
       out.resize(std::min(out.size() * 2, max_bytes));
     }
     zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
     zs.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size() - produced, UINT32_MAX));
     const auto before = zs.avail_out;
-    rc = inflate(&zs, Z_NO_FLUSH);
+    const int rc = inflate(&zs, Z_NO_FLUSH);
     produced += before - zs.avail_out;
     if (rc == Z_STREAM_END) break;
-    if (rc != Z_OK && !(rc == Z_BUF_ERROR && zs.avail_out == 0)) {
-      inflateEnd(&zs);
-      return fail(errc::decode_failed, "Content-Encoding " + std::string(to_string(coding)) + ": " +
-                                           (zs.msg ? zs.msg : "not a complete stream"));
-    }
-    if (zs.avail_in == 0 && zs.avail_out != 0) {  // input ended before the stream did
-      inflateEnd(&zs);
-      return fail(errc::decode_failed, "Content-Encoding " + std::string(to_string(coding)) + ": truncated stream");
-    }
+    if (rc != Z_OK && !(rc == Z_BUF_ERROR && zs.avail_out == 0))
+      return failed(errc::decode_failed, zs.msg ? zs.msg : "not a complete stream");
+    if (zs.avail_in == 0 && zs.avail_out != 0) return failed(errc::decode_failed, "truncated stream");  // input ended
   }
-  const bool trailing = zs.avail_in != 0;
-  inflateEnd(&zs);
-  if (trailing)
-    return fail(errc::decode_failed, "Content-Encoding " + std::string(to_string(coding)) + ": bytes after the stream");
+  if (zs.avail_in != 0) return failed(errc::decode_failed, "bytes after the stream");
   out.resize(produced);
   return out;
 }

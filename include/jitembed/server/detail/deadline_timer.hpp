@@ -1,6 +1,5 @@
-// deadline_timer: calls fn(key) once at each armed time point, on one thread of its own (the inference
-// pipeline's: requests whose model runs past their KServe "timeout" are answered `timeout` at the deadline,
-// not when the model returns). Keys are weak: an entry whose object is gone by then is dropped.
+// deadline_timer: calls fn(key) once at each armed time point, on a thread of its own, so that a request past its
+// KServe "timeout" is answered at the deadline, not when the model returns. Keys are weak.
 #pragma once
 
 #include <algorithm>

@@ -11,11 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,13 +39,20 @@ inline bool grpc_authorized(const service_core& core, const ::grpc::GenericCallb
   return core.authorized(value);
 }
 
-// Adds the gRPC deadline as the request's KServe "timeout" (microseconds) unless it carries one.
-inline void apply_deadline(net::kserve::infer_request& req, std::chrono::system_clock::time_point deadline) {
-  if (deadline == std::chrono::system_clock::time_point::max()) return;
-  if (req.parameters.is_object() && req.parameters.contains("timeout")) return;
-  const auto left =
-      std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::system_clock::now()).count();
-  req.parameters["timeout"] = static_cast<std::uint64_t>(left > 1 ? left : 1);
+// Decodes a ModelInferRequest and runs it; the gRPC deadline becomes its KServe "timeout" (microseconds)
+// unless it carries one. `done` gets the decoder's or the pipeline's answer.
+inline void run_infer(service_core& core, std::shared_ptr<const pb::Message> msg,
+                      std::chrono::system_clock::time_point deadline, infer_completion done) {
+  auto req = net::grpc::decode_infer_request(*msg, core.config().protocol);
+  if (!req) return done(req.error());
+  if (deadline != std::chrono::system_clock::time_point::max() &&
+      !(req->parameters.is_object() && req->parameters.contains("timeout"))) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::system_clock::now()).count();
+    req->parameters["timeout"] = static_cast<std::uint64_t>(left > 1 ? left : 1);
+  }
+  std::string name = req->model, version = req->version;
+  core.pipeline().infer(std::move(name), std::move(version), std::move(*req), std::move(msg), std::move(done));
 }
 
 class grpc_unary_call;
@@ -112,18 +116,11 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
     reply(grpc_query(core_, method_->method, *request_));
   }
 
-  void infer() {
-    auto decoded = net::grpc::decode_infer_request(*request_, core_.config().protocol);
-    if (!decoded) return fail(decoded.error());
-    apply_deadline(*decoded, ctx_->deadline());
-    std::string name = decoded->model, version = decoded->version;
-    std::shared_ptr<const pb::Message> storage(std::move(request_));
-    // the reactor lives until Finish: the completion may use `this`
-    core_.pipeline().infer(std::move(name), std::move(version), std::move(*decoded), storage,
-                           [this](result<infer_output> r) {
-                             if (!r) return fail(r.error());
-                             reply(net::grpc::encode_infer_response(**r, *r, /*stream=*/false));
-                           });
+  void infer() {  // the reactor lives until Finish: the completion may use `this`
+    run_infer(core_, std::move(request_), ctx_->deadline(), [this](result<infer_output> r) {
+      if (!r) return fail(r.error());
+      reply(net::grpc::encode_infer_response(**r, *r, /*stream=*/false));
+    });
   }
 
   ::grpc::GenericCallbackServerContext* ctx_;
@@ -133,12 +130,9 @@ class grpc_unary_call final : public ::grpc::ServerGenericBidiReactor {
   std::unique_ptr<pb::Message> request_;
 };
 
-// ModelStreamInfer: every request read is run at once (several in flight); each answer is written as it
-// completes (a failed request answers a ModelStreamInferResponse with error_message; the stream goes
-// on). The call finishes once the client has half-closed and every answer is written.
-// Back-pressure: while the stream holds `window` answers (run or waiting to be written) or `queued_bytes` of
-// written-out answers the client has not taken, no further request is read, so a client that never reads
-// its answers stalls in gRPC's flow control instead of growing the server (HTTP: one request at a time).
+// ModelStreamInfer: every request read is run at once; each answer is written as it completes (a failed
+// request answers an error_message, the stream goes on). Reads pause at grpc_stream_limits (grpc_options.hpp).
+// The call finishes once the client has half-closed and every answer is written.
 class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
  public:
   grpc_stream_call(::grpc::GenericCallbackServerContext* ctx, service_core& core, grpc_stream_limits limits)
@@ -171,19 +165,10 @@ class grpc_stream_call final : public ::grpc::ServerGenericBidiReactor {
       complete(net::grpc::encode_stream_error(
           jitembed::fail(errc::invalid_argument, "a stream message is not a valid ModelInferRequest"), {}));
     } else {
-      auto decoded = net::grpc::decode_infer_request(*msg, core_.config().protocol);
-      if (!decoded) {
-        complete(net::grpc::encode_stream_error(decoded.error(), string_field(*msg, "id")));
-      } else {
-        apply_deadline(*decoded, ctx_->deadline());
-        std::string name = decoded->model, version = decoded->version, id = decoded->id;
-        core_.pipeline().infer(std::move(name), std::move(version), std::move(*decoded),
-                               std::shared_ptr<const pb::Message>(msg),
-                               [this, id = std::move(id)](result<infer_output> r) {
-                                 complete(r ? net::grpc::encode_infer_response(**r, *r, /*stream=*/true)
-                                            : net::grpc::encode_stream_error(r.error(), id));
-                               });
-      }
+      run_infer(core_, msg, ctx_->deadline(), [this, id = string_field(*msg, "id")](result<infer_output> r) {
+        complete(r ? net::grpc::encode_infer_response(**r, *r, /*stream=*/true)
+                   : net::grpc::encode_stream_error(r.error(), id));
+      });
     }
     std::unique_lock lock(mu_);
     reading_ = false;
@@ -269,11 +254,9 @@ inline ::grpc::ServerGenericBidiReactor* kserve_grpc_service::CreateReactor(::gr
 }
 
 inline result<std::string> read_pem(const std::string& path, std::string_view what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return fail(errc::io_error, "cannot read the gRPC TLS " + std::string(what) + " '" + path + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  auto text = read_file(path);
+  if (!text) return fail(errc::io_error, "cannot read the gRPC TLS " + std::string(what) + " '" + path + "'");
+  return std::move(*text);
 }
 
 }  // namespace jitembed::server::detail

@@ -1,6 +1,5 @@
-// The service's inference pipeline, protocol-neutral: admission, preprocessing on the pool, the dynamic batcher,
-// shared-memory inputs and outputs (shm/detail/transfer.hpp) and the stacked KServe response; a front end hands
-// it a decoded request with its bytes' owner and encodes the answer (or maps the error_info's errc).
+// The service's protocol-neutral inference pipeline: admission, preprocessing, the dynamic batcher, shared-memory
+// inputs and outputs, the stacked KServe response. A front end decodes the request and encodes the answer.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -37,6 +35,8 @@
 #include "jitembed/server/shm/detail/transfer.hpp"
 
 namespace jitembed::server::detail {
+
+inline error_info as_error(const net::kserve::protocol_error& e) { return fail(e.code, e.message); }
 
 inline std::uint64_t now_ms() {
   return static_cast<std::uint64_t>(
@@ -85,20 +85,14 @@ class inference_pipeline {
     if (!call) return;
     auto decoded = decode();
     if (!decoded) return finish_error(*call, decoded.error());
-    call->req = std::move(decoded->req);
-    call->storage = std::move(decoded->storage);
-    dispatch(std::move(call));
+    start(std::move(call), std::move(decoded->req), std::move(decoded->storage));
   }
 
   // Runs one request a front end decoded itself (a gRPC front end from its protobuf): `req`'s tensors view
   // into bytes that `storage` keeps valid until `done` is called. Errors: as above.
   void infer(std::string name, std::string version, net::kserve::infer_request req, jitembed::keep_alive storage,
              infer_completion done) {
-    auto call = admit(name, version, done);
-    if (!call) return;
-    call->req = std::move(req);
-    call->storage = std::move(storage);
-    dispatch(std::move(call));
+    if (auto call = admit(name, version, done)) start(std::move(call), std::move(req), std::move(storage));
   }
 
   // What a request gets while the service drains.
@@ -107,8 +101,6 @@ class inference_pipeline {
   }
 
  private:
-  static error_info as_error(const net::kserve::protocol_error& e) { return fail(e.code, e.message); }
-
   // State shared by the rows of one inference request.
   struct infer_call {
     std::shared_ptr<model_instance> inst;
@@ -171,7 +163,9 @@ class inference_pipeline {
 
   // Checks the decoded request, then preprocesses its rows on the pool (raw fields) or takes them as they are
   // (tensor inputs), and submits them to the batcher.
-  void dispatch(std::shared_ptr<infer_call> call) {
+  void start(std::shared_ptr<infer_call> call, net::kserve::infer_request req, jitembed::keep_alive storage) {
+    call->req = std::move(req);
+    call->storage = std::move(storage);
     if (auto shm = resolve_shared_memory(*call); !shm) return finish_error(*call, shm.error());
     if (auto raw = decompress_inputs(*call); !raw) return finish_error(*call, raw.error());
     auto rows = row_checker{*call->inst, call->req, config_.max_rows_per_request}.check();
@@ -265,18 +259,22 @@ class inference_pipeline {
 
   void finish_error(infer_call& c, const error_info& e) {
     if (c.answered.exchange(true, std::memory_order_acq_rel)) return;
-    answer_error(c, e);
+    answer(c, e);
   }
 
-  // Answers `e` (the caller set `answered`).
-  void answer_error(infer_call& c, const error_info& e) {
-    auto& inst = *c.inst;
-    inst.counters().failure.fetch_add(1, std::memory_order_relaxed);
-    inst.counters().failure_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
+  // Counts and answers `r` (the caller set `answered`).
+  void answer(infer_call& c, result<infer_output> r) {
+    auto& counters = c.inst->counters();
+    (r ? counters.success : counters.failure).fetch_add(1, std::memory_order_relaxed);
+    (r ? counters.success_ns : counters.failure_ns).fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
+    if (r) {
+      counters.inferences.fetch_add(c.rows.size(), std::memory_order_relaxed);
+      counters.last_inference_ms.store(now_ms(), std::memory_order_relaxed);
+    }
     auto done = std::move(c.done);
-    inst.release_rows(c.admitted);  // before answering: the client may send its next request at once
-    done(e);
-    registry_.release(inst);
+    c.inst->release_rows(c.admitted);  // before answering: the client may send its next request at once
+    done(std::move(r));
+    registry_.release(*c.inst);
   }
 
   // All rows are done: build the response (or answer the first error).
@@ -287,25 +285,16 @@ class inference_pipeline {
     if (!encoded) return finish_error(c, encoded.error());
     if (c.answered.exchange(true, std::memory_order_acq_rel)) return;  // expired while stacking: counted there
     if (!c.shm_outputs.empty()) {
-      // Nothing is written into shared memory once the request's deadline passed (the answer is then timeout):
-      // a client reuses the span of a request it gave up on after that deadline (jit_client's shared memory).
-      // The answer was claimed above, so the deadline timer cannot answer while the outputs are written.
+      // Nothing is written into shared memory past the deadline: a client reuses the span of a request it gave
+      // up on. The answer is claimed above, so the deadline timer cannot answer while the outputs are written.
       if (c.deadline && clock::now() >= *c.deadline)
-        return answer_error(c, fail(errc::timeout,
-                                    "timeout: deadline passed before the outputs were written into "
-                                    "shared memory (not written)"));
+        return answer(c, fail(errc::timeout,
+                              "timeout: deadline passed before the outputs were written into "
+                              "shared memory (not written)"));
       encoded = write_shared_memory_outputs(std::move(*encoded), c.shm_outputs);
-      if (!encoded) return answer_error(c, encoded.error());
+      if (!encoded) return answer(c, encoded.error());
     }
-    auto& inst = *c.inst;
-    inst.counters().success.fetch_add(1, std::memory_order_relaxed);
-    inst.counters().inferences.fetch_add(c.rows.size(), std::memory_order_relaxed);
-    inst.counters().success_ns.fetch_add(elapsed_ns(c.start), std::memory_order_relaxed);
-    inst.counters().last_inference_ms.store(now_ms(), std::memory_order_relaxed);
-    auto done = std::move(c.done);
-    inst.release_rows(c.admitted);  // before answering: the client may send its next request at once
-    done(std::move(*encoded));
-    registry_.release(inst);
+    answer(c, std::move(encoded));
   }
 
   // Stacks the rows' outputs into [rows, ...] tensors: the KServe response.

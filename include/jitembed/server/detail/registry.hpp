@@ -1,11 +1,9 @@
-// The service's model registry: loaded model versions (hot load / unload with warm-up, atomic switch and
-// drain, Triton's version policy), the attached model repository and its index. It knows no HTTP: the
-// service core (server/detail/service_core.hpp) and through it every front end call it.
+// The service's model registry: loaded model versions (hot load / unload, atomic switch and drain, Triton's
+// version policy), the attached model repository and its index. It knows no HTTP.
 #pragma once
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,8 +37,7 @@ class model_registry final : public model_loader {
   ~model_registry() { shutdown(); }
 
   // Loads every model of `models`; stops at the first failure. Versions of one model load oldest first, so
-  // that a version policy (latest 1) keeps the newest instead of refusing an older version listed after a
-  // newer one.
+  // that a version policy keeps the newest instead of refusing an older one listed after it.
   result<void> load_all(const std::vector<model_config>& models) {
     std::vector<const model_config*> order;
     for (const auto& m : models) order.push_back(&m);
@@ -52,19 +49,13 @@ class model_registry final : public model_loader {
     return {};
   }
 
-  // Loads (or reloads in place) one model version made by the factory from cfg.params.
-  // params sleep_us / sleep_us_per_row wrap the model in models::emulated_latency, whatever the factory.
+  // service::load's contracts (server/service.hpp).
   result<void> load(const model_config& cfg) {
     JITEMBED_ASSIGN_OR_RETURN(auto m, factory_(cfg.name, cfg.params));
     JITEMBED_ASSIGN_OR_RETURN(auto slow, with_latency_params(std::move(m), cfg.params));
     return load(cfg, std::move(slow));
   }
 
-  // Loads `m` as cfg.name / cfg.version: warms it (one dummy batch), then switches atomically: new requests
-  // go to it; a version it replaces, and the versions cfg.policy no longer keeps (latest 1: every older one),
-  // stop getting requests and are drained (their in-flight requests finish) and destroyed before load
-  // returns. No request fails during the swap. cfg.policy becomes the model's policy; a version it would not
-  // keep is refused (invalid_argument) before the warm-up.
   result<void> load(model_config cfg, models::any_model m) override {
     if (!m) return fail(errc::invalid_argument, "load: no model for '" + cfg.name + "'");
     if (cfg.name.empty() || cfg.version.empty())
@@ -99,17 +90,16 @@ class model_registry final : public model_loader {
       if (it == models_.end()) return fail(errc::not_found, net::kserve::model_not_found(name).message);
       if (version.empty()) {
         for (auto& [v, inst] : it->second) gone.push_back(std::move(inst));
-        models_.erase(it);
-        policies_.erase(std::string(name));
+        it->second.clear();
       } else {
         const auto vit = it->second.find(std::string(version));
         if (vit == it->second.end()) return fail(errc::not_found, net::kserve::model_not_found(name, version).message);
         gone.push_back(std::move(vit->second));
         it->second.erase(vit);
-        if (it->second.empty()) {
-          models_.erase(it);
-          policies_.erase(std::string(name));
-        }
+      }
+      if (it->second.empty()) {
+        policies_.erase(it->first);
+        models_.erase(it);
       }
     }
     for (auto& g : gone) retire(std::move(g));
@@ -141,19 +131,15 @@ class model_registry final : public model_loader {
 
   // (name, version) of every loaded model version.
   std::vector<std::pair<std::string, std::string>> loaded() const override {
-    std::lock_guard lock(reg_mu_);
     std::vector<std::pair<std::string, std::string>> out;
-    for (const auto& [n, vs] : models_)
-      for (const auto& [v, inst] : vs) out.emplace_back(n, v);
+    for (const auto& inst : select()) out.emplace_back(inst->name(), inst->version());
     return out;
   }
 
   // The loaded versions of `name`, in version order.
   std::vector<std::string> versions_of(std::string_view name) const {
-    std::lock_guard lock(reg_mu_);
     std::vector<std::string> out;
-    if (const auto it = models_.find(std::string(name)); it != models_.end())
-      for (const auto& [v, inst] : it->second) out.push_back(v);
+    for (const auto& inst : select(name)) out.push_back(inst->version());
     return out;
   }
 

@@ -33,14 +33,9 @@ struct row_checker {
   const net::kserve::infer_request& req;
   std::uint64_t max_rows;
 
-  // The rows of the request, by the input it sends (metadata_of() in answers.hpp publishes the same):
-  // - one BYTES input named as the model's modality ("image" | "video" | "text") or "sample": raw fields the
-  //   model preprocesses (models with preprocessing only);
-  // - the model's declared input (its name, dtype and [batch, dims...]): items as they are, as Triton takes
-  //   them;
-  // - token ids for a text model whose input is ids (i64 [2, L]: ids and attention mask, or [L]): "input_ids"
-  //   INT64 or INT32 [batch, L], with "attention_mask" of the same shape when the model takes a mask (all ones
-  //   when absent, as transformers does).
+  // The rows of the request, by the input it sends (as metadata_of() publishes): one BYTES input named as
+  // the model's modality or "sample" (raw fields to preprocess); the model's declared input [batch, dims...];
+  // or, for a text model of token ids, "input_ids" INT64/INT32 [batch, L] (+ "attention_mask", else all ones).
   result<request_rows> check() const {
     const auto& m = inst.model();
     for (const auto& o : req.outputs) {

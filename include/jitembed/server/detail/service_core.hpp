@@ -1,7 +1,5 @@
-// server::service's core, for every front end (HTTP: server/http/front.hpp, gRPC: server/grpc_server.hpp):
-// the model registry (detail/registry.hpp), the inference pipeline (detail/pipeline.hpp), the shared-memory
-// regions, the bearer-token check (detail/auth.hpp), and typed queries whose answers (detail/answers.hpp)
-// each front writes in its own protocol. It knows no HTTP and no JSON in its API.
+// server::service's core for every front end: registry, pipeline, shared-memory regions, auth, and typed
+// queries whose answers (detail/answers.hpp) each front writes in its own protocol. It knows no HTTP.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +31,6 @@ namespace jitembed::server {
 inline constexpr std::string_view kServerVersion = "0.1.0";
 
 namespace detail {
-
-inline error_info as_error(const net::kserve::protocol_error& e) { return fail(e.code, e.message); }
 
 // A repository load / unload parameter's value as the request sent it (Triton sends strings; an object or an
 // array, version_policy's object form, comes as its text to be parsed again).
@@ -114,11 +110,9 @@ class service_core final {
   // runs past its requests' deadline. Errors: unavailable (draining, busy), not_found.
   result<void> model_ready(std::string_view name, std::string_view version) {
     if (!registry_.ready()) return inference_pipeline::not_ready();  // draining: before any model check
-    auto inst = registry_.find(name, version);
-    if (!inst) return as_error(net::kserve::model_not_found(name, version));
-    // a batch running past its rows' deadline keeps the model busy: not ready until it returns
-    if (!(*inst)->ready())
-      return fail(errc::unavailable, "model '" + (*inst)->name() + "' version " + (*inst)->version() +
+    JITEMBED_ASSIGN_OR_RETURN(auto inst, find(name, version));
+    if (!inst->ready())
+      return fail(errc::unavailable, "model '" + inst->name() + "' version " + inst->version() +
                                          " is busy: a batch runs past its requests' deadline");
     return {};
   }

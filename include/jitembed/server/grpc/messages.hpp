@@ -1,7 +1,5 @@
-// The gRPC front's answers to every call but the infer ones: each built from the core's typed answer
-// (detail/answers.hpp) field by field through protobuf reflection on the dynamic messages of
-// net/grpc/kserve_schema.hpp (Triton's gRPC messages share the HTTP JSON's field names; a field the message
-// lacks, such as the metadata's "parameters", is left out).
+// The gRPC front's answers to every call but infer: the core's typed answers written field by field through
+// protobuf reflection (Triton's gRPC messages share the HTTP JSON's field names; missing fields are left out).
 #pragma once
 
 #include <google/protobuf/message.h>
@@ -72,8 +70,7 @@ inline void put_policy(pb::Message& m, const version_policy& p) {
   if (p.which == version_policy::kind::latest) put_scalar(choice, d->FindFieldByName("num_versions"), p.num_versions);
   if (p.which == version_policy::kind::specific)
     for (const auto& v : p.versions)
-      if (!v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos)
-        put_scalar(choice, d->FindFieldByName("versions"), std::stoll(v));
+      if (is_decimal(v)) put_scalar(choice, d->FindFieldByName("versions"), std::stoll(v));
 }
 
 template <class T>
@@ -112,20 +109,6 @@ inline ::grpc::ByteBuffer bool_message(std::string_view type, const char* field,
 inline ::grpc::ByteBuffer empty_message(std::string_view type) {
   return serialize_message(net::grpc::kserve_schema::get().prototype(type));
 }
-
-// RepositoryIndexResponse.ModelIndex: the state's name, empty when there is none.
-struct index_entry {
-  index_entry(const repository_entry& entry) : e(entry) {}  // not an aggregate: clang 14 has no paren-init of one
-  const repository_entry& e;
-  template <class V> void fields(V&& v) const {
-    v("name", e.name), v("version", e.version),
-        v("state", e.state == model_state::none ? std::string() : std::string(to_string(e.state))), v("reason", e.reason);
-  }
-};
-struct index_answer {
-  std::vector<index_entry> models;
-  template <class V> void fields(V&& v) const { v("models", models); }
-};
 
 // A shared-memory status: the registry's regions as a map of RegionStatus by name.
 inline result<::grpc::ByteBuffer> shm_status_message(service_core& core, std::string_view name, bool cuda) {

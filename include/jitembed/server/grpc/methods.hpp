@@ -35,7 +35,6 @@ enum class grpc_method : std::uint8_t {
   cuda_shm_status,
   cuda_shm_register,
   cuda_shm_unregister,
-  unknown
 };
 
 struct grpc_method_info {

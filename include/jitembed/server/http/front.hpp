@@ -1,7 +1,5 @@
-// The service's HTTP front: the KServe v2 routes of docs/server.md (a route table, http/routes.hpp) over the
-// front-neutral core (detail/service_core.hpp): bearer token, JSON answers (http/render.hpp), infer bodies
-// with Triton's binary extension and Content-Encoding (http/response.hpp). It lives behind one shared pointer
-// that every handler from service::as_handler() owns; it owns the core.
+// The service's HTTP front: the KServe v2 routes of docs/server.md over the front-neutral core; every handler
+// from service::as_handler() shares it, and it owns the core.
 #pragma once
 
 #include <cstdint>
@@ -75,8 +73,10 @@ class http_front final {
     add_sync(methods::get, "/v2/health/ready", [this](const route_match&) { return empty_text(c_.server_ready()); });
 
     // The repository extension takes POST only.
-    add_sync(methods::post, "/v2/repository/index",
-             [this](const route_match&) { return json_response(200, repository_index_json(c_.repository_index())); });
+    add_sync(methods::post, "/v2/repository/index", [this](const route_match&) {
+      const auto index = c_.repository_index();
+      return json_response(200, to_ojson(std::vector<index_entry>(index.begin(), index.end())));
+    });
     for (const bool load : {true, false})
       routes_.add(methods::post, load ? "/v2/repository/models/{model}/load" : "/v2/repository/models/{model}/unload",
                   [this, load](http::request&& req, http::responder respond, const route_match& p) {

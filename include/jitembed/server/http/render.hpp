@@ -1,6 +1,5 @@
-// The HTTP front's JSON: the core's typed answers (detail/answers.hpp) written field by field as Triton's
-// HTTP API has them, the repository index, and a repository request's "parameters" object read into
-// the core's typed parameters.
+// The HTTP front's JSON: the core's typed answers written field by field as Triton's HTTP API has them, and a
+// repository request's "parameters" read into the core's typed parameters.
 #pragma once
 
 #include <cstdint>
@@ -61,20 +60,6 @@ ojson to_ojson(const T& x) {
   } else {
     return ojson(x);
   }
-}
-
-// GET/POST /v2/repository/index: optional keys are left out when they say nothing.
-inline ojson repository_index_json(const std::vector<repository_entry>& index) {
-  ojson arr = ojson::array();
-  for (const auto& e : index) {
-    ojson j{{"name", e.name}};
-    if (!e.version.empty()) j["version"] = e.version;
-    if (e.state != model_state::none) j["state"] = to_string(e.state);
-    if (!e.reason.empty()) j["reason"] = e.reason;
-    if (!e.ignored.empty()) j["ignored"] = e.ignored;
-    arr.push_back(std::move(j));
-  }
-  return arr;
 }
 
 // A load / unload request's JSON body ({"parameters": {...}}, or empty) as the core's parameters.

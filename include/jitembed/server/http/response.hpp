@@ -1,6 +1,5 @@
-// The HTTP front's responses: JSON and text bodies, error answers ({"error", "errc"}, Retry-After), and an
-// inference request's body decoded / its KServe answer encoded with Triton's binary extension (the
-// Inference-Header-Content-Length header lives here only), deflated on request.
+// The HTTP front's responses: JSON and text bodies, error answers, and infer bodies decoded / encoded with
+// Triton's binary extension (Inference-Header-Content-Length lives here only), deflated on request.
 #pragma once
 
 #include <cstddef>
@@ -56,9 +55,7 @@ inline http::response error_response(const error_info& e) {
 }
 inline http::response not_found_route() { return error_response(404, "Not Found", errc::not_found); }
 inline http::response method_not_allowed() { return error_response(405, "method not allowed", errc::invalid_argument); }
-inline http::response bad_request(std::string message) {
-  return error_response(400, message, errc::invalid_argument);
-}
+inline http::response bad_request(std::string message) { return error_response(400, message, errc::invalid_argument); }
 
 // An Inference-Header-Content-Length value; empty: none (the body is all JSON).
 inline result<std::optional<std::size_t>> parse_header_length(std::string_view h) {
@@ -90,17 +87,11 @@ inline http::response to_response(result<infer_output> r) {
   if (!r) return error_response(r.error());
   auto msg = net::kserve::encode_response(**r);
   if (!msg) return error_response(msg.error());
-  http::response out;
-  out.status = 200;
-  out.body = std::move(msg->header);
+  const auto length = msg->header_length;
+  auto out = text_response(200, std::move(msg->header), length ? "application/octet-stream" : "application/json");
   out.pieces = std::move(msg->binary);
   out.keep_alive = std::move(*r);
-  if (msg->header_length) {
-    out.headers.emplace_back("Content-Type", "application/octet-stream");
-    out.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*msg->header_length));
-  } else {
-    out.headers.emplace_back("Content-Type", "application/json");
-  }
+  if (length) out.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*length));
   return out;
 }
 

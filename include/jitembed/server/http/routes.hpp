@@ -1,6 +1,5 @@
-// A route table: (method, path pattern) -> handler, matched in the order added. Patterns are split on '/';
-// a segment is a literal, "{name}" (any one segment, captured) or a final "**" (any rest, also none).
-// It knows no HTTP message type: the front end (server/http/front.hpp) chooses the handler signature.
+// A route table: (method, path pattern) -> handler, matched in the order added. A pattern segment is a literal,
+// "{name}" (one segment, captured) or a final "**" (any rest, also none).
 #pragma once
 
 #include <cstddef>
@@ -18,11 +17,8 @@ inline std::vector<std::string_view> split_path(std::string_view target) {
   std::vector<std::string_view> parts;
   while (!target.empty()) {
     const auto s = target.find('/');
-    if (s == std::string_view::npos) {
-      parts.push_back(target);
-      break;
-    }
-    if (s > 0) parts.push_back(target.substr(0, s));
+    if (s != 0) parts.push_back(target.substr(0, s));
+    if (s == std::string_view::npos) break;
     target = target.substr(s + 1);
   }
   return parts;
@@ -47,8 +43,8 @@ class route_table {
  public:
   // Adds a route, tried after every route added before it.
   void add(methods m, std::string_view pattern, Handler h) {
-    route r{.accepts = m, .pattern = std::string(pattern), .handler = std::move(h)};
-    for (auto seg : split_path(r.pattern)) r.segments.emplace_back(seg);
+    route r{.accepts = m, .handler = std::move(h)};
+    for (auto seg : split_path(pattern)) r.segments.emplace_back(seg);
     routes_.push_back(std::move(r));
   }
 
@@ -68,7 +64,6 @@ class route_table {
  private:
   struct route {
     methods accepts;
-    std::string pattern;
     std::vector<std::string> segments;
     Handler handler;
   };

@@ -1,11 +1,9 @@
-// The model repository's backends: platform / backend name -> models::backend_factory. Always there: "jitembed"
-// (the reference models) and a placeholder "torch_aoti"; models/torch_repository.hpp (jitembed::torch) adds
-// "pytorch_libtorch" (torch_script_backend()) and the real "torch_aoti" (torch_aoti_backend()).
+// The model repository's backends: platform / backend name -> models::backend_factory ("jitembed" always;
+// models/torch_repository.hpp adds "pytorch_libtorch" and "torch_aoti").
 #pragma once
 
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,11 +34,8 @@ inline std::string dims_string(const std::vector<std::int64_t>& d) {
 
 }  // namespace detail
 
-// backend "jitembed": a reference model (parameters `model`: image-latent | video-latent | text-embed, the
-// model's name by default; work, image_bucket, ...: parse_reference_params). Inputs and outputs may be
-// omitted; when declared they must be the model's (input: its modality's name, TYPE_STRING, dims [1];
-// outputs: name, data type and dims), else invalid_argument naming both. `create` is the entry of the
-// backend table (a models::backend_factory), like models::reference_model::create.
+// backend "jitembed": a reference model (parameter `model`: image-latent | video-latent | text-embed, the
+// model's name by default). Declared inputs and outputs must be the model's, else invalid_argument.
 struct jitembed_backend_model {
   static result<models::any_model> create(const models::backend_config& c);
 };

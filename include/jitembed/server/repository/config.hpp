@@ -1,7 +1,5 @@
-// A model repository's config.pbtxt (Triton's ModelConfig in protobuf text format) parsed into a plain
-// struct: what jitembed implements, with every field that would change results and is not implemented
-// refused (invalid_argument naming the field and the file) and every field that cannot change results
-// listed in `ignored`. The table of fields is docs/models.md. Component jitembed::repository (protobuf).
+// A model repository's config.pbtxt parsed into a plain struct: fields that would change results and are not
+// implemented are refused, fields that cannot are listed in `ignored` (table: docs/models.md).
 #pragma once
 
 #include <google/protobuf/descriptor.h>
@@ -13,12 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <memory>
 #include <optional>
-#include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,6 +20,7 @@
 
 #include "jitembed/core/dtype.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/net/protobuf/model_config.hpp"
 #include "jitembed/server/config.hpp"
 
@@ -64,22 +59,10 @@ struct repository_model_config {
   std::vector<std::string> ignored;       // fields present that cannot change results (not implemented)
 };
 
-// Triton's data type names of the dtypes (TYPE_STRING, TYPE_UINT16, ... have no dtype here).
-inline constexpr std::pair<dtype, std::string_view> kTritonTypes[] = {
-    {dtype::boolean, "TYPE_BOOL"}, {dtype::u8, "TYPE_UINT8"},   {dtype::i8, "TYPE_INT8"},   {dtype::i16, "TYPE_INT16"},
-    {dtype::i32, "TYPE_INT32"},    {dtype::i64, "TYPE_INT64"},  {dtype::f16, "TYPE_FP16"},  {dtype::bf16, "TYPE_BF16"},
-    {dtype::f32, "TYPE_FP32"},     {dtype::f64, "TYPE_FP64"}};
-
-// Triton's data type name -> dtype (nullopt: no dtype here).
+// Triton's data type name ("TYPE_" + the KServe name) -> dtype (nullopt: TYPE_STRING, TYPE_UINT16, ...).
 inline std::optional<dtype> dtype_from_triton(std::string_view t) noexcept {
-  for (const auto& [d, name] : kTritonTypes)
-    if (name == t) return d;
-  return std::nullopt;
-}
-inline std::string_view triton_name(dtype t) noexcept {
-  for (const auto& [d, name] : kTritonTypes)
-    if (d == t) return name;
-  return "TYPE_INVALID";
+  const auto d = t.starts_with("TYPE_") ? net::kserve::datatype_from_string(t.substr(5)) : std::nullopt;
+  return d ? net::kserve::to_dtype(*d) : std::nullopt;
 }
 
 namespace detail {
@@ -155,13 +138,6 @@ inline error_info refused(const std::string& file, const std::string& field, std
                   "); remove it (docs/models.md lists the supported fields)");
 }
 
-inline result<std::vector<std::int64_t>> read_dims(const pb_reader& t, const std::string& file, const std::string& where) {
-  auto dims = t.integers("dims");
-  for (auto d : dims)
-    if (d < -1 || d == 0) return fail(errc::invalid_argument, file + ": " + where + ".dims holds " + std::to_string(d) + " (an extent is >= 1, or -1)");
-  return dims;
-}
-
 }  // namespace detail
 
 // Parses config.pbtxt text; `file` names it in every message. Errors: invalid_argument (text that does not
@@ -222,9 +198,11 @@ inline result<repository_model_config> parse_repository_config(std::string_view 
       if (rt.name.empty()) return fail(errc::invalid_argument, file + ": " + where + ".name is missing");
       rt.data_type = t.enum_name("data_type");
       if (rt.data_type == "TYPE_INVALID") return fail(errc::invalid_argument, file + ": " + where + " ('" + rt.name + "').data_type is missing");
-      auto dims = detail::read_dims(t, file, where);
-      if (!dims) return dims.error();
-      rt.dims = std::move(*dims);
+      rt.dims = t.integers("dims");
+      for (auto d : rt.dims)
+        if (d < -1 || d == 0)
+          return fail(errc::invalid_argument,
+                      file + ": " + where + ".dims holds " + std::to_string(d) + " (an extent is >= 1, or -1)");
       for (const char* f : {"reshape", "is_shape_tensor", "is_non_linear_format_io"})
         if (t.has(f)) return detail::refused(file, where + "." + f, "the backend would see another shape or layout");
       if (std::string_view(kind) == "input") {
@@ -322,11 +300,9 @@ inline result<repository_model_config> parse_repository_config(std::string_view 
 
 // Reads and parses `path` (io_error when it cannot be read).
 inline result<repository_model_config> read_repository_config(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fail(errc::io_error, path.string() + ": cannot open the model configuration");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_repository_config(ss.str(), path.string());
+  const auto text = detail::read_file(path.string());
+  if (!text) return fail(errc::io_error, path.string() + ": cannot open the model configuration");
+  return parse_repository_config(*text, path.string());
 }
 
 }  // namespace jitembed::server

@@ -1,9 +1,7 @@
-// server::local_models: a repository's models (any model_source) loaded into this process without a service
-// (a trainer's baseline, an evaluation): each version is the model jitembed-server would serve from the same
-// directory, with the same fingerprint, so embeddings share cache keys: repo.load(local, "vae_encoder").
+// server::local_models: a repository's models loaded into this process without a service, each version the model
+// jitembed-server would serve, with the same fingerprint (embeddings share cache keys).
 #pragma once
 
-#include <cstddef>
 #include <map>
 #include <mutex>
 #include <string>
@@ -26,15 +24,13 @@ class local_models final : public model_loader {
   local_models() = default;
   local_models(const local_models&) = delete;
   local_models& operator=(const local_models&) = delete;
-  ~local_models() = default;
 
   result<void> load(model_config cfg, models::any_model m) override {
     if (cfg.name.empty() || cfg.version.empty())
       return fail(errc::invalid_argument, "local_models: a model needs a name and a version");
     std::lock_guard lock(mu_);
-    auto& versions = models_[cfg.name];
     std::string v = cfg.version;
-    versions.insert_or_assign(std::move(v), entry{std::move(cfg), std::move(m)});
+    models_[cfg.name].insert_or_assign(std::move(v), entry{std::move(cfg), std::move(m)});
     return {};
   }
 

@@ -1,13 +1,10 @@
-// server::model_repository: a Triton-layout model repository (DIR/<model>/config.pbtxt, numbered version
-// directories) loaded into a service through the backends of repository_backends. No HTTP here: the
-// service's /v2/repository routes reach it through model_source once attached (service::attach).
-// Component jitembed::repository.
+// server::model_repository (component jitembed::repository): a Triton-layout model repository loaded into a
+// service through repository_backends; the /v2/repository routes reach it once attached (service::attach).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -41,7 +38,6 @@ struct repository_options {
   repository_backends backends;                 // platform / backend name -> factory
   std::function<void(const std::string&)> log;  // one line per load (ignored fields) and failure; null: silent
 };
-
 
 // A copyable handle (copies share the repository's state). Thread-safe; loads and unloads run one at a time.
 class model_repository final : public model_source {
@@ -89,10 +85,9 @@ class model_repository final : public model_source {
     return std::filesystem::is_regular_file(s_->dir / std::string(name) / "config.pbtxt", ec);
   }
 
-  // Reads <dir>/<name>/config.pbtxt again and loads the versions its version_policy keeps (each through its
-  // backend, fingerprinted, warmed by the service); versions loaded before that it no longer keeps are
-  // unloaded. Every model is made before any is switched in, so a broken config or model file leaves the
-  // versions loaded before serving. The error (or success) is recorded for index().
+  // Reads <dir>/<name>/config.pbtxt again and loads the versions its version_policy keeps, unloading the
+  // others; every model is made before any is switched in, so a broken file leaves the loaded versions
+  // serving. The outcome is recorded for index().
   result<void> load(model_loader& into, std::string_view name) override {
     if (!valid_name(name)) return fail(errc::invalid_argument, "model repository: '" + std::string(name) + "' is not a model name");
     std::lock_guard op(s_->op_mu);
@@ -211,22 +206,21 @@ class model_repository final : public model_source {
     if (!fs::is_directory(mdir, ec)) return fail(errc::not_found, "model repository '" + s_->dir.string() + "' has no model '" + name + "'");
     const fs::path cfg_path = mdir / "config.pbtxt";
     if (!fs::is_regular_file(cfg_path, ec)) return fail(errc::not_found, mdir.string() + ": no config.pbtxt");
-    auto rc = read_repository_config(cfg_path);
-    if (!rc) return rc.error();
-    const std::string& file = rc->file;
-    if (!rc->name.empty() && rc->name != name)
-      return fail(errc::invalid_argument, file + ": name '" + rc->name + "' differs from its directory '" + name + "'");
-    auto backend = s_->opts.backends.resolve(rc->platform, rc->backend, file);
-    if (!backend) return backend.error();
+    JITEMBED_ASSIGN_OR_RETURN(auto rc, read_repository_config(cfg_path));
+    const std::string& file = rc.file;
+    if (!rc.name.empty() && rc.name != name)
+      return fail(errc::invalid_argument, file + ": name '" + rc.name + "' differs from its directory '" + name + "'");
+    JITEMBED_ASSIGN_OR_RETURN(const auto backend, s_->opts.backends.resolve(rc.platform, rc.backend, file));
 
     // Parameters: serving settings (applied here), ignored ones (listed), the backend's own (the rest).
     nlohmann::json params = nlohmann::json::object();   // published at /v2/models/<m>/config
     nlohmann::json serving = nlohmann::json::object();
     std::map<std::string, std::string> backend_params;
-    for (const auto& [k, v] : rc->parameters) {
+    for (const auto& [k, v] : rc.parameters) {
       params[k] = v;
       if (detail::listed(detail::kServingParams, k)) serving[k] = v;
-      else if (detail::listed(detail::kIgnoredParams, k)) rc->ignored.push_back("parameters." + k);
+      else if (detail::listed(detail::kIgnoredParams, k))
+        rc.ignored.push_back("parameters." + k);
       else backend_params[k] = v;
     }
     auto latency = parse_latency_params(serving);
@@ -248,20 +242,21 @@ class model_repository final : public model_source {
       if (detail::is_version_name(v) && it->is_directory(ec)) versions.push_back(v);
     }
     if (ec) return fail(errc::io_error, mdir.string() + ": cannot list: " + ec.message());
-    auto kept = detail::kept_versions(versions, rc->policy);
+    auto kept = detail::kept_versions(versions, rc.policy);
     if (kept.empty())
-      return fail(errc::not_found, mdir.string() + ": no version directory that version_policy " + detail::describe(rc->policy) + " keeps (found " +
+      return fail(errc::not_found, mdir.string() + ": no version directory that version_policy " +
+                                       detail::describe(rc.policy) + " keeps (found " +
                                        std::to_string(versions.size()) + ")");
 
     // The config's result-changing fields, canonical: part of the fingerprint.
     preprocess_params canon;
-    canon.set("backend", backend->first).set("max_batch_size", rc->max_batch_size);
+    canon.set("backend", backend.first).set("max_batch_size", rc.max_batch_size);
     const auto tensors = [](const std::vector<repository_tensor>& ts) {
       std::string s;
       for (const auto& t : ts) s += t.name + ":" + t.data_type + detail::dims_string(t.dims) + ";";
       return s;
     };
-    canon.set("inputs", tensors(rc->inputs)).set("outputs", tensors(rc->outputs));
+    canon.set("inputs", tensors(rc.inputs)).set("outputs", tensors(rc.outputs));
     for (const auto& [k, v] : backend_params) canon.set("param." + k, v);
     const std::string canon_s = canon.str();
     const auto config_hash = xxh3_128(bytes_view(reinterpret_cast<const std::byte*>(canon_s.data()), canon_s.size())).to_hex();
@@ -269,44 +264,44 @@ class model_repository final : public model_source {
     models::backend_config bc;
     bc.name = name;
     bc.config_file = file;
-    bc.kind = backend->first;
-    bc.model_filename = rc->default_model_filename;
-    bc.max_batch_size = static_cast<std::size_t>(rc->max_batch_size);
+    bc.kind = backend.first;
+    bc.model_filename = rc.default_model_filename;
+    bc.max_batch_size = static_cast<std::size_t>(rc.max_batch_size);
     const auto to_backend = [](const std::vector<repository_tensor>& ts) {
       std::vector<models::backend_tensor> out;
       for (const auto& t : ts) out.push_back({t.name, t.data_type, dtype_from_triton(t.data_type), t.dims});
       return out;
     };
-    bc.inputs = to_backend(rc->inputs);
-    bc.outputs = to_backend(rc->outputs);
+    bc.inputs = to_backend(rc.inputs);
+    bc.outputs = to_backend(rc.outputs);
     bc.parameters = backend_params;
-    bc.device = rc->kind == instance_kind::gpu ? device::cuda(rc->gpu) : device::cpu();
+    bc.device = rc.kind == instance_kind::gpu ? device::cuda(rc.gpu) : device::cpu();
 
     // Every version made (and fingerprinted) before any is switched in.
     std::vector<std::pair<model_config, models::any_model>> made;
     for (const auto& v : kept) {
       bc.version_dir = mdir / v;
-      auto m = backend->second(bc);
-      if (!m) return m.error();
-      auto files = detail::hash_tree(bc.version_dir);
-      if (!files) return files.error();
+      JITEMBED_ASSIGN_OR_RETURN(auto m, backend.second(bc));
+      JITEMBED_ASSIGN_OR_RETURN(const auto files, detail::hash_tree(bc.version_dir));
       preprocess_params fp;
-      fp.set("backend", m->version()).set("files", files->to_hex()).set("config", config_hash);
-      models::any_model fm(detail::fingerprinted_model(std::move(*m), fp.str()));
+      fp.set("backend", m.version()).set("files", files.to_hex()).set("config", config_hash);
+      models::any_model fm(detail::fingerprinted_model(std::move(m), fp.str()));
       if (latency->per_batch.count() || latency->per_item.count()) fm = models::any_model(models::emulated_latency(std::move(fm), *latency));
       model_config mc;
       mc.name = name;
       mc.version = v;
-      mc.instances = rc->instance_count;
-      mc.max_batch_size = static_cast<std::size_t>(rc->max_batch_size);
-      mc.max_queue_delay_us = rc->dynamic_batching ? static_cast<std::int64_t>(std::min<std::uint64_t>(rc->max_queue_delay_us, 1ull << 40)) : 0;
+      mc.instances = rc.instance_count;
+      mc.max_batch_size = static_cast<std::size_t>(rc.max_batch_size);
+      mc.max_queue_delay_us =
+          rc.dynamic_batching ? static_cast<std::int64_t>(std::min<std::uint64_t>(rc.max_queue_delay_us, 1ull << 40))
+                              : 0;
       mc.idle_dispatch = idle_dispatch;
-      mc.queue_size = rc->max_queue_size;
+      mc.queue_size = rc.max_queue_size;
       mc.max_inflight_rows = max_inflight;
-      mc.timeout_us = static_cast<std::int64_t>(std::min<std::uint64_t>(rc->default_timeout_us, 1ull << 40));
-      mc.preferred_batch_sizes = rc->preferred_batch_sizes;
+      mc.timeout_us = static_cast<std::int64_t>(std::min<std::uint64_t>(rc.default_timeout_us, 1ull << 40));
+      mc.preferred_batch_sizes = rc.preferred_batch_sizes;
       mc.params = params;
-      mc.policy = rc->policy;
+      mc.policy = rc.policy;
       rec.fingerprints[v] = std::string(fm.version());
       made.emplace_back(std::move(mc), std::move(fm));
     }
@@ -325,7 +320,7 @@ class model_repository final : public model_source {
       if (auto r = into.load(std::move(mc), std::move(m)); !r) return fail(r.error().code, file + ": " + r.error().message);
     for (const auto& v : later)
       if (auto r = into.unload(name, v); !r && r.error().code != errc::not_found) return r;
-    rec.ignored = rc->ignored;
+    rec.ignored = rc.ignored;
     return {};
   }
 

@@ -1,6 +1,5 @@
-// The seam between the service and a model repository: model_loader is what a repository loads models into
-// (the service's registry: load, unload, loaded), model_source is what the service's /v2/repository routes
-// ask when a repository is attached (server::model_repository in component jitembed::repository).
+// The seam between the service and a model repository: model_loader is what a repository loads models into,
+// model_source what the service's /v2/repository routes ask when a repository is attached.
 #pragma once
 
 #include <cstdint>
@@ -20,15 +19,7 @@ namespace jitembed::server {
 enum class model_state : std::uint8_t { none, ready, unavailable };
 
 constexpr std::string_view to_string(model_state s) noexcept {
-  switch (s) {
-    case model_state::ready:
-      return "READY";
-    case model_state::unavailable:
-      return "UNAVAILABLE";
-    case model_state::none:
-      break;
-  }
-  return "";
+  return s == model_state::ready ? "READY" : s == model_state::unavailable ? "UNAVAILABLE" : "";
 }
 
 // One row of GET/POST /v2/repository/index (Triton's: name, version, state, reason), plus the fields of the

@@ -1,7 +1,5 @@
-// The HTTP client's connection, plain (http://) or TLS (https://), and the client side of HTTPS: the one
-// connection type of http::client (synchronous, on a private io_context) and the JIT client's HTTP transport
-// (asynchronous); the verifying TLS context (a CA file or the system's CA paths), per-connection SNI + host
-// name / IP address checks, and the messages of a failed handshake.
+// The one HTTP client connection, plain or TLS, of http::client and the JIT client's transport; the verifying TLS
+// context, SNI + host name checks, and the messages of a failed handshake.
 #pragma once
 
 #include <openssl/ssl.h>
@@ -16,12 +14,11 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
-#include <fstream>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/http/detail/tls_server.hpp"
 
 namespace jitembed::net::http::detail {
 
@@ -42,12 +39,7 @@ inline result<boost::asio::ssl::context> make_client_tls_context(const std::stri
       return fail(errc::io_error, std::string(who) + ": cannot load the system's CA certificates: " + ec.message());
     return ctx;
   }
-  if (!std::ifstream(ca_file, std::ios::binary).good())
-    return fail(errc::io_error, std::string(who) + ": cannot read TLS CA file '" + ca_file + "'");
-  ctx.load_verify_file(ca_file, ec);
-  if (ec)
-    return fail(errc::invalid_argument,
-                std::string(who) + ": TLS CA file '" + ca_file + "' holds no PEM certificate: " + ec.message());
+  JITEMBED_TRY(check_tls_ca_file(ctx, ca_file, who, "CA"));
   return ctx;
 }
 

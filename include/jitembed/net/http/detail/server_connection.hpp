@@ -1,6 +1,5 @@
-// One HTTP/1.1 connection of the server: a state machine on its own strand
-// ([TLS handshake →] idle → header → [100-continue] → body → handling → writing → idle ...) with a timer per
-// phase, templated on the stream (beast::tcp_stream, or beast::ssl_stream over it for HTTPS).
+// One HTTP/1.1 connection of the server: a state machine on its own strand with a timer per phase, over
+// beast::tcp_stream or, for HTTPS, beast::ssl_stream.
 #pragma once
 
 #include <openssl/bio.h>

@@ -115,20 +115,18 @@ class respond_state {
   }
 
  private:
-  inline void deliver(response r);
+  void deliver(response r) {
+    std::lock_guard lk(gate_->mu);
+    if (!gate_->open) return;
+    auto conn = conn_.lock();
+    if (!conn) return;  // the connection was closed (peer gone, timeout, forced stop)
+    const auto& ex = conn->executor();
+    asio::post(ex, [c = std::move(conn), r = std::move(r)]() mutable { c->on_response(std::move(r)); });
+  }
 
   std::shared_ptr<respond_gate> gate_;
   std::weak_ptr<server_connection_base> conn_;
   std::atomic<bool> done_{false};
 };
-
-inline void respond_state::deliver(response r) {
-  std::lock_guard lk(gate_->mu);
-  if (!gate_->open) return;
-  auto conn = conn_.lock();
-  if (!conn) return;  // the connection was closed (peer gone, timeout, forced stop)
-  const auto& ex = conn->executor();
-  asio::post(ex, [c = std::move(conn), r = std::move(r)]() mutable { c->on_response(std::move(r)); });
-}
 
 }  // namespace jitembed::net::http::detail

@@ -49,17 +49,15 @@ inline result<boost::asio::ssl::context> tls_server_context(const std::string& c
   return ctx;
 }
 
-// A PEM CA bundle that clients' certificates must chain to: io_error when unreadable, invalid_argument when
-// it holds no PEM certificate.
-inline result<void> check_tls_ca_file(boost::asio::ssl::context& ctx, const std::string& ca_file,
-                                      std::string_view who) {
-  if (!std::ifstream(ca_file, std::ios::binary).good())
-    return fail(errc::io_error, std::string(who) + ": cannot read TLS root certificate file '" + ca_file + "'");
+// Loads the PEM CA bundle that peers' certificates must chain to (`what` names it: "root certificate", "CA"):
+// io_error when unreadable, invalid_argument when it holds no PEM certificate.
+inline result<void> check_tls_ca_file(boost::asio::ssl::context& ctx, const std::string& ca_file, std::string_view who,
+                                      std::string_view what = "root certificate") {
+  const std::string w = std::string(who) + ": ", file = "TLS " + std::string(what) + " file '" + ca_file + "'";
+  if (!std::ifstream(ca_file, std::ios::binary).good()) return fail(errc::io_error, w + "cannot read " + file);
   boost::system::error_code ec;
   ctx.load_verify_file(ca_file, ec);
-  if (ec)
-    return fail(errc::invalid_argument, std::string(who) + ": TLS root certificate file '" + ca_file +
-                                            "' holds no PEM certificate: " + ec.message());
+  if (ec) return fail(errc::invalid_argument, w + file + " holds no PEM certificate: " + ec.message());
   return {};
 }
 

@@ -24,17 +24,6 @@ std::string_view to_std(const StringView& s) noexcept {
   return {s.data(), s.size()};
 }
 
-inline bool iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    auto x = static_cast<unsigned char>(a[i]), y = static_cast<unsigned char>(b[i]);
-    if (x >= 'A' && x <= 'Z') x = static_cast<unsigned char>(x + 32);
-    if (y >= 'A' && y <= 'Z') y = static_cast<unsigned char>(y + 32);
-    if (x != y) return false;
-  }
-  return true;
-}
-
 // RFC 9110 token (field names, methods).
 inline bool is_token(std::string_view s) noexcept {
   if (s.empty()) return false;

@@ -1,6 +1,5 @@
-// Parses an untrusted JSON inference header: a SAX pass first bounds nesting depth and keys per object
-// (ordered_json's lookups are linear, so an object with 100k keys would cost quadratic time), then the
-// document is built with key order kept (re-encoding reproduces the sender's bytes).
+// Parses an untrusted JSON inference header: a SAX pass first bounds nesting depth and keys per object (lookups
+// are linear: 100k keys would cost quadratic time), then the document is built with key order kept.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +15,6 @@ namespace jitembed::net::kserve::detail {
 
 class json_guard : public nlohmann::json_sax<nlohmann::ordered_json> {
  public:
-  using base = nlohmann::json_sax<nlohmann::ordered_json>;
   json_guard(std::size_t max_depth, std::size_t max_keys) : max_depth_(max_depth), max_keys_(max_keys) {}
 
   bool null() override { return true; }

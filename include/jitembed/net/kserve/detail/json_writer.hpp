@@ -11,14 +11,10 @@
 
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/json_string.hpp"
-#include "jitembed/core/utf8.hpp"
 
 namespace jitembed::net::kserve::detail {
 
 using ordered_json = nlohmann::ordered_json;
-
-using jitembed::is_valid_utf8;  // core/utf8.hpp
-using jitembed::next_code_point;
 
 // Appends s as a JSON string literal (core/json_string.hpp). Invalid UTF-8 fails unless replace_invalid
 // (then U+FFFD).

@@ -19,6 +19,7 @@
 #include "jitembed/core/limits.hpp"
 #include "jitembed/core/tensor.hpp"
 #include "jitembed/models/any_model.hpp"
+#include "jitembed/server/config.hpp"
 
 namespace jitembed::server::detail {
 
@@ -88,8 +89,6 @@ bool listed(const std::string_view (&list)[N], std::string_view k) {
   return std::find(std::begin(list), std::end(list), k) != std::end(list);
 }
 
-inline bool is_version_name(const std::string& s) {
-  return !s.empty() && s.size() < 19 && s.find_first_not_of("0123456789") == std::string::npos && s.front() != '0';
-}
+inline bool is_version_name(const std::string& s) { return is_decimal(s) && s.front() != '0'; }
 
 }  // namespace jitembed::server::detail

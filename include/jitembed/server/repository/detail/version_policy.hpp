@@ -15,10 +15,7 @@ namespace jitembed::server::detail {
 
 // "12" < "9" numerically; non-numeric versions compare as strings after numeric ones.
 inline bool version_less(const std::string& a, const std::string& b) {
-  const auto numeric = [](const std::string& s) {
-    return !s.empty() && s.size() < 19 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  const bool na = numeric(a), nb = numeric(b);
+  const bool na = is_decimal(a), nb = is_decimal(b);
   if (na && nb) return std::stoull(a) < std::stoull(b);
   if (na != nb) return na;
   return a < b;
@@ -55,12 +52,13 @@ inline std::string describe(const version_policy& p) {
   return "latest " + std::to_string(p.num_versions);
 }
 
-// Whether `p` keeps `version` once it joins the `loaded` versions of model `name`; the error says why not.
-inline result<void> check_admitted(const std::string& name, const std::string& version, std::vector<std::string> loaded,
-                                   const version_policy& p) {
+// The versions `p` keeps once `version` joins the `loaded` versions of model `name`; an error saying why
+// when that does not include `version`.
+inline result<std::vector<std::string>> check_admitted(const std::string& name, const std::string& version,
+                                                       std::vector<std::string> loaded, const version_policy& p) {
   if (std::find(loaded.begin(), loaded.end(), version) == loaded.end()) loaded.push_back(version);
-  const auto kept = kept_versions(std::move(loaded), p);
-  if (std::find(kept.begin(), kept.end(), version) != kept.end()) return {};
+  auto kept = kept_versions(std::move(loaded), p);
+  if (std::find(kept.begin(), kept.end(), version) != kept.end()) return kept;
   std::string newer;
   for (const auto& v : kept) newer += (newer.empty() ? "" : ", ") + v;
   return fail(errc::invalid_argument, "load: version " + version + " of '" + name + "' is not kept by its version_policy " + describe(p) +
@@ -74,19 +72,14 @@ result<void> install_version(Map& versions, const std::string& name, const std::
                              const version_policy& p, std::vector<std::shared_ptr<Inst>>& gone) {
   std::vector<std::string> loaded;
   for (const auto& [v, i] : versions) loaded.push_back(v);
-  JITEMBED_TRY(check_admitted(name, version, loaded, p));
-  if (std::find(loaded.begin(), loaded.end(), version) == loaded.end()) loaded.push_back(version);
-  const auto kept = kept_versions(loaded, p);
+  JITEMBED_ASSIGN_OR_RETURN(const auto kept, check_admitted(name, version, std::move(loaded), p));
   if (auto& slot = versions[version]) gone.push_back(std::move(slot));
   versions[version] = std::move(inst);
-  for (auto it = versions.begin(); it != versions.end();) {
-    if (std::find(kept.begin(), kept.end(), it->first) == kept.end()) {
-      gone.push_back(std::move(it->second));
-      it = versions.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  std::erase_if(versions, [&](auto& e) {
+    if (std::find(kept.begin(), kept.end(), e.first) != kept.end()) return false;
+    gone.push_back(std::move(e.second));
+    return true;
+  });
   return {};
 }
 

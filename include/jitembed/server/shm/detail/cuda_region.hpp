@@ -1,6 +1,5 @@
-// A region of Triton's CUDA shared-memory extension, server side: device memory of another process that a
-// client shares by cudaIpcMemHandle_t, opened and copied through the service's any_cuda_ipc_backend
-// (core/cuda_ipc.hpp), so that the server component itself never links CUDA.
+// A CUDA shared-memory region, server side: another process's device memory shared by cudaIpcMemHandle_t, opened
+// through the service's any_cuda_ipc_backend (core/cuda_ipc.hpp) so that the server never links CUDA.
 #pragma once
 
 #include <cstddef>
@@ -19,18 +18,14 @@
 
 namespace jitembed::server::detail {
 
-// `byte_size` bytes from the start of the allocation that `raw_handle` names, on device `device_id`. The
-// mapping is closed when the last holder lets go (the registry on unregister, a request in flight at its
-// answer). Copies are synchronous: an input's bytes are on the host, an output's on the device, when
-// read / write return.
+// `byte_size` bytes from the start of the allocation that `raw_handle` names, on device `device_id`, mapped
+// until the last holder lets go. Copies are synchronous.
 class cuda_shared_memory_region final : public shared_memory_region {
  public:
   ~cuda_shared_memory_region() override { backend_.close(device_, base_); }
 
-  // Opens `raw_handle` through `backend`. Errors (invalid_argument, naming the region): a handle that is
-  // not cuda_ipc_handle_size bytes, device_id negative or past int, byte_size 0, the backend's open
-  // failing (a device that does not exist, a handle that cannot be opened), byte_size past the end of the
-  // allocation.
+  // Opens `raw_handle` through `backend`. Errors (invalid_argument, naming the region): a handle of the
+  // wrong size, a bad device_id, byte_size 0 or past the allocation, the backend's open failing.
   static result<std::shared_ptr<const cuda_shared_memory_region>> open(const any_cuda_ipc_backend& backend,
                                                                        std::string name,
                                                                        std::span<const std::byte> raw_handle,

@@ -1,6 +1,5 @@
-// A region of Triton's shared-memory extensions, server side: the kind-neutral shared_memory_region that the
-// pipeline reads inputs from and writes outputs to (bounds checked here, for every kind). The kinds:
-// system_region.hpp (a POSIX shared-memory object), cuda_region.hpp (CUDA IPC).
+// The kind-neutral shared_memory_region that the pipeline reads inputs from and writes outputs to, bounds checked
+// here for every kind (system_region.hpp, cuda_region.hpp).
 #pragma once
 
 #include <cstddef>

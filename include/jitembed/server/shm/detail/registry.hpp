@@ -1,6 +1,5 @@
-// Triton's system and CUDA shared-memory extensions, server side: the one registry of the regions clients
-// register, both kinds in one namespace of names (POSIX objects: system_region.hpp; CUDA IPC handles:
-// cuda_region.hpp). Protocol-neutral: the HTTP routes and the gRPC front end call the same registry.
+// The one registry of the shared-memory regions clients register (Triton's system and CUDA extensions, one
+// namespace of names), for the HTTP routes and the gRPC front alike.
 #pragma once
 
 #include <cstddef>
@@ -9,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -79,14 +77,11 @@ class shared_memory_registry {
   void unregister_all(shared_memory_kind kind = shared_memory_kind::system) {
     std::vector<region_ptr> dropped;  // closed outside the lock
     std::lock_guard lock(mu_);
-    for (auto it = regions_.begin(); it != regions_.end();) {
-      if (it->second->kind() != kind) {
-        ++it;
-        continue;
-      }
-      dropped.push_back(std::move(it->second));
-      it = regions_.erase(it);
-    }
+    std::erase_if(regions_, [&](const auto& e) {
+      if (e.second->kind() != kind) return false;
+      dropped.push_back(e.second);
+      return true;
+    });
   }
 
   // The region `name`, of either kind. Errors: invalid_argument "<what>: shared memory region 'x' is not

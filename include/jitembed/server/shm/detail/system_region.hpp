@@ -23,22 +23,17 @@
 
 namespace jitembed::server::detail {
 
-// A system region: `byte_size` bytes at `offset` into the POSIX shared-memory object `key`, held
-// open by descriptor. Reads and writes go through pread/pwrite on that descriptor, not through a
-// mapping: an object its owner truncates after registration then reads short (a clear error) where a
-// mapping would raise SIGBUS in the server. Before each access the object's size is checked again
-// (fstat) so that the error says what happened. The region stays open while anyone holds it (a request
-// in flight), even after it is unregistered.
+// A system region: `byte_size` bytes at `offset` into the POSIX shared-memory object `key`, held open by
+// descriptor and accessed with pread/pwrite, not a mapping: an object truncated after registration then
+// reads short (a clear error) where a mapping would raise SIGBUS in the server.
 class system_shared_memory_region final : public shared_memory_region {
  public:
   ~system_shared_memory_region() override {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // Opens `key` (shm_open O_RDWR, not following a symbolic link) and checks that the object covers
-  // offset + byte_size. Errors (invalid_argument, naming the region and the key): a key that is not a
-  // shared-memory object name ('/name': no other '/', no NUL), an object that does not exist, is a symbolic
-  // link or cannot be opened read-write, byte_size 0, an object too small.
+  // Opens `key` read-write and checks that the object covers offset + byte_size. Errors (invalid_argument,
+  // naming the region and the key): not a '/name', no such object (or a symbolic link), byte_size 0, too small.
   static result<std::shared_ptr<const system_shared_memory_region>> open(std::string name, std::string key,
                                                                          std::uint64_t offset,
                                                                          std::uint64_t byte_size) {

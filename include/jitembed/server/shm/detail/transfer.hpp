@@ -32,13 +32,10 @@ inline bool uses_shared_memory(const net::kserve::infer_request& req) {
   return false;
 }
 
-// Gives every input of `req` that names a region its bytes: a copy of shared_memory_byte_size bytes at
-// shared_memory_offset into the region (a copy, so that the region's owner changing or truncating it
-// later cannot reach the request). Errors (invalid_argument unless said, each naming the input and the
-// region): a region not registered, offset or bytes past the region's end, byte_size other than the
-// tensor's (fixed-size datatypes), BYTES elements that do not match the shape, the object truncated since
-// registration; limit_exceeded: the inputs' byte sizes together over lim.max_body_bytes (what a body may
-// carry), checked before anything is read.
+// Gives every input of `req` that names a region a copy of its bytes (so that the region's owner cannot
+// change them under the request). Errors (invalid_argument, naming the input and the region): an unknown
+// region, bytes past its end, a byte_size or BYTES count that does not match the shape, a truncated object;
+// limit_exceeded: the inputs together over lim.max_body_bytes, checked before anything is read.
 inline result<void> read_shared_memory_inputs(const shared_memory_registry& shm, net::kserve::infer_request& req,
                                               const net::kserve::protocol_limits& lim) {
   std::uint64_t total = 0;
@@ -75,20 +72,10 @@ inline result<void> read_shared_memory_inputs(const shared_memory_registry& shm,
     t.parameters.erase("shared_memory_byte_size");
     t.parameters.erase("shared_memory_offset");
     if (t.parameters.empty()) t.parameters = net::kserve::json();
-    if (t.type == net::kserve::datatype::bytes) {
-      // The elements must be exactly the shape's, as the decoder checks a body's binary section.
+    if (t.type == net::kserve::datatype::bytes) {  // exactly the shape's elements, as in a body's binary section
       JITEMBED_ASSIGN_OR_RETURN(const auto numel, checked_numel(t.shape));
-      const std::string ws = w + " (shared memory region '" + ref->region + "')";
-      const auto shape = net::kserve::detail::shape_string(t.shape);
-      auto n = net::kserve::for_each_bytes_element(
-          t.data, [](std::string_view) {}, numel);
-      if (!n && n.code() == errc::limit_exceeded)
-        return fail(errc::invalid_argument,
-                    ws + ": holds more than the " + std::to_string(numel) + " BYTES elements of shape " + shape);
-      if (!n) return fail(n.code(), ws + ": " + n.error().message);
-      if (*n != numel)
-        return fail(errc::invalid_argument, ws + ": holds " + std::to_string(*n) + " BYTES elements, shape " + shape +
-                                                " needs " + std::to_string(numel));
+      JITEMBED_TRY(net::kserve::detail::check_bytes_count(t.data, numel, t.shape,
+                                                          w + " (shared memory region '" + ref->region + "')", ""));
     }
   }
   return {};
@@ -119,9 +106,8 @@ inline result<std::vector<shared_memory_output>> hold_shared_memory_outputs(
 }
 
 // The response with each output of `outputs` written into its region and replaced by its shared_memory_*
-// parameters (no data; net::kserve::shared_memory_output): what the HTTP and gRPC encoders then write.
-// Every output is checked before any is written. Errors (invalid_argument, naming the output and the
-// region): an output larger than its shared_memory_byte_size; the object truncated since registration.
+// parameters; every output is checked before any is written. Errors (invalid_argument, naming the output
+// and the region): an output larger than its shared_memory_byte_size; a truncated object.
 inline result<std::shared_ptr<const net::kserve::infer_response>> write_shared_memory_outputs(
     std::shared_ptr<const net::kserve::infer_response> resp, const std::vector<shared_memory_output>& outputs) {
   if (outputs.empty()) return resp;

@@ -10,6 +10,13 @@ set(JITEMBED_COMPONENTS core)
 # 11% slower: every inline function called is emitted out of line). No precompiled header here: measured, it
 # saves too little to be worth a prefix that could hide a missing include (issue #33, docs/architecture.md).
 set(JITEMBED_VERIFY_OPTIMIZATION "-Og" CACHE STRING "optimization flag of the header self-containment TUs (empty: the build type's)")
+# With GCC or Clang they are not even code-generated: cmake/verify_syntax_only.sh runs the compiler with
+# -fsyntax-only (still every template instantiation and static_assert; the depfile too) and leaves an empty
+# object: the whole check 463 -> 431 CPU-s (233 -> 217 s at -j2) against -Og (the gRPC server's TU 10.6 -> 6.0).
+# It replaces ccache for these TUs (ccache does not cache syntax-only runs).
+include(CMakeDependentOption)
+cmake_dependent_option(JITEMBED_VERIFY_SYNTAX_ONLY "header self-containment TUs: front end only (-fsyntax-only)" ON
+                       "CMAKE_CXX_COMPILER_ID MATCHES GNU|Clang;CMAKE_HOST_UNIX" OFF)
 function(jitembed_verify_headers name defines)
   set(_tus)
   foreach(_h IN LISTS ARGN)
@@ -48,6 +55,10 @@ function(jitembed_verify_headers name defines)
     target_compile_definitions(jitembed_verify_headers_${name} PRIVATE ${defines})
     if(JITEMBED_VERIFY_OPTIMIZATION)
       target_compile_options(jitembed_verify_headers_${name} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${JITEMBED_VERIFY_OPTIMIZATION}>")
+    endif()
+    if(JITEMBED_VERIFY_SYNTAX_ONLY)
+      set_target_properties(jitembed_verify_headers_${name} PROPERTIES
+                            CXX_COMPILER_LAUNCHER "/bin/sh;${PROJECT_SOURCE_DIR}/cmake/verify_syntax_only.sh")
     endif()
   endif()
 endfunction()

@@ -221,12 +221,15 @@ class ulysses_attention {
                   std::string(what) + ": dout must be " + q_local_.to_string() + ", got " + dout.shape().to_string());
     }
     return detail::capture("ulysses_attention backward", [&]() -> result<grads> {
+      tensor delta;  // exchange_delta: δ of this rank's rows, computed before the exchanges begin
+      if constexpr (detail::attention_takes_delta<B>) {
+        if (out_seq_.defined()) delta = be_.attention_delta(out_seq_, dout);
+        out_seq_ = tensor();
+      }
       be_.before_comm(comm_);
       JITEMBED_ASSIGN_OR_RETURN(tensor gh, try_seq_to_head(comm_, dout, seq_len_));
       if constexpr (detail::attention_takes_delta<B>) {
-        if (out_seq_.defined()) {  // exchange_delta: δ of this rank's rows, then to the head layout
-          const tensor delta = be_.attention_delta(out_seq_, dout);
-          out_seq_ = tensor();
+        if (delta.defined()) {  // to the head layout, where the local backward reads it instead of out
           JITEMBED_ASSIGN_OR_RETURN(tensor delta_h, try_seq_to_head(comm_, delta, seq_len_));
           be_.attention_use_delta(saved_, std::move(delta_h));
         }

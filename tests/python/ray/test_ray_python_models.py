@@ -2,15 +2,21 @@
 replica's node; a Model with a Python preprocessing callable), fractional GPUs shared by two replicas (placement through ray.get_gpu_ids() on a cluster with one
 logical GPU; no device behind it, so the models run on the CPU), and a replica hosting a Python VAE-style encoder
 killed mid-run under the C++ JIT client, and under a torchrun-launched loop of two ranks over jitembed.torch.Loader:
-every sample delivered exactly once."""
+every sample delivered exactly once.
+
+The three tests share one application (vae_app: both factories, two replicas on half a GPU each), in this
+order: the replica killed by the second test is replaced before it ends, and the third kills one again. Each
+deployment of two replicas imports torch in two new Ray worker processes, tens of seconds on a loaded 2-core
+machine."""
 
 from __future__ import annotations
 
+import pytest
 from ray import serve
 
 import jitembed.ray as jray
 from conftest import eventually
-from test_ray_serve import SMALL, check_exactly_once, kill_replica_with_rows_in_flight, remove, wait_endpoints
+from test_ray_serve import SMALL, check_exactly_once, endpoints, kill_replica_with_rows_in_flight, remove, wait_endpoints
 
 SIZE = 32
 
@@ -73,9 +79,18 @@ def replica_infos(app: str, n: int):
     return eventually(more, 60, f"server_info of {n} replicas", step_s=0.05)
 
 
-def test_python_model_factories_share_a_fractional_gpu(ray_cluster):
-    app = "pygpu"
+@pytest.fixture(scope="module")
+def vae_app(ray_cluster):
+    """One application "pyvae" (tiny_vae and codepoints, two replicas with num_gpus 0.5) for the three tests;
+    each waits for two registered endpoints, and a test that kills a replica waits for its replacement."""
+    app = "pyvae"
     deploy(app, [tiny_vae, codepoints], num_replicas=2, num_gpus=0.5)
+    yield app
+    remove(app)
+
+
+def test_python_model_factories_share_a_fractional_gpu(ray_cluster, vae_app):
+    app = vae_app
     eps = wait_endpoints(ray_cluster, app, 2)
     infos = replica_infos(app, 2)
     assert all(i["gpu_ids"] == ["0"] for i in infos), infos  # both replicas on the one GPU
@@ -88,19 +103,17 @@ def test_python_model_factories_share_a_fractional_gpu(ray_cluster):
         with jitembed.Client(endpoints=[ep], request_timeout_ms=20000) as c:
             assert c.embed("codepoints", [b"hello"], input="text")["y"].tolist() == [[104, 101, 108, 108]]
             assert c.identity("codepoints")["preprocess_key"] == codepoints().preprocess_key
-    remove(app)
 
 
-def test_replica_with_a_python_vae_killed_mid_run_every_sample_once(ray_cluster, run_client, reference_server):
-    app = "pykill"
-    deploy(app, [tiny_vae], num_replicas=2)
+def test_replica_with_a_python_vae_killed_mid_run_every_sample_once(ray_cluster, vae_app, run_client):
+    app = vae_app
     eps = wait_endpoints(ray_cluster, app, 2)
     url = f"http://{ray_cluster['http']}/{app}/endpoints"
     n = 240
     args = ["--model", "tiny_vae", "--input", "image", "--jpeg-size", str(SIZE), "--samples", str(n),
             "--rows-per-request", "2", "--concurrency", "8", "--timeout-ms", "60000"]
     run = run_client(["--endpoints-url", url] + args)
-    kill_replica_with_rows_in_flight(app, eps)
+    victim = kill_replica_with_rows_in_flight(app, eps)
     summary, got = run.result(timeout_s=120)
     assert summary["failed"] == 0
     assert summary["retries"] > 0, "requests in flight on the killed replica were retried"
@@ -110,10 +123,12 @@ def test_replica_with_a_python_vae_killed_mid_run_every_sample_once(ray_cluster,
     with jitembed.Server(models=[tiny_vae()]) as srv:
         _, ref = run_client(["--endpoints", f"http://{srv.url}"] + args).result()
     check_exactly_once(got, n, ref)
-    remove(app)
+    # Ray's restart registered a new replica (the next test kills one of two again)
+    eventually(lambda: (lambda e: len(e) == 2 and victim not in e)(endpoints(ray_cluster, app)), 120,
+               "the killed replica expired and its replacement registered")
 
 
-def test_torchrun_loop_on_a_python_vae_with_a_replica_killed_mid_epoch(ray_cluster, tmp_path):
+def test_torchrun_loop_on_a_python_vae_with_a_replica_killed_mid_epoch(ray_cluster, vae_app, tmp_path):
     """Two torchrun ranks train-loop over jitembed.torch.Loader against the app; a replica dies mid-epoch: every
     sample reaches exactly one rank, none fails."""
     import io
@@ -130,8 +145,7 @@ def test_torchrun_loop_on_a_python_vae_with_a_replica_killed_mid_epoch(ray_clust
 
     import jitembed
 
-    app = "pyloop"
-    deploy(app, [tiny_vae], num_replicas=2)
+    app = vae_app
     eps = wait_endpoints(ray_cluster, app, 2)
     shard, n = str(tmp_path / "images.jems"), 96
     with jitembed.ShardWriter.create(shard) as w:
@@ -162,4 +176,3 @@ def test_torchrun_loop_on_a_python_vae_with_a_replica_killed_mid_epoch(ray_clust
     assert r0["retries"] + r1["retries"] > 0, "requests in flight on the killed replica were retried"
     assert not set(r0["ids"]) & set(r1["ids"])
     assert sorted(r0["ids"] + r1["ids"]) == [f"images.jems#{i:04d}" for i in range(n)]  # every sample once
-    remove(app)

@@ -2,7 +2,12 @@
 C++ client embedding through the replicas with results equal to jitembed-server's, the KServe compatibility
 path through Ray's proxy, a replica killed with requests in flight (every sample delivered once), the queue-depth
 autoscaler (1 -> 2 under load, picked up by the client), drain on scale-down (no retry needed) and a model
-update through user_config under load (0 failures, the old version unloaded)."""
+update through user_config under load (0 failures, the old version unloaded).
+
+The autoscaler test has its own application and runs first; the discovery, replica-kill and scale-down/update
+tests then share one application of two replicas (text_app, in this order: the kill's replacement serves the
+update test). Each deployment costs a Ray worker process per replica (seconds of CPU each on a loaded 2-core
+machine) and a drained teardown."""
 
 from __future__ import annotations
 
@@ -18,6 +23,12 @@ from conftest import endpoint_lines, eventually, http_get, http_post, listening_
 TEXT = "text-embed:text_dim=16,text_max_length=16,max_batch_size=8,max_queue_delay_us=500"
 SMALL = {"server_options": {"io_threads": 1, "preprocess_threads": 1}, "num_cpus": 0.25, "health_check_period_s": 1.0,
          "heartbeat_s": 0.25, "leave_grace_s": 1.5}
+
+
+#: text_app's model: 20 ms a batch keeps rows in flight long enough to kill a replica with them and to scale
+#: down and update under load; results equal jitembed-server's TEXT (the sleep changes no output bits).
+SLOW_TEXT = TEXT + ",sleep_us=20000"
+V1 = {"models": [{"name": "text-embed", "version": "1"}]}
 
 
 def deploy(app: str, models, **kw):
@@ -78,6 +89,17 @@ def kill_replica_with_rows_in_flight(app: str, eps) -> str:
     return eventually(kill_busy, 30, "rows in flight on a replica", step_s=0.01)
 
 
+@pytest.fixture(scope="module")
+def text_app(ray_cluster):
+    """One application "embed" (SLOW_TEXT, two replicas, user_config V1) for the three tests that need two
+    replicas of a fixed size; each test waits for the state it needs (two registered endpoints). The
+    scale-down/update test leaves one replica at version 2: it comes last in this file."""
+    app = "embed"
+    deploy(app, [SLOW_TEXT], num_replicas=2, user_config=V1)
+    yield app
+    remove(app)
+
+
 def check_exactly_once(samples, n, reference=None):
     assert [s["i"] for s in samples] == list(range(n)), "every sample delivered exactly once"
     assert all(s["ok"] for s in samples)
@@ -85,9 +107,32 @@ def check_exactly_once(samples, n, reference=None):
         assert [s["digest"] for s in samples] == [r["digest"] for r in reference]
 
 
-def test_discovery_results_equal_jitembed_server_and_compat_path(ray_cluster, run_client, reference_server):
-    app = "embed"
-    deploy(app, [TEXT], num_replicas=2)
+def test_autoscaler_scales_1_to_2_on_queue_depth_and_client_follows(ray_cluster, run_client):
+    app = "auto"
+    spec = TEXT.replace("max_batch_size=8", "max_batch_size=4") + ",sleep_us=40000"
+    deploy(app, [spec], autoscaling=jray.autoscaling_config(min_replicas=1, max_replicas=2, target_rows_per_replica=8,
+                                                              upscale_delay_s=0.5, downscale_delay_s=600,
+                                                              metrics_interval_s=0.2, look_back_period_s=1.0))
+    first = wait_endpoints(ray_cluster, app, 1)
+    url = f"http://{ray_cluster['http']}/{app}/endpoints"
+    # The client runs until both replicas have answered 10 requests each (at most 12,000 samples, ~120 s on one
+    # replica at 4 rows / 40 ms): the scale-up happens under its load, however long the new replica takes to
+    # start on a loaded machine, and the client must pick it up from the endpoints URL to finish.
+    run = run_client(["--endpoints-url", url, "--samples", "12000", "--rows-per-request", "4", "--concurrency", "12",
+                      "--until-endpoints", "2"])
+    both = wait_endpoints(ray_cluster, app, 2, timeout_s=60)
+    assert first[0] in both
+    summary, got = run.result(timeout_s=180)
+    assert summary["failed"] == 0
+    assert sorted(summary["endpoints"]) == both, "the client sent work to the new replica"
+    assert min(summary["endpoints"].values()) >= 10
+    assert 0 < summary["samples"] < 12000
+    check_exactly_once(got, summary["samples"])
+    remove(app)
+
+
+def test_discovery_results_equal_jitembed_server_and_compat_path(ray_cluster, text_app, run_client, reference_server):
+    app = text_app
     eps = wait_endpoints(ray_cluster, app, 2)
     assert all(e.startswith("http://127.0.0.1:") for e in eps)
     # Each replica's server runs in the replica's own process (the binding), on the address it registered.
@@ -121,13 +166,10 @@ def test_discovery_results_equal_jitembed_server_and_compat_path(ray_cluster, ru
     assert status == 404 and json.loads(err)["errc"] == "not_found"
     cfg = json.loads(http_get(f"http://{ray_cluster['http']}/{app}/v2/models/text-embed/config"))
     assert cfg["version_policy"] == {"latest": {"num_versions": 1}}
-    remove(app)
 
 
-def test_replica_killed_with_requests_in_flight_every_sample_once(ray_cluster, run_client, reference_server):
-    app = "kill"
-    spec = TEXT + ",sleep_us=20000"
-    deploy(app, [spec], num_replicas=2)
+def test_replica_killed_with_requests_in_flight_every_sample_once(ray_cluster, text_app, run_client, reference_server):
+    app = text_app
     eps = wait_endpoints(ray_cluster, app, 2)
     url = f"http://{ray_cluster['http']}/{app}/endpoints"
     n = 480
@@ -142,47 +184,19 @@ def test_replica_killed_with_requests_in_flight_every_sample_once(ray_cluster, r
     # The dead replica expired from the registry and Ray's restart registered a new one.
     eventually(lambda: (lambda e: len(e) == 2 and victim not in e)(endpoints(ray_cluster, app)), 90,
                "the killed replica expired and its replacement registered")
-    remove(app)
 
 
-def test_autoscaler_scales_1_to_2_on_queue_depth_and_client_follows(ray_cluster, run_client):
-    app = "auto"
-    spec = TEXT.replace("max_batch_size=8", "max_batch_size=4") + ",sleep_us=40000"
-    deploy(app, [spec], autoscaling=jray.autoscaling_config(min_replicas=1, max_replicas=2, target_rows_per_replica=8,
-                                                              upscale_delay_s=0.5, downscale_delay_s=600,
-                                                              metrics_interval_s=0.2, look_back_period_s=1.0))
-    first = wait_endpoints(ray_cluster, app, 1)
-    url = f"http://{ray_cluster['http']}/{app}/endpoints"
-    # The client runs until both replicas have answered 10 requests each (at most 12,000 samples, ~120 s on one
-    # replica at 4 rows / 40 ms): the scale-up happens under its load, however long the new replica takes to
-    # start on a loaded machine, and the client must pick it up from the endpoints URL to finish.
-    run = run_client(["--endpoints-url", url, "--samples", "12000", "--rows-per-request", "4", "--concurrency", "12",
-                      "--until-endpoints", "2"])
-    both = wait_endpoints(ray_cluster, app, 2, timeout_s=60)
-    assert first[0] in both
-    summary, got = run.result(timeout_s=180)
-    assert summary["failed"] == 0
-    assert sorted(summary["endpoints"]) == both, "the client sent work to the new replica"
-    assert min(summary["endpoints"].values()) >= 10
-    assert 0 < summary["samples"] < 12000
-    check_exactly_once(got, summary["samples"])
-    remove(app)
-
-
-def test_scale_down_drains_without_retries_and_user_config_update_under_load(ray_cluster, run_client):
-    app = "update"
-    v1 = {"models": [{"name": "text-embed", "version": "1"}]}
+def test_scale_down_drains_without_retries_and_user_config_update_under_load(ray_cluster, text_app, run_client):
+    app = text_app
     spec_v2 = TEXT + ",sleep_us=3000"
     v2 = {"models": [{"name": "text-embed", "version": "2", "spec": spec_v2}]}
-    spec = TEXT + ",sleep_us=3000"
-    deploy(app, [spec], num_replicas=2, user_config=v1)
     eps = wait_endpoints(ray_cluster, app, 2)
     url = f"http://{ray_cluster['http']}/{app}/endpoints"
 
     # Scale-down 2 -> 1 under load: the leaving replica drains; no request needs a retry.
     run = run_client(["--endpoints-url", url, "--samples", "1500", "--rows-per-request", "2", "--concurrency", "6"])
     eventually(lambda: all(inflight_rows(e) > 0 for e in eps), 30, "load on both replicas")
-    deploy(app, [spec], num_replicas=1, user_config=v1)
+    deploy(app, [SLOW_TEXT], num_replicas=1, user_config=V1)  # text_app's deployment, scaled
     left = wait_endpoints(ray_cluster, app, 1, timeout_s=60)
     summary, got = run.result(timeout_s=120)
     assert summary["failed"] == 0
@@ -192,7 +206,7 @@ def test_scale_down_drains_without_retries_and_user_config_update_under_load(ray
     # In-place update through user_config under load: version 2 hot-swapped in, version 1 unloaded.
     run = run_client(["--endpoints-url", url, "--samples", "1500", "--rows-per-request", "2", "--concurrency", "6"])
     eventually(lambda: inflight_rows(left[0]) > 0, 30, "load on the replica")
-    deploy(app, [spec], num_replicas=1, user_config=v2)
+    deploy(app, [SLOW_TEXT], num_replicas=1, user_config=v2)
     eventually(lambda: loaded_versions(left[0]) == [("text-embed", "2")], 60, "version 2 loaded and version 1 unloaded")
     summary, got = run.result(timeout_s=120)
     assert summary["failed"] == 0
@@ -200,4 +214,3 @@ def test_scale_down_drains_without_retries_and_user_config_update_under_load(ray
     versions = [s["version"] for s in got]
     assert versions[0] == "1" and versions[-1] == "2"
     assert endpoints(ray_cluster, app) == left, "an in-place update keeps the replica (no restart)"
-    remove(app)

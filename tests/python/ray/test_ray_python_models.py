@@ -11,12 +11,15 @@ machine."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+import ray
 from ray import serve
 
 import jitembed.ray as jray
 from conftest import eventually
-from test_ray_serve import SMALL, check_exactly_once, endpoints, kill_replica_with_rows_in_flight, remove, wait_endpoints
+from test_ray_serve import SMALL, check_exactly_once, endpoints, kill_replica_with_rows_in_flight, replica_actor_names, wait_endpoints
 
 SIZE = 32
 
@@ -86,7 +89,14 @@ def vae_app(ray_cluster):
     app = "pyvae"
     deploy(app, [tiny_vae, codepoints], num_replicas=2, num_gpus=0.5)
     yield app
-    remove(app)
+    # The last test killed a replica and Serve is starting its replacement (torch imported in a new process: on
+    # a loaded machine serve.delete waited 20 s for it): delete without waiting, end the replicas, then wait.
+    serve.delete(app, _blocking=False)
+    for name in replica_actor_names(app):
+        with contextlib.suppress(Exception):
+            ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+    eventually(lambda: app not in serve.status().applications, 60, f"application {app} deleted")
+    jray.kill_registry(app)
 
 
 def test_python_model_factories_share_a_fractional_gpu(ray_cluster, vae_app):

@@ -19,7 +19,8 @@ from ray import serve
 
 import jitembed.ray as jray
 from conftest import eventually
-from test_ray_serve import SMALL, check_exactly_once, endpoints, kill_replica_with_rows_in_flight, replica_actor_names, wait_endpoints
+from test_ray_serve import (SMALL, check_exactly_once, endpoints, kill_replica_with_rows_in_flight, replica_actor_names,
+                            wait_endpoints)
 
 SIZE = 32
 

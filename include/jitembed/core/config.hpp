@@ -2,8 +2,9 @@
 // JITEMBED_SEPARATE_COMPILATION (for every translation unit, e.g. with target_compile_definitions) and
 // includes each heavy part's src.hpp in exactly one translation unit compiles those parts once instead of
 // in every TU that includes them (as Asio's ASIO_SEPARATE_COMPILATION and fmt's compiled mode do).
-// Heavy parts: the JIT client (client/src.hpp: Boost.Beast, the call table) and the prefetching loader
-// (loader/src.hpp: the loader state).
+// Heavy parts: the JIT client (client/src.hpp: Boost.Beast, the call table), the prefetching loader
+// (loader/src.hpp: the loader state) and the data set's index and readers (format/src.hpp: dataset::open,
+// which loader/src.hpp includes).
 #pragma once
 
 #if defined(JITEMBED_SEPARATE_COMPILATION)

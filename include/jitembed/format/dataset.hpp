@@ -22,6 +22,7 @@
 #include "jitembed/codec/text.hpp"
 #include "jitembed/codec/zstd.hpp"
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/config.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/limits.hpp"
 #include "jitembed/core/tensor.hpp"
@@ -168,20 +169,9 @@ class dataset {
  public:
   dataset() = default;
 
-  static result<dataset> open(std::span<const std::string> paths, const dataset_options& options = {}) {
-    auto st = std::make_shared<detail::dataset_state>();
-    st->options = options;
-    st->starts.push_back(0);
-    for (const auto& p : paths) {
-      auto ok = add_path(*st, p);
-      if (ok) continue;
-      if (!options.skip_bad_sources) return ok.error();
-      st->errors.push_back({p, ok.error()});
-    }
-    dataset d;
-    d.state_ = std::move(st);
-    return d;
-  }
+  // Indexes every path in order (a directory recursively). The first bad source fails open() (its error),
+  // unless options.skip_bad_sources.
+  static result<dataset> open(std::span<const std::string> paths, const dataset_options& options = {});
   static result<dataset> open(std::initializer_list<std::string> paths, const dataset_options& options = {}) {
     return open(std::span<const std::string>(paths.begin(), paths.size()), options);
   }
@@ -267,5 +257,8 @@ class dataset {
 
 }  // namespace jitembed::format
 
-// The private member functions declared above, defined out of line.
+// open() and the private member functions, defined out of line: here header-only, in format/src.hpp with
+// JITEMBED_SEPARATE_COMPILATION (core/config.hpp).
+#if defined(JITEMBED_HEADER_ONLY)
 #include "jitembed/format/detail/dataset_impl.hpp"
+#endif

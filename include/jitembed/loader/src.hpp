@@ -3,4 +3,5 @@
 #pragma once
 
 #include "jitembed/core/config.hpp"
+#include "jitembed/format/src.hpp"  // the loader's data set (format/dataset.hpp): programs with loader/src.hpp link
 #include "jitembed/loader/detail/jit_loader_impl.hpp"

@@ -132,9 +132,9 @@ inline ::grpc::Status unary(channel& ch, std::string_view name, const pb::Messag
 
 // Model metadata / config of `model` as the JSON Triton's HTTP API answers (the messages' JSON mapping),
 // for the identity and metadata lookups shared with HTTP endpoints.
-inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_view rpc, std::string_view req_type,
-                                         std::string_view resp_type, const std::string& model,
-                                         const client_options& opts) {
+inline result<nlohmann::ordered_json> fetch_json(const endpoint_address& a, std::string_view rpc,
+                                                 std::string_view req_type, std::string_view resp_type,
+                                                 const std::string& model, const client_options& opts) {
   auto ch = make_channel(a, opts);
   auto req = named(req_type, model);
   auto resp = net::grpc::kserve_schema::get().make(resp_type);
@@ -146,7 +146,7 @@ inline result<nlohmann::json> fetch_json(const endpoint_address& a, std::string_
   po.preserve_proto_field_names = true;
   if (!pb::util::MessageToJsonString(*resp, &json, po).ok())
     return fail(errc::internal, "printing " + std::string(resp_type));
-  auto j = nlohmann::json::parse(json, nullptr, false);
+  auto j = nlohmann::ordered_json::parse(json, nullptr, false);
   if (j.is_discarded()) return fail(errc::internal, "printing " + std::string(resp_type));
   return j;
 }

@@ -19,8 +19,12 @@
 
 namespace jitembed::client::detail {
 
+// The client's one JSON type, net/kserve's (insertion-ordered): a second basic_json would be instantiated and
+// optimized again in every header-only program (issue #33's build cost).
+using json = nlohmann::ordered_json;
+
 // parameters.<key> as a string: a plain string (jitembed metadata) or {"string_value": ".."} (model config).
-inline std::optional<std::string> identity_parameter(const nlohmann::json& doc, const char* key) {
+inline std::optional<std::string> identity_parameter(const json& doc, const char* key) {
   if (!doc.is_object()) return std::nullopt;
   const auto p = doc.find("parameters");
   if (p == doc.end() || !p->is_object()) return std::nullopt;
@@ -36,7 +40,7 @@ inline std::optional<std::string> identity_parameter(const nlohmann::json& doc, 
 
 // The identity in `params`' parameters (fingerprint, preprocess_key), its input the name of `inputs_doc`'s
 // first `inputs_key` entry; nullopt when a parameter is missing.
-inline std::optional<model_identity> identity_of(const nlohmann::json& params, const nlohmann::json& inputs_doc,
+inline std::optional<model_identity> identity_of(const json& params, const json& inputs_doc,
                                                  const char* inputs_key) {
   auto fp = identity_parameter(params, "fingerprint");
   auto key = identity_parameter(params, "preprocess_key");
@@ -70,7 +74,7 @@ inline net::http::header_list auth_headers(const client_options& opts) {
 inline error_info http_error(int status, std::string_view body, std::string_view what) {
   std::string message;
   std::optional<errc> code;
-  auto j = nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
+  auto j = json::parse(body.begin(), body.end(), nullptr, false);
   if (!j.is_discarded() && j.is_object()) {
     if (auto it = j.find("error"); it != j.end() && it->is_string()) message = it->get<std::string>();
     if (auto it = j.find("errc"); it != j.end() && it->is_string()) code = errc_from_string(it->get<std::string>());
@@ -101,11 +105,11 @@ inline result<std::optional<model_identity>> fetch_identity(net::http::client& h
   auto r = hc.get("/v2/models/" + model, h);
   if (!r) return r.error();
   if (r->status != 200) return http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);
-  const auto meta = nlohmann::json::parse(r->body, nullptr, false);
+  const auto meta = json::parse(r->body, nullptr, false);
   if (auto id = identity_of(meta, meta, "inputs")) return id;
   auto rc = hc.get("/v2/models/" + model + "/config", h);  // Triton: the model config's parameters
   if (!rc || rc->status != 200) return std::optional<model_identity>{};
-  return identity_of(nlohmann::json::parse(rc->body, nullptr, false), meta, "inputs");
+  return identity_of(json::parse(rc->body, nullptr, false), meta, "inputs");
 }
 
 // GET /v2/models/<m> on the endpoint `a` as model_metadata: the transport's or the HTTP status's error
@@ -115,13 +119,13 @@ inline result<model_metadata> fetch_metadata(net::http::client& hc, const endpoi
   auto r = hc.get("/v2/models/" + model, auth_headers(opts));
   if (!r) return r.error();
   if (r->status != 200) return http_error(r->status, r->body, "metadata of '" + model + "' from " + a.url);
-  const auto doc = nlohmann::json::parse(r->body, nullptr, false);
+  const auto doc = json::parse(r->body, nullptr, false);
   const auto bad = [&](const std::string& what) {
     return fail(errc::decode_failed, "metadata of '" + model + "' from " + a.url + ": " + what);
   };
   if (!doc.is_object()) return bad("not a JSON object");
   model_metadata md;
-  const auto str = [](const nlohmann::json& j, const char* k) -> std::optional<std::string> {
+  const auto str = [](const json& j, const char* k) -> std::optional<std::string> {
     const auto it = j.find(k);
     if (it == j.end() || !it->is_string()) return std::nullopt;
     return it->get<std::string>();
@@ -160,7 +164,7 @@ inline result<model_metadata> fetch_metadata(net::http::client& hc, const endpoi
 inline shm_call_result http_shm_call(net::http::client& hc, const std::string& region, const std::string& key,
                                      std::size_t bytes, const client_options& opts) {
   const bool reg = !key.empty();
-  const std::string body = reg ? nlohmann::json{{"key", key}, {"offset", 0}, {"byte_size", bytes}}.dump() : "{}";
+  const std::string body = reg ? json{{"key", key}, {"offset", 0}, {"byte_size", bytes}}.dump() : "{}";
   auto h = auth_headers(opts);
   h.emplace_back("Content-Type", "application/json");
   auto r = hc.post("/v2/systemsharedmemory/region/" + region + (reg ? "/register" : "/unregister"), body, h);

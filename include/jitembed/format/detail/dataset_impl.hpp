@@ -1,14 +1,29 @@
-// dataset's private members: classifying paths into sources (shards, records, tar / WebDataset, loose
-// files, directories) and reading a sample from each kind of source.
-// Included at the end of jitembed/format/dataset.hpp
-// (users include that header).
+// dataset's open() and private members: classifying paths into sources (shards, records, tar / WebDataset,
+// loose files, directories) and reading a sample from each kind of source. Included at the end of
+// format/dataset.hpp header-only, from format/src.hpp in separate compilation (core/config.hpp).
 #pragma once
 
+#include "jitembed/core/config.hpp"
 #include "jitembed/format/dataset.hpp"
 
 namespace jitembed::format {
 
-inline auto dataset::lower_ext(const std::string& filename) -> std::string {
+JITEMBED_DECL auto dataset::open(std::span<const std::string> paths, const dataset_options& options) -> result<dataset> {
+  auto st = std::make_shared<detail::dataset_state>();
+  st->options = options;
+  st->starts.push_back(0);
+  for (const auto& p : paths) {
+    auto ok = add_path(*st, p);
+    if (ok) continue;
+    if (!options.skip_bad_sources) return ok.error();
+    st->errors.push_back({p, ok.error()});
+  }
+  dataset d;
+  d.state_ = std::move(st);
+  return d;
+}
+
+JITEMBED_DECL auto dataset::lower_ext(const std::string& filename) -> std::string {
   const auto dot = filename.rfind('.');
   if (dot == std::string::npos || dot == 0) return {};
   std::string e = filename.substr(dot + 1);
@@ -16,14 +31,14 @@ inline auto dataset::lower_ext(const std::string& filename) -> std::string {
   return e;
 }
 
-inline void dataset::push(state& st, detail::ds_source src) {
+JITEMBED_DECL void dataset::push(state& st, detail::ds_source src) {
   const std::size_t n = src.size();
   if (n == 0) return;
   st.sources.push_back(std::move(src));
   st.starts.push_back(st.starts.back() + n);
 }
 
-inline auto dataset::add_container(state& st, detail::ds_file_role role, const std::string& path, const std::string& rel) -> result<void> {
+JITEMBED_DECL auto dataset::add_container(state& st, detail::ds_file_role role, const std::string& path, const std::string& rel) -> result<void> {
   ++st.files;
   if (role == detail::ds_file_role::shard) {
     auto r = shard_reader::open(path, st.options.limits);
@@ -39,7 +54,7 @@ inline auto dataset::add_container(state& st, detail::ds_file_role role, const s
   return {};
 }
 
-inline auto dataset::add_path(state& st, const std::string& path) -> result<void> {
+JITEMBED_DECL auto dataset::add_path(state& st, const std::string& path) -> result<void> {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto status = fs::status(path, ec);
@@ -67,7 +82,7 @@ inline auto dataset::add_path(state& st, const std::string& path) -> result<void
               "dataset: '" + path + "' is not a .jems / .jemr / .tar / image (.jpg) / video (.mp4 .mkv .webm .mov .avi) / text (.txt) file");
 }
 
-inline auto dataset::add_directory(state& st, const std::string& root) -> result<void> {
+JITEMBED_DECL auto dataset::add_directory(state& st, const std::string& root) -> result<void> {
   namespace fs = std::filesystem;
   struct entry {
     std::string rel, path;
@@ -139,11 +154,11 @@ inline auto dataset::add_directory(state& st, const std::string& root) -> result
   return {};
 }
 
-inline auto dataset::sample_error(const std::string& id, const error_info& e) -> error_info {
+JITEMBED_DECL auto dataset::sample_error(const std::string& id, const error_info& e) -> error_info {
   return fail(e.code, "dataset: sample '" + id + "': " + e.message);
 }
 
-inline auto dataset::from_record(std::string id, result<record_view> rec) const -> result<sample> {
+JITEMBED_DECL auto dataset::from_record(std::string id, result<record_view> rec) const -> result<sample> {
   if (!rec) return sample_error(id, rec.error());
   sample out;
   out.id = std::move(id);
@@ -159,18 +174,18 @@ inline auto dataset::from_record(std::string id, result<record_view> rec) const 
   return out;
 }
 
-inline auto dataset::read(const detail::ds_shard_source& s, std::size_t i) const -> result<sample> {
+JITEMBED_DECL auto dataset::read(const detail::ds_shard_source& s, std::size_t i) const -> result<sample> {
   return from_record(s.id_prefix + std::string(s.reader.key(i)), s.reader.record(i));
 }
 
-inline auto dataset::read(const detail::ds_record_source& s, std::size_t) const -> result<sample> {
+JITEMBED_DECL auto dataset::read(const detail::ds_record_source& s, std::size_t) const -> result<sample> {
   auto buf = detail::read_file_bounded(s.path, state_->options.limits.max_record_bytes);
   if (!buf) return sample_error(s.id, buf.error());
   const bytes_view bytes((*buf)->data(), (*buf)->size());
   return from_record(s.id, record_view::parse(bytes, state_->options.limits, jitembed::keep_alive(*buf)));
 }
 
-inline auto dataset::read(const detail::ds_tar_source& s, std::size_t i) const -> result<sample> {
+JITEMBED_DECL auto dataset::read(const detail::ds_tar_source& s, std::size_t i) const -> result<sample> {
   const wds_sample& w = s.reader.sample(i);
   sample out;
   out.id = s.id_prefix + w.key;
@@ -182,7 +197,7 @@ inline auto dataset::read(const detail::ds_tar_source& s, std::size_t i) const -
   return out;
 }
 
-inline auto dataset::read(const detail::ds_loose_source& s, std::size_t i) const -> result<sample> {
+JITEMBED_DECL auto dataset::read(const detail::ds_loose_source& s, std::size_t i) const -> result<sample> {
   const auto& ls = s.samples[i];
   if (ls.error) return *ls.error;
   sample out;

@@ -1,0 +1,6 @@
+// The data set's index and readers compiled once: with JITEMBED_SEPARATE_COMPILATION (core/config.hpp), include
+// this header in exactly one translation unit (loader/src.hpp does); the others include format/dataset.hpp.
+#pragma once
+
+#include "jitembed/core/config.hpp"
+#include "jitembed/format/detail/dataset_impl.hpp"

@@ -573,6 +573,44 @@ TEST_CASE("endpoints changed mid-run: file and URL, a removed endpoint drains") 
     REQUIRE(c.embed(request("m", rows_of(1, 0))).get()->endpoint == d.url());
     lister.stop(100ms);
   }
+  SUBCASE("url answering 5xx at create: asked 3 times; 4xx: once") {
+    std::atomic<int> asked{0};
+    std::atomic<int> failures{2};  // answers 500 this many times, then the list
+    std::atomic<int> status{500};
+    auto lister_made = http::server::create(http::server_options{}, [&](http::request&&, http::responder respond) {
+      http::response r;
+      ++asked;
+      if (failures.fetch_sub(1) > 0) {
+        r.status = status.load();
+        r.body = "busy";
+      } else {
+        r.body = a.url() + "\n";
+      }
+      respond(std::move(r));
+    });
+    REQUIRE(lister_made);
+    auto o = options_for({});
+    o.endpoints.list.clear();
+    o.endpoints.url = "http://127.0.0.1:" + std::to_string(lister_made->port()) + "/endpoints";
+    o.endpoints.refresh = 1h;
+    {
+      auto c = cl::jit_client::create(o);
+      REQUIRE(c);
+      CHECK(asked == 3);
+      CHECK(c->endpoints() == std::vector<std::string>{a.url()});
+    }
+    asked = 0, failures = 3;  // more 500s than create() asks for: it fails with the last answer
+    auto c3 = cl::jit_client::create(o);
+    REQUIRE_FALSE(c3);
+    CHECK(asked == 3);
+    CHECK(c3.error().message.find("endpoints URL") != std::string::npos);
+    asked = 0, failures = 1, status = 404;  // not there: no second ask
+    auto c4 = cl::jit_client::create(o);
+    REQUIRE_FALSE(c4);
+    CHECK(asked == 1);
+    CHECK(c4.error().code == errc::not_found);
+    lister_made->stop(100ms);
+  }
 }
 
 TEST_CASE("local mode equals remote mode on the real service (text-embed), rows in order") {

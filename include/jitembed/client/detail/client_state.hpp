@@ -89,7 +89,7 @@ class client_state final {
         via.http = std::make_unique<http_transport>(s->opts_, s->exec_.context(), *s->tls_ctx_, s->engine_);
         via.grpc = make_grpc_transport(s->opts_, s->exec_, s->engine_);
         // The first list must be readable now: a typo in a path fails here, not as timeouts later.
-        auto read = s->control_.read_source();
+        auto read = s->control_.read_source(3);
         if (!read) return read.error();
         first = std::move(*read);
       }

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <fstream>
 #include <map>
@@ -47,7 +48,10 @@ class control_plane {
   }
   void stop() { watcher_.stop(); }  // its stop_token wakes it
 
-  result<std::vector<endpoint_address>> read_source() const {
+  // The endpoint list from its source. `tries`: how often a URL answering 5xx is asked (100, 200, ... ms apart):
+  // create() asks 3 times, since a list served by a proxy (Ray Serve's) answers 500 while a replica restarts; a
+  // 4xx answer or an unreachable URL fails at once. The watcher asks once a period (it keeps the last list).
+  result<std::vector<endpoint_address>> read_source(int tries = 1) const {
     const auto& src = opts_.endpoints;
     if (!src.list.empty()) {
       std::string text;
@@ -71,6 +75,10 @@ class control_plane {
     ho.tls_ca_file = opts_.tls_ca_file;
     net::http::client hc(u->host, u->port, ho);
     auto r = hc.get(u->path.empty() ? "/" : u->path);
+    for (int k = 1; k < tries && r && r->status >= 500; ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100 * k));
+      r = hc.get(u->path.empty() ? "/" : u->path);
+    }
     if (!r) return r.error();
     if (r->status != 200) return http_error(r->status, r->body, "endpoints URL " + src.url);
     return parse_endpoint_list(r->body);

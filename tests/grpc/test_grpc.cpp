@@ -9,13 +9,21 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -137,6 +145,53 @@ std::pair<::grpc::Status, nlohmann::json> json_call(std::uint16_t port, const st
   return {st, nlohmann::json::parse(text)};
 }
 
+// A TCP relay on 127.0.0.1 in front of `target` that counts the connections made through it.
+class counting_relay {
+ public:
+  explicit counting_relay(std::uint16_t target) : target_(target) {
+    accept();
+    thread_ = std::thread([this] { ioc_.run(); });
+  }
+  ~counting_relay() {
+    ioc_.stop();
+    thread_.join();
+  }
+  std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  using tcp = boost::asio::ip::tcp;
+  using socket_ptr = std::shared_ptr<tcp::socket>;
+  void accept() {
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket s) {
+      if (ec) return;
+      ++accepted_;
+      auto in = std::make_shared<tcp::socket>(std::move(s)), out = std::make_shared<tcp::socket>(ioc_);
+      out->async_connect({boost::asio::ip::make_address("127.0.0.1"), target_}, [in, out](boost::system::error_code e) {
+        if (!e) pipe(in, out), pipe(out, in);
+      });
+      accept();
+    });
+  }
+  static void pipe(const socket_ptr& from, const socket_ptr& to) {
+    auto buf = std::make_shared<std::array<char, 1 << 16>>();
+    from->async_read_some(boost::asio::buffer(*buf), [from, to, buf](boost::system::error_code ec, std::size_t n) {
+      if (ec) return to->close();
+      boost::asio::async_write(*to, boost::asio::buffer(buf->data(), n),
+                               [from, to, buf](boost::system::error_code e, std::size_t) {
+                                 if (e) return from->close();
+                                 pipe(from, to);
+                               });
+    });
+  }
+
+  boost::asio::io_context ioc_;
+  tcp::acceptor acceptor_{ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}};
+  std::uint16_t target_;
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
 // One "device" allocation that the handle "fake-handle" (padded to 64 bytes) opens.
 struct one_allocation_ipc {
   std::shared_ptr<std::vector<std::byte>> memory = std::make_shared<std::vector<std::byte>>(128);
@@ -232,6 +287,20 @@ TEST_CASE("grpc:// endpoints: the same embeddings as HTTP, bitwise, identity and
   REQUIRE(md.outputs.size() == 3);
   CHECK(md.outputs[0].shape.front() == -1);
   CHECK(over_grpc.metadata("nope").code() == errc::not_found);
+}
+
+TEST_CASE("grpc:// control plane: identity, metadata, readiness and infer calls share one connection") {
+  both_fronts f;
+  counting_relay relay(f.grpc_srv.port());
+  auto c = cl::jit_client::create(options_for({"grpc://127.0.0.1:" + std::to_string(relay.port())})).value();
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(c.wait_ready({"text-embed"}, 5s));
+    REQUIRE(c.metadata("text-embed"));
+    CHECK(c.metadata("nope").code() == errc::not_found);
+  }
+  REQUIRE(c.identity("text-embed"));
+  REQUIRE(c.embed(text_request({"one"})).get());
+  CHECK(relay.accepted() == 1);  // a channel per call: 11 (measured before the channels were kept)
 }
 
 TEST_CASE("grpc:// transport: a failed call's errc is its outcome's fault, as HTTP's status would be") {

@@ -249,7 +249,12 @@ class http_transport final : public transport {
     conn->parser->body_limit(opts_.max_response_bytes);
     conn->visit([&](auto& stream) {
       bhttp::async_read(stream, conn->buffer, *conn->parser, step(a, conn, "response", [this, a, conn] {
-                          events_.complete(a, [&](deferred& d) { on_response(a, *conn, d); });
+                          bool keep = false;
+                          auto o = judge(*a, *conn, keep);  // decoded before the engine's lock
+                          events_.complete(a, [&](deferred& d) {
+                            release_conn(*a, keep);
+                            events_.on_answer(a, std::move(o), d);
+                          });
                         }));
     });
   }
@@ -283,11 +288,11 @@ class http_transport final : public transport {
     events_.complete(a, [&](deferred& d) { events_.on_tls_failure(a, std::move(reason), d); });
   }
 
-  // The answer, judged with the engine's lock held (within complete(), on the connection's strand).
-  void on_response(const attempt_ptr& a, connection& conn, deferred& d) {
-    const auto c = a->call;
+  // The answer, decoded on the connection's strand before the engine's lock (`keep`: the connection may be
+  // reused). One that raced abandon() (a hedge won) is decoded, then dropped by complete().
+  attempt_outcome judge(const remote_attempt& a, connection& conn, bool& keep) {
     auto msg = conn.parser->release();
-    const bool keep = msg.keep_alive();
+    keep = msg.keep_alive();
     const int status = static_cast<int>(msg.result_int());
     std::string body = std::move(msg.body());
     std::optional<std::size_t> hlen;
@@ -297,16 +302,11 @@ class http_transport final : public transport {
       auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
       if (ec == std::errc{} && p == s.data() + s.size()) hlen = v;
     }
-    release_conn(*a, keep);
-    if (status != 200)
-      return events_.on_answer(a, http_outcome(status, body, "model '" + c->model + "' on " + a->ep->addr.url), d);
-    attempt_outcome o{attempt_fault::none, fail(errc::cancelled, "answered after the call finished")};
-    if (!c->done) {  // a call already finished (a hedge won): the latency only
-      net::kserve::protocol_limits lim;
-      lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
-      o.answer = attempt_result(net::kserve::decode_response(body, hlen, lim), *a, opts_.max_response_bytes);
-    }
-    events_.on_answer(a, std::move(o), d);
+    if (status != 200) return http_outcome(status, body, "model '" + a.call->model + "' on " + a.ep->addr.url);
+    net::kserve::protocol_limits lim;
+    lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
+    return {attempt_fault::none,
+            attempt_result(net::kserve::decode_response(body, hlen, lim), a, opts_.max_response_bytes)};
   }
 
   static void close_idle(pool& p) {  // pool_mu_ held: each closes on its own strand

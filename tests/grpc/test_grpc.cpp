@@ -8,6 +8,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
+#include <unistd.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -19,6 +20,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <span>
@@ -145,7 +148,7 @@ std::pair<::grpc::Status, nlohmann::json> json_call(std::uint16_t port, const st
   return {st, nlohmann::json::parse(text)};
 }
 
-// A TCP relay on 127.0.0.1 in front of `target` that counts the connections made through it.
+// A TCP relay on 127.0.0.1 in front of `target` that counts the connections made through it, and those open.
 class counting_relay {
  public:
   explicit counting_relay(std::uint16_t target) : target_(target) {
@@ -158,6 +161,7 @@ class counting_relay {
   }
   std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
   int accepted() const { return accepted_.load(); }
+  int open() const { return open_.load(); }
 
  private:
   using tcp = boost::asio::ip::tcp;
@@ -165,30 +169,34 @@ class counting_relay {
   void accept() {
     acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket s) {
       if (ec) return;
-      ++accepted_;
+      ++accepted_, ++open_;
+      // open until both directions ended (the client closed, or the server): the last handler drops it
+      const auto token = std::shared_ptr<void>(nullptr, [this](void*) { --open_; });
       auto in = std::make_shared<tcp::socket>(std::move(s)), out = std::make_shared<tcp::socket>(ioc_);
-      out->async_connect({boost::asio::ip::make_address("127.0.0.1"), target_}, [in, out](boost::system::error_code e) {
-        if (!e) pipe(in, out), pipe(out, in);
-      });
+      out->async_connect({boost::asio::ip::make_address("127.0.0.1"), target_},
+                         [in, out, token](boost::system::error_code e) {
+                           if (!e) pipe(in, out, token), pipe(out, in, token);
+                         });
       accept();
     });
   }
-  static void pipe(const socket_ptr& from, const socket_ptr& to) {
+  static void pipe(const socket_ptr& from, const socket_ptr& to, const std::shared_ptr<void>& token) {
     auto buf = std::make_shared<std::array<char, 1 << 16>>();
-    from->async_read_some(boost::asio::buffer(*buf), [from, to, buf](boost::system::error_code ec, std::size_t n) {
-      if (ec) return to->close();
-      boost::asio::async_write(*to, boost::asio::buffer(buf->data(), n),
-                               [from, to, buf](boost::system::error_code e, std::size_t) {
-                                 if (e) return from->close();
-                                 pipe(from, to);
-                               });
-    });
+    from->async_read_some(boost::asio::buffer(*buf),
+                          [from, to, buf, token](boost::system::error_code ec, std::size_t n) {
+                            if (ec) return to->close();
+                            boost::asio::async_write(*to, boost::asio::buffer(buf->data(), n),
+                                                     [from, to, buf, token](boost::system::error_code e, std::size_t) {
+                                                       if (e) return from->close();
+                                                       pipe(from, to, token);
+                                                     });
+                          });
   }
 
+  std::atomic<int> accepted_{0}, open_{0};  // before ioc_: its pending handlers drop tokens as it goes
   boost::asio::io_context ioc_;
   tcp::acceptor acceptor_{ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}};
   std::uint16_t target_;
-  std::atomic<int> accepted_{0};
   std::thread thread_;
 };
 
@@ -292,7 +300,12 @@ TEST_CASE("grpc:// endpoints: the same embeddings as HTTP, bitwise, identity and
 TEST_CASE("grpc:// control plane: identity, metadata, readiness and infer calls share one connection") {
   both_fronts f;
   counting_relay relay(f.grpc_srv.port());
-  auto c = cl::jit_client::create(options_for({"grpc://127.0.0.1:" + std::to_string(relay.port())})).value();
+  const auto list = std::filesystem::temp_directory_path() / ("jitembed_grpc_relay_" + std::to_string(::getpid()));
+  std::ofstream(list) << "grpc://127.0.0.1:" << relay.port() << "\n";
+  auto o = options_for({});
+  o.endpoints.file = list.string();
+  o.endpoints.refresh = 10ms;
+  auto c = cl::jit_client::create(o).value();
   for (int i = 0; i < 3; ++i) {
     REQUIRE(c.wait_ready({"text-embed"}, 5s));
     REQUIRE(c.metadata("text-embed"));
@@ -301,6 +314,14 @@ TEST_CASE("grpc:// control plane: identity, metadata, readiness and infer calls 
   REQUIRE(c.identity("text-embed"));
   REQUIRE(c.embed(text_request({"one"})).get());
   CHECK(relay.accepted() == 1);  // a channel per call: 11 (measured before the channels were kept)
+  CHECK(relay.open() == 1);
+  // The endpoint leaves the set (drained, then reaped after a call): its channel and connection close.
+  std::ofstream(list) << f.grpc_url() << "\n";
+  REQUIRE(jitembed::test::eventually([&] { return c.endpoints() == std::vector<std::string>{f.grpc_url()}; }));
+  REQUIRE(c.embed(text_request({"two"})).get());
+  CHECK(jitembed::test::eventually([&] { return relay.open() == 0; }));
+  CHECK(relay.accepted() == 1);
+  std::filesystem::remove(list);
 }
 
 TEST_CASE("grpc:// transport: a failed call's errc is its outcome's fault, as HTTP's status would be") {

@@ -228,6 +228,8 @@ class grpc_transport final : public transport {
   shm_call_result shared_memory(const endpoint_address& a, const std::string& region, const std::string& key,
                                 std::size_t bytes) override {
     const bool reg = !key.empty();
+    // Unregistering: its endpoint left the set (forget) or the client closes: a channel of its own, not kept.
+    const auto ch = reg ? channel(a) : grpc_client::make_channel(a, opts_);
     auto req =
         grpc_client::named(reg ? "SystemSharedMemoryRegisterRequest" : "SystemSharedMemoryUnregisterRequest", region);
     const auto* d = req->GetDescriptor();
@@ -240,12 +242,10 @@ class grpc_transport final : public transport {
     auto resp = net::grpc::kserve_schema::get().make(reg ? "SystemSharedMemoryRegisterResponse"
                                                          : "SystemSharedMemoryUnregisterResponse");
     error_info err;
-    const auto s = grpc_client::unary(*channel(a), reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister",
-                                      *req, *resp, opts_, "shared memory region '" + region + "' on " + a.url, err);
-    if (s.ok()) return {true, true, {}};
-    const bool answered =
-        s.error_code() != ::grpc::StatusCode::UNAVAILABLE && s.error_code() != ::grpc::StatusCode::DEADLINE_EXCEEDED;
-    return {false, answered, err.message};
+    const auto s = grpc_client::unary(*ch, reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister", *req,
+                                      *resp, opts_, "shared memory region '" + region + "' on " + a.url, err);
+    const auto c = s.error_code();  // not answered: unreachable, or no answer in time
+    return {s.ok(), c != ::grpc::StatusCode::UNAVAILABLE && c != ::grpc::StatusCode::DEADLINE_EXCEEDED, err.message};
   }
 
   // Waits for the callbacks of the calls in flight (abandon() cancelled them).

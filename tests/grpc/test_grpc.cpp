@@ -313,6 +313,7 @@ TEST_CASE("grpc:// control plane: identity, metadata, readiness and infer calls 
   }
   REQUIRE(c.identity("text-embed"));
   REQUIRE(c.embed(text_request({"one"})).get());
+  REQUIRE(jitembed::test::eventually([&] { return c.stats().endpoints[0].shared_memory; }));  // region registered
   CHECK(relay.accepted() == 1);  // a channel per call: 11 (measured before the channels were kept)
   CHECK(relay.open() == 1);
   // The endpoint leaves the set (drained, then reaped after a call): its channel and connection close (its
@@ -321,6 +322,8 @@ TEST_CASE("grpc:// control plane: identity, metadata, readiness and infer calls 
   REQUIRE(jitembed::test::eventually([&] { return c.endpoints() == std::vector<std::string>{f.grpc_url()}; }));
   REQUIRE(c.embed(text_request({"two"})).get());
   CHECK(jitembed::test::eventually([&] { return relay.open() == 0; }));
+  std::this_thread::sleep_for(300ms);  // the watcher (every 10 ms) has unregistered the region by now
+  CHECK(relay.open() == 0);
   std::filesystem::remove(list);
 }
 

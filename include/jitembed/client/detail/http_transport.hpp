@@ -108,7 +108,7 @@ class http_transport final : public transport {
   }
   shm_call_result shared_memory(const endpoint_address& a, const std::string& region, const std::string& key,
                                 std::size_t bytes) override {
-    return http_shm_call(*control(a, shm_calls), region, key, bytes, opts_);
+    return http_shm_call(*control(a, shm_calls, !key.empty()), region, key, bytes, opts_);
   }
 
  private:
@@ -140,12 +140,13 @@ class http_transport final : public transport {
   static session& io(const remote_attempt& a) { return *std::static_pointer_cast<session>(a.io); }
 
   // The metadata GETs: the client's connect timeout, its request timeout capped at 10 s; region calls: capped
-  // at 2 s; readiness probes: 0.5 s to connect, 1 s to answer.
+  // at 2 s; readiness probes: 0.5 s to connect, 1 s to answer. Not `keep` (unregistering a region: its
+  // endpoint left the set, or the client closes): a client of its own, not kept after forget().
   enum control_kind { meta_calls, probe_calls, shm_calls };
-  std::shared_ptr<net::http::client> control(const endpoint_address& a, control_kind kind) {
+  std::shared_ptr<net::http::client> control(const endpoint_address& a, control_kind kind, bool keep = true) {
     using ms = std::chrono::milliseconds;
     std::lock_guard lk(control_mu_);
-    auto& c = control_[a.url][kind];
+    std::shared_ptr<net::http::client> own, &c = keep ? control_[a.url][kind] : own;
     if (c) return c;
     net::http::client_options ho;
     ho.tls = a.tls;
@@ -288,8 +289,7 @@ class http_transport final : public transport {
     events_.complete(a, [&](deferred& d) { events_.on_tls_failure(a, std::move(reason), d); });
   }
 
-  // The answer, decoded on the connection's strand before the engine's lock (`keep`: the connection may be
-  // reused). One that raced abandon() (a hedge won) is decoded, then dropped by complete().
+  // The answer, decoded on its strand before the engine's lock (which drops it if a hedge won); `keep`: reusable.
   attempt_outcome judge(const remote_attempt& a, connection& conn, bool& keep) {
     auto msg = conn.parser->release();
     keep = msg.keep_alive();

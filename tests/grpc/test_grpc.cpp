@@ -8,14 +8,25 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
+#include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -137,6 +148,58 @@ std::pair<::grpc::Status, nlohmann::json> json_call(std::uint16_t port, const st
   return {st, nlohmann::json::parse(text)};
 }
 
+// A TCP relay on 127.0.0.1 in front of `target` that counts the connections made through it, and those open.
+class counting_relay {
+ public:
+  explicit counting_relay(std::uint16_t target) : target_(target) {
+    accept();
+    thread_ = std::thread([this] { ioc_.run(); });
+  }
+  ~counting_relay() {
+    ioc_.stop();
+    thread_.join();
+  }
+  std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  int accepted() const { return accepted_.load(); }
+  int open() const { return open_.load(); }
+
+ private:
+  using tcp = boost::asio::ip::tcp;
+  using socket_ptr = std::shared_ptr<tcp::socket>;
+  void accept() {
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket s) {
+      if (ec) return;
+      ++accepted_, ++open_;
+      // open until both directions ended (the client closed, or the server): the last handler drops it
+      const auto token = std::shared_ptr<void>(nullptr, [this](void*) { --open_; });
+      auto in = std::make_shared<tcp::socket>(std::move(s)), out = std::make_shared<tcp::socket>(ioc_);
+      out->async_connect({boost::asio::ip::make_address("127.0.0.1"), target_},
+                         [in, out, token](boost::system::error_code e) {
+                           if (!e) pipe(in, out, token), pipe(out, in, token);
+                         });
+      accept();
+    });
+  }
+  static void pipe(const socket_ptr& from, const socket_ptr& to, const std::shared_ptr<void>& token) {
+    auto buf = std::make_shared<std::array<char, 1 << 16>>();
+    from->async_read_some(boost::asio::buffer(*buf),
+                          [from, to, buf, token](boost::system::error_code ec, std::size_t n) {
+                            if (ec) return to->close();
+                            boost::asio::async_write(*to, boost::asio::buffer(buf->data(), n),
+                                                     [from, to, buf, token](boost::system::error_code e, std::size_t) {
+                                                       if (e) return from->close();
+                                                       pipe(from, to, token);
+                                                     });
+                          });
+  }
+
+  std::atomic<int> accepted_{0}, open_{0};  // before ioc_: its pending handlers drop tokens as it goes
+  boost::asio::io_context ioc_;
+  tcp::acceptor acceptor_{ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}};
+  std::uint16_t target_;
+  std::thread thread_;
+};
+
 // One "device" allocation that the handle "fake-handle" (padded to 64 bytes) opens.
 struct one_allocation_ipc {
   std::shared_ptr<std::vector<std::byte>> memory = std::make_shared<std::vector<std::byte>>(128);
@@ -232,6 +295,41 @@ TEST_CASE("grpc:// endpoints: the same embeddings as HTTP, bitwise, identity and
   REQUIRE(md.outputs.size() == 3);
   CHECK(md.outputs[0].shape.front() == -1);
   CHECK(over_grpc.metadata("nope").code() == errc::not_found);
+}
+
+TEST_CASE(
+    "grpc:// control plane: one connection for all calls, and an endpoint that leaves closes its own (HTTP too)") {
+  both_fronts f;
+  for (const bool grpc : {true, false}) {
+    CAPTURE(grpc);
+    counting_relay relay(grpc ? f.grpc_srv.port() : f.http_srv.port());
+    const auto list = std::filesystem::temp_directory_path() / ("jitembed_relay_" + std::to_string(::getpid()));
+    std::ofstream(list) << (grpc ? "grpc" : "http") << "://127.0.0.1:" << relay.port() << "\n";
+    auto o = options_for({});
+    o.endpoints.file = list.string();
+    o.endpoints.refresh = 10ms;
+    auto c = cl::jit_client::create(o).value();
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(c.wait_ready({"text-embed"}, 5s));
+      REQUIRE(c.metadata("text-embed"));
+      CHECK(c.metadata("nope").code() == errc::not_found);
+    }
+    REQUIRE(c.identity("text-embed"));
+    REQUIRE(c.embed(text_request({"one"})).get());
+    REQUIRE(jitembed::test::eventually([&] { return c.stats().endpoints[0].shared_memory; }));  // region registered
+    if (grpc) CHECK(relay.accepted() == 1);  // a channel per call: 11 (measured before the channels were kept)
+    CHECK(relay.open() >= 1);
+    // The endpoint leaves the set (drained, then reaped after a call): its connections close, and its region's
+    // unregistration, which follows, keeps none open.
+    const std::string direct = grpc ? f.grpc_url() : f.http_url();
+    std::ofstream(list) << direct << "\n";
+    REQUIRE(jitembed::test::eventually([&] { return c.endpoints() == std::vector<std::string>{direct}; }));
+    REQUIRE(c.embed(text_request({"two"})).get());
+    CHECK(jitembed::test::eventually([&] { return relay.open() == 0; }));
+    std::this_thread::sleep_for(300ms);  // the watcher (every 10 ms) has unregistered the region by now
+    CHECK(relay.open() == 0);
+    std::filesystem::remove(list);
+  }
 }
 
 TEST_CASE("grpc:// transport: a failed call's errc is its outcome's fault, as HTTP's status would be") {

@@ -311,7 +311,7 @@ class call_flow : public attempt_events {
       calls_.remove(*c);
       (r ? stats_.completed : stats_.failed) += c->callbacks.size();
     }
-    if (r && !c->internal) r->attempts = std::max(r->attempts, c->attempts);
+    if (r) r->attempts = std::max(r->attempts, c->attempts);
     auto cbs = std::move(c->callbacks);
     c->callbacks.clear();
     if (cbs.size() == 1) {

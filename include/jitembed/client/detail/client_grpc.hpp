@@ -1,5 +1,6 @@
-// The client's gRPC transport (grpc[s]:// endpoints): one channel per endpoint, each attempt a unary ModelInfer
-// on gRPC's callback API. The only code of the client that touches gRPC (JITEMBED_HAS_GRPC: client_state.hpp).
+// The client's gRPC transport (grpc[s]:// endpoints): one channel per endpoint URL, for its attempts (each a
+// unary ModelInfer on gRPC's callback API) and its control calls alike. The only code of the client that touches gRPC
+// (JITEMBED_HAS_GRPC: client_state.hpp).
 #pragma once
 
 #include <google/protobuf/util/json_util.h>
@@ -43,12 +44,15 @@ struct call {
 
 // The endpoint's channel: plaintext for grpc://; for grpcs:// TLS verifying the server's certificate
 // against client_options.tls_ca_file (empty: gRPC's default roots). A CA file that cannot be read leaves
-// the roots empty, so every call fails verification (UNAVAILABLE) rather than trusting anything.
+// the roots empty, so every call fails verification (UNAVAILABLE) rather than trusting anything. Reconnecting
+// waits at most 1 s (gRPC's default grows to 120 s: a server back up would stay "not ready" for minutes).
 inline std::shared_ptr<channel> make_channel(const endpoint_address& a, const client_options& opts) {
   auto c = std::make_shared<channel>();
   ::grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   std::shared_ptr<::grpc::ChannelCredentials> creds = ::grpc::InsecureChannelCredentials();
   if (a.tls) {
     ::grpc::SslCredentialsOptions ssl;
@@ -130,24 +134,22 @@ inline ::grpc::Status unary(channel& ch, std::string_view name, const pb::Messag
   return s;
 }
 
-// Model metadata / config of `model` as the JSON Triton's HTTP API answers (the messages' JSON mapping),
-// for the identity and metadata lookups shared with HTTP endpoints.
-inline result<nlohmann::ordered_json> fetch_json(const endpoint_address& a, std::string_view rpc,
-                                                 std::string_view req_type, std::string_view resp_type,
-                                                 const std::string& model, const client_options& opts) {
-  auto ch = make_channel(a, opts);
-  auto req = named(req_type, model);
+// Model metadata / config of `model` (`rpc` ModelMetadata / ModelConfig) as the JSON Triton's HTTP API
+// answers (the messages' JSON mapping), for the identity and metadata lookups shared with HTTP endpoints.
+inline result<json> fetch_json(channel& ch, const endpoint_address& a, const std::string& rpc, const std::string& model,
+                               const client_options& opts) {
+  const std::string resp_type = rpc + "Response";
+  auto req = named(rpc + "Request", model);
   auto resp = net::grpc::kserve_schema::get().make(resp_type);
   error_info err;
-  const auto s = unary(*ch, rpc, *req, *resp, opts, std::string(rpc) + " of '" + model + "' from " + a.url, err);
+  const auto s = unary(ch, rpc, *req, *resp, opts, rpc + " of '" + model + "' from " + a.url, err);
   if (!s.ok()) return err;
-  std::string json;
+  std::string text;
   pb::util::JsonPrintOptions po;
   po.preserve_proto_field_names = true;
-  if (!pb::util::MessageToJsonString(*resp, &json, po).ok())
-    return fail(errc::internal, "printing " + std::string(resp_type));
-  auto j = nlohmann::ordered_json::parse(json, nullptr, false);
-  if (j.is_discarded()) return fail(errc::internal, "printing " + std::string(resp_type));
+  if (!pb::util::MessageToJsonString(*resp, &text, po).ok()) return fail(errc::internal, "printing " + resp_type);
+  auto j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return fail(errc::internal, "printing " + resp_type);
   return j;
 }
 
@@ -159,9 +161,7 @@ class grpc_transport final : public transport {
       : opts_(opts), exec_(exec), events_(events) {}
 
   void send(const attempt_ptr& a, deferred&) override {
-    auto& ep = *a->ep;
-    auto& ch = channels_[&ep];
-    if (!ch) ch = grpc_client::make_channel(ep.addr, opts_);
+    auto ch = channel(a->ep->addr);
     auto call = std::make_shared<grpc_client::call>();
     call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::microseconds(remaining_us(*a->call)));
     call->request = net::grpc::encode_infer_request(attempt_request(*a, opts_, std::nullopt));
@@ -176,7 +176,12 @@ class grpc_transport final : public transport {
                         &call->response, [self, a, call, ch](::grpc::Status s) {
                           // on a gRPC thread: the answer is judged on the client's executor, one event
                           self->exec_.post([self, a, call, s = std::move(s)] {
-                            self->events_.complete(a, [&](deferred& d) { self->judge(a, *call, s, d); });
+                            auto o = self->judge(*a, *call, s);  // decoded before the engine's lock
+                            self->events_.complete(a, [&](deferred& d) {
+                              if (o) return self->events_.on_answer(a, std::move(*o), d);
+                              self->events_.on_no_answer(
+                                  a, "gRPC call to " + a->ep->addr.url + " failed: " + s.error_message(), false, d);
+                            });
                           });
                           std::lock_guard lk(self->mu_);
                           if (--self->in_flight_ == 0) self->idle_.notify_all();
@@ -187,50 +192,44 @@ class grpc_transport final : public transport {
     if (a.io) std::static_pointer_cast<grpc_client::call>(a.io)->ctx.TryCancel();
   }
 
-  void forget(const endpoint_state& e) override { channels_.erase(&e); }
+  void forget(const endpoint_state& e) override {
+    std::lock_guard lk(mu_);
+    channels_.erase(e.addr.url);
+  }
 
   result<std::optional<model_identity>> identity(const endpoint_address& a, const std::string& model) override {
-    JITEMBED_ASSIGN_OR_RETURN(
-        auto cfg, grpc_client::fetch_json(a, "ModelConfig", "ModelConfigRequest", "ModelConfigResponse", model, opts_));
+    JITEMBED_ASSIGN_OR_RETURN(auto cfg, grpc_client::fetch_json(*channel(a), a, "ModelConfig", model, opts_));
     const auto& config = cfg.contains("config") ? cfg["config"] : cfg;
     return identity_of(config, config, "input");
   }
 
   result<model_metadata> metadata(const endpoint_address& a, const std::string& model) override {
-    JITEMBED_ASSIGN_OR_RETURN(auto j, grpc_client::fetch_json(a, "ModelMetadata", "ModelMetadataRequest",
-                                                              "ModelMetadataResponse", model, opts_));
-    model_metadata md;
-    md.name = j.value("name", model);
-    md.platform = j.value("platform", "");
-    if (auto v = j.find("versions"); v != j.end() && v->is_array())
-      for (const auto& e : *v) md.versions.push_back(e.get<std::string>());
-    for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}}) {
-      if (auto list = j.find(key); list != j.end() && list->is_array())
-        for (const auto& t : *list) {
-          served_tensor st{t.value("name", ""), t.value("datatype", ""), {}};
-          if (auto s = t.find("shape"); s != t.end())
-            for (const auto& dim : *s)
-              st.shape.push_back(dim.is_string() ? std::stoll(dim.get<std::string>()) : dim.get<std::int64_t>());
-          dst->push_back(std::move(st));
-        }
-    }
+    JITEMBED_ASSIGN_OR_RETURN(auto j, grpc_client::fetch_json(*channel(a), a, "ModelMetadata", model, opts_));
+    model_metadata md{j.value("name", model), j.value("platform", ""), {}, {}, {}};
+    for (const auto& e : j.value("versions", json::array())) md.versions.push_back(e.get<std::string>());
+    for (auto [key, dst] : {std::pair{"inputs", &md.inputs}, std::pair{"outputs", &md.outputs}})
+      for (const auto& t : j.value(key, json::array())) {  // int64 dims print as JSON strings
+        auto& st = dst->emplace_back(served_tensor{t.value("name", ""), t.value("datatype", ""), {}});
+        for (const auto& dim : t.value("shape", json::array()))
+          st.shape.push_back(dim.is_string() ? std::stoll(dim.get<std::string>()) : dim.get<std::int64_t>());
+      }
     return md;
   }
 
   bool ready(const endpoint_address& a, const std::string& model) override {
-    auto ch = grpc_client::make_channel(a, opts_);
     auto req = grpc_client::named("ModelReadyRequest", model);
     auto resp = net::grpc::kserve_schema::get().make("ModelReadyResponse");
     error_info err;
-    if (!grpc_client::unary(*ch, "ModelReady", *req, *resp, opts_, "ModelReady", err).ok()) return false;
+    if (!grpc_client::unary(*channel(a), "ModelReady", *req, *resp, opts_, "ModelReady", err).ok()) return false;
     return resp->GetReflection()->GetBool(*resp, resp->GetDescriptor()->FindFieldByName("ready"));
   }
 
   // SystemSharedMemoryRegister (`key` set) / SystemSharedMemoryUnregister.
   shm_call_result shared_memory(const endpoint_address& a, const std::string& region, const std::string& key,
                                 std::size_t bytes) override {
-    auto ch = grpc_client::make_channel(a, opts_);
     const bool reg = !key.empty();
+    // Unregistering: its endpoint left the set (forget) or the client closes: a channel of its own, not kept.
+    const auto ch = reg ? channel(a) : grpc_client::make_channel(a, opts_);
     auto req =
         grpc_client::named(reg ? "SystemSharedMemoryRegisterRequest" : "SystemSharedMemoryUnregisterRequest", region);
     const auto* d = req->GetDescriptor();
@@ -245,10 +244,8 @@ class grpc_transport final : public transport {
     error_info err;
     const auto s = grpc_client::unary(*ch, reg ? "SystemSharedMemoryRegister" : "SystemSharedMemoryUnregister", *req,
                                       *resp, opts_, "shared memory region '" + region + "' on " + a.url, err);
-    if (s.ok()) return {true, true, {}};
-    const bool answered =
-        s.error_code() != ::grpc::StatusCode::UNAVAILABLE && s.error_code() != ::grpc::StatusCode::DEADLINE_EXCEEDED;
-    return {false, answered, err.message};
+    const auto c = s.error_code();  // not answered: unreachable, or no answer in time
+    return {s.ok(), c != ::grpc::StatusCode::UNAVAILABLE && c != ::grpc::StatusCode::DEADLINE_EXCEEDED, err.message};
   }
 
   // Waits for the callbacks of the calls in flight (abandon() cancelled them).
@@ -258,34 +255,37 @@ class grpc_transport final : public transport {
   }
 
  private:
-  void judge(const attempt_ptr& a, grpc_client::call& call, const ::grpc::Status& s, deferred& d) {
-    const auto& url = a->ep->addr.url;
-    if (s.ok()) {
-      events_.on_answer(a, {attempt_fault::none, infer_result(*a, call.response)}, d);
-    } else if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE && call.ctx.GetServerTrailingMetadata().empty()) {
-      // no answer from a server (connect failure, reset): a transport error
-      events_.on_no_answer(a, "gRPC call to " + url + " failed: " + s.error_message(), false, d);
-    } else {
-      auto e = grpc_client::call_error(s, call.ctx, "model '" + a->call->model + "' on " + url);
-      events_.on_answer(a, {grpc_client::fault_of(e.code), std::move(e)}, d);
-    }
+  // The endpoint's channel, made on first use: by URL, so that the control calls (made without the engine's
+  // lock) share it with the attempts; forget() drops it (calls in flight hold their own reference).
+  std::shared_ptr<grpc_client::channel> channel(const endpoint_address& a) {
+    std::lock_guard lk(mu_);
+    auto& ch = channels_[a.url];
+    if (!ch) ch = grpc_client::make_channel(a, opts_);
+    return ch;
   }
 
-  // The answer as the call's result (the message's tensors are read before it goes).
-  result<embed_result> infer_result(const remote_attempt& a, ::grpc::ByteBuffer& b) {
-    auto m = net::grpc::kserve_schema::get().make("ModelInferResponse");
-    if (!grpc_client::parse(b, *m))
-      return fail(errc::decode_failed, "response of " + a.ep->addr.url + ": not a ModelInferResponse");
-    return attempt_result(net::grpc::decode_infer_response(*m), a, opts_.max_response_bytes);
+  // The attempt's outcome, decoded on the executor without the engine's lock (the message's tensors are read
+  // before it goes); none when no server answered (a connect failure, a reset: a transport error).
+  std::optional<attempt_outcome> judge(const remote_attempt& a, grpc_client::call& call, const ::grpc::Status& s) {
+    if (s.ok()) {
+      auto m = net::grpc::kserve_schema::get().make("ModelInferResponse");
+      auto r = grpc_client::parse(call.response, *m) ? net::grpc::decode_infer_response(*m)
+                                                     : fail(errc::decode_failed, "not a ModelInferResponse");
+      return attempt_outcome{attempt_fault::none, attempt_result(std::move(r), a, opts_.max_response_bytes)};
+    }
+    if (s.error_code() == ::grpc::StatusCode::UNAVAILABLE && call.ctx.GetServerTrailingMetadata().empty())
+      return std::nullopt;
+    auto e = grpc_client::call_error(s, call.ctx, "model '" + a.call->model + "' on " + a.ep->addr.url);
+    return attempt_outcome{grpc_client::fault_of(e.code), std::move(e)};
   }
 
   const client_options& opts_;
   client_executor& exec_;
   attempt_events& events_;
-  std::unordered_map<const endpoint_state*, std::shared_ptr<grpc_client::channel>> channels_;  // state lock
-  std::mutex mu_;                                                                              // in_flight_
-  std::condition_variable idle_;                                                               // in_flight_ reached 0
-  std::size_t in_flight_ = 0;  // calls whose callback has not run
+  std::mutex mu_;                                                                    // channels_, in_flight_
+  std::unordered_map<std::string, std::shared_ptr<grpc_client::channel>> channels_;  // by endpoint URL
+  std::condition_variable idle_;                                                     // in_flight_ reached 0
+  std::size_t in_flight_ = 0;                                                        // calls whose callback has not run
 };
 
 inline std::unique_ptr<transport> make_grpc_transport(const client_options& opts, client_executor& exec,

@@ -108,7 +108,7 @@ class http_transport final : public transport {
   }
   shm_call_result shared_memory(const endpoint_address& a, const std::string& region, const std::string& key,
                                 std::size_t bytes) override {
-    return http_shm_call(*control(a, shm_calls), region, key, bytes, opts_);
+    return http_shm_call(*control(a, shm_calls, !key.empty()), region, key, bytes, opts_);
   }
 
  private:
@@ -140,12 +140,13 @@ class http_transport final : public transport {
   static session& io(const remote_attempt& a) { return *std::static_pointer_cast<session>(a.io); }
 
   // The metadata GETs: the client's connect timeout, its request timeout capped at 10 s; region calls: capped
-  // at 2 s; readiness probes: 0.5 s to connect, 1 s to answer.
+  // at 2 s; readiness probes: 0.5 s to connect, 1 s to answer. Not `keep` (unregistering a region: its
+  // endpoint left the set, or the client closes): a client of its own, not kept after forget().
   enum control_kind { meta_calls, probe_calls, shm_calls };
-  std::shared_ptr<net::http::client> control(const endpoint_address& a, control_kind kind) {
+  std::shared_ptr<net::http::client> control(const endpoint_address& a, control_kind kind, bool keep = true) {
     using ms = std::chrono::milliseconds;
     std::lock_guard lk(control_mu_);
-    auto& c = control_[a.url][kind];
+    std::shared_ptr<net::http::client> own, &c = keep ? control_[a.url][kind] : own;
     if (c) return c;
     net::http::client_options ho;
     ho.tls = a.tls;
@@ -249,7 +250,12 @@ class http_transport final : public transport {
     conn->parser->body_limit(opts_.max_response_bytes);
     conn->visit([&](auto& stream) {
       bhttp::async_read(stream, conn->buffer, *conn->parser, step(a, conn, "response", [this, a, conn] {
-                          events_.complete(a, [&](deferred& d) { on_response(a, *conn, d); });
+                          bool keep = false;
+                          auto o = judge(*a, *conn, keep);  // decoded before the engine's lock
+                          events_.complete(a, [&](deferred& d) {
+                            release_conn(*a, keep);
+                            events_.on_answer(a, std::move(o), d);
+                          });
                         }));
     });
   }
@@ -283,11 +289,10 @@ class http_transport final : public transport {
     events_.complete(a, [&](deferred& d) { events_.on_tls_failure(a, std::move(reason), d); });
   }
 
-  // The answer, judged with the engine's lock held (within complete(), on the connection's strand).
-  void on_response(const attempt_ptr& a, connection& conn, deferred& d) {
-    const auto c = a->call;
+  // The answer, decoded on its strand before the engine's lock (which drops it if a hedge won); `keep`: reusable.
+  attempt_outcome judge(const remote_attempt& a, connection& conn, bool& keep) {
     auto msg = conn.parser->release();
-    const bool keep = msg.keep_alive();
+    keep = msg.keep_alive();
     const int status = static_cast<int>(msg.result_int());
     std::string body = std::move(msg.body());
     std::optional<std::size_t> hlen;
@@ -297,16 +302,11 @@ class http_transport final : public transport {
       auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
       if (ec == std::errc{} && p == s.data() + s.size()) hlen = v;
     }
-    release_conn(*a, keep);
-    if (status != 200)
-      return events_.on_answer(a, http_outcome(status, body, "model '" + c->model + "' on " + a->ep->addr.url), d);
-    attempt_outcome o{attempt_fault::none, fail(errc::cancelled, "answered after the call finished")};
-    if (!c->done) {  // a call already finished (a hedge won): the latency only
-      net::kserve::protocol_limits lim;
-      lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
-      o.answer = attempt_result(net::kserve::decode_response(body, hlen, lim), *a, opts_.max_response_bytes);
-    }
-    events_.on_answer(a, std::move(o), d);
+    if (status != 200) return http_outcome(status, body, "model '" + a.call->model + "' on " + a.ep->addr.url);
+    net::kserve::protocol_limits lim;
+    lim.max_body_bytes = std::max<std::size_t>(lim.max_body_bytes, body.size());
+    return {attempt_fault::none,
+            attempt_result(net::kserve::decode_response(body, hlen, lim), a, opts_.max_response_bytes)};
   }
 
   static void close_idle(pool& p) {  // pool_mu_ held: each closes on its own strand

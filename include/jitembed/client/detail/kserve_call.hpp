@@ -60,6 +60,7 @@ inline net::kserve::infer_request attempt_request(remote_attempt& a, const clien
 
 // The call's result from the attempt's decoded answer (its error: "response of <url>: ..."): each output
 // [n_rows, ...], decompressed or read from the attempt's shared memory (output_tensor), at most max_bytes each.
+// Without the engine's lock: it reads what stays fixed once sent (finish() sets the attempt count).
 inline result<embed_result> attempt_result(result<net::kserve::infer_response> resp, const remote_attempt& a,
                                            std::size_t max_bytes) {
   const auto& c = *a.call;
@@ -69,7 +70,6 @@ inline result<embed_result> attempt_result(result<net::kserve::infer_response> r
   r.model_name = std::move(resp->model_name);
   r.model_version = std::move(resp->model_version);
   r.endpoint = url;
-  r.attempts = c.attempts;
   for (auto& o : resp->outputs) {
     JITEMBED_ASSIGN_OR_RETURN(auto t, output_tensor(o, c.n_rows, max_bytes, url, a.shm ? &*a.shm : nullptr));
     r.outputs.emplace_back(o.name, std::move(t));

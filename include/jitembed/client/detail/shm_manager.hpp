@@ -101,6 +101,7 @@ class shm_manager {
   }
 
   // Frees the attempt's span (answered), or quarantines it until the server cannot write into it any more.
+  // Once (end_attempt). `a.shm` stays: a transport may be decoding the answer from it without the lock.
   void end(remote_attempt& a) {
     if (!a.shm) return;
     auto& u = *a.shm;
@@ -109,7 +110,6 @@ class shm_manager {
     } else {  // the server may still write into it: not before the deadline it was given, plus a margin
       u.arena->spans.quarantine(u.offset, u.size, std::max(a.call->deadline, clock::now()) + opts_.quarantine);
     }
-    a.shm.reset();
   }
 
   // Remembers the bytes per row of each output of a model's answer.

@@ -188,7 +188,9 @@ TEST_CASE("shared memory: a request under min_bytes, and an endpoint that refuse
   for (int i = 0; i < 4; ++i) REQUIRE(f.embed(req).get());
   CHECK_FALSE(f.stats().endpoints[0].shared_memory);
   CHECK(f.stats().shared_memory_attempts == 0);
-  CHECK(own_objects() == 0);
+  // The watcher unlinks the refused region after reading the refusal, which the fake counted before it answered:
+  // nothing is left, eventually (a bare check failed 2 in ~10 runs on a loaded machine).
+  CHECK(jitembed::test::eventually([] { return own_objects() == 0; }));
 }
 
 TEST_CASE("shared memory spans: first fit, merged on release, quarantined spans reused only after their time") {

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -114,15 +117,30 @@ def bins() -> Dict[str, str]:
     return out
 
 
+def keep_logs_if_failed(session, temp_dir: str) -> None:
+    """After a failed test, copies the cluster's logs (Serve's proxy and replica logs say why a request answered
+    500) out of its temp dir, which the cluster's teardown removes, to /tmp/jitembed-ray-logs-<pid>."""
+    if not session.testsfailed:
+        return
+    keep = Path(tempfile.gettempdir()) / f"jitembed-ray-logs-{os.getpid()}"
+    try:
+        shutil.copytree(Path(temp_dir) / "session_latest" / "logs", keep, dirs_exist_ok=True)
+        print(f"\nray_cluster: a test failed; the cluster's logs are kept in {keep}", file=sys.stderr)
+    except OSError as e:
+        print(f"\nray_cluster: a test failed; its logs could not be kept: {e}", file=sys.stderr)
+
+
 @pytest.fixture(scope="session")
-def ray_cluster(bins):
+def ray_cluster(bins, request):
     """A Ray cluster on 127.0.0.1 (jitembed.ray.local: dashboard off, 4 logical CPUs, 150 MB object store) and
-    Serve's proxy on a free loopback port; at the end it stops that cluster's own processes."""
+    Serve's proxy on a free loopback port; at the end it stops that cluster's own processes (keeping its logs
+    when a test failed)."""
     from jitembed.ray.local import local_cluster
 
     # one logical GPU (no device behind it): fractional num_gpus placement and ray.get_gpu_ids() are testable
     with local_cluster(num_cpus=4, num_gpus=1, object_store_mb=150, extra_env={"JITEMBED_SERVER_BIN": bins["server"]}) as c:
         yield c
+        keep_logs_if_failed(request.session, c["temp_dir"])
 
 
 class ClientRun:

@@ -108,7 +108,9 @@ class http_transport final : public transport {
   }
   shm_call_result shared_memory(const endpoint_address& a, const std::string& region, const std::string& key,
                                 std::size_t bytes) override {
-    return http_shm_call(*control(a, shm_calls, !key.empty()), region, key, bytes, opts_);
+    // Unregistering (its endpoint left the set, or the client closes): a client of its own, not kept after forget().
+    const auto hc = key.empty() ? make_control(a, shm_calls) : control(a, shm_calls);
+    return http_shm_call(*hc, region, key, bytes, opts_);
   }
 
  private:
@@ -140,21 +142,23 @@ class http_transport final : public transport {
   static session& io(const remote_attempt& a) { return *std::static_pointer_cast<session>(a.io); }
 
   // The metadata GETs: the client's connect timeout, its request timeout capped at 10 s; region calls: capped
-  // at 2 s; readiness probes: 0.5 s to connect, 1 s to answer. Not `keep` (unregistering a region: its
-  // endpoint left the set, or the client closes): a client of its own, not kept after forget().
+  // at 2 s; readiness probes: 0.5 s to connect, 1 s to answer. control() keeps one per endpoint and kind.
   enum control_kind { meta_calls, probe_calls, shm_calls };
-  std::shared_ptr<net::http::client> control(const endpoint_address& a, control_kind kind, bool keep = true) {
-    using ms = std::chrono::milliseconds;
+  std::shared_ptr<net::http::client> control(const endpoint_address& a, control_kind kind) {
     std::lock_guard lk(control_mu_);
-    std::shared_ptr<net::http::client> own, &c = keep ? control_[a.url][kind] : own;
-    if (c) return c;
+    auto& c = control_[a.url][kind];
+    if (!c) c = make_control(a, kind);
+    return c;
+  }
+  std::shared_ptr<net::http::client> make_control(const endpoint_address& a, control_kind kind) const {
+    using ms = std::chrono::milliseconds;
     net::http::client_options ho;
     ho.tls = a.tls;
     ho.tls_ca_file = opts_.tls_ca_file;
     ho.connect_timeout = kind == probe_calls ? ms(500) : opts_.connect_timeout;
     ho.io_timeout = ms(std::min<std::int64_t>(opts_.request_timeout.count(), kind == meta_calls ? 10000 : 2000));
     if (kind == probe_calls) ho.io_timeout = ms(1000);
-    return c = std::make_shared<net::http::client>(a.host, a.port, ho);
+    return std::make_shared<net::http::client>(a.host, a.port, ho);
   }
 
   result<void> build(remote_attempt& a, session& st) {

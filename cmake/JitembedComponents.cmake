@@ -166,7 +166,7 @@ endif()
 #   models        the model concept, any_model, preprocess_input glue and the text embedder (zstd, format);
 #   models_image  the image-latent embedder (TurboJPEG);
 #   models_video  the video-latent embedder (FFmpeg), the reference set of all three (reference.hpp) and
-#                 model construction from JSON parameters (factory.hpp).
+#                 model construction from JSON parameters (factory.hpp, reference_factory.hpp).
 if(JITEMBED_WITH_ZSTD)
   jitembed_component(models
     GLOBS models.hpp models/model.hpp models/any_model.hpp models/emulated_latency.hpp models/preprocess_input.hpp
@@ -179,7 +179,7 @@ if(JITEMBED_WITH_ZSTD)
     # models/preprocess.hpp: the real encoders' image / video preprocessing (torchvision's PIL pipeline).
     jitembed_component(models_video
       GLOBS models/video_latent.hpp models/reference.hpp models/preprocess.hpp models/preprocess_function.hpp models/detail/pil_resample.hpp models/detail/param_parse.hpp
-            models/factory.hpp
+            models/factory.hpp models/reference_factory.hpp
       LINK jitembed::models_image jitembed::video nlohmann_json::nlohmann_json)
     if(JITEMBED_WITH_TORCH)
       # LibTorch adapters (TorchScript, AOTInductor packages, torch::nn modules as models). models/tokenizer.hpp

@@ -24,6 +24,7 @@
 #include "jitembed/loader.hpp"
 #include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/models/factory.hpp"
+#include "jitembed/models/reference_factory.hpp"
 #include "jitembed/server/model_spec.hpp"
 
 namespace jitembed::python {

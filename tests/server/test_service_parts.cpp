@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "jitembed/models/reference_factory.hpp"
 #include "jitembed/server/detail/auth.hpp"
 #include "jitembed/server/detail/pipeline.hpp"
 #include "jitembed/server/http/response.hpp"
@@ -66,7 +67,7 @@ TEST_CASE("bearer_auth: only 'Bearer <token>' passes, no token allows everything
 TEST_CASE("registry + pipeline without HTTP: infer, unknown model, draining") {
   server_config cfg;
   cfg.preprocess_threads = 1;
-  sd::model_registry registry(jitembed::server::reference_factory);
+  sd::model_registry registry(jitembed::models::reference_factory);
   sd::inference_pipeline pipeline(registry, cfg);
   REQUIRE(registry.load(model_config{.name = "text-embed", .params = {{"text_dim", 8}, {"text_max_length", 8}}}));
   CHECK(registry.versions_of("text-embed") == std::vector<std::string>{"1"});

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "jitembed/models/reference_factory.hpp"
 #include "jitembed/server/detail/pipeline.hpp"
 #include "jitembed/server/shm/detail/transfer.hpp"
 #include "server_test_util.hpp"
@@ -398,7 +399,7 @@ TEST_CASE("shared memory: a region unregistered while a request uses it stays op
 TEST_CASE("shared memory: the pipeline's decoded-request overload (a gRPC front end) and write_shared_memory_outputs") {
   server_config cfg;
   cfg.preprocess_threads = 1;
-  sd::model_registry registry(jitembed::server::reference_factory);
+  sd::model_registry registry(jitembed::models::reference_factory);
   sd::shared_memory_registry shm;
   sd::inference_pipeline pipeline(registry, cfg, &shm);
   REQUIRE(registry.load(

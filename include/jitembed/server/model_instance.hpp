@@ -26,11 +26,10 @@
 
 namespace jitembed::server {
 
-// Model construction lives in models/factory.hpp (apart from the serving instance); its names stay here too.
+// Model construction lives in models/factory.hpp (apart from the serving instance); its names stay here too
+// (the reference factory's: server/service.hpp).
 using models::model_factory;
 using models::parse_latency_params;
-using models::parse_reference_params;
-using models::reference_factory;
 using models::with_latency_params;
 namespace detail {
 using models::detail::int_param;

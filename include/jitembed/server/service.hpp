@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "jitembed/core/error.hpp"
+#include "jitembed/models/reference_factory.hpp"
 #include "jitembed/net/http/message.hpp"
 #include "jitembed/server/config.hpp"
 #include "jitembed/server/detail/service_core.hpp"
@@ -22,6 +23,10 @@
 namespace jitembed::server {
 
 class grpc_server;  // server/grpc_server.hpp: a second front end over the same core
+
+// The service's default factory (models/reference_factory.hpp), by its old server:: names.
+using models::parse_reference_params;
+using models::reference_factory;
 
 // A movable value (docs/api.md) whose state every handler from as_handler() shares; a moved-from service may
 // only be destroyed or assigned to. Thread-safe.

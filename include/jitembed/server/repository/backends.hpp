@@ -15,6 +15,7 @@
 #include "jitembed/models/any_model.hpp"
 #include "jitembed/models/backend_config.hpp"
 #include "jitembed/models/reference.hpp"
+#include "jitembed/models/reference_factory.hpp"
 #include "jitembed/net/kserve/datatype.hpp"
 #include "jitembed/server/model_instance.hpp"
 
@@ -53,7 +54,7 @@ inline result<models::any_model> jitembed_backend_model::create(const models::ba
   if (!c.device.is_cpu())
     return fail(errc::invalid_argument, file + ": instance_group kind KIND_GPU: the jitembed backend's reference models run on the CPU here");
   const std::string kind = c.parameters.count("model") ? c.parameters.at("model") : c.name;
-  auto o = parse_reference_params(params);
+  auto o = models::parse_reference_params(params);
   if (!o) return fail(o.error().code, file + ": " + o.error().message);
   auto m = models::reference_model::create(kind, *o);
   if (!m) return fail(m.error().code, file + ": " + m.error().message + " (set parameters 'model')");

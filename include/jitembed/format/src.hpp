@@ -4,3 +4,4 @@
 
 #include "jitembed/core/config.hpp"
 #include "jitembed/format/detail/dataset_impl.hpp"
+#include "jitembed/format/detail/record_view_impl.hpp"

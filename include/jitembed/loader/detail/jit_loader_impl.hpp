@@ -12,6 +12,7 @@
 #include "jitembed/loader/detail/loader_state_epochs.hpp"
 #include "jitembed/loader/detail/loader_state_requests.hpp"
 #include "jitembed/loader/detail/loader_state_workers.hpp"
+#include "jitembed/loader/detail/step_impl.hpp"
 #include "jitembed/loader/jit_loader.hpp"
 
 namespace jitembed::loader {

@@ -63,7 +63,8 @@ JITEMBED_DECL auto sample::to_record() const -> result<record_builder> {
   for (const auto& f : fields) {
     if (f.kind == field_kind::text || f.kind == field_kind::json) {
       if (f.codec == codec::codec_id::raw) {
-        if (auto ok = codec::validate_utf8(f.bytes); !ok) return fail(ok.code(), "sample '" + id + "' field '" + f.name + "': " + ok.error().message);
+        if (auto ok = codec::validate_utf8(f.bytes); !ok)
+          return fail(ok.code(), "sample '" + id + "' field '" + f.name + "': " + ok.error().message);
       }
     }
     encoded_info info;
@@ -91,7 +92,9 @@ JITEMBED_DECL auto dataset::id(std::size_t i) const -> result<std::string> {
   const auto [k, local] = *at;
   struct {
     std::size_t local;
-    std::string operator()(const detail::ds_shard_source& s) const { return s.id_prefix + std::string(s.reader.key(local)); }
+    std::string operator()(const detail::ds_shard_source& s) const {
+      return s.id_prefix + std::string(s.reader.key(local));
+    }
     std::string operator()(const detail::ds_tar_source& s) const { return s.id_prefix + s.reader.sample(local).key; }
     std::string operator()(const detail::ds_record_source& s) const { return s.id; }
     std::string operator()(const detail::ds_loose_source& s) const { return s.samples[local].id; }
@@ -110,7 +113,8 @@ JITEMBED_DECL auto dataset::options() const noexcept -> const dataset_options& {
 }
 
 JITEMBED_DECL auto dataset::locate(std::size_t i) const -> result<std::pair<std::size_t, std::size_t>> {
-  if (i >= size()) return fail(errc::not_found, "dataset: sample " + std::to_string(i) + " of " + std::to_string(size()));
+  if (i >= size())
+    return fail(errc::not_found, "dataset: sample " + std::to_string(i) + " of " + std::to_string(size()));
   const auto& s = state_->starts;
   const auto k = static_cast<std::size_t>(std::upper_bound(s.begin(), s.end(), i) - s.begin()) - 1;
   return std::pair{k, i - s[k]};

@@ -106,7 +106,7 @@ JITEMBED_DECL result<std::string> field_view::text(const decode_limits& lim, che
 // ---- record_view::parse -------------------------------------------------------------------------
 
 JITEMBED_DECL result<record_view> record_view::parse(bytes_view rec, const decode_limits& lim,
-                                              jitembed::keep_alive keep_alive) {
+                                                     jitembed::keep_alive keep_alive) {
   using detail::load_le;
   const std::byte* b = rec.data();
   const std::size_t size = rec.size();

@@ -21,12 +21,13 @@ JITEMBED_DECL result<tensor> step::collate(std::string_view name) const {
     if (!s.ok()) continue;
     const tensor* t = s.find(name);
     if (t == nullptr)
-      return fail(errc::not_found, "collate: sample '" + s.id + "' (index " + std::to_string(s.index) + ") has no embedding '" +
-                                       std::string(name) + "'");
+      return fail(errc::not_found, "collate: sample '" + s.id + "' (index " + std::to_string(s.index) +
+                                       ") has no embedding '" + std::string(name) + "'");
     rows.push_back(t);
   }
   if (rows.empty())
-    return fail(errc::invalid_argument, "collate: no sample of step " + std::to_string(index) + " has embedding '" + std::string(name) + "'");
+    return fail(errc::invalid_argument,
+                "collate: no sample of step " + std::to_string(index) + " has embedding '" + std::string(name) + "'");
   return stack(rows);
 }
 

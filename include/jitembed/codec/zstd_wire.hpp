@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "jitembed/codec/wire_compression_options.hpp"
+#include "jitembed/codec/zstd_wire_options.hpp"
 #include "jitembed/codec/zstd.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"

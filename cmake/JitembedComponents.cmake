@@ -140,7 +140,7 @@ endif()
 if(JITEMBED_WITH_ZSTD)
   # Cache keys, the store concept, the memory store, value encoding and the tiered cache.
   jitembed_component(cache
-    GLOBS cache.hpp cache/store.hpp cache/key*.hpp cache/memory*.hpp cache/tiered*.hpp cache/value*.hpp cache/detail/common*.hpp
+    GLOBS cache.hpp cache/store.hpp cache/any_store.hpp cache/key*.hpp cache/memory*.hpp cache/tiered*.hpp cache/value*.hpp cache/detail/common*.hpp
     LINK jitembed::core jitembed::format)
   if(JITEMBED_WITH_LMDB)
     jitembed_component(lmdb GLOBS cache/lmdb*.hpp cache/detail/lmdb*.hpp LINK jitembed::cache LMDB::LMDB)

@@ -40,8 +40,9 @@ class jit_client {
   // Starts the I/O threads and the endpoint watcher (remote), or the worker pool (local mode). Fails with
   // invalid_argument for inconsistent options (no source and no local model, two sources, a bad URL) and
   // with the source's error when a file or URL cannot be read at start; resource_exhausted when a thread
-  // cannot start (those already started are stopped and joined first).
-  static result<jit_client> create(client_options opts);
+  // cannot start (those already started are stopped and joined first). The options are copied once, here (not
+  // in the caller's TU: with JITEMBED_SEPARATE_COMPILATION a trainer does not compile their copy).
+  static result<jit_client> create(const client_options& opts);
 
   jit_client(const jit_client&) = default;
   jit_client& operator=(const jit_client&) = default;

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "jitembed/codec/zstd_wire.hpp"
+#include "jitembed/codec/zstd_wire_options.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/models/any_model.hpp"
 

@@ -9,18 +9,13 @@
 #include <optional>
 #include <string>
 
+#include "jitembed/codec/zstd_wire_options.hpp"
 #include "jitembed/codec/zstd.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/limits.hpp"
 
 namespace jitembed::codec {
-
-struct wire_compression_options {
-  int level = 1;                 // zstd level: fast (the link is what it saves, not disk)
-  double min_saving = 0.10;      // send compressed only when it is at least this fraction smaller
-  std::size_t min_bytes = 4096;  // smaller tensors always travel raw (the frame's overhead, the call's cost)
-};
 
 // The shuffle width for an element size: 2, 4 or 8 (the byte planes of f16/bf16, f32/i32, f64/i64); 0
 // (no shuffle) otherwise.

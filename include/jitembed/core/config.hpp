@@ -3,8 +3,9 @@
 // includes each heavy part's src.hpp in exactly one translation unit compiles those parts once instead of
 // in every TU that includes them (as Asio's ASIO_SEPARATE_COMPILATION and fmt's compiled mode do).
 // Heavy parts: the JIT client (client/src.hpp: Boost.Beast, the call table), the prefetching loader
-// (loader/src.hpp: the loader state) and the data set's index and readers (format/src.hpp: dataset::open,
-// which loader/src.hpp includes).
+// (loader/src.hpp: the loader state, step::collate) and the data set's index and readers with the record
+// parser (format/src.hpp: dataset's members, record_view's parser and decoders; loader/src.hpp includes it, and
+// a program that uses format::record_view in this mode compiles it once too).
 #pragma once
 
 #if defined(JITEMBED_SEPARATE_COMPILATION)

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -64,14 +63,14 @@ struct memory_tag_state {
 struct memory_account_state {
   memory_budget budget;
   memory_counter total[2];
-  std::mutex mu;  // guards tags (entries never move: a deque)
-  std::deque<memory_tag_state> tags;
+  std::mutex mu;  // guards tags (entries never move: each its own allocation)
+  std::vector<std::unique_ptr<memory_tag_state>> tags;
 
   memory_tag_state& tag(std::string_view name) {
     std::lock_guard lk(mu);
     for (auto& t : tags)
-      if (t.tag == name) return t;
-    return tags.emplace_back(name);
+      if (t->tag == name) return *t;
+    return *tags.emplace_back(std::make_unique<memory_tag_state>(name));
   }
 };
 
@@ -99,7 +98,7 @@ class memory_account {
   std::vector<memory_tag_usage> tags() const {
     std::lock_guard lk(st_->mu);
     std::vector<memory_tag_usage> out;
-    for (const auto& t : st_->tags) out.push_back({t.tag, t.kinds[0].load(), t.kinds[1].load()});
+    for (const auto& t : st_->tags) out.push_back({t->tag, t->kinds[0].load(), t->kinds[1].load()});
     return out;
   }
   memory_tag_usage tag(std::string_view name) const {
@@ -113,7 +112,7 @@ class memory_account {
     for (auto& c : st_->total) c.peak.store(c.live.load());
     std::lock_guard lk(st_->mu);
     for (auto& t : st_->tags)
-      for (auto& c : t.kinds) c.peak.store(c.live.load());
+      for (auto& c : t->kinds) c.peak.store(c.live.load());
   }
 
   // Counts `bytes` of kind `k` against the calling thread's scope, if any: a release handle, or

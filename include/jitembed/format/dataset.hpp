@@ -3,37 +3,39 @@
 // get(i) reads sample i lazily, zero-copy where the bytes are mapped, and is safe from many threads.
 #pragma once
 
-#include <algorithm>
-#include <cctype>
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <initializer_list>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "jitembed/codec/codec.hpp"
-#include "jitembed/codec/text.hpp"
-#include "jitembed/codec/zstd.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/config.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/limits.hpp"
 #include "jitembed/core/tensor.hpp"
-#include "jitembed/format/detail/dataset_sources.hpp"
 #include "jitembed/format/field.hpp"
-#include "jitembed/format/record_builder.hpp"
 #include "jitembed/format/record_view.hpp"
-#include "jitembed/format/shard_reader.hpp"
-#include "jitembed/format/webdataset.hpp"
 
 namespace jitembed::format {
+
+class record_builder;  // sample::to_record (format/record_builder.hpp)
+
+// The index and its sources (format/detail/dataset_impl.hpp): only the TU that defines dataset's members sees them.
+namespace detail {
+struct dataset_state;
+struct ds_source;
+struct ds_shard_source;
+struct ds_tar_source;
+struct ds_record_source;
+struct ds_loose_source;
+enum class ds_file_role : std::uint8_t;
+}  // namespace detail
 
 // One named field of a sample, as stored: `bytes` is the encoded payload (JPEG, MP4, UTF-8 or zstd text,
 // raw tensor bytes, ...) described by kind and codec. Text is exposed as stored (codec raw: UTF-8 bytes;
@@ -50,27 +52,7 @@ struct sample_field {
 
   // The UTF-8 text of a text / json / bytes field: raw bytes validated, codec text or zstd decompressed
   // under `limits` first. Other kinds: invalid_argument.
-  result<std::string> text(const decode_limits& limits = {}) const {
-    using codec::codec_id;
-    auto bad = [&](errc c, const std::string& m) { return fail(c, "sample field '" + name + "': " + m); };
-    if (kind != field_kind::text && kind != field_kind::json && kind != field_kind::bytes)
-      return bad(errc::invalid_argument, "kind " + std::string(to_string(kind)) + " is not text");
-    std::string s;
-    if (codec == codec_id::raw) {
-      s.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    } else if (codec == codec_id::text || codec == codec_id::zstd) {
-      auto t = codec::zstd_codec().decompress(bytes, limits);
-      if (!t) return bad(t.code(), t.error().message);
-      if (decoded_size != 0 && t->nbytes() != decoded_size)
-        return bad(errc::corrupt_data, "decompressed " + std::to_string(t->nbytes()) + " bytes != decoded size " +
-                                           std::to_string(decoded_size));
-      s.assign(reinterpret_cast<const char*>(t->data()), t->nbytes());
-    } else {
-      return bad(errc::unsupported_codec, "codec " + std::string(codec::to_string(codec)) + " is not a text codec");
-    }
-    if (auto ok = codec::validate_utf8(std::string_view(s)); !ok) return bad(ok.code(), ok.error().message);
-    return s;
-  }
+  result<std::string> text(const decode_limits& limits = {}) const;
 };
 
 // One sample: a stable id and its fields. Copies share the bytes (keep_alive), nothing is copied.
@@ -105,28 +87,9 @@ struct sample {
   }
 
   // A jitembed record of every field, referencing this sample's bytes (keep the sample alive until it is
-  // written). Record samples keep their stored checksums; text fields of other sources must be UTF-8.
-  result<record_builder> to_record() const {
-    record_builder b;
-    if (is_record()) {
-      for (const auto& f : record) JITEMBED_TRY(b.add_field(f));
-      return b;
-    }
-    for (const auto& f : fields) {
-      if (f.kind == field_kind::text || f.kind == field_kind::json) {
-        if (f.codec == codec::codec_id::raw) {
-          if (auto ok = codec::validate_utf8(f.bytes); !ok) return fail(ok.code(), "sample '" + id + "' field '" + f.name + "': " + ok.error().message);
-        }
-      }
-      encoded_info info;
-      info.dtype = f.dtype;
-      info.shape = f.shape;
-      info.decoded_size = f.codec == codec::codec_id::raw ? f.bytes.size() : f.decoded_size;
-      if (auto ok = b.add_encoded(f.name, f.kind, f.codec, f.bytes, info); !ok)
-        return fail(ok.code(), "sample '" + id + "' field '" + f.name + "': " + ok.error().message);
-    }
-    return b;
-  }
+  // written). Record samples keep their stored checksums; text fields of other sources must be UTF-8. With
+  // JITEMBED_SEPARATE_COMPILATION, include format/record_builder.hpp to call it.
+  result<record_builder> to_record() const;
 };
 
 struct dataset_options {
@@ -144,17 +107,6 @@ struct source_error {
   std::string path;
   error_info error;
 };
-
-namespace detail {
-struct dataset_state {
-  dataset_options options;
-  std::vector<ds_source> sources;   // non-empty sources, in order
-  std::vector<std::size_t> starts;  // starts[k]: index of the first sample of sources[k]; back() == size
-  std::vector<source_error> errors;
-  std::uint64_t files = 0;    // files indexed (containers and loose media / captions)
-  std::uint64_t ignored = 0;  // files in directories that are none of those
-};
-}  // namespace detail
 
 // Samples of several sources, concatenated in the order given. A directory contributes, recursively and
 // in byte order of the ids: record shards (.jems), record files (.jemr), WebDataset tars (.tar), and one
@@ -179,55 +131,28 @@ class dataset {
     return open(std::span<const std::string>(&path, 1), options);
   }
 
-  std::size_t size() const noexcept { return state_ ? state_->starts.back() : 0; }
+  std::size_t size() const noexcept;
   bool empty() const noexcept { return size() == 0; }
 
   // Sample i (0 <= i < size()): reads its bytes (mapped: zero-copy; loose files: one read each). A bad
   // sample fails only itself: the error names its id. i >= size(): not_found.
-  result<sample> get(std::size_t i) const {
-    auto at = locate(i);
-    if (!at) return at.error();
-    const auto [k, local] = *at;
-    return std::visit([&, local = local](const auto& s) { return read(s, local); }, state_->sources[k].src);
-  }
+  result<sample> get(std::size_t i) const;
 
   // The id of sample i without reading it.
-  result<std::string> id(std::size_t i) const {
-    auto at = locate(i);
-    if (!at) return at.error();
-    const auto [k, local] = *at;
-    struct {
-      std::size_t local;
-      std::string operator()(const detail::ds_shard_source& s) const { return s.id_prefix + std::string(s.reader.key(local)); }
-      std::string operator()(const detail::ds_tar_source& s) const { return s.id_prefix + s.reader.sample(local).key; }
-      std::string operator()(const detail::ds_record_source& s) const { return s.id; }
-      std::string operator()(const detail::ds_loose_source& s) const { return s.samples[local].id; }
-    } v{local};
-    return std::visit(v, state_->sources[k].src);
-  }
+  result<std::string> id(std::size_t i) const;
 
   // Sources open() left out (only with skip_bad_sources).
-  std::span<const source_error> errors() const noexcept {
-    return state_ ? std::span<const source_error>(state_->errors) : std::span<const source_error>{};
-  }
+  std::span<const source_error> errors() const noexcept;
   // Files indexed: shards, tars, record files, loose media and captions.
-  std::uint64_t file_count() const noexcept { return state_ ? state_->files : 0; }
+  std::uint64_t file_count() const noexcept;
   // Files in directories that are not data (unknown extensions).
-  std::uint64_t ignored_files() const noexcept { return state_ ? state_->ignored : 0; }
-  const dataset_options& options() const noexcept {
-    static const dataset_options none;
-    return state_ ? state_->options : none;
-  }
+  std::uint64_t ignored_files() const noexcept;
+  const dataset_options& options() const noexcept;
 
  private:
   using state = detail::dataset_state;
 
-  result<std::pair<std::size_t, std::size_t>> locate(std::size_t i) const {
-    if (i >= size()) return fail(errc::not_found, "dataset: sample " + std::to_string(i) + " of " + std::to_string(size()));
-    const auto& s = state_->starts;
-    const auto k = static_cast<std::size_t>(std::upper_bound(s.begin(), s.end(), i) - s.begin()) - 1;
-    return std::pair{k, i - s[k]};
-  }
+  result<std::pair<std::size_t, std::size_t>> locate(std::size_t i) const;
 
   static std::string lower_ext(const std::string& filename);
 
@@ -257,8 +182,9 @@ class dataset {
 
 }  // namespace jitembed::format
 
-// open() and the private member functions, defined out of line: here header-only, in format/src.hpp with
-// JITEMBED_SEPARATE_COMPILATION (core/config.hpp).
+// The members that read the index (and open()), defined out of line with the index itself: here header-only,
+// in format/src.hpp with JITEMBED_SEPARATE_COMPILATION (core/config.hpp), so a program's other TUs parse
+// neither the readers (shards, tars, zstd) nor the index.
 #if defined(JITEMBED_HEADER_ONLY)
 #include "jitembed/format/detail/dataset_impl.hpp"
 #endif

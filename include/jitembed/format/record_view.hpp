@@ -14,14 +14,12 @@
 #include <vector>
 
 #include "jitembed/codec/codec.hpp"
-#include "jitembed/codec/text.hpp"
-#include "jitembed/codec/zstd.hpp"
 #include "jitembed/core/buffer.hpp"
+#include "jitembed/core/config.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/hash.hpp"
 #include "jitembed/core/limits.hpp"
 #include "jitembed/core/tensor.hpp"
-#include "jitembed/format/detail/copy_hash.hpp"
 #include "jitembed/format/detail/validate.hpp"
 #include "jitembed/format/detail/wire.hpp"
 #include "jitembed/format/field.hpp"
@@ -178,7 +176,29 @@ class record_view {
   std::shared_ptr<const detail::record_state> state_;
 };
 
+// A template, so here for every codec a program brings.
+template <codec::codec C>
+result<tensor> field_view::decode_with(const C& c, const decode_limits& lim, checksum_policy policy) const {
+  if (static_cast<std::uint8_t>(C::id) != codec_)
+    return err(errc::unsupported_codec, "stored codec byte " + std::to_string(codec_) + " (" +
+                                            std::string(codec::to_string(codec())) + "), decode_with got " +
+                                            std::string(codec::to_string(C::id)));
+  JITEMBED_TRY(check_limits(lim));
+  JITEMBED_TRY(maybe_verify(policy));
+  auto t = c.decode(payload_, lim);
+  if (!t) return err(t.code(), t.error().message);
+  if (!has_shape()) return t;
+  if (t->dtype() == dtype() && t->shape() == shape_) return t;
+  if (t->dtype() == jitembed::dtype::u8 && t->rank() == 1 && t->nbytes() == decoded_size_)
+    return t->reinterpret(dtype(), shape_);
+  return err(errc::corrupt_data, "decoded " + std::string(jitembed::to_string(t->dtype())) + t->shape().to_string() +
+                                     " != declared " + std::string(jitembed::to_string(dtype())) + shape_.to_string());
+}
+
 }  // namespace jitembed::format
 
-// The member functions declared above, defined out of line.
+// The other member functions, defined out of line: here header-only, in format/src.hpp with
+// JITEMBED_SEPARATE_COMPILATION (core/config.hpp), so a program's other TUs parse neither zstd nor the parser.
+#if defined(JITEMBED_HEADER_ONLY)
 #include "jitembed/format/detail/record_view_impl.hpp"
+#endif

@@ -36,8 +36,8 @@ class jit_loader {
   // already started are stopped, and what they sent is cancelled).
   //
   // `client` is a handle: the loader keeps a copy (sharing the caller's client, its connections and
-  // stats); closing the loader does not close the client.
-  static result<jit_loader> create(format::dataset data, client::jit_client client, loader_options opts);
+  // stats); closing the loader does not close the client. The options are copied here, as jit_client::create's.
+  static result<jit_loader> create(format::dataset data, client::jit_client client, const loader_options& opts);
 
   jit_loader(jit_loader&&) noexcept;
   jit_loader& operator=(jit_loader&&) noexcept;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "jitembed/cache/tiered_cache.hpp"
-#include "jitembed/cache/value.hpp"
+#include "jitembed/cache/any_store.hpp"
+#include "jitembed/cache/value_options.hpp"
 #include "jitembed/core/buffer.hpp"
 #include "jitembed/core/limits.hpp"
 #include "jitembed/models/model.hpp"

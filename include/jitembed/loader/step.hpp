@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "jitembed/core/config.hpp"
 #include "jitembed/core/error.hpp"
 #include "jitembed/core/named_tensors.hpp"
 #include "jitembed/core/tensor.hpp"
-#include "jitembed/core/tensor_stack.hpp"
 
 namespace jitembed::loader {
 
@@ -52,21 +52,13 @@ struct step {
   // not_found when a sample that did not fail has no `name` (its spec's field kind is missing from the
   // sample: collate per sample then), invalid_argument when rows differ in dtype or shape (a model whose
   // output extent varies), or when no sample succeeded (the item shape is unknown).
-  result<tensor> collate(std::string_view name) const {
-    std::vector<const tensor*> rows;
-    rows.reserve(samples.size());
-    for (const auto& s : samples) {
-      if (!s.ok()) continue;
-      const tensor* t = s.find(name);
-      if (t == nullptr)
-        return fail(errc::not_found, "collate: sample '" + s.id + "' (index " + std::to_string(s.index) + ") has no embedding '" +
-                                         std::string(name) + "'");
-      rows.push_back(t);
-    }
-    if (rows.empty())
-      return fail(errc::invalid_argument, "collate: no sample of step " + std::to_string(index) + " has embedding '" + std::string(name) + "'");
-    return stack(rows);
-  }
+  result<tensor> collate(std::string_view name) const;
 };
 
 }  // namespace jitembed::loader
+
+// collate(), defined out of line: here header-only, in loader/src.hpp with JITEMBED_SEPARATE_COMPILATION
+// (core/config.hpp), so a trainer's TU does not compile the stacking (and the allocation it charges) again.
+#if defined(JITEMBED_HEADER_ONLY)
+#include "jitembed/loader/detail/step_impl.hpp"
+#endif

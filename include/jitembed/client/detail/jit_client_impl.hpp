@@ -18,8 +18,8 @@
 
 namespace jitembed::client {
 
-JITEMBED_DECL result<jit_client> jit_client::create(client_options opts) {
-  JITEMBED_ASSIGN_OR_RETURN(auto s, detail::client_state::create(std::move(opts)));
+JITEMBED_DECL result<jit_client> jit_client::create(const client_options& opts) {
+  JITEMBED_ASSIGN_OR_RETURN(auto s, detail::client_state::create(opts));
   return jit_client(std::move(s));
 }
 JITEMBED_DECL jit_client::request_id jit_client::embed(embed_request req, embed_callback done) {

@@ -1,12 +1,124 @@
-// dataset's open() and private members: classifying paths into sources (shards, records, tar / WebDataset,
-// loose files, directories) and reading a sample from each kind of source. Included at the end of
-// format/dataset.hpp header-only, from format/src.hpp in separate compilation (core/config.hpp).
+// dataset's index (dataset_state) and the members that use it: classifying paths into sources (shards, records,
+// tar / WebDataset, loose files, directories) and reading a sample from each kind of source; sample_field::text()
+// and sample::to_record(). Included at the end of format/dataset.hpp header-only, from format/src.hpp in separate
+// compilation (core/config.hpp).
 #pragma once
 
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <variant>
+
+#include "jitembed/codec/text.hpp"
+#include "jitembed/codec/zstd.hpp"
 #include "jitembed/core/config.hpp"
 #include "jitembed/format/dataset.hpp"
+#include "jitembed/format/detail/dataset_sources.hpp"
+#include "jitembed/format/record_builder.hpp"
+#include "jitembed/format/shard_reader.hpp"
+#include "jitembed/format/webdataset.hpp"
 
 namespace jitembed::format {
+
+namespace detail {
+struct dataset_state {
+  dataset_options options;
+  std::vector<ds_source> sources;   // non-empty sources, in order
+  std::vector<std::size_t> starts;  // starts[k]: index of the first sample of sources[k]; back() == size
+  std::vector<source_error> errors;
+  std::uint64_t files = 0;    // files indexed (containers and loose media / captions)
+  std::uint64_t ignored = 0;  // files in directories that are none of those
+};
+}  // namespace detail
+
+JITEMBED_DECL auto sample_field::text(const decode_limits& limits) const -> result<std::string> {
+  using codec::codec_id;
+  auto bad = [&](errc c, const std::string& m) { return fail(c, "sample field '" + name + "': " + m); };
+  if (kind != field_kind::text && kind != field_kind::json && kind != field_kind::bytes)
+    return bad(errc::invalid_argument, "kind " + std::string(to_string(kind)) + " is not text");
+  std::string s;
+  if (codec == codec_id::raw) {
+    s.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  } else if (codec == codec_id::text || codec == codec_id::zstd) {
+    auto t = codec::zstd_codec().decompress(bytes, limits);
+    if (!t) return bad(t.code(), t.error().message);
+    if (decoded_size != 0 && t->nbytes() != decoded_size)
+      return bad(errc::corrupt_data, "decompressed " + std::to_string(t->nbytes()) + " bytes != decoded size " +
+                                         std::to_string(decoded_size));
+    s.assign(reinterpret_cast<const char*>(t->data()), t->nbytes());
+  } else {
+    return bad(errc::unsupported_codec, "codec " + std::string(codec::to_string(codec)) + " is not a text codec");
+  }
+  if (auto ok = codec::validate_utf8(std::string_view(s)); !ok) return bad(ok.code(), ok.error().message);
+  return s;
+}
+
+JITEMBED_DECL auto sample::to_record() const -> result<record_builder> {
+  record_builder b;
+  if (is_record()) {
+    for (const auto& f : record) JITEMBED_TRY(b.add_field(f));
+    return b;
+  }
+  for (const auto& f : fields) {
+    if (f.kind == field_kind::text || f.kind == field_kind::json) {
+      if (f.codec == codec::codec_id::raw) {
+        if (auto ok = codec::validate_utf8(f.bytes); !ok)
+          return fail(ok.code(), "sample '" + id + "' field '" + f.name + "': " + ok.error().message);
+      }
+    }
+    encoded_info info;
+    info.dtype = f.dtype;
+    info.shape = f.shape;
+    info.decoded_size = f.codec == codec::codec_id::raw ? f.bytes.size() : f.decoded_size;
+    if (auto ok = b.add_encoded(f.name, f.kind, f.codec, f.bytes, info); !ok)
+      return fail(ok.code(), "sample '" + id + "' field '" + f.name + "': " + ok.error().message);
+  }
+  return b;
+}
+
+JITEMBED_DECL std::size_t dataset::size() const noexcept { return state_ ? state_->starts.back() : 0; }
+
+JITEMBED_DECL auto dataset::get(std::size_t i) const -> result<sample> {
+  auto at = locate(i);
+  if (!at) return at.error();
+  const auto [k, local] = *at;
+  return std::visit([&, local = local](const auto& s) { return read(s, local); }, state_->sources[k].src);
+}
+
+JITEMBED_DECL auto dataset::id(std::size_t i) const -> result<std::string> {
+  auto at = locate(i);
+  if (!at) return at.error();
+  const auto [k, local] = *at;
+  struct {
+    std::size_t local;
+    std::string operator()(const detail::ds_shard_source& s) const {
+      return s.id_prefix + std::string(s.reader.key(local));
+    }
+    std::string operator()(const detail::ds_tar_source& s) const { return s.id_prefix + s.reader.sample(local).key; }
+    std::string operator()(const detail::ds_record_source& s) const { return s.id; }
+    std::string operator()(const detail::ds_loose_source& s) const { return s.samples[local].id; }
+  } v{local};
+  return std::visit(v, state_->sources[k].src);
+}
+
+JITEMBED_DECL auto dataset::errors() const noexcept -> std::span<const source_error> {
+  return state_ ? std::span<const source_error>(state_->errors) : std::span<const source_error>{};
+}
+JITEMBED_DECL std::uint64_t dataset::file_count() const noexcept { return state_ ? state_->files : 0; }
+JITEMBED_DECL std::uint64_t dataset::ignored_files() const noexcept { return state_ ? state_->ignored : 0; }
+JITEMBED_DECL auto dataset::options() const noexcept -> const dataset_options& {
+  static const dataset_options none;
+  return state_ ? state_->options : none;
+}
+
+JITEMBED_DECL auto dataset::locate(std::size_t i) const -> result<std::pair<std::size_t, std::size_t>> {
+  if (i >= size())
+    return fail(errc::not_found, "dataset: sample " + std::to_string(i) + " of " + std::to_string(size()));
+  const auto& s = state_->starts;
+  const auto k = static_cast<std::size_t>(std::upper_bound(s.begin(), s.end(), i) - s.begin()) - 1;
+  return std::pair{k, i - s[k]};
+}
 
 JITEMBED_DECL auto dataset::open(std::span<const std::string> paths, const dataset_options& options) -> result<dataset> {
   auto st = std::make_shared<detail::dataset_state>();

@@ -1,15 +1,20 @@
 // record_view's and field_view's out-of-line members: checksum verification, decoding and text of a field,
 // and the parser of a record's header, field table and names.
-// Included at the end of jitembed/format/record_view.hpp (users include that header).
+// Included at the end of jitembed/format/record_view.hpp header-only, from format/src.hpp in separate
+// compilation (core/config.hpp); users include record_view.hpp.
 #pragma once
 
+#include "jitembed/codec/text.hpp"
+#include "jitembed/codec/zstd.hpp"
+#include "jitembed/core/config.hpp"
+#include "jitembed/format/detail/copy_hash.hpp"
 #include "jitembed/format/record_view.hpp"
 
 namespace jitembed::format {
 
 // ---- field_view ---------------------------------------------------------------------------------
 
-inline result<void> field_view::verify() const {
+JITEMBED_DECL result<void> field_view::verify() const {
   if (verified_.load(std::memory_order_acquire)) return {};
   const std::uint64_t h = detail::payload_hash(payload_);
   if (h != checksum_) {
@@ -24,12 +29,12 @@ inline result<void> field_view::verify() const {
   return {};
 }
 
-inline result<bytes_view> field_view::checked_payload() const {
+JITEMBED_DECL result<bytes_view> field_view::checked_payload() const {
   JITEMBED_TRY(verify());
   return payload_;
 }
 
-inline result<void> field_view::check_limits(const decode_limits& lim) const {
+JITEMBED_DECL result<void> field_view::check_limits(const decode_limits& lim) const {
   if (shape_.size() > lim.max_dims)
     return err(errc::limit_exceeded, "rank " + std::to_string(shape_.size()) + " > max_dims " + std::to_string(lim.max_dims));
   if (decoded_size_ > lim.max_decoded_bytes)
@@ -41,7 +46,7 @@ inline result<void> field_view::check_limits(const decode_limits& lim) const {
   return {};
 }
 
-inline result<tensor> field_view::decode(const decode_limits& lim, checksum_policy policy) const {
+JITEMBED_DECL result<tensor> field_view::decode(const decode_limits& lim, checksum_policy policy) const {
   using codec::codec_id;
   if (!detail::codec_known(codec_))
     return err(errc::unsupported_codec, "codec byte " + std::to_string(codec_) + " is unknown to this reader");
@@ -76,25 +81,7 @@ inline result<tensor> field_view::decode(const decode_limits& lim, checksum_poli
   return t;
 }
 
-template <codec::codec C>
-result<tensor> field_view::decode_with(const C& c, const decode_limits& lim, checksum_policy policy) const {
-  if (static_cast<std::uint8_t>(C::id) != codec_)
-    return err(errc::unsupported_codec, "stored codec byte " + std::to_string(codec_) + " (" +
-                                            std::string(codec::to_string(codec())) + "), decode_with got " +
-                                            std::string(codec::to_string(C::id)));
-  JITEMBED_TRY(check_limits(lim));
-  JITEMBED_TRY(maybe_verify(policy));
-  auto t = c.decode(payload_, lim);
-  if (!t) return err(t.code(), t.error().message);
-  if (!has_shape()) return t;
-  if (t->dtype() == dtype() && t->shape() == shape_) return t;
-  if (t->dtype() == jitembed::dtype::u8 && t->rank() == 1 && t->nbytes() == decoded_size_)
-    return t->reinterpret(dtype(), shape_);
-  return err(errc::corrupt_data, "decoded " + std::string(jitembed::to_string(t->dtype())) + t->shape().to_string() +
-                                     " != declared " + std::string(jitembed::to_string(dtype())) + shape_.to_string());
-}
-
-inline result<std::string> field_view::text(const decode_limits& lim, checksum_policy policy) const {
+JITEMBED_DECL result<std::string> field_view::text(const decode_limits& lim, checksum_policy policy) const {
   using codec::codec_id;
   const auto k = kind();
   if (k != field_kind::text && k != field_kind::json && k != field_kind::bytes)
@@ -118,8 +105,8 @@ inline result<std::string> field_view::text(const decode_limits& lim, checksum_p
 
 // ---- record_view::parse -------------------------------------------------------------------------
 
-inline result<record_view> record_view::parse(bytes_view rec, const decode_limits& lim,
-                                              jitembed::keep_alive keep_alive) {
+JITEMBED_DECL result<record_view> record_view::parse(bytes_view rec, const decode_limits& lim,
+                                                     jitembed::keep_alive keep_alive) {
   using detail::load_le;
   const std::byte* b = rec.data();
   const std::size_t size = rec.size();
@@ -279,7 +266,7 @@ inline result<record_view> record_view::parse(bytes_view rec, const decode_limit
   return r;
 }
 
-inline result<void> record_view::verify() const {
+JITEMBED_DECL result<void> record_view::verify() const {
   if (!state_) return {};
   const std::byte* b = state_->bytes.data();
   std::size_t pos = state_->meta_size;

@@ -12,13 +12,14 @@
 #include "jitembed/loader/detail/loader_state_epochs.hpp"
 #include "jitembed/loader/detail/loader_state_requests.hpp"
 #include "jitembed/loader/detail/loader_state_workers.hpp"
+#include "jitembed/loader/detail/step_impl.hpp"
 #include "jitembed/loader/jit_loader.hpp"
 
 namespace jitembed::loader {
 
 JITEMBED_DECL result<jit_loader> jit_loader::create(format::dataset data, client::jit_client client,
-                                                    loader_options opts) {
-  JITEMBED_ASSIGN_OR_RETURN(auto s, detail::loader_state::create(std::move(data), std::move(client), std::move(opts)));
+                                                    const loader_options& opts) {
+  JITEMBED_ASSIGN_OR_RETURN(auto s, detail::loader_state::create(std::move(data), std::move(client), opts));
   return jit_loader(std::move(s));
 }
 JITEMBED_DECL jit_loader::jit_loader(std::unique_ptr<detail::loader_state> s) : state_(std::move(s)) {}

@@ -41,6 +41,7 @@ namespace jitembed::client::detail {
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
+using net::http::detail::io_completion;
 
 // A failed infer answer's outcome (not 200): 5xx but 503/504 the endpoint's fault (502, a proxy whose upstream
 // is down, retried as unavailable); 503, 504, 408, 429 or a retryable errc busy; other 4xx the request's (404
@@ -240,9 +241,9 @@ class http_transport final : public transport {
   void write(const attempt_ptr& a, const conn_ptr& conn) {
     conn->lowest().expires_at(a->call->deadline);
     ++conn->uses;
-    conn->visit([&](auto& stream) {
-      asio::async_write(stream, io(*a).bufs, step(a, conn, "send", [this, a, conn] { read(a, conn); }));
-    });
+    // Erased completions (io_completion): Beast's read and Asio's write compile once, for net::http::client too.
+    asio::async_write(conn->stream(), io(*a).bufs,
+                      io_completion(step(a, conn, "send", [this, a, conn] { read(a, conn); })));
   }
 
   void read(const attempt_ptr& a, const conn_ptr& conn) {
@@ -252,16 +253,15 @@ class http_transport final : public transport {
     if (conn->buffer.capacity() < kReadBufferBytes) conn->buffer.reserve(kReadBufferBytes);
     conn->parser->header_limit(1 << 20);
     conn->parser->body_limit(opts_.max_response_bytes);
-    conn->visit([&](auto& stream) {
-      bhttp::async_read(stream, conn->buffer, *conn->parser, step(a, conn, "response", [this, a, conn] {
-                          bool keep = false;
-                          auto o = judge(*a, *conn, keep);  // decoded before the engine's lock
-                          events_.complete(a, [&](deferred& d) {
-                            release_conn(*a, keep);
-                            events_.on_answer(a, std::move(o), d);
-                          });
-                        }));
-    });
+    bhttp::async_read(conn->stream(), conn->buffer, *conn->parser,
+                      io_completion(step(a, conn, "response", [this, a, conn] {
+                        bool keep = false;
+                        auto o = judge(*a, *conn, keep);  // decoded before the engine's lock
+                        events_.complete(a, [&](deferred& d) {
+                          release_conn(*a, keep);
+                          events_.on_answer(a, std::move(o), d);
+                        });
+                      })));
   }
 
   // The attempt's end without an answer (on the strand): a TLS failure, or a failed stage, which a stale

@@ -219,9 +219,7 @@ class client {
                                      " ms waiting for " + what());
     };
     c.lowest().expires_after(opts_.io_timeout);  // one deadline for the whole exchange
-    auto ec = c.visit([&](auto& stream) {
-      return c.run([&](auto handler) { boost::asio::async_write(stream, bufs, std::move(handler)); });
-    });
+    auto ec = c.run([&](auto h) { boost::asio::async_write(c.stream(), bufs, detail::io_completion(std::move(h))); });
     if (ec == boost::beast::error::timeout) return timed_out();
     if (ec) {
       stale = true;
@@ -233,9 +231,8 @@ class client {
     if (head_only) parser.skip(true);
     // Header first, so a declared Content-Length over the limit fails before any body byte is buffered
     // (body_limit alone then still bounds chunked bodies).
-    ec = c.visit([&](auto& stream) {
-      return c.run([&](auto handler) { bhttp::async_read_header(stream, c.buffer, parser, std::move(handler)); });
-    });
+    ec = c.run(
+        [&](auto h) { bhttp::async_read_header(c.stream(), c.buffer, parser, detail::io_completion(std::move(h))); });
     if (!ec) {
       if (auto cl = parser.content_length(); cl && *cl > opts_.max_response_bytes && !head_only) {
         ec = bhttp::error::body_limit;
@@ -243,9 +240,8 @@ class client {
         // Room for up to 256 KiB per read (Beast reads at most the buffer's free capacity, 512 bytes at least).
         if (auto n = parser.content_length(); n && *n > c.buffer.capacity())
           c.buffer.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*n, std::uint64_t{256} << 10)));
-        ec = c.visit([&](auto& stream) {
-          return c.run([&](auto handler) { bhttp::async_read(stream, c.buffer, parser, std::move(handler)); });
-        });
+        ec = c.run(
+            [&](auto h) { bhttp::async_read(c.stream(), c.buffer, parser, detail::io_completion(std::move(h))); });
       }
     }
     c.lowest().expires_never();

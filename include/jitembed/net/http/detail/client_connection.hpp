@@ -1,10 +1,12 @@
-// The one HTTP client connection, plain or TLS, of http::client and the JIT client's transport; the verifying TLS
-// context, SNI + host name checks, and the messages of a failed handshake.
+// The one HTTP client connection, plain or TLS, of http::client and the JIT client's transport (one stream type
+// for Beast's operations); the verifying TLS context, SNI + host name checks, and the messages of a failed handshake.
 #pragma once
 
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -14,10 +16,13 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
+#include <array>
 #include <optional>
 #include <string>
 
+#include "jitembed/core/assert.hpp"
 #include "jitembed/core/error.hpp"
+#include "jitembed/net/http/detail/io_completion.hpp"
 #include "jitembed/net/http/detail/tls_server.hpp"
 
 namespace jitembed::net::http::detail {
@@ -73,7 +78,26 @@ inline std::string tls_failure_reason(const boost::system::error_code& ec, SSL* 
   return m;
 }
 
-// One connection with its read buffer.
+// The first (at most N) non-empty buffers of a sequence: a read or write may transfer less than all, and a
+// sequence of one type keeps the plain and TLS streams' operations compiled once.
+template <class Buffer, std::size_t N>
+struct buffer_prefix {
+  using value_type = Buffer;
+  using const_iterator = const Buffer*;
+  template <class Sequence>
+  explicit buffer_prefix(const Sequence& s) {
+    for (auto i = boost::asio::buffer_sequence_begin(s); i != boost::asio::buffer_sequence_end(s) && n < N; ++i)
+      if (Buffer b(*i); b.size() > 0) bufs[n++] = b;
+  }
+  const Buffer* begin() const noexcept { return bufs.data(); }
+  const Buffer* end() const noexcept { return bufs.data() + n; }
+  std::array<Buffer, N> bufs{};
+  std::size_t n = 0;
+};
+
+// One connection with its read buffer. It is the AsyncReadStream/AsyncWriteStream of Beast's and Asio's
+// operations (pass stream(), not a derived class): they are compiled once for both streams, which forward
+// each read_some/write_some with an erased completion.
 struct client_connection {
   // On `ex`, an io_context or an executor (the JIT client's: a strand, so that the connection's handlers
   // never run at once); `tls_ctx` null: plain; else TLS over the context (which outlives the connection).
@@ -89,16 +113,37 @@ struct client_connection {
   boost::beast::flat_buffer buffer;
 
   boost::beast::tcp_stream& lowest() { return tls ? boost::beast::get_lowest_layer(*tls) : *plain; }
-  // f(stream) on whichever stream the connection has.
-  template <class F>
-  decltype(auto) visit(F&& f) {
-    return tls ? f(*tls) : f(*plain);
+  client_connection& stream() { return *this; }
+
+  using executor_type = boost::beast::tcp_stream::executor_type;
+  executor_type get_executor() { return lowest().get_executor(); }
+  template <class MutableBuffers, class Handler>
+  void async_read_some(const MutableBuffers& b, Handler&& h) {
+    const buffer_prefix<boost::asio::mutable_buffer, 1> one(b);  // Beast's reads give one (flat_buffer)
+    tls ? tls->async_read_some(one, erase(std::forward<Handler>(h)))
+        : plain->async_read_some(one, erase(std::forward<Handler>(h)));
   }
+  template <class ConstBuffers, class Handler>
+  void async_write_some(const ConstBuffers& b, Handler&& h) {
+    const buffer_prefix<boost::asio::const_buffer, 64> some(b);  // as many as Asio gathers in one call
+    tls ? tls->async_write_some(some, erase(std::forward<Handler>(h)))
+        : plain->async_write_some(some, erase(std::forward<Handler>(h)));
+  }
+
   // Shuts the socket down and closes it (pending operations complete with an error).
   void close() {
     boost::system::error_code ec;
     lowest().socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
     lowest().socket().close(ec);
+  }
+
+ private:
+  // The erased completion runs on the stream's executor: so must the handler (no call site binds another).
+  template <class Handler>
+  io_completion erase(Handler&& h) {
+    JITEMBED_ASSERT(boost::asio::get_associated_executor(h, get_executor()) == get_executor(),
+                    "a client_connection handler runs on the connection's executor");
+    return io_completion(std::forward<Handler>(h));
   }
 };
 

@@ -1,0 +1,45 @@
+// A move-only, type-erased completion `void(error_code, std::size_t)`: Beast's and Asio's operations on the
+// HTTP client connection take it, so they are compiled once for every handler (Boost 1.74 has no
+// any_completion_handler, C++20 no move_only_function).
+#pragma once
+
+#include <boost/system/error_code.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+namespace jitembed::net::http::detail {
+
+// It has no associated executor or allocator of its own: what it wraps must complete on the executor of the
+// stream it is given to (client_connection checks it).
+class io_completion {
+ public:
+  template <class Handler>
+  requires(!std::is_same_v<std::decay_t<Handler>, io_completion>) explicit io_completion(Handler&& h)
+      : f_(std::make_unique<holder<std::decay_t<Handler>>>(std::forward<Handler>(h))) {}
+
+  // Once. The handler leaves its storage before it runs, as Asio frees an operation's memory before its upcall.
+  void operator()(boost::system::error_code ec, std::size_t n) { f_.release()->complete(ec, n); }
+
+ private:
+  struct base {
+    virtual ~base() = default;
+    virtual void complete(boost::system::error_code ec, std::size_t n) = 0;
+  };
+  template <class Handler>
+  struct holder final : base {
+    template <class H>
+    explicit holder(H&& h) : handler(std::forward<H>(h)) {}
+    void complete(boost::system::error_code ec, std::size_t n) override {
+      Handler h(std::move(handler));
+      delete this;
+      std::move(h)(ec, n);
+    }
+    Handler handler;
+  };
+  std::unique_ptr<base> f_;
+};
+
+}  // namespace jitembed::net::http::detail

@@ -225,16 +225,15 @@ class http_transport final : public transport {
     if (s.reused) return write(a, conn), true;
     // The connect timeout covers the TLS handshake too.
     conn->lowest().expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
-    conn->lowest().async_connect(
-        a->ep->resolved, step(a, conn, "connect", [this, a, conn] {
+    conn->async_connect(
+        a->ep->resolved, io_completion(step(a, conn, "connect", [this, a, conn] {
           boost::system::error_code ignored;
           conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
           if (!conn->tls) return write(a, conn);
           if (!net::http::detail::prepare_client_tls(conn->tls->native_handle(), a->ep->addr.host))
             return tls_failure(a, asio::error::invalid_argument);
-          conn->tls->async_handshake(asio::ssl::stream_base::client,
-                                     step(a, conn, kHandshake, [this, a, conn] { write(a, conn); }));
-        }));
+          conn->async_handshake(io_completion(step(a, conn, kHandshake, [this, a, conn] { write(a, conn); })));
+        })));
     return true;
   }
 

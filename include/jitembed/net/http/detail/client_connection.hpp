@@ -19,6 +19,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "jitembed/core/assert.hpp"
 #include "jitembed/core/error.hpp"
@@ -128,6 +129,15 @@ struct client_connection {
     const buffer_prefix<boost::asio::const_buffer, 64> some(b);  // as many as Asio gathers in one call
     tls ? tls->async_write_some(some, erase(std::forward<Handler>(h)))
         : plain->async_write_some(some, erase(std::forward<Handler>(h)));
+  }
+
+  // Connecting and the TLS handshake (tls only) with erased completions too (`n` is 0): one instance each.
+  void async_connect(const std::vector<boost::asio::ip::tcp::endpoint>& eps, io_completion h) {
+    lowest().async_connect(eps, [h = std::move(h)](boost::system::error_code ec, const auto&) mutable { h(ec, 0); });
+  }
+  void async_handshake(io_completion h) {
+    tls->async_handshake(boost::asio::ssl::stream_base::client,
+                         [h = std::move(h)](boost::system::error_code ec) mutable { h(ec, 0); });
   }
 
   // Shuts the socket down and closes it (pending operations complete with an error).

@@ -148,10 +148,13 @@ struct client_connection {
   }
 
  private:
-  // The erased completion runs on the stream's executor: so must the handler (no call site binds another).
+  // The erased completion runs on the stream's executor: so must the handler (no call site binds another;
+  // Beast's and Asio's operations hold the same executor with outstanding work tracked).
   template <class Handler>
   io_completion erase(Handler&& h) {
-    JITEMBED_ASSERT(boost::asio::get_associated_executor(h, get_executor()) == get_executor(),
+    namespace asio = boost::asio;
+    JITEMBED_ASSERT(asio::prefer(asio::get_associated_executor(h, get_executor()),
+                                 asio::execution::outstanding_work.untracked) == get_executor(),
                     "a client_connection handler runs on the connection's executor");
     return io_completion(std::forward<Handler>(h));
   }

@@ -28,8 +28,6 @@
 
 namespace jitembed::net::http::detail {
 
-using tls_client_stream = boost::beast::ssl_stream<boost::beast::tcp_stream>;
-
 // TLS 1.2+ with peer verification: against the PEM CA bundle `ca_file`, or the system's default CA paths
 // when it is empty. io_error: the file cannot be read; invalid_argument: it holds no PEM certificate.
 inline result<boost::asio::ssl::context> make_client_tls_context(const std::string& ca_file, std::string_view who) {
@@ -95,6 +93,32 @@ struct buffer_prefix {
   std::array<Buffer, N> bufs{};
   std::size_t n = 0;
 };
+
+// The TCP stream under TLS, whose reads and writes take erased completions: the TLS layer's operations
+// (handshake, read, write) then reuse the plain connection's compiled TCP operations.
+class tls_next_layer {
+ public:
+  template <class ContextOrExecutor>
+  explicit tls_next_layer(ContextOrExecutor& ex) : tcp_(ex) {}
+  using next_layer_type = boost::beast::tcp_stream;
+  using lowest_layer_type = next_layer_type::socket_type;  // for asio::ssl::stream
+  using executor_type = next_layer_type::executor_type;
+  next_layer_type& next_layer() noexcept { return tcp_; }
+  lowest_layer_type& lowest_layer() noexcept { return tcp_.socket(); }
+  executor_type get_executor() { return tcp_.get_executor(); }
+  template <class MutableBuffers, class Handler>
+  void async_read_some(const MutableBuffers& b, Handler&& h) {
+    tcp_.async_read_some(buffer_prefix<boost::asio::mutable_buffer, 1>(b), io_completion(std::forward<Handler>(h)));
+  }
+  template <class ConstBuffers, class Handler>
+  void async_write_some(const ConstBuffers& b, Handler&& h) {
+    tcp_.async_write_some(buffer_prefix<boost::asio::const_buffer, 64>(b), io_completion(std::forward<Handler>(h)));
+  }
+
+ private:
+  next_layer_type tcp_;
+};
+using tls_client_stream = boost::beast::ssl_stream<tls_next_layer>;
 
 // One connection with its read buffer. It is the AsyncReadStream/AsyncWriteStream of Beast's and Asio's
 // operations (pass stream(), not a derived class): they are compiled once for both streams, which forward

@@ -77,8 +77,8 @@ inline std::string tls_failure_reason(const boost::system::error_code& ec, SSL* 
   return m;
 }
 
-// The first (at most N) non-empty buffers of a sequence: a read or write may transfer less than all, and a
-// sequence of one type keeps the plain and TLS streams' operations compiled once.
+// The first (at most N) non-empty buffers of a sequence (a read or write may transfer less than all): one
+// buffer sequence type for the TCP stream's operations.
 template <class Buffer, std::size_t N>
 struct buffer_prefix {
   using value_type = Buffer;
@@ -94,12 +94,12 @@ struct buffer_prefix {
   std::size_t n = 0;
 };
 
-// The TCP stream under TLS, whose reads and writes take erased completions: the TLS layer's operations
-// (handshake, read, write) then reuse the plain connection's compiled TCP operations.
-class tls_next_layer {
+// The TCP stream of a connection, plain or under TLS, whose reads and writes take erased completions: its
+// operations are compiled once, for the plain connection's and the TLS layer's (handshake, read, write) use.
+class tcp_layer {
  public:
   template <class ContextOrExecutor>
-  explicit tls_next_layer(ContextOrExecutor& ex) : tcp_(ex) {}
+  explicit tcp_layer(ContextOrExecutor& ex) : tcp_(ex) {}
   using next_layer_type = boost::beast::tcp_stream;
   using lowest_layer_type = next_layer_type::socket_type;  // for asio::ssl::stream
   using executor_type = next_layer_type::executor_type;
@@ -107,22 +107,21 @@ class tls_next_layer {
   lowest_layer_type& lowest_layer() noexcept { return tcp_.socket(); }
   executor_type get_executor() { return tcp_.get_executor(); }
   template <class MutableBuffers, class Handler>
-  void async_read_some(const MutableBuffers& b, Handler&& h) {
+  void async_read_some(const MutableBuffers& b, Handler&& h) {  // Beast's and TLS's reads give one buffer
     tcp_.async_read_some(buffer_prefix<boost::asio::mutable_buffer, 1>(b), io_completion(std::forward<Handler>(h)));
   }
   template <class ConstBuffers, class Handler>
-  void async_write_some(const ConstBuffers& b, Handler&& h) {
+  void async_write_some(const ConstBuffers& b, Handler&& h) {  // 64: as many as Asio gathers in one call
     tcp_.async_write_some(buffer_prefix<boost::asio::const_buffer, 64>(b), io_completion(std::forward<Handler>(h)));
   }
 
  private:
   next_layer_type tcp_;
 };
-using tls_client_stream = boost::beast::ssl_stream<tls_next_layer>;
+using tls_client_stream = boost::beast::ssl_stream<tcp_layer>;
 
-// One connection with its read buffer. It is the AsyncReadStream/AsyncWriteStream of Beast's and Asio's
-// operations (pass stream(), not a derived class): they are compiled once for both streams, which forward
-// each read_some/write_some with an erased completion.
+// One connection with its read buffer, and the one AsyncStream of Beast's and Asio's operations on it (pass
+// stream(), not a derived class): they are compiled once, for both streams and every handler (erased).
 struct client_connection {
   // On `ex`, an io_context or an executor (the JIT client's: a strand, so that the connection's handlers
   // never run at once); `tls_ctx` null: plain; else TLS over the context (which outlives the connection).
@@ -133,29 +132,26 @@ struct client_connection {
     else
       plain.emplace(ex);
   }
-  std::optional<boost::beast::tcp_stream> plain;  // exactly one of the two
+  std::optional<tcp_layer> plain;  // exactly one of the two
   std::optional<tls_client_stream> tls;
   boost::beast::flat_buffer buffer;
 
-  boost::beast::tcp_stream& lowest() { return tls ? boost::beast::get_lowest_layer(*tls) : *plain; }
+  boost::beast::tcp_stream& lowest() { return tls ? boost::beast::get_lowest_layer(*tls) : plain->next_layer(); }
   client_connection& stream() { return *this; }
 
-  using executor_type = boost::beast::tcp_stream::executor_type;
+  using executor_type = tcp_layer::executor_type;
   executor_type get_executor() { return lowest().get_executor(); }
   template <class MutableBuffers, class Handler>
   void async_read_some(const MutableBuffers& b, Handler&& h) {
-    const buffer_prefix<boost::asio::mutable_buffer, 1> one(b);  // Beast's reads give one (flat_buffer)
-    tls ? tls->async_read_some(one, erase(std::forward<Handler>(h)))
-        : plain->async_read_some(one, erase(std::forward<Handler>(h)));
+    tls ? tls->async_read_some(b, erase(std::forward<Handler>(h)))
+        : plain->async_read_some(b, erase(std::forward<Handler>(h)));
   }
   template <class ConstBuffers, class Handler>
   void async_write_some(const ConstBuffers& b, Handler&& h) {
-    const buffer_prefix<boost::asio::const_buffer, 64> some(b);  // as many as Asio gathers in one call
-    tls ? tls->async_write_some(some, erase(std::forward<Handler>(h)))
-        : plain->async_write_some(some, erase(std::forward<Handler>(h)));
+    tls ? tls->async_write_some(b, erase(std::forward<Handler>(h)))
+        : plain->async_write_some(b, erase(std::forward<Handler>(h)));
   }
-
-  // Connecting and the TLS handshake (tls only) with erased completions too (`n` is 0): one instance each.
+  // Connecting and the TLS handshake (tls only) with erased completions too (`n` is 0).
   void async_connect(const std::vector<boost::asio::ip::tcp::endpoint>& eps, io_completion h) {
     lowest().async_connect(eps, [h = std::move(h)](boost::system::error_code ec, const auto&) mutable { h(ec, 0); });
   }
@@ -172,7 +168,7 @@ struct client_connection {
   }
 
  private:
-  // The erased completion runs on the stream's executor: so must the handler (no call site binds another;
+  // An erased completion runs on the stream's executor: so must the handler (no call site binds another;
   // Beast's and Asio's operations hold the same executor with outstanding work tracked).
   template <class Handler>
   io_completion erase(Handler&& h) {

@@ -1,5 +1,5 @@
-// A move-only, type-erased completion `void(error_code, std::size_t)`: Beast's and Asio's operations on the
-// HTTP client connection take it, so they are compiled once for every handler (Boost 1.74 has no
+// A move-only, type-erased completion `void(error_code, std::size_t)`: Beast's and Asio's operations on the HTTP
+// client connection take it, so they are compiled once for every handler (Boost 1.74 has no
 // any_completion_handler, C++20 no move_only_function).
 #pragma once
 
@@ -12,14 +12,13 @@
 
 namespace jitembed::net::http::detail {
 
-// It has no associated executor or allocator of its own: what it wraps must complete on the executor of the
-// stream it is given to (client_connection checks it).
+// No associated executor or allocator of its own: what it wraps must complete on the executor of the stream
+// it is given to (client_connection checks it).
 class io_completion {
  public:
   template <class Handler>
   requires(!std::is_same_v<std::decay_t<Handler>, io_completion>) explicit io_completion(Handler&& h)
       : f_(std::make_unique<holder<std::decay_t<Handler>>>(std::forward<Handler>(h))) {}
-
   // Once. The handler leaves its storage before it runs, as Asio frees an operation's memory before its upcall.
   void operator()(boost::system::error_code ec, std::size_t n) { f_.release()->complete(ec, n); }
 
@@ -30,8 +29,7 @@ class io_completion {
   };
   template <class Handler>
   struct holder final : base {
-    template <class H>
-    explicit holder(H&& h) : handler(std::forward<H>(h)) {}
+    explicit holder(auto&& h) : handler(std::forward<decltype(h)>(h)) {}
     void complete(boost::system::error_code ec, std::size_t n) override {
       Handler h(std::move(handler));
       delete this;

@@ -41,6 +41,7 @@ namespace jitembed::client::detail {
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
+using net::http::detail::io_completion;
 
 // A failed infer answer's outcome (not 200): 5xx but 503/504 the endpoint's fault (502, a proxy whose upstream
 // is down, retried as unavailable); 503, 504, 408, 429 or a retryable errc busy; other 4xx the request's (404
@@ -182,14 +183,15 @@ class http_transport final : public transport {
 
   // A completion handler of the session's connection, on its strand: nothing once the engine abandoned the
   // attempt, on_error() on an error, else `next`. Every handler holds the connection: Beast's operations use
-  // the stream and buffer until they complete, even when the session has dropped it.
+  // the stream and buffer until they complete, even when the session has dropped it. Erased (io_completion):
+  // the connection's operations are compiled once, for net::http::client too.
   template <class Next>
-  auto step(const attempt_ptr& a, const conn_ptr& conn, const char* stage, Next next) {
-    return [this, a, conn, stage, next = std::move(next)](boost::system::error_code ec, auto&&...) {
+  io_completion step(const attempt_ptr& a, const conn_ptr& conn, const char* stage, Next next) {
+    return io_completion([this, a, conn, stage, next = std::move(next)](boost::system::error_code ec, std::size_t) {
       if (io(*a).stopped) return drop(*a);
       if (ec) return on_error(a, ec, stage);
       next();
-    };
+    });
   }
   static constexpr const char* kHandshake = "TLS handshake";
 
@@ -224,25 +226,21 @@ class http_transport final : public transport {
     if (s.reused) return write(a, conn), true;
     // The connect timeout covers the TLS handshake too.
     conn->lowest().expires_at(std::min(a->call->deadline, clock::now() + opts_.connect_timeout));
-    conn->lowest().async_connect(
-        a->ep->resolved, step(a, conn, "connect", [this, a, conn] {
-          boost::system::error_code ignored;
-          conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
-          if (!conn->tls) return write(a, conn);
-          if (!net::http::detail::prepare_client_tls(conn->tls->native_handle(), a->ep->addr.host))
-            return tls_failure(a, asio::error::invalid_argument);
-          conn->tls->async_handshake(asio::ssl::stream_base::client,
-                                     step(a, conn, kHandshake, [this, a, conn] { write(a, conn); }));
-        }));
+    conn->async_connect(a->ep->resolved, step(a, conn, "connect", [this, a, conn] {
+                          boost::system::error_code ignored;
+                          conn->lowest().socket().set_option(tcp::no_delay(true), ignored);
+                          if (!conn->tls) return write(a, conn);
+                          if (!net::http::detail::prepare_client_tls(conn->tls->native_handle(), a->ep->addr.host))
+                            return tls_failure(a, asio::error::invalid_argument);
+                          conn->async_handshake(step(a, conn, kHandshake, [this, a, conn] { write(a, conn); }));
+                        }));
     return true;
   }
 
   void write(const attempt_ptr& a, const conn_ptr& conn) {
     conn->lowest().expires_at(a->call->deadline);
     ++conn->uses;
-    conn->visit([&](auto& stream) {
-      asio::async_write(stream, io(*a).bufs, step(a, conn, "send", [this, a, conn] { read(a, conn); }));
-    });
+    asio::async_write(conn->stream(), io(*a).bufs, step(a, conn, "send", [this, a, conn] { read(a, conn); }));
   }
 
   void read(const attempt_ptr& a, const conn_ptr& conn) {
@@ -252,16 +250,14 @@ class http_transport final : public transport {
     if (conn->buffer.capacity() < kReadBufferBytes) conn->buffer.reserve(kReadBufferBytes);
     conn->parser->header_limit(1 << 20);
     conn->parser->body_limit(opts_.max_response_bytes);
-    conn->visit([&](auto& stream) {
-      bhttp::async_read(stream, conn->buffer, *conn->parser, step(a, conn, "response", [this, a, conn] {
-                          bool keep = false;
-                          auto o = judge(*a, *conn, keep);  // decoded before the engine's lock
-                          events_.complete(a, [&](deferred& d) {
-                            release_conn(*a, keep);
-                            events_.on_answer(a, std::move(o), d);
-                          });
-                        }));
-    });
+    bhttp::async_read(conn->stream(), conn->buffer, *conn->parser, step(a, conn, "response", [this, a, conn] {
+                        bool keep = false;
+                        auto o = judge(*a, *conn, keep);  // decoded before the engine's lock
+                        events_.complete(a, [&](deferred& d) {
+                          release_conn(*a, keep);
+                          events_.on_answer(a, std::move(o), d);
+                        });
+                      }));
   }
 
   // The attempt's end without an answer (on the strand): a TLS failure, or a failed stage, which a stale

@@ -47,7 +47,7 @@ struct blocking_connection : own_io_context, client_connection {
   template <class Start>
   boost::system::error_code run(Start&& start) {
     boost::system::error_code result = boost::asio::error::would_block;
-    start([&result](boost::system::error_code ec, auto&&...) { result = ec; });
+    start(io_completion([&result](boost::system::error_code ec, std::size_t) { result = ec; }));
     ioc.restart();
     ioc.run();
     return result;
@@ -185,7 +185,7 @@ class client {
     }
     auto& lowest = conn->lowest();
     lowest.expires_after(opts_.connect_timeout);  // the TLS handshake included
-    ec = conn->run([&](auto handler) { lowest.async_connect(eps, std::move(handler)); });
+    ec = conn->run([&](auto h) { conn->async_connect(eps, std::move(h)); });
     if (ec == boost::beast::error::timeout)
       return fail(errc::timeout, "http client: connect to " + where() + " timed out after " +
                                      std::to_string(opts_.connect_timeout.count()) + " ms");
@@ -194,8 +194,7 @@ class client {
     if (conn->tls) {
       if (!detail::prepare_client_tls(conn->tls->native_handle(), host_))
         return fail(errc::invalid_argument, "http client: TLS cannot check the host name '" + host_ + "'");
-      ec = conn->run(
-          [&](auto handler) { conn->tls->async_handshake(asio::ssl::stream_base::client, std::move(handler)); });
+      ec = conn->run([&](auto h) { conn->async_handshake(std::move(h)); });
       if (ec == boost::beast::error::timeout)
         return fail(errc::timeout, "http client: TLS handshake with " + url() + " timed out after " +
                                        std::to_string(opts_.connect_timeout.count()) + " ms");
@@ -219,9 +218,7 @@ class client {
                                      " ms waiting for " + what());
     };
     c.lowest().expires_after(opts_.io_timeout);  // one deadline for the whole exchange
-    auto ec = c.visit([&](auto& stream) {
-      return c.run([&](auto handler) { boost::asio::async_write(stream, bufs, std::move(handler)); });
-    });
+    auto ec = c.run([&](auto h) { boost::asio::async_write(c.stream(), bufs, std::move(h)); });
     if (ec == boost::beast::error::timeout) return timed_out();
     if (ec) {
       stale = true;
@@ -233,9 +230,7 @@ class client {
     if (head_only) parser.skip(true);
     // Header first, so a declared Content-Length over the limit fails before any body byte is buffered
     // (body_limit alone then still bounds chunked bodies).
-    ec = c.visit([&](auto& stream) {
-      return c.run([&](auto handler) { bhttp::async_read_header(stream, c.buffer, parser, std::move(handler)); });
-    });
+    ec = c.run([&](auto h) { bhttp::async_read_header(c.stream(), c.buffer, parser, std::move(h)); });
     if (!ec) {
       if (auto cl = parser.content_length(); cl && *cl > opts_.max_response_bytes && !head_only) {
         ec = bhttp::error::body_limit;
@@ -243,9 +238,7 @@ class client {
         // Room for up to 256 KiB per read (Beast reads at most the buffer's free capacity, 512 bytes at least).
         if (auto n = parser.content_length(); n && *n > c.buffer.capacity())
           c.buffer.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*n, std::uint64_t{256} << 10)));
-        ec = c.visit([&](auto& stream) {
-          return c.run([&](auto handler) { bhttp::async_read(stream, c.buffer, parser, std::move(handler)); });
-        });
+        ec = c.run([&](auto h) { bhttp::async_read(c.stream(), c.buffer, parser, std::move(h)); });
       }
     }
     c.lowest().expires_never();
